@@ -1,0 +1,1 @@
+"""Benchmarks: named matrices that print figures and the ratio to the reference, never assert."""

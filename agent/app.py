@@ -1,0 +1,64 @@
+"""The edge composition root: config -> server (+ later the SQLite-backed JetStream and leaf remotes).
+
+Start-up is a handshake: the readiness line is printed (and systemd notified) only after the
+listener is bound. SIGTERM and SIGINT start the ordered shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+
+from agent import systemd
+from core.config import ServerConfig
+from core.errors import StartupError
+from core.server.server import Server
+
+log = logging.getLogger("leafjet.agent")
+
+
+def prepare_data_dir(path: str) -> Path:
+    d = Path(path)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / ".leafjet-write-check"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as e:
+        raise StartupError(f"data directory {d} is not writable: {e.strerror or e}") from None
+    return d
+
+
+async def serve_agent(cfg: ServerConfig) -> None:
+    prepare_data_dir(cfg.data_dir)
+    server = Server(cfg)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(server.run)
+        print(
+            f"leafjet agent ready: listening on nats://{cfg.host}:{port} "
+            f"(server {server.name}, data {cfg.data_dir})",
+            flush=True,
+        )
+        systemd.notify("READY=1")
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("received %s: shutting down", signal.Signals(signum).name)
+                systemd.notify("STOPPING=1")
+                server.request_shutdown()
+                break
+    log.info("stopped")
+
+
+def run_agent(cfg: ServerConfig) -> None:
+    try:
+        anyio.run(serve_agent, cfg, backend="asyncio")
+    except* StartupError as eg:
+        raise eg.exceptions[0] from None
+
+
+if __name__ == "__main__":
+    sys.exit("use: leafjet agent ...")

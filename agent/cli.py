@@ -1,0 +1,127 @@
+"""The ``leafjet`` command.
+
+Exit codes: 0 ok, 1 runtime failure, 2 usage or configuration error, 3 start-up failure.
+Flags and LEAFJET_* variables map one-to-one onto config fields; flags win over variables,
+variables over the config file, the file over the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from core.errors import ConfigError, StartupError
+
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, EXIT_STARTUP = 0, 1, 2, 3
+
+# flag dest -> (config field, environment variable)
+_OVERRIDES = {
+    "host": ("host", "LEAFJET_HOST"),
+    "port": ("port", "LEAFJET_PORT"),
+    "data_dir": ("data_dir", "LEAFJET_DATA_DIR"),
+    "server_name": ("server_name", "LEAFJET_SERVER_NAME"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 too; keep the message to one line
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="leafjet", description="leafjet: NATS/JetStream-compatible edge-to-cloud streaming")
+    p.add_argument("--version", action="version", version="leafjet 0.1.0")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    a = sub.add_parser("agent", help="run the leaf agent (a NATS server with JetStream on SQLite)")
+    a.add_argument("--host", help="address to listen on (default 0.0.0.0)")
+    a.add_argument("--port", type=int, help="client port (default 4222; 0 picks a free port)")
+    a.add_argument("--data-dir", help="where streams are stored")
+    a.add_argument("--server-name", help="server name reported in INFO")
+    a.add_argument("--config", help="TOML config file")
+    a.add_argument("--check-config", metavar="FILE", help="validate a config file and exit")
+    a.add_argument(
+        "--log-level",
+        default=os.environ.get("LEAFJET_LOG_LEVEL", "info"),
+        choices=["debug", "info", "warning", "error"],
+    )
+    c = sub.add_parser("certs", help="generate development TLS certificates", add_help=False)
+    c.add_argument("rest", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["certs"]:
+        from core.certs import main as certs_main
+
+        return certs_main(args_list[1:])
+    try:
+        args = _build_parser().parse_args(args_list)
+    except SystemExit as e:
+        return int(e.code or 0)
+    if args.command == "agent":
+        return _agent(args)
+    return EXIT_USAGE
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"leafjet: {message}", file=sys.stderr)
+    return code
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from core.config import ServerConfig, load_config_file
+
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.check_config:
+            load_config_file(args.check_config)
+            print(f"{args.check_config}: configuration is valid")
+            return EXIT_OK
+        config_path = args.config or os.environ.get("LEAFJET_CONFIG")
+        cfg = load_config_file(config_path) if config_path else ServerConfig()
+        cfg = _apply_overrides(cfg, args)
+    except ConfigError as e:
+        return _fail(EXIT_USAGE, f"invalid configuration: {e}")
+    if not cfg.data_dir:
+        return _fail(EXIT_USAGE, "a data directory is required (--data-dir, LEAFJET_DATA_DIR or data_dir)")
+    from agent.app import run_agent
+
+    try:
+        run_agent(cfg)
+    except StartupError as e:
+        return _fail(EXIT_STARTUP, f"cannot start: {e}")
+    except KeyboardInterrupt:
+        return EXIT_OK
+    return EXIT_OK
+
+
+def _apply_overrides(cfg, args: argparse.Namespace):
+    changes = {}
+    for dest, (field, env) in _OVERRIDES.items():
+        value = getattr(args, dest, None)
+        if value is None and env in os.environ:
+            value = os.environ[env]
+            if field == "port":
+                try:
+                    value = int(value)
+                except ValueError:
+                    raise ConfigError(env, f"expected a port number, got {value!r}") from None
+        if value is not None:
+            changes[field] = value
+    if "port" in changes and not 0 <= changes["port"] <= 65535:
+        raise ConfigError("port", f"must be between 0 and 65535, got {changes['port']}")
+    return cfg.replace(**changes) if changes else cfg
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

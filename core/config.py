@@ -1,0 +1,348 @@
+"""Typed server configuration and its TOML loader.
+
+Field names are the reference server's (``max_payload``, ``ping_interval``, ``ping_max``,
+``max_pending``, ``authorization``, ``accounts``, ``tls``, ``jetstream.domain``…) so a user
+who knows nats-server recognises them. Every value is checked here, once: an unknown key or a
+bad value raises ConfigError naming its dotted path (``tls.cert_file: file not found``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import ConfigError
+from core.server.auth import AuthConfig, Permission, Permissions, User, hash_password
+from core.tls import TLSConfig
+
+GLOBAL_ACCOUNT = "$G"
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {
+    None: 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1024,
+    "kib": 1024,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1 << 30,
+    "gib": 1 << 30,
+}
+
+
+def parse_duration(value: Any, path: str) -> float:
+    """Seconds from a number (seconds) or a string such as ``"500ms"``, ``"2s"``, ``"2m"``."""
+    if isinstance(value, bool):
+        raise ConfigError(path, f"expected a duration, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value)):
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise ConfigError(path, f'expected a duration such as 2, "500ms" or "2m", got {value!r}')
+    if seconds <= 0:
+        raise ConfigError(path, "must be positive")
+    return seconds
+
+
+def parse_size(value: Any, path: str) -> int:
+    """Bytes from an integer or a string such as ``"64MB"``."""
+    if isinstance(value, bool):
+        raise ConfigError(path, f"expected a size, got {value!r}")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str) and (m := _SIZE.match(value)):
+        size = int(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower() or None]
+    else:
+        raise ConfigError(path, f'expected a size in bytes such as 1048576 or "1MB", got {value!r}')
+    if size <= 0:
+        raise ConfigError(path, "must be positive")
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class JetStreamConfig:
+    enabled: bool = True
+    store_dir: str = ""
+    domain: str | None = None
+    sync: str = "always"  # "always": ack after fsync; "interval": fsync every sync_interval
+    sync_interval: float = 1.0
+    max_memory: int = -1
+    max_file: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "0.0.0.0"
+    port: int = 4222
+    server_name: str = ""
+    max_payload: int = 1024 * 1024
+    max_control_line: int = 4096
+    max_pending: int = 64 * 1024 * 1024
+    max_connections: int = 64 * 1024
+    ping_interval: float = 120.0
+    ping_max: int = 2
+    write_deadline: float = 10.0
+    shutdown_timeout: float = 5.0
+    data_dir: str = ""
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    tls: TLSConfig | None = None
+    jetstream: JetStreamConfig = field(default_factory=JetStreamConfig)
+
+    def replace(self, **changes: Any) -> ServerConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def load_config_file(path: str | Path) -> ServerConfig:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ConfigError("", f"cannot read config file {p}: {e.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError("", f"{p}: invalid TOML: {e}") from None
+    return config_from_dict(data, base_dir=p.parent)
+
+
+# ---------------------------------------------------------------------------------------------
+# dict -> typed config. Each reader pops the keys it knows; what is left is an unknown key.
+
+
+class _Table:
+    """A TOML table being read: typed getters that name the dotted path of a bad value."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        if not isinstance(data, dict):
+            raise ConfigError(path, f"expected a table, got {type(data).__name__}")
+        self.data = dict(data)
+        self.path = path
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def take(self, key: str, default: Any = None) -> Any:
+        return self.data.pop(key, default)
+
+    def str(self, key: str, default: str | None = None) -> str | None:
+        v = self.take(key, default)
+        if v is not None and not isinstance(v, str):
+            raise ConfigError(self.at(key), f"expected a string, got {v!r}")
+        return v
+
+    def bool(self, key: str, default: bool) -> bool:
+        v = self.take(key, default)
+        if not isinstance(v, bool):
+            raise ConfigError(self.at(key), f"expected true or false, got {v!r}")
+        return v
+
+    def int(self, key: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
+        v = self.take(key, default)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(self.at(key), f"expected an integer, got {v!r}")
+        if v < minimum or (maximum is not None and v > maximum):
+            bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+            raise ConfigError(self.at(key), f"must be {bound}, got {v}")
+        return v
+
+    def duration(self, key: str, default: float) -> float:
+        return default if key not in self.data else parse_duration(self.take(key), self.at(key))
+
+    def size(self, key: str, default: int) -> int:
+        return default if key not in self.data else parse_size(self.take(key), self.at(key))
+
+    def str_list(self, key: str) -> tuple[str, ...]:
+        v = self.take(key, ())
+        if isinstance(v, str):
+            return (v,)
+        if not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v):
+            raise ConfigError(self.at(key), f"expected a string or a list of strings, got {v!r}")
+        return tuple(v)
+
+    def done(self) -> None:
+        if self.data:
+            key = sorted(self.data)[0]
+            raise ConfigError(self.at(key), "unknown field")
+
+
+def config_from_dict(data: dict[str, Any], *, base_dir: Path | None = None) -> ServerConfig:
+    t = _Table(data, "")
+    d = ServerConfig()
+    host = t.str("host", None) or t.str("listen", None) or d.host
+    port = t.int("port", d.port, maximum=65535)
+    cfg = ServerConfig(
+        host=host,
+        port=port,
+        server_name=t.str("server_name", "") or "",
+        max_payload=t.size("max_payload", d.max_payload),
+        max_control_line=t.size("max_control_line", d.max_control_line),
+        max_pending=t.size("max_pending", d.max_pending),
+        max_connections=t.int("max_connections", d.max_connections, minimum=1),
+        ping_interval=t.duration("ping_interval", d.ping_interval),
+        ping_max=t.int("ping_max", d.ping_max, minimum=1),
+        write_deadline=t.duration("write_deadline", d.write_deadline),
+        shutdown_timeout=t.duration("shutdown_timeout", d.shutdown_timeout),
+        data_dir=t.str("data_dir", "") or "",
+        auth=_read_auth(t),
+        tls=_read_tls(t.take("tls"), base_dir) if "tls" in t.data else None,
+        jetstream=_read_jetstream(t.take("jetstream", {})),
+    )
+    t.done()
+    if cfg.max_payload > cfg.max_pending:
+        raise ConfigError("max_payload", "must not exceed max_pending")
+    return cfg
+
+
+def _resolve(path: str | None, base_dir: Path | None) -> str | None:
+    if path is None or base_dir is None or Path(path).is_absolute():
+        return path
+    return str(base_dir / path)
+
+
+def _read_tls(data: Any, base_dir: Path | None) -> TLSConfig:
+    t = _Table(data, "tls")
+    cert = _resolve(t.str("cert_file"), base_dir)
+    key = _resolve(t.str("key_file"), base_dir)
+    ca = _resolve(t.str("ca_file"), base_dir)
+    verify = t.bool("verify", False)
+    timeout = t.duration("timeout", 2.0)
+    t.done()
+    if not cert or not key:
+        raise ConfigError("tls", "cert_file and key_file are both required")
+    for name, f in (("cert_file", cert), ("key_file", key), ("ca_file", ca)):
+        if f is not None and not Path(f).is_file():
+            raise ConfigError(f"tls.{name}", f"file not found: {f}")
+    if verify and not ca:
+        raise ConfigError("tls.verify", "verifying client certificates needs tls.ca_file")
+    return TLSConfig(cert_file=cert, key_file=key, ca_file=ca, verify=verify, timeout=timeout)
+
+
+def _read_jetstream(data: Any) -> JetStreamConfig:
+    if isinstance(data, bool):
+        return JetStreamConfig(enabled=data)
+    t = _Table(data, "jetstream")
+    d = JetStreamConfig()
+    domain = t.str("domain")
+    if domain is not None and (not domain or not re.fullmatch(r"[A-Za-z0-9_-]+", domain)):
+        raise ConfigError("jetstream.domain", f"invalid domain name {domain!r}")
+    sync = t.str("sync", d.sync)
+    if sync not in ("always", "interval"):
+        raise ConfigError("jetstream.sync", f'expected "always" or "interval", got {sync!r}')
+    js = JetStreamConfig(
+        enabled=t.bool("enabled", True),
+        store_dir=t.str("store_dir", "") or "",
+        domain=domain,
+        sync=sync,
+        sync_interval=t.duration("sync_interval", d.sync_interval),
+        max_memory=t.size("max_memory_store", 1 << 62) if "max_memory_store" in t.data else -1,
+        max_file=t.size("max_file_store", 1 << 62) if "max_file_store" in t.data else -1,
+    )
+    t.done()
+    return js
+
+
+def _read_permission(data: Any, path: str) -> Permission:
+    # The reference allows a bare subject or list as shorthand for "allow".
+    if isinstance(data, str | list):
+        return Permission(allow=_Table({"allow": data}, path).str_list("allow"))
+    t = _Table(data, path)
+    perm = Permission(allow=t.str_list("allow"), deny=t.str_list("deny"))
+    t.done()
+    return perm
+
+
+def _read_permissions(data: Any, path: str) -> Permissions:
+    t = _Table(data, path)
+    pub = _read_permission(t.take("publish"), t.at("publish")) if "publish" in t.data else Permission()
+    sub = _read_permission(t.take("subscribe"), t.at("subscribe")) if "subscribe" in t.data else Permission()
+    t.take("allow_responses")  # accepted for compatibility; responses are not restricted separately
+    t.done()
+    return Permissions(publish=pub, subscribe=sub)
+
+
+def _read_user(data: Any, path: str, account: str) -> User:
+    t = _Table(data, path)
+    name = t.str("user")
+    password = t.str("password")
+    nkey = t.str("nkey")
+    perms = (
+        _read_permissions(t.take("permissions"), t.at("permissions"))
+        if "permissions" in t.data
+        else Permissions()
+    )
+    t.done()
+    if nkey is not None:
+        if name is not None or password is not None:
+            raise ConfigError(path, "a user has either nkey or user/password, not both")
+        if not (nkey.startswith("U") and len(nkey) == 56):
+            raise ConfigError(t.at("nkey"), "expected a user public nkey (56 characters starting with U)")
+    elif not name or password is None:
+        raise ConfigError(path, "a user needs user and password, or nkey")
+    return User(
+        account=account,
+        user=name,
+        password=hash_password(password) if password is not None else None,
+        nkey=nkey,
+        permissions=perms,
+    )
+
+
+def _read_auth(root: _Table) -> AuthConfig:
+    users: list[User] = []
+    token: str | None = None
+    timeout = 2.0
+    account_names: list[str] = []
+    if "authorization" in root.data:
+        t = _Table(root.take("authorization"), "authorization")
+        token = t.str("token")
+        timeout = t.duration("timeout", timeout)
+        single_user, single_pass = t.str("user"), t.str("password")
+        if single_user is not None or single_pass is not None:
+            users.append(
+                _read_user({"user": single_user, "password": single_pass}, "authorization", GLOBAL_ACCOUNT)
+            )
+        for i, u in enumerate(_as_list(t.take("users", []), t.at("users"))):
+            users.append(_read_user(u, f"authorization.users[{i}]", GLOBAL_ACCOUNT))
+        t.done()
+    if "accounts" in root.data:
+        accounts = _Table(root.take("accounts"), "accounts")
+        for name in list(accounts.data):
+            apath = accounts.at(name)
+            if not re.fullmatch(r"[A-Za-z0-9_$-]+", name):
+                raise ConfigError(apath, "invalid account name")
+            a = _Table(accounts.take(name), apath)
+            for i, u in enumerate(_as_list(a.take("users", []), a.at("users"))):
+                users.append(_read_user(u, f"{apath}.users[{i}]", name))
+            a.take("jetstream")  # per-account JetStream limits: accepted, all accounts get JetStream
+            a.done()
+            account_names.append(name)
+    seen: set[str] = set()
+    for u in users:
+        ident = u.nkey or u.user or ""
+        if ident in seen:
+            raise ConfigError("accounts", f"user {ident!r} is defined twice")
+        seen.add(ident)
+    if token is not None and users:
+        raise ConfigError("authorization.token", "a token cannot be combined with users")
+    return AuthConfig(
+        users=tuple(users),
+        token=hash_password(token) if token is not None else None,
+        accounts=tuple(account_names),
+        auth_timeout=timeout,
+    )
+
+
+def _as_list(v: Any, path: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise ConfigError(path, "expected a list")
+    return v

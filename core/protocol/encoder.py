@@ -1,0 +1,107 @@
+"""Encoders for the NATS client protocol: values in, bytes out.
+
+Text fields (subjects, replies, queues, sids) are encoded as UTF-8 with ``surrogateescape``, the
+inverse of the parser's decoding, so a subject that arrived as arbitrary bytes goes out as the
+same bytes. The encoders do not validate subjects or sids: the caller has already checked them
+(a subject containing a space or CR/LF would corrupt the stream).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+PING = b"PING\r\n"
+PONG = b"PONG\r\n"
+OK = b"+OK\r\n"
+
+_CRLF = b"\r\n"
+_join = b"".join
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+# ---------------------------------------------------------------- server -> client
+
+
+def encode_info(options: dict[str, Any]) -> bytes:
+    """``INFO {json}\\r\\n`` with compact separators."""
+    return b"INFO " + _dumps(options).encode() + _CRLF
+
+
+def encode_err(message: str) -> bytes:
+    """``-ERR 'message'\\r\\n``; a CR or LF in the message becomes a space."""
+    if "\r" in message or "\n" in message:
+        message = message.replace("\r", " ").replace("\n", " ")
+    return _bytes(f"-ERR '{message}'\r\n")
+
+
+def msg_head(subject: str, sid: str, reply: str | None, size: int, hdr_size: int | None = None) -> bytes:
+    """The control line of a MSG (``hdr_size`` None) or HMSG, ``\\r\\n`` included.
+
+    ``size`` is the payload length and ``hdr_size`` the header block length; for HMSG the total
+    field is computed here. The caller writes the header block, the payload and ``\\r\\n`` after it
+    (useful to hand a large payload to the socket without copying it).
+    """
+    if hdr_size is None:
+        if reply:
+            return _bytes(f"MSG {subject} {sid} {reply} {size}\r\n")
+        return _bytes(f"MSG {subject} {sid} {size}\r\n")
+    if reply:
+        return _bytes(f"HMSG {subject} {sid} {reply} {hdr_size} {hdr_size + size}\r\n")
+    return _bytes(f"HMSG {subject} {sid} {hdr_size} {hdr_size + size}\r\n")
+
+
+def encode_msg(
+    subject: str, sid: str, reply: str | None, payload: bytes, headers: bytes | None = None
+) -> bytes:
+    """A whole MSG (``headers`` None) or HMSG, ready to write."""
+    if headers is None:
+        size = len(payload)
+        head = f"MSG {subject} {sid} {reply} {size}\r\n" if reply else f"MSG {subject} {sid} {size}\r\n"
+        return _join((head.encode("utf-8", "surrogateescape"), payload, _CRLF))
+    hdr = len(headers)
+    total = hdr + len(payload)
+    head = (
+        f"HMSG {subject} {sid} {reply} {hdr} {total}\r\n"
+        if reply
+        else f"HMSG {subject} {sid} {hdr} {total}\r\n"
+    )
+    return _join((head.encode("utf-8", "surrogateescape"), headers, payload, _CRLF))
+
+
+# ---------------------------------------------------------------- client -> server
+
+
+def encode_connect(options: dict[str, Any]) -> bytes:
+    """``CONNECT {json}\\r\\n`` with compact separators."""
+    return b"CONNECT " + _dumps(options).encode() + _CRLF
+
+
+def encode_pub(subject: str, reply: str | None, payload: bytes, headers: bytes | None = None) -> bytes:
+    """A whole PUB (``headers`` None) or HPUB, ready to write."""
+    if headers is None:
+        size = len(payload)
+        head = f"PUB {subject} {reply} {size}\r\n" if reply else f"PUB {subject} {size}\r\n"
+        return _join((head.encode("utf-8", "surrogateescape"), payload, _CRLF))
+    hdr = len(headers)
+    total = hdr + len(payload)
+    head = f"HPUB {subject} {reply} {hdr} {total}\r\n" if reply else f"HPUB {subject} {hdr} {total}\r\n"
+    return _join((head.encode("utf-8", "surrogateescape"), headers, payload, _CRLF))
+
+
+def encode_sub(subject: str, sid: str, queue: str | None = None) -> bytes:
+    """``SUB <subject> [queue] <sid>\\r\\n``."""
+    if queue:
+        return _bytes(f"SUB {subject} {queue} {sid}\r\n")
+    return _bytes(f"SUB {subject} {sid}\r\n")
+
+
+def encode_unsub(sid: str, max_msgs: int | None = None) -> bytes:
+    """``UNSUB <sid> [max]\\r\\n``."""
+    if max_msgs is None:
+        return _bytes(f"UNSUB {sid}\r\n")
+    return _bytes(f"UNSUB {sid} {max_msgs}\r\n")

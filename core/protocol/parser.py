@@ -1,0 +1,407 @@
+"""Sans-IO parsers for the NATS client protocol: bytes in, events out.
+
+``ServerParser`` reads what a client sends (the server side of a connection); ``ClientParser``
+reads what a server sends (leaf links, tests). Both share one loop in ``_Parser``: split control
+lines on ``\\n``, hand each line to the subclass, and read a payload of the size the line declared.
+
+The rules follow what the reference nats-server 2.15 does on the wire; DESIGN.md lists them and
+the few places where leafjet is deliberately stricter.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from core.errors import ProtocolError
+from core.protocol.events import OK, PING, PONG, Connect, Err, Info, Msg, Pub, Sub, Unsub
+
+UNKNOWN_OP = "Unknown Protocol Operation"
+MAX_CONTROL_LINE = "maximum control line exceeded"
+MAX_PAYLOAD = "Maximum Payload Violation"
+
+_MAX_SIZE_DIGITS = 9  # the reference refuses a size field longer than this (silent close)
+_SEPARATORS = b" \t"
+
+
+def _text(raw: bytes) -> str:
+    """Subjects, replies, queues and sids: UTF-8, with any other byte kept as a lone surrogate."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _split_exact(line: bytes) -> list[bytes]:
+    """Arguments separated by runs of spaces and tabs (and a stray ``\\r``), as the reference does.
+
+    The parsers use ``line.split()`` and fall back to this only when the line holds a ``\\v`` or
+    ``\\f``: bytes.split() separates on those too, the reference keeps them inside an argument.
+    """
+    return [a for a in line.replace(b"\t", b" ").replace(b"\r", b" ").split(b" ") if a]
+
+
+def _size(token: bytes) -> int:
+    if len(token) > _MAX_SIZE_DIGITS or not token.isdigit():
+        raise ProtocolError(None)
+    return int(token)
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    """The JSON object of a CONNECT or INFO line; ``null`` counts as ``{}`` (as the reference)."""
+    try:
+        value = json.loads(raw.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        raise ProtocolError(None) from None
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        raise ProtocolError(None)
+    return value
+
+
+# A frozen dataclass's __init__ assigns each field through object.__setattr__, which costs more
+# than the rest of the per-message parsing. ``_finish`` sets the same slots through their
+# descriptors instead; the result is an ordinary instance, equal to the one __init__ would build.
+_new = object.__new__
+_pub_subject, _pub_reply, _pub_payload, _pub_headers = (
+    Pub.__dict__[name].__set__ for name in ("subject", "reply", "payload", "headers")
+)
+_msg_subject, _msg_sid, _msg_reply, _msg_payload, _msg_headers = (
+    Msg.__dict__[name].__set__ for name in ("subject", "sid", "reply", "payload", "headers")
+)
+
+
+def _separated(line: bytes, at: int) -> bool:
+    """True when the op name ending at ``at`` is followed by a space or tab."""
+    return len(line) > at and line[at] in _SEPARATORS
+
+
+class _Parser:
+    """Line splitting and payload reading shared by both directions.
+
+    Invariants: ``_rest`` holds the unconsumed tail of the input. When ``_need`` is 0 the tail is
+    part of one control line (no ``\\n`` in it); otherwise ``_head`` describes a payload-carrying
+    op whose payload and ``\\r\\n`` (``_need`` bytes in all) start at the tail's first byte.
+    """
+
+    __slots__ = ("_head", "_need", "_rest", "max_control_line")
+
+    # Upper-cased starts of every op this side accepts ("PUB " needs its separator, "PING" does
+    # not); a buffered partial line that cannot become one of them is rejected at once.
+    _PREFIXES: tuple[bytes, ...] = ()
+
+    def __init__(self, max_control_line: int = 4096) -> None:
+        self.max_control_line = max_control_line
+        self._rest = bytearray()
+        self._head: tuple[Any, ...] | None = None
+        self._need = 0
+
+    def feed(self, data: bytes) -> list[Any]:
+        """Every complete op in ``data`` (plus what was buffered before), in order.
+
+        On a protocol violation raises ``ProtocolError``; the ops parsed from this call before the
+        bad one are attached to it as ``error.events`` so the caller can act on them first. The
+        parser is unusable afterwards.
+        """
+        events: list[Any] = []
+        try:
+            if type(data) is not bytes:
+                data = bytes(data)
+            rest = self._rest
+            need = self._need
+            if rest:
+                rest += data
+                if need:
+                    if len(rest) < need:
+                        return events
+                elif 10 not in data:
+                    self._check_partial(rest)
+                    return events
+                data = bytes(rest)
+                rest.clear()
+            elif need and len(data) < need:
+                rest += data
+                return events
+
+            pos = 0
+            if need:
+                # A payload announced by the previous feed is complete at the start of data.
+                if data[need - 2] != 13 or data[need - 1] != 10:
+                    raise ProtocolError(UNKNOWN_OP)
+                events.append(self._finish(self._head, data, 0, need - 2))
+                self._head = None
+                self._need = 0
+                pos = need
+
+            n = len(data)
+            find = data.find
+            on_line = self._on_line
+            finish = self._finish
+            append = events.append
+            limit = self.max_control_line
+            while pos < n:
+                nl = find(b"\n", pos)
+                if nl < 0:
+                    break
+                line = data[pos:nl]
+                if nl - pos > limit:
+                    self._check_long_line(line)
+                event = on_line(line)
+                pos = nl + 1
+                if event is None:
+                    continue
+                if type(event) is not tuple:
+                    append(event)
+                    continue
+                end = pos + event[0]
+                if end + 2 > n:
+                    self._head = event
+                    self._need = event[0] + 2
+                    break
+                if data[end] != 13 or data[end + 1] != 10:
+                    raise ProtocolError(UNKNOWN_OP)
+                append(finish(event, data, pos, end))
+                pos = end + 2
+            if pos < n:
+                rest += memoryview(data)[pos:]
+                if not self._need:
+                    self._check_partial(rest)
+        except ProtocolError as e:
+            e.events = events  # type: ignore[attr-defined]
+            raise
+        return events
+
+    # ---------------------------------------------------------------- limits
+
+    def _known_start(self, start: bytes) -> bool:
+        head = start[:8].upper().replace(b"\t", b" ")
+        return any(head.startswith(p) or p.startswith(head) for p in self._PREFIXES)
+
+    def _check_partial(self, rest: bytearray) -> None:
+        """A control line still waiting for its ``\\n``: reject an unknown op or an overlong line now."""
+        if not self._known_start(bytes(rest[:8])):
+            raise ProtocolError(UNKNOWN_OP)
+        if len(rest) - (rest[-1] == 13) > self.max_control_line:
+            raise ProtocolError(MAX_CONTROL_LINE)
+
+    def _check_long_line(self, line: bytes) -> None:
+        """A complete line past the limit; an unknown op is left for ``_on_line`` to name."""
+        if len(line) - (line[-1] == 13) > self.max_control_line and self._known_start(line):
+            raise ProtocolError(MAX_CONTROL_LINE)
+
+    # ---------------------------------------------------------------- per direction
+
+    def _on_line(self, line: bytes) -> Any:
+        """An event, None (ignored line) or a tuple ``(payload_size, ...)`` for ``_finish``."""
+        raise NotImplementedError
+
+    def _finish(self, head: Any, data: bytes, start: int, end: int) -> Any:
+        """The event for ``head`` whose payload is ``data[start:end]``."""
+        raise NotImplementedError
+
+
+class ServerParser(_Parser):
+    """Parses what a client sends: CONNECT, PUB, HPUB, SUB, UNSUB, PING, PONG.
+
+    ``max_payload`` may be changed at any time (the server lowers it per account); it is checked on
+    the PUB/HPUB line, before any payload is buffered.
+    """
+
+    __slots__ = ("max_payload",)
+
+    _PREFIXES = (
+        b"PUB ",
+        b"HPUB ",
+        b"SUB ",
+        b"UNSUB ",
+        b"PING",
+        b"PONG",
+        b"CONNECT",
+        b"INFO",
+        b"+OK",
+        b"-ERR ",
+    )
+
+    def __init__(self, max_control_line: int = 4096, max_payload: int = 1048576) -> None:
+        super().__init__(max_control_line)
+        self.max_payload = max_payload
+
+    def _on_line(self, line: bytes) -> Any:
+        args = line.split()
+        if 11 in line or 12 in line:
+            args = _split_exact(line)
+        n = len(args)
+        if line[:4] == b"PUB " and (n == 3 or n == 4):
+            # The form every client library writes, kept short: it is most of the traffic.
+            size = args[-1]
+            if len(size) > _MAX_SIZE_DIGITS or not size.isdigit():
+                raise ProtocolError(None)
+            size = int(size)
+            if size > self.max_payload:
+                raise ProtocolError(MAX_PAYLOAD)
+            subject = args[1].decode("utf-8", "surrogateescape")
+            return (size, subject, args[2].decode("utf-8", "surrogateescape") if n == 4 else None, 0)
+        return self._any_line(line, args, n)
+
+    def _any_line(self, line: bytes, args: list[bytes], n: int) -> Any:
+        if not args or line[0] <= 32:
+            raise ProtocolError(UNKNOWN_OP)
+        op = args[0].upper()
+        if op == b"PUB":
+            if not _separated(line, 3):
+                raise ProtocolError(UNKNOWN_OP)
+            if n == 3:
+                reply = None
+            elif n == 4:
+                reply = _text(args[2])
+            else:
+                raise ProtocolError(None)
+            size = _size(args[-1])
+            if size > self.max_payload:
+                raise ProtocolError(MAX_PAYLOAD)
+            return (size, _text(args[1]), reply, 0)
+        if op == b"HPUB":
+            if not _separated(line, 4):
+                raise ProtocolError(UNKNOWN_OP)
+            if n == 4:
+                reply = None
+            elif n == 5:
+                reply = _text(args[2])
+            else:
+                raise ProtocolError(None)
+            hdr = _size(args[-2])
+            size = _size(args[-1])
+            if hdr > size:
+                raise ProtocolError(None)
+            if size > self.max_payload:
+                raise ProtocolError(MAX_PAYLOAD)
+            return (size, _text(args[1]), reply, hdr)
+        if op == b"SUB":
+            if not _separated(line, 3):
+                raise ProtocolError(UNKNOWN_OP)
+            if n == 3:
+                return Sub(_text(args[1]), None, _text(args[2]))
+            if n == 4:
+                return Sub(_text(args[1]), _text(args[2]), _text(args[3]))
+            raise ProtocolError(None)
+        if op == b"UNSUB":
+            if not _separated(line, 5):
+                raise ProtocolError(UNKNOWN_OP)
+            if n == 2:
+                return Unsub(_text(args[1]), None)
+            if n == 3:
+                # The reference treats a max it cannot parse, or one <= 0, as "remove now".
+                raw = args[2]
+                max_msgs = int(raw) if raw.isdigit() and len(raw) <= _MAX_SIZE_DIGITS else 0
+                return Unsub(_text(args[1]), max_msgs or None)
+            raise ProtocolError(None)
+        if op.startswith(b"PING"):
+            return PING
+        if op.startswith(b"PONG"):
+            return PONG
+        if op.startswith(b"CONNECT"):
+            return Connect(_json_object(line[7:]))
+        if op.startswith(b"+OK"):
+            return None  # the reference ignores a client's +OK
+        if op.startswith(b"INFO"):
+            _json_object(line[4:])  # ignored when well-formed, a silent close otherwise
+            return None
+        if op == b"-ERR" and _separated(line, 4):
+            raise ProtocolError(None)  # the reference closes on a client's -ERR without a word
+        raise ProtocolError(UNKNOWN_OP)
+
+    def _finish(self, head: Any, data: bytes, start: int, end: int) -> Pub:
+        _, subject, reply, hdr = head
+        pub = _new(Pub)
+        _pub_subject(pub, subject)
+        _pub_reply(pub, reply)
+        if hdr:
+            split = start + hdr
+            _pub_payload(pub, data[split:end])
+            _pub_headers(pub, data[start:split])
+        else:
+            _pub_payload(pub, data[start:end])
+            _pub_headers(pub, None)
+        return pub
+
+
+class ClientParser(_Parser):
+    """Parses what a server sends: INFO, MSG, HMSG, PING, PONG, +OK, -ERR."""
+
+    __slots__ = ()
+
+    _PREFIXES = (b"MSG ", b"HMSG ", b"PING", b"PONG", b"INFO", b"+OK", b"-ERR")
+
+    def _on_line(self, line: bytes) -> Any:
+        args = line.split()
+        if 11 in line or 12 in line:
+            args = _split_exact(line)
+        n = len(args)
+        if line[:4] == b"MSG " and (n == 4 or n == 5):
+            size = args[-1]
+            if len(size) > _MAX_SIZE_DIGITS or not size.isdigit():
+                raise ProtocolError(None)
+            return (
+                int(size),
+                args[1].decode("utf-8", "surrogateescape"),
+                args[2].decode("utf-8", "surrogateescape"),
+                args[3].decode("utf-8", "surrogateescape") if n == 5 else None,
+                0,
+            )
+        return self._any_line(line, args, n)
+
+    def _any_line(self, line: bytes, args: list[bytes], n: int) -> Any:
+        if not args or line[0] <= 32:
+            raise ProtocolError(UNKNOWN_OP)
+        op = args[0].upper()
+        if op == b"MSG":
+            if not _separated(line, 3):
+                raise ProtocolError(UNKNOWN_OP)
+            if n == 4:
+                reply = None
+            elif n == 5:
+                reply = _text(args[3])
+            else:
+                raise ProtocolError(None)
+            return (_size(args[-1]), _text(args[1]), _text(args[2]), reply, 0)
+        if op == b"HMSG":
+            if not _separated(line, 4):
+                raise ProtocolError(UNKNOWN_OP)
+            if n == 5:
+                reply = None
+            elif n == 6:
+                reply = _text(args[3])
+            else:
+                raise ProtocolError(None)
+            hdr = _size(args[-2])
+            size = _size(args[-1])
+            if hdr > size:
+                raise ProtocolError(None)
+            return (size, _text(args[1]), _text(args[2]), reply, hdr)
+        if op.startswith(b"PING"):
+            return PING
+        if op.startswith(b"PONG"):
+            return PONG
+        if op.startswith(b"+OK"):
+            return OK
+        if op.startswith(b"INFO"):
+            return Info(_json_object(line[4:]))
+        if op == b"-ERR":
+            text = line[4:].strip().decode("utf-8", "replace")
+            if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
+                text = text[1:-1]
+            return Err(text)
+        raise ProtocolError(UNKNOWN_OP)
+
+    def _finish(self, head: Any, data: bytes, start: int, end: int) -> Msg:
+        _, subject, sid, reply, hdr = head
+        msg = _new(Msg)
+        _msg_subject(msg, subject)
+        _msg_sid(msg, sid)
+        _msg_reply(msg, reply)
+        if hdr:
+            split = start + hdr
+            _msg_payload(msg, data[split:end])
+            _msg_headers(msg, data[start:split])
+        else:
+            _msg_payload(msg, data[start:end])
+            _msg_headers(msg, None)
+        return msg

@@ -1,0 +1,107 @@
+"""Accounts: isolated subject spaces, and the message router inside each.
+
+A message published in one account is matched only against that account's subscriptions,
+so accounts never see each other's traffic. Routing is synchronous and never blocks: a
+delivery either lands in the receiver's bounded outbound buffer or the receiver is closed
+as a slow consumer (see connection.py).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Protocol
+
+from core.sublist import Sublist
+
+
+class Receiver(Protocol):
+    """Anything a subscription delivers to: a client connection or an internal service."""
+
+    echo: bool
+
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, headers: bytes | None, payload: bytes
+    ) -> None: ...
+
+
+class Subscription:
+    """One SUB of one receiver. Identity-hashed: two SUBs on the same subject are two entries."""
+
+    __slots__ = ("delivered", "deny_filter", "max_msgs", "queue", "receiver", "sid", "sid_bytes", "subject")
+
+    def __init__(self, receiver: Receiver, subject: str, queue: str | None, sid: str) -> None:
+        self.receiver = receiver
+        self.subject = subject
+        self.queue = queue
+        self.sid = sid
+        self.sid_bytes = sid.encode()
+        self.max_msgs: int | None = None  # auto-unsubscribe after this many deliveries
+        self.delivered = 0
+        # Set when the subscription is a wildcard that overlaps the owner's subscribe-deny list:
+        # each message is then checked against the deny list before delivery.
+        self.deny_filter = None
+
+    def __repr__(self) -> str:
+        return f"Subscription({self.subject!r}, queue={self.queue!r}, sid={self.sid!r})"
+
+
+class Account:
+    __slots__ = ("name", "sublist")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sublist: Sublist[Subscription] = Sublist()
+
+    def subscribe(self, sub: Subscription) -> None:
+        self.sublist.insert(sub.subject, sub.queue, sub)
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self.sublist.remove(sub.subject, sub.queue, sub)
+
+    def publish(
+        self,
+        subject: str,
+        reply: str | None,
+        headers: bytes | None,
+        payload: bytes,
+        origin: Receiver | None = None,
+    ) -> int:
+        """Route one message to every matching subscription; returns how many received it.
+
+        Each queue group gets the message once, at one member chosen at random. A receiver
+        with ``echo`` off does not get its own messages.
+        """
+        result = self.sublist.match(subject)
+        count = 0
+        for sub in result.plain:
+            if sub.receiver is origin and not origin.echo:
+                continue
+            if sub.deny_filter is not None and not sub.deny_filter(subject):
+                continue
+            sub.receiver.deliver(sub, subject, reply, headers, payload)
+            count += 1
+        for _queue, members in result.queues:
+            if origin is not None and not origin.echo:
+                members = tuple(m for m in members if m.receiver is not origin)
+                if not members:
+                    continue
+            sub = members[0] if len(members) == 1 else random.choice(members)
+            sub.receiver.deliver(sub, subject, reply, headers, payload)
+            count += 1
+        return count
+
+
+class AccountRegistry:
+    def __init__(self, names: tuple[str, ...] = ()) -> None:
+        self._accounts: dict[str, Account] = {}
+        for name in names:
+            self.get(name)
+
+    def get(self, name: str) -> Account:
+        acc = self._accounts.get(name)
+        if acc is None:
+            acc = self._accounts[name] = Account(name)
+        return acc
+
+    def __iter__(self):
+        return iter(self._accounts.values())

@@ -1,0 +1,194 @@
+"""Start leafjet and the reference nats-server as real processes, from one config description.
+
+A test describes the server once as a dict using the reference's field names; it is written as
+TOML for leafjet and as JSON (which the reference's config parser accepts) for nats-server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+NATS_SERVER = Path(sys.executable).parent / "nats-server"
+READY = re.compile(r"listening on nats://[^:]+:(\d+)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {v!r} as TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+
+
+def to_toml(config: dict[str, Any]) -> str:
+    """A flat TOML document of inline values: enough for test configs."""
+    return "".join(f"{_toml_key(k)} = {_toml_value(v)}\n" for k, v in config.items())
+
+
+@dataclass
+class RunningServer:
+    kind: str
+    port: int
+    proc: subprocess.Popen
+    workdir: Path
+    log_path: Path
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        scheme = "tls" if "tls" in self.config else "nats"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return self.proc.returncode
+
+
+def start_leafjet(
+    workdir: Path,
+    config: dict[str, Any] | None = None,
+    *,
+    timeout: float = 15.0,
+    extra_args: tuple[str, ...] = (),
+) -> RunningServer:
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = dict(config or {})
+    args = [
+        sys.executable,
+        "-m",
+        "agent.cli",
+        "agent",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(config.pop("port", 0)),
+        "--data-dir",
+        str(workdir / "data"),
+        *extra_args,
+    ]
+    if config:
+        cfg_path = workdir / "leafjet.toml"
+        cfg_path.write_text(to_toml(config))
+        args += ["--config", str(cfg_path)]
+    log_path = workdir / "leafjet.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, cwd=REPO, env=env)
+    assert proc.stdout is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    buf = b""
+
+    def ready() -> int | None:
+        nonlocal buf
+        chunk = proc.stdout.read()
+        if chunk:
+            buf += chunk
+        m = READY.search(buf.decode(errors="replace"))
+        if m:
+            return int(m.group(1))
+        if proc.poll() is not None:
+            raise RuntimeError(f"leafjet exited with {proc.returncode}: {log_path.read_text()}")
+        return None
+
+    try:
+        port = wait_until(ready, timeout, what="leafjet to be ready")
+    except BaseException:
+        proc.kill()
+        raise
+    return RunningServer("leafjet", port, proc, workdir, log_path, config)
+
+
+def start_reference(
+    workdir: Path, config: dict[str, Any] | None = None, *, timeout: float = 15.0, jetstream: bool = False
+) -> RunningServer:
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = dict(config or {})
+    port = config.pop("port", None) or free_port()
+    conf = {"host": "127.0.0.1", "port": port, **config}
+    if jetstream:
+        conf.setdefault("jetstream", {}).setdefault("store_dir", str(workdir / "data"))
+    cfg_path = workdir / "nats-server.conf"
+    cfg_path.write_text(json.dumps(conf, indent=1))
+    log_path = workdir / "nats-server.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(NATS_SERVER), "-c", str(cfg_path)], stdout=log, stderr=subprocess.STDOUT)
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"nats-server exited with {proc.returncode}: {log_path.read_text()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+
+    try:
+        wait_until(ready, timeout, what="nats-server to be ready")
+    except BaseException:
+        proc.kill()
+        raise
+    return RunningServer("reference", port, proc, workdir, log_path, dict(config))
+
+
+def start_server(kind: str, workdir: Path, config: dict[str, Any] | None = None, **kw: Any) -> RunningServer:
+    if kind == "leafjet":
+        return start_leafjet(workdir, config, **{k: v for k, v in kw.items() if k != "jetstream"})
+    if kind == "reference":
+        return start_reference(workdir, config, **kw)
+    raise ValueError(kind)
