@@ -53,9 +53,18 @@ async def serve_agent(cfg: ServerConfig) -> None:
     log.info("stopped")
 
 
+def _have_uvloop() -> bool:
+    # uvloop is a faster drop-in event loop (a dependency on Linux); plain asyncio otherwise.
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def run_agent(cfg: ServerConfig) -> None:
     try:
-        anyio.run(serve_agent, cfg, backend="asyncio")
+        anyio.run(serve_agent, cfg, backend="asyncio", backend_options={"use_uvloop": _have_uvloop()})
     except* StartupError as eg:
         raise eg.exceptions[0] from None
 

@@ -24,6 +24,8 @@ class ProtocolError(LeafjetError):
         super().__init__(message or "protocol violation")
         self.message = message
         self.close = close
+        # Ops a parser completed in the same feed before it met the bad input.
+        self.events: list[object] = []
 
 
 class ConfigError(LeafjetError):

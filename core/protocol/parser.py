@@ -165,7 +165,7 @@ class _Parser:
                 if not self._need:
                     self._check_partial(rest)
         except ProtocolError as e:
-            e.events = events  # type: ignore[attr-defined]
+            e.events = events
             raise
         return events
 

@@ -178,6 +178,11 @@ class ClientConnection:
                     if self.state is State.CLOSING:
                         return
             except ProtocolError as e:
+                # Ops parsed before the bad one in this chunk still count, as on the reference.
+                for event in e.events:
+                    handle(event)
+                    if self.state is State.CLOSING:
+                        return
                 self._protocol_error(e)
                 if e.close:
                     return

@@ -37,7 +37,7 @@ def test_port_in_use_exits_with_startup_code_and_one_line(tmp_path):
         port = busy.getsockname()[1]
         r = run_cli("agent", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(tmp_path))
     assert r.returncode == 3
-    assert "cannot listen on 127.0.0.1:%d" % port in r.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr
     assert r.stderr.strip().count("\n") == 0
 
 

@@ -144,3 +144,8 @@ def test_queue_group_gets_each_message_once(server):
     group = [ln for ln in lines if ln.split()[2] in (b"1", b"2")]
     plain = [ln for ln in lines if ln.split()[2] == b"3"]
     assert len(group) == 20 and len(plain) == 20
+
+
+def test_ops_before_a_bad_one_in_the_same_read_still_take_effect(server):
+    out, closed = exchange(server.port, b"SUB a 1\r\nPUB a 2\r\nhi\r\nFOO\r\n")
+    assert (out, closed) == (b"MSG a 1 2\r\nhi\r\n" + UNKNOWN, True)
