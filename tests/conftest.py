@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -8,7 +9,8 @@ import pytest
 
 from tests.support.servers import RunningServer, start_server
 
-SERVER_KINDS = ["leafjet", "reference"]
+# LEAFJET_TEST_SERVERS=reference (or leafjet) runs the differential tests against one kind only.
+SERVER_KINDS = os.environ.get("LEAFJET_TEST_SERVERS", "leafjet,reference").split(",")
 
 
 @pytest.fixture

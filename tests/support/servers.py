@@ -71,6 +71,7 @@ class RunningServer:
     workdir: Path
     log_path: Path
     config: dict[str, Any] = field(default_factory=dict)
+    jetstream: bool = False
 
     @property
     def url(self) -> str:
@@ -80,6 +81,17 @@ class RunningServer:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def restart(self, *, kill: bool = False) -> RunningServer:
+        """Stop (SIGKILL when ``kill``) and start the same kind on the same port and data."""
+        self.stop(signal.SIGKILL if kill else signal.SIGTERM)
+        config = {**self.config, "port": self.port}
+        if self.kind == "leafjet":
+            fresh = start_leafjet(self.workdir, config)
+        else:
+            fresh = start_reference(self.workdir, config, jetstream=self.jetstream)
+        self.proc, self.port = fresh.proc, fresh.port  # the fixture that owns self stops it
+        return self
 
     def log(self) -> str:
         try:
@@ -183,7 +195,7 @@ def start_reference(
     except BaseException:
         proc.kill()
         raise
-    return RunningServer("reference", port, proc, workdir, log_path, dict(config))
+    return RunningServer("reference", port, proc, workdir, log_path, dict(config), jetstream)
 
 
 def start_server(kind: str, workdir: Path, config: dict[str, Any] | None = None, **kw: Any) -> RunningServer:

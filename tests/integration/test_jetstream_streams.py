@@ -1,0 +1,441 @@
+"""JetStream streams with stock nats-py, against leafjet and the reference (same scenario, same expectations)."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import nats
+import pytest
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import APIError, BadRequestError, NoStreamResponseError, NotFoundError
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@pytest.fixture
+def js_server(make_server):
+    return make_server(jetstream=True)
+
+
+async def connect(srv):
+    nc = await nats.connect(srv.url)
+    return nc, nc.jetstream(timeout=5)
+
+
+async def api(nc, subject: str, body: dict | bytes | None = None) -> dict:
+    payload = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
+    msg = await nc.request(subject, payload, timeout=5)
+    return json.loads(msg.data)
+
+
+async def test_create_publish_and_info(js_server):
+    nc, js = await connect(js_server)
+    try:
+        info = await js.add_stream(name="ORDERS", subjects=["orders.>"])
+        assert info.config.name == "ORDERS"
+        assert info.state.messages == 0 and info.state.last_seq == 0 and info.state.first_seq == 0
+        acks = [await js.publish(f"orders.{i % 3}", b"x" * 10) for i in range(5)]
+        assert [(a.stream, a.seq, a.duplicate) for a in acks] == [("ORDERS", i, None) for i in range(1, 6)]
+        info = await js.stream_info("ORDERS")
+        assert (info.state.messages, info.state.first_seq, info.state.last_seq) == (5, 1, 5)
+        assert info.state.bytes > 50
+        assert info.config.retention == RetentionPolicy.LIMITS
+        assert info.config.storage == StorageType.FILE
+        assert info.config.duplicate_window == 120.0
+        assert info.config.num_replicas == 1
+    finally:
+        await nc.close()
+
+
+async def test_publish_without_reply_is_stored(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="S", subjects=["s.*"])
+        await nc.publish("s.fire", b"and forget")
+        await nc.flush()
+        with anyio.fail_after(5):
+            while (await js.stream_info("S")).state.messages != 1:
+                await anyio.sleep(0.02)
+        assert (await js.get_msg("S", 1)).data == b"and forget"
+    finally:
+        await nc.close()
+
+
+async def test_jetstream_publish_to_a_subject_no_stream_captures_gets_no_responders(js_server):
+    nc, js = await connect(js_server)
+    try:
+        with pytest.raises(NoStreamResponseError):  # nats-py's name for no responders here
+            await js.publish("nobody.captures.this", b"x")
+    finally:
+        await nc.close()
+
+
+async def test_duplicates_are_detected_by_msg_id(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="D", subjects=["d"])
+        a1 = await js.publish("d", b"1", headers={"Nats-Msg-Id": "id-1"})
+        a2 = await js.publish("d", b"1 again", headers={"Nats-Msg-Id": "id-1"})
+        a3 = await js.publish("d", b"2", headers={"Nats-Msg-Id": "id-2"})
+        assert (a1.seq, a1.duplicate) == (1, None)
+        assert (a2.seq, a2.duplicate) == (1, True)
+        assert (a3.seq, a3.duplicate) == (2, None)
+        assert (await js.stream_info("D")).state.messages == 2
+    finally:
+        await nc.close()
+
+
+async def test_duplicate_tracking_survives_restart(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="D", subjects=["d"])
+        await js.publish("d", b"1", headers={"Nats-Msg-Id": "keep-me"})
+        await js.publish("d", b"2", headers={"Nats-Msg-Id": "other"})
+    finally:
+        await nc.close()
+    js_server.restart()
+    nc, js = await connect(js_server)
+    try:
+        ack = await js.publish("d", b"1", headers={"Nats-Msg-Id": "keep-me"})
+        assert (ack.seq, ack.duplicate) == (1, True)
+        fresh = await js.publish("d", b"3", headers={"Nats-Msg-Id": "new-one"})
+        assert fresh.seq == 3
+    finally:
+        await nc.close()
+
+
+async def test_expected_headers(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="E", subjects=["e.*"])
+        await js.publish("e.a", b"1", headers={"Nats-Msg-Id": "m1"})
+        await js.publish("e.b", b"2")
+        with pytest.raises(APIError) as wrong_last:
+            await js.publish("e.a", b"x", headers={"Nats-Expected-Last-Sequence": "1"})
+        assert wrong_last.value.err_code == 10071
+        assert wrong_last.value.description == "wrong last sequence: 2"
+        ok = await js.publish("e.a", b"3", headers={"Nats-Expected-Last-Sequence": "2"})
+        assert ok.seq == 3
+        with pytest.raises(APIError) as wrong_subj:
+            await js.publish("e.b", b"x", headers={"Nats-Expected-Last-Subject-Sequence": "1"})
+        assert wrong_subj.value.err_code == 10071
+        ok = await js.publish("e.b", b"4", headers={"Nats-Expected-Last-Subject-Sequence": "2"})
+        assert ok.seq == 4
+        with pytest.raises(APIError) as wrong_stream:
+            await js.publish("e.a", b"x", headers={"Nats-Expected-Stream": "OTHER"})
+        assert wrong_stream.value.err_code == 10060
+        with pytest.raises(APIError) as wrong_id:
+            await js.publish("e.a", b"x", headers={"Nats-Expected-Last-Msg-Id": "nope"})
+        assert wrong_id.value.err_code == 10070
+    finally:
+        await nc.close()
+
+
+async def test_max_msgs_discard_old_and_new(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="OLD", subjects=["old"], max_msgs=3)
+        for i in range(5):
+            await js.publish("old", str(i).encode())
+        st = (await js.stream_info("OLD")).state
+        assert (st.messages, st.first_seq, st.last_seq) == (3, 3, 5)
+        await js.add_stream(name="NEW", subjects=["new"], max_msgs=2, discard=DiscardPolicy.NEW)
+        await js.publish("new", b"1")
+        await js.publish("new", b"2")
+        with pytest.raises(APIError) as full:
+            await js.publish("new", b"3")
+        assert full.value.err_code == 10077
+        assert full.value.description == "maximum messages exceeded"
+    finally:
+        await nc.close()
+
+
+async def test_max_msgs_per_subject_keeps_the_newest(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="P", subjects=["p.*"], max_msgs_per_subject=2)
+        for i in range(4):
+            await js.publish("p.a", f"a{i}".encode())
+        await js.publish("p.b", b"b0")
+        info = await js.stream_info("P", subjects_filter=">")
+        assert info.state.messages == 3
+        assert info.state.subjects == {"p.a": 2, "p.b": 1}
+        assert (await js.get_last_msg("P", "p.a")).data == b"a3"
+    finally:
+        await nc.close()
+
+
+async def test_max_bytes_discards_oldest(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="B", subjects=["b"], max_bytes=1000)
+        for _ in range(20):
+            await js.publish("b", b"x" * 100)
+        st = (await js.stream_info("B")).state
+        assert st.bytes <= 1000
+        assert st.last_seq == 20
+        assert st.messages >= 5
+    finally:
+        await nc.close()
+
+
+async def test_purge_variants(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="PU", subjects=["pu.*"])
+        for i in range(10):
+            await js.publish(f"pu.{'a' if i % 2 else 'b'}", str(i).encode())
+        r = await api(nc, "$JS.API.STREAM.PURGE.PU", {"filter": "pu.a", "keep": 1})
+        assert r == {"type": "io.nats.jetstream.api.v1.stream_purge_response", "success": True, "purged": 4}
+        r = await api(nc, "$JS.API.STREAM.PURGE.PU", {"seq": 5})
+        assert r["purged"] == 2  # seqs 1 and 3 (pu.b) are below 5
+        st = (await js.stream_info("PU")).state
+        assert (st.messages, st.last_seq) == (4, 10)
+        r = await api(nc, "$JS.API.STREAM.PURGE.PU")
+        assert r["purged"] == 4
+        st = (await js.stream_info("PU")).state
+        assert (st.messages, st.first_seq, st.last_seq) == (0, 11, 10)
+        assert (await js.publish("pu.a", b"after")).seq == 11
+    finally:
+        await nc.close()
+
+
+async def test_get_and_delete_messages(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="G", subjects=["g.*"])
+        await js.publish("g.a", b"one", headers={"X-Trace": "t1"})
+        await js.publish("g.b", b"two")
+        await js.publish("g.a", b"three")
+        m = await js.get_msg("G", 1)
+        assert (m.subject, m.seq, m.data, m.headers) == ("g.a", 1, b"one", {"X-Trace": "t1"})
+        assert (await js.get_last_msg("G", "g.a")).seq == 3
+        with pytest.raises(NotFoundError):
+            await js.get_msg("G", 99)
+        assert await js.delete_msg("G", 2)
+        info = await js.stream_info("G")
+        assert (info.state.messages, info.state.num_deleted) == (2, 1)
+        raw = await api(nc, "$JS.API.STREAM.INFO.G", {"deleted_details": True})
+        assert raw["state"]["deleted"] == [2]
+        with pytest.raises(APIError) as gone:
+            await js.delete_msg("G", 2)
+        assert (gone.value.err_code, gone.value.description) == (10043, "sequence 2 not found")
+    finally:
+        await nc.close()
+
+
+async def test_direct_get(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="DG", subjects=["dg.*"], allow_direct=True)
+        await js.publish("dg.x", b"first")
+        await js.publish("dg.y", b"second")
+        m = await js.get_msg("DG", seq=2, direct=True)
+        assert (m.subject, m.seq, m.data) == ("dg.y", 2, b"second")
+        last = await js.get_msg("DG", subject="dg.x", direct=True)
+        assert last.seq == 1
+        reply = await nc.request("$JS.API.DIRECT.GET.DG.dg.y", b"", timeout=5)
+        assert reply.headers["Nats-Sequence"] == "2" and reply.headers["Nats-Stream"] == "DG"
+        missing = await nc.request("$JS.API.DIRECT.GET.DG", json.dumps({"seq": 99}).encode(), timeout=5)
+        assert missing.headers.get("Status") == "404"
+    finally:
+        await nc.close()
+
+
+async def test_direct_get_batch_ends_with_eob(js_server):
+    nc, _js = await connect(js_server)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="DB", subjects=["db.*"], allow_direct=True)
+        for i in range(5):
+            await js.publish(f"db.{i}", str(i).encode())
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$JS.API.DIRECT.GET.DB", json.dumps({"seq": 2, "batch": 3}).encode(), reply=inbox)
+        got = [await sub.next_msg(timeout=5) for _ in range(4)]
+        assert [m.data for m in got[:3]] == [b"1", b"2", b"3"]
+        assert [m.headers["Nats-Num-Pending"] for m in got[:3]] == ["3", "2", "1"]
+        assert got[3].headers.get("Status") == "204"
+    finally:
+        await nc.close()
+
+
+async def test_names_list_update_delete(js_server):
+    nc, js = await connect(js_server)
+    try:
+        for n in ("A1", "B2", "C3"):
+            await js.add_stream(name=n, subjects=[f"{n.lower()}.>"])
+        names = await api(nc, "$JS.API.STREAM.NAMES")
+        assert names["total"] == 3 and sorted(names["streams"]) == ["A1", "B2", "C3"]
+        filtered = await api(nc, "$JS.API.STREAM.NAMES", {"subject": "b2.x"})
+        assert filtered["streams"] == ["B2"]
+        listed = await api(nc, "$JS.API.STREAM.LIST")
+        assert listed["total"] == 3 and {s["config"]["name"] for s in listed["streams"]} == {"A1", "B2", "C3"}
+        info = await js.update_stream(StreamConfig(name="A1", subjects=["a1.>", "extra.>"], max_msgs=10))
+        assert info.config.subjects == ["a1.>", "extra.>"] and info.config.max_msgs == 10
+        assert (await js.publish("extra.x", b"1")).stream == "A1"
+        assert await js.delete_stream("B2")
+        with pytest.raises(NotFoundError):
+            await js.stream_info("B2")
+        assert (await api(nc, "$JS.API.STREAM.NAMES"))["total"] == 2
+    finally:
+        await nc.close()
+
+
+async def test_account_info_and_domain_in_acks(make_server):
+    srv = make_server({"jetstream": {"domain": "edge1"}}, jetstream=True)
+    nc, js = await connect(srv)
+    try:
+        await js.add_stream(name="X", subjects=["x"])
+        ack = await js.publish("x", b"hello")
+        assert ack.domain == "edge1"
+        info = await api(nc, "$JS.API.INFO")
+        assert info["type"] == "io.nats.jetstream.api.v1.account_info_response"
+        assert info["streams"] == 1 and info["domain"] == "edge1"
+        via_domain = await api(nc, "$JS.edge1.API.STREAM.INFO.X")
+        assert via_domain["state"]["messages"] == 1
+    finally:
+        await nc.close()
+
+
+async def test_streams_and_messages_survive_restart(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="R", subjects=["r.>"], max_msgs_per_subject=5)
+        for i in range(10):
+            await js.publish(f"r.{i % 2}", str(i).encode())
+    finally:
+        await nc.close()
+    js_server.restart()
+    nc, js = await connect(js_server)
+    try:
+        info = await js.stream_info("R")
+        assert (info.state.messages, info.state.last_seq) == (10, 10)
+        assert info.config.max_msgs_per_subject == 5
+        assert (await js.get_msg("R", 7)).data == b"6"
+        assert (await js.publish("r.0", b"next")).seq == 11
+    finally:
+        await nc.close()
+
+
+async def test_max_age_expires_messages(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="AGE", subjects=["age"], max_age=1.0)
+        await js.publish("age", b"short-lived")
+        assert (await js.stream_info("AGE")).state.messages == 1
+        with anyio.fail_after(10):
+            while (await js.stream_info("AGE")).state.messages:
+                await anyio.sleep(0.1)
+        assert (await js.stream_info("AGE")).state.last_seq == 1
+    finally:
+        await nc.close()
+
+
+async def test_interest_stream_without_consumers_keeps_nothing(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="I", subjects=["i"], retention=RetentionPolicy.INTEREST)
+        assert (await js.publish("i", b"1")).seq == 1
+        assert (await js.publish("i", b"2")).seq == 2
+        st = (await js.stream_info("I")).state
+        assert (st.messages, st.last_seq) == (0, 2)
+    finally:
+        await nc.close()
+
+
+async def test_rollup_replaces_subject_history(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="RU", subjects=["ru.*"], allow_rollup_hdrs=True)
+        for i in range(3):
+            await js.publish("ru.a", str(i).encode())
+        await js.publish("ru.b", b"b")
+        await js.publish("ru.a", b"snapshot", headers={"Nats-Rollup": "sub"})
+        info = await js.stream_info("RU", subjects_filter=">")
+        assert info.state.subjects == {"ru.a": 1, "ru.b": 1}
+        await js.add_stream(name="NORU", subjects=["noru"])
+        with pytest.raises(APIError) as refused:
+            await js.publish("noru", b"x", headers={"Nats-Rollup": "all"})
+        assert refused.value.err_code == 10111
+    finally:
+        await nc.close()
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    ("subject", "body", "err_code"),
+    [
+        ("$JS.API.STREAM.CREATE.BAD", b"{not json", 10025),
+        ("$JS.API.STREAM.CREATE.X", {"name": "Y", "subjects": ["y"]}, 10056),
+        ("$JS.API.STREAM.CREATE.R3", {"name": "R3", "subjects": ["r3"], "num_replicas": 3}, 10074),
+        ("$JS.API.STREAM.INFO.NOPE", None, 10059),
+        ("$JS.API.STREAM.DELETE.NOPE", None, 10059),
+        ("$JS.API.STREAM.MSG.GET.NOPE", {"seq": 1}, 10059),
+    ],
+    ids=["malformed_json", "name_mismatch", "replicas_without_cluster", "info_missing",
+         "delete_missing", "get_from_missing"],
+)
+async def test_bad_requests_get_the_reference_error(js_server, subject, body, err_code):
+    nc, _js = await connect(js_server)
+    try:
+        r = await api(nc, subject, body)
+        assert r["error"]["err_code"] == err_code, r
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize("name", ["a.b", "a*", "a>", "a b", "x" * 300], ids=["dot", "star", "gt", "space", "long"])
+async def test_invalid_stream_names_are_refused(js_server, name):
+    nc, _js = await connect(js_server)
+    try:
+        r = await api(nc, "$JS.API.STREAM.CREATE.ok", {"name": name, "subjects": ["zz"]})
+        assert "error" in r
+    finally:
+        await nc.close()
+
+
+async def test_overlapping_subjects_are_refused(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="O1", subjects=["o.>"])
+        with pytest.raises(BadRequestError) as overlap:
+            await js.add_stream(name="O2", subjects=["o.x.*"])
+        assert overlap.value.err_code == 10065
+        with pytest.raises(BadRequestError) as exists:
+            await js.add_stream(name="O1", subjects=["other"])
+        assert exists.value.err_code == 10058
+        same = await js.add_stream(name="O1", subjects=["o.>"])
+        assert same.config.name == "O1", "creating an identical stream again is accepted"
+    finally:
+        await nc.close()
+
+
+async def test_forbidden_update_is_refused(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="U", subjects=["u"])
+        with pytest.raises(APIError) as storage:
+            await js.update_stream(StreamConfig(name="U", subjects=["u"], storage=StorageType.MEMORY))
+        assert storage.value.err_code == 10052
+        assert storage.value.description == "stream configuration update can not change storage type"
+    finally:
+        await nc.close()
+
+
+async def test_deny_delete_and_deny_purge(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="DD", subjects=["dd"], deny_delete=True, deny_purge=True)
+        await js.publish("dd", b"1")
+        with pytest.raises(APIError) as no_delete:
+            await js.delete_msg("DD", 1)
+        assert no_delete.value.err_code == 10057
+        with pytest.raises(APIError) as no_purge:
+            await js.purge_stream("DD")
+        assert no_purge.value.err_code == 10056 or no_purge.value.err_code == 10110
+    finally:
+        await nc.close()
