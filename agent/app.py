@@ -12,10 +12,12 @@ import sys
 from pathlib import Path
 
 import anyio
+from anyio.abc import TaskStatus
 
 from agent import systemd
 from core.config import ServerConfig
 from core.errors import StartupError
+from core.jetstream.engine import JetStream
 from core.server.server import Server
 
 log = logging.getLogger("leafjet.agent")
@@ -34,10 +36,34 @@ def prepare_data_dir(path: str) -> Path:
 
 
 async def serve_agent(cfg: ServerConfig) -> None:
-    prepare_data_dir(cfg.data_dir)
+    """Start JetStream (recovering streams) before the listener, and stop in the reverse order:
+    stop accepting, drain clients, then stop the streams and close their stores."""
+    data_dir = prepare_data_dir(cfg.data_dir)
     server = Server(cfg)
+    js: JetStream | None = None
+    if cfg.jetstream.enabled:
+        store_dir = Path(cfg.jetstream.store_dir) if cfg.jetstream.store_dir else data_dir
+        js = JetStream(server, cfg.jetstream, store_dir)
+        server.extra_info["jetstream"] = True
+        if cfg.jetstream.domain:
+            server.extra_info["domain"] = cfg.jetstream.domain
+    js_scope = anyio.CancelScope()
+
+    async def run_jetstream(*, task_status: TaskStatus[None]) -> None:
+        assert js is not None
+        with js_scope:
+            await js.run(task_status=task_status)
+
+    async def run_server(*, task_status: TaskStatus[int]) -> None:
+        try:
+            await server.run(task_status=task_status)
+        finally:
+            js_scope.cancel()
+
     async with anyio.create_task_group() as tg:
-        port = await tg.start(server.run)
+        if js is not None:
+            await tg.start(run_jetstream)
+        port = await tg.start(run_server)
         print(
             f"leafjet agent ready: listening on nats://{cfg.host}:{port} "
             f"(server {server.name}, data {cfg.data_dir})",

@@ -78,6 +78,10 @@ class JetStreamConfig:
     sync_interval: float = 1.0
     max_memory: int = -1
     max_file: int = -1
+    # Encryption at rest (the reference's jetstream.key / jetstream.cipher): a passphrase, and
+    # "chachapoly" (default) or "aes".
+    key: str | None = field(default=None, repr=False)
+    cipher: str = "chachapoly"
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +250,13 @@ def _read_jetstream(data: Any) -> JetStreamConfig:
         sync_interval=t.duration("sync_interval", d.sync_interval),
         max_memory=t.size("max_memory_store", 1 << 62) if "max_memory_store" in t.data else -1,
         max_file=t.size("max_file_store", 1 << 62) if "max_file_store" in t.data else -1,
+        key=t.str("key"),
+        cipher=(t.str("cipher", d.cipher) or d.cipher).lower(),
     )
+    if js.cipher not in ("chachapoly", "aes"):
+        raise ConfigError("jetstream.cipher", f'expected "chachapoly" or "aes", got {js.cipher!r}')
+    if js.key is not None and not js.key:
+        raise ConfigError("jetstream.key", "must not be empty")
     t.done()
     return js
 

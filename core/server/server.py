@@ -27,6 +27,7 @@ from core.protocol import encoder
 from core.server.accounts import AccountRegistry
 from core.server.auth import Authenticator, PermissionChecker, Permissions
 from core.server.connection import ClientConnection, State
+from core.store.crypto import CipherSpec
 from core.tls import server_ssl_context
 
 log = logging.getLogger("leafjet.server")
@@ -64,6 +65,7 @@ class Server:
         self._stop = anyio.Event()
         self._info_base: dict[str, Any] = {}
         self.extra_info: dict[str, Any] = {}  # fields other subsystems add to INFO (jetstream, domain)
+        self.store_cipher = _cipher_spec(config)
 
     # ------------------------------------------------------------------ run
 
@@ -161,3 +163,10 @@ class Server:
         if client.nonce is not None:
             info["nonce"] = client.nonce
         return encoder.encode_info(info)
+
+
+def _cipher_spec(config: ServerConfig) -> CipherSpec | None:
+    js = config.jetstream
+    if js.key is None:
+        return None
+    return CipherSpec(secret=js.key, algorithm="aes-256-gcm" if js.cipher == "aes" else "chacha20-poly1305")

@@ -1,4 +1,4 @@
-"""JetStream streams with stock nats-py, against leafjet and the reference (same scenario, same expectations)."""
+"""JetStream streams with stock nats-py against leafjet and the reference: one scenario, one expectation."""
 
 from __future__ import annotations
 
@@ -376,8 +376,14 @@ async def test_rollup_replaces_subject_history(js_server):
         ("$JS.API.STREAM.DELETE.NOPE", None, 10059),
         ("$JS.API.STREAM.MSG.GET.NOPE", {"seq": 1}, 10059),
     ],
-    ids=["malformed_json", "name_mismatch", "replicas_without_cluster", "info_missing",
-         "delete_missing", "get_from_missing"],
+    ids=[
+        "malformed_json",
+        "name_mismatch",
+        "replicas_without_cluster",
+        "info_missing",
+        "delete_missing",
+        "get_from_missing",
+    ],
 )
 async def test_bad_requests_get_the_reference_error(js_server, subject, body, err_code):
     nc, _js = await connect(js_server)
@@ -388,7 +394,9 @@ async def test_bad_requests_get_the_reference_error(js_server, subject, body, er
         await nc.close()
 
 
-@pytest.mark.parametrize("name", ["a.b", "a*", "a>", "a b", "x" * 300], ids=["dot", "star", "gt", "space", "long"])
+@pytest.mark.parametrize(
+    "name", ["a.b", "a*", "a>", "a b", "x" * 300], ids=["dot", "star", "gt", "space", "long"]
+)
 async def test_invalid_stream_names_are_refused(js_server, name):
     nc, _js = await connect(js_server)
     try:

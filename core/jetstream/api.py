@@ -1,0 +1,458 @@
+"""The JetStream JSON API: one table from ``$JS.API.<path>`` to its handler.
+
+Handlers take the request and return the response body; typed ApiErrors become the reference's
+error JSON here, at the edge, and nowhere else. Response ``type`` names and paging limits are the
+reference's (ADR-1).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from core import subjects
+from core.api_errors import ApiError, api_error
+from core.jetstream.models import (
+    StreamConfig,
+    api_response,
+    decode_request,
+    error_response,
+    rfc3339_nano,
+    stream_info_json,
+)
+from core.protocol.headers import encode_headers, status_headers
+from core.server.internal import InboundMsg
+from core.store.api import StoredMsg
+
+if TYPE_CHECKING:
+    from core.jetstream.engine import AccountJetStream, JetStream
+    from core.jetstream.stream import Stream
+
+Handler = Callable[["JetStream", "AccountJetStream", list[str], InboundMsg], Awaitable[dict[str, Any] | None]]
+
+NAMES_LIMIT = 1024
+LIST_LIMIT = 256
+SUBJECTS_LIMIT = 100_000
+DIRECT_BATCH_MAX = 1000
+NO_RESPONDERS = status_headers(503)
+
+
+def _body(msg: InboundMsg, *, required: bool = False) -> dict[str, Any]:
+    """The request's JSON object, parsed as the reference parses it; empty is ``{}``."""
+    if required and not msg.payload.strip():
+        raise api_error("JSBadRequestErr")
+    body = decode_request(msg.payload)
+    if not isinstance(body, dict):
+        raise api_error("JSInvalidJSONErr", err="json: cannot unmarshal into request")
+    return body
+
+
+def _stream(ajs: AccountJetStream, name: str) -> Stream:
+    stream = ajs.streams.get(name)
+    if stream is None:
+        raise api_error("JSStreamNotFoundErr")
+    return stream
+
+
+def _int_field(body: dict[str, Any], key: str, default: int = 0) -> int:
+    v = body.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise api_error("JSInvalidJSONErr")
+    return v
+
+
+async def _info(
+    js: JetStream,
+    stream: Stream,
+    *,
+    subjects_filter: str | None = None,
+    deleted_details: bool = False,
+    offset: int = 0,
+) -> dict[str, Any]:
+    state = await stream.state(with_deleted=deleted_details)
+    subj_counts = None
+    if subjects_filter:
+        counts = await stream.store.subjects_state(subjects_filter)
+        keys = sorted(counts)[offset : offset + SUBJECTS_LIMIT]
+        subj_counts = {k: counts[k] for k in keys}
+    return stream_info_json(
+        stream.config,
+        stream.created_ns,
+        state,
+        consumer_count=stream.consumer_count,
+        subjects=subj_counts,
+        server_name=js.server.name,
+        domain=js.domain,
+    )
+
+
+# ---------------------------------------------------------------------------------------- handlers
+
+
+async def account_info(
+    js: JetStream, ajs: AccountJetStream, _args: list[str], _msg: InboundMsg
+) -> dict[str, Any]:
+    memory = storage = consumers = 0
+    for s in ajs.streams.values():
+        st = await s.state()
+        if s.config.storage == "memory":
+            memory += st.bytes
+        else:
+            storage += st.bytes
+        consumers += s.consumer_count
+    body: dict[str, Any] = {
+        "memory": memory,
+        "storage": storage,
+        "reserved_memory": 0,
+        "reserved_storage": 0,
+        "streams": len(ajs.streams),
+        "consumers": consumers,
+        "limits": {
+            "max_memory": -1,
+            "max_storage": -1,
+            "max_streams": -1,
+            "max_consumers": -1,
+            "max_ack_pending": -1,
+            "memory_max_stream_bytes": -1,
+            "storage_max_stream_bytes": -1,
+            "max_bytes_required": False,
+        },
+        "api": {"level": 1, "total": ajs.api_total, "errors": ajs.api_errors},
+    }
+    if js.domain:
+        body["domain"] = js.domain
+    return api_response("account_info_response", body)
+
+
+async def stream_create(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    name = args[0]
+    cfg = StreamConfig.from_json(_body(msg), expected_name=name)
+    existing = ajs.streams.get(name)
+    if existing is not None:
+        if existing.config.to_json() == cfg.to_json():
+            return api_response("stream_create_response", await _info(js, existing))
+        raise api_error("JSStreamNameExistErr")
+    _check_overlap(ajs, cfg)
+    stream = await js.create_stream(ajs, cfg)
+    return api_response("stream_create_response", await _info(js, stream))
+
+
+def _check_overlap(ajs: AccountJetStream, cfg: StreamConfig) -> None:
+    for other in ajs.streams.values():
+        if other.name == cfg.name:
+            continue
+        for a in cfg.subjects:
+            for b in other.config.subjects:
+                if subjects.overlaps(a, b):
+                    raise api_error("JSStreamSubjectOverlapErr")
+
+
+async def stream_update(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    name = args[0]
+    body = _body(msg)
+    stream = _stream(ajs, name)
+    cfg = StreamConfig.check_update(
+        stream.config, StreamConfig.from_json(body, create=False, expected_name=name)
+    )
+    _check_overlap(ajs, cfg)
+    await js.update_stream(ajs, stream, cfg)
+    return api_response("stream_update_response", await _info(js, stream))
+
+
+async def stream_info(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    stream = _stream(ajs, args[0])
+    body = _body(msg)
+    filt = body.get("subjects_filter")
+    if filt is not None and (not isinstance(filt, str) or (filt and not subjects.is_valid_subject(filt))):
+        raise api_error("JSInvalidJSONErr")
+    info = await _info(
+        js,
+        stream,
+        subjects_filter=filt or None,
+        deleted_details=bool(body.get("deleted_details")),
+        offset=_int_field(body, "offset"),
+    )
+    if filt:
+        info["total"] = len(await stream.store.subjects_state(filt))
+        info["offset"] = _int_field(body, "offset")
+        info["limit"] = SUBJECTS_LIMIT
+    return api_response("stream_info_response", info)
+
+
+async def stream_delete(
+    js: JetStream, ajs: AccountJetStream, args: list[str], _msg: InboundMsg
+) -> dict[str, Any]:
+    stream = _stream(ajs, args[0])
+    await js.delete_stream(ajs, stream)
+    return api_response("stream_delete_response", {"success": True})
+
+
+def _matching_streams(ajs: AccountJetStream, body: dict[str, Any]) -> list[Stream]:
+    filt = body.get("subject")
+    streams = sorted(ajs.streams.values(), key=lambda s: s.name)
+    if filt:
+        if not isinstance(filt, str) or not subjects.is_valid_subject(filt):
+            raise api_error("JSInvalidJSONErr")
+        streams = [s for s in streams if any(subjects.overlaps(filt, sub) for sub in s.config.subjects)]
+    return streams
+
+
+async def stream_names(
+    js: JetStream, ajs: AccountJetStream, _args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    body = _body(msg)
+    offset = _int_field(body, "offset")
+    streams = _matching_streams(ajs, body)
+    page = streams[offset : offset + NAMES_LIMIT]
+    return api_response(
+        "stream_names_response",
+        {
+            "total": len(streams),
+            "offset": offset,
+            "limit": NAMES_LIMIT,
+            "streams": [s.name for s in page] if page else None,
+        },
+    )
+
+
+async def stream_list(
+    js: JetStream, ajs: AccountJetStream, _args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    body = _body(msg)
+    offset = _int_field(body, "offset")
+    streams = _matching_streams(ajs, body)
+    page = streams[offset : offset + LIST_LIMIT]
+    return api_response(
+        "stream_list_response",
+        {
+            "total": len(streams),
+            "offset": offset,
+            "limit": LIST_LIMIT,
+            "streams": [await _info(js, s) for s in page],
+            "missing": None,
+        },
+    )
+
+
+async def stream_purge(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    stream = _stream(ajs, args[0])
+    body = _body(msg)
+    if stream.config.deny_purge:
+        raise api_error("JSStreamPurgeFailedF", err="stream purge not permitted")
+    if stream.config.sealed:
+        raise api_error("JSStreamSealedErr")
+    filt = body.get("filter") or None
+    seq = body.get("seq")
+    keep = body.get("keep")
+    if filt is not None and (not isinstance(filt, str) or not subjects.is_valid_subject(filt)):
+        raise api_error("JSStreamPurgeFailedF", err="invalid subject filter")
+    if seq is not None and keep:
+        raise api_error("JSStreamPurgeFailedF", err="sequence and keep can not both be set")
+    seq = _int_field(body, "seq") or None
+    keep = _int_field(body, "keep") or None
+    purged = await stream.purge(filt, seq, keep)
+    return api_response("stream_purge_response", {"success": True, "purged": purged})
+
+
+def _message_json(m: StoredMsg) -> dict[str, Any]:
+    out: dict[str, Any] = {"subject": m.subject, "seq": m.seq}
+    if m.headers:
+        out["hdrs"] = base64.b64encode(m.headers).decode()
+    if m.data:
+        out["data"] = base64.b64encode(m.data).decode()
+    out["time"] = rfc3339_nano(m.ts)
+    return out
+
+
+async def stream_msg_get(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    stream = _stream(ajs, args[0])
+    body = _body(msg, required=True)
+    found = await _lookup(stream, body)
+    if found is None:
+        raise api_error("JSNoMessageFoundErr")
+    return api_response("stream_msg_get_response", {"message": _message_json(found)})
+
+
+async def _lookup(stream: Stream, body: dict[str, Any]) -> StoredMsg | None:
+    seq = body.get("seq")
+    last_by = body.get("last_by_subj")
+    next_by = body.get("next_by_subj")
+    if seq is not None:
+        seq = _int_field(body, "seq")
+    for v in (last_by, next_by):
+        if v is not None and (not isinstance(v, str) or not subjects.is_valid_subject(v)):
+            raise api_error("JSInvalidJSONErr")
+    if last_by is not None:
+        if seq is not None or next_by is not None:
+            raise api_error("JSBadRequestErr")
+        return await stream.get_msg(last_by_subject=last_by)
+    if next_by is not None:
+        return await stream.get_msg(seq=seq or 0, next_by_subject=next_by)
+    if seq is None:
+        raise api_error("JSBadRequestErr")
+    return await stream.get_msg(seq=seq)
+
+
+async def stream_msg_delete(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    stream = _stream(ajs, args[0])
+    body = _body(msg, required=True)
+    if stream.config.deny_delete:
+        raise api_error("JSStreamMsgDeleteFailedF", err="message delete not permitted")
+    if stream.config.sealed:
+        raise api_error("JSStreamSealedErr")
+    seq = _int_field(body, "seq")
+    if seq == 0:
+        raise api_error("JSInvalidJSONErr")
+    if not await stream.delete_msg(seq, erase=not body.get("no_erase", False)):
+        raise api_error("JSSequenceNotFoundErrF", seq=seq)
+    return api_response("stream_msg_delete_response", {"success": True})
+
+
+async def direct_get(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
+    """Direct get replies with the message itself (headers carry the metadata), or a status."""
+    reply = msg.reply
+    assert reply is not None
+    stream = ajs.streams.get(args[0])
+    if stream is None or not stream.config.allow_direct:
+        js.reply_raw(ajs, reply, NO_RESPONDERS, b"")
+        return
+    try:
+        if len(args) > 1:  # DIRECT.GET.<stream>.<subject…>: last message on that subject
+            if msg.payload.strip():
+                raise api_error("JSBadRequestErr")
+            body: dict[str, Any] = {"last_by_subj": ".".join(args[1:])}
+        else:
+            body = _body(msg, required=True)
+        if "multi_last" in body or "batch" in body:
+            await _direct_batch(js, ajs, stream, reply, body)
+            return
+        found = await _lookup(stream, body)
+    except ApiError:
+        js.reply_raw(ajs, reply, status_headers(408, "Bad Request"), b"")
+        return
+    if found is None:
+        js.reply_raw(ajs, reply, status_headers(404, "Message Not Found"), b"")
+        return
+    js.reply_raw(ajs, reply, stream.direct_headers(found), found.data)
+
+
+async def _direct_batch(
+    js: JetStream, ajs: AccountJetStream, stream: Stream, reply: str, body: dict[str, Any]
+) -> None:
+    """Batched and multi-last direct gets: a message per hit, then a 204 EOB status (ADR-31)."""
+    batch = body.get("batch", DIRECT_BATCH_MAX)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
+        raise api_error("JSBadRequestErr")
+    batch = min(batch, DIRECT_BATCH_MAX)
+    st = await stream.state()
+    hits: list[StoredMsg] = []
+    if "multi_last" in body:
+        wanted = body["multi_last"]
+        if not isinstance(wanted, list) or not all(isinstance(s, str) for s in wanted):
+            raise api_error("JSBadRequestErr")
+        up_to = body.get("up_to_seq") or st.last_seq
+        seen: dict[str, StoredMsg] = {}
+        for filt in wanted:
+            for subj in await stream.store.subjects_state(filt):
+                last = await stream.store.last_by_subject(subj)
+                if last is not None and last.seq <= up_to:
+                    seen[subj] = last
+                elif last is not None:
+                    # the newest at or below up_to_seq: walk this subject's messages
+                    m = await stream.store.first_after(1, subj)
+                    best = None
+                    while m is not None and m.seq <= up_to:
+                        best, m = m, await stream.store.first_after(m.seq + 1, subj)
+                    if best is not None:
+                        seen[subj] = best
+        hits = sorted(seen.values(), key=lambda m: m.seq)[:batch]
+    else:
+        seq = body.get("seq", 0) or 0
+        filt = body.get("next_by_subj")
+        start = max(seq, 1)
+        while len(hits) < batch:
+            m = await stream.store.first_after(start, filt)
+            if m is None:
+                break
+            hits.append(m)
+            start = m.seq + 1
+    if not hits:
+        js.reply_raw(ajs, reply, status_headers(404, "Message Not Found"), b"")
+        return
+    # Nats-Num-Pending: matching messages still after this one in the stream (ADR-31).
+    filt = None if "multi_last" in body else body.get("next_by_subj")
+    pending = await stream.store.num_pending(hits[0].seq, filt)
+    for m in hits:
+        pending -= 1
+        extra = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(m.seq)))
+        js.reply_raw(ajs, reply, stream.direct_headers(m, extra), m.data)
+    eob = encode_headers(
+        (("Nats-Num-Pending", str(max(pending, 0))), ("Nats-Last-Sequence", str(hits[-1].seq))),
+        status=204,
+        description="EOB",
+    )
+    js.reply_raw(ajs, reply, eob, b"")
+
+
+# ------------------------------------------------------------------------------------------- table
+
+# (token path, number of name arguments that follow it, handler, response type for errors)
+ROUTES: dict[tuple[str, ...], tuple[Handler, str]] = {
+    ("INFO",): (account_info, "account_info_response"),
+    ("STREAM", "CREATE"): (stream_create, "stream_create_response"),
+    ("STREAM", "UPDATE"): (stream_update, "stream_update_response"),
+    ("STREAM", "INFO"): (stream_info, "stream_info_response"),
+    ("STREAM", "DELETE"): (stream_delete, "stream_delete_response"),
+    ("STREAM", "NAMES"): (stream_names, "stream_names_response"),
+    ("STREAM", "LIST"): (stream_list, "stream_list_response"),
+    ("STREAM", "PURGE"): (stream_purge, "stream_purge_response"),
+    ("STREAM", "MSG", "GET"): (stream_msg_get, "stream_msg_get_response"),
+    ("STREAM", "MSG", "DELETE"): (stream_msg_delete, "stream_msg_delete_response"),
+    ("DIRECT", "GET"): (direct_get, "direct_get"),
+}
+# Routes that take exactly one name argument (the stream); DIRECT.GET may take a subject after it.
+_ONE_NAME = {k for k in ROUTES if k not in {("INFO",), ("STREAM", "NAMES"), ("STREAM", "LIST")}}
+
+
+def route(path: list[str]) -> tuple[Handler, str, list[str]] | None:
+    for n in (3, 2, 1):
+        key = tuple(path[:n])
+        if key in ROUTES:
+            handler, type_name = ROUTES[key]
+            args = path[n:]
+            if key in _ONE_NAME:
+                if not args or (len(args) > 1 and key != ("DIRECT", "GET")):
+                    return None
+            elif args:
+                return None
+            return handler, type_name, args
+    return None
+
+
+async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: InboundMsg) -> None:
+    found = route(path)
+    if found is None:
+        # The reference has no responder for an unknown API subject.
+        js.reply_raw(ajs, msg.reply or "", NO_RESPONDERS, b"")
+        return
+    handler, type_name, args = found
+    try:
+        response = await handler(js, ajs, args, msg)
+    except ApiError as e:
+        js.reply_json(ajs, msg, error_response(type_name, e))
+        raise
+    if response is not None:
+        js.reply_json(ajs, msg, response)

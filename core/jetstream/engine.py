@@ -1,0 +1,249 @@
+"""JetStream for one server: per-account streams, their recovery, and the API's service tasks.
+
+Layout on disk, one folder per stream so a stream is created, recovered and deleted as a unit:
+
+    <store_dir>/jetstream/<account>/streams/<stream>/stream.json   config + creation time
+    <store_dir>/jetstream/<account>/streams/<stream>/msgs.db       the SQLite-WAL store
+
+stream.json is written (to a temporary file, fsynced, renamed) before the stream is announced,
+so a crash during create leaves either no stream or a whole one. Memory-storage streams are not
+recovered after a restart, as on the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from core.api_errors import ApiError, api_error
+from core.config import JetStreamConfig
+from core.errors import StartupError, StoreError
+from core.jetstream import api
+from core.jetstream.models import StreamConfig
+from core.jetstream.stream import Stream
+from core.server.internal import InboundMsg, InternalReceiver
+from core.store.memory import MemoryStore
+from core.store.sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from core.server.accounts import Account
+    from core.server.server import Server
+
+log = logging.getLogger("leafjet.jetstream")
+
+API_PREFIX = "$JS.API."
+
+
+@dataclass
+class AccountJetStream:
+    account: Account
+    root: Path
+    streams: dict[str, Stream] = field(default_factory=dict)
+    api_total: int = 0
+    api_errors: int = 0
+
+
+class JetStream:
+    def __init__(self, server: Server, config: JetStreamConfig, store_dir: Path) -> None:
+        self.server = server
+        self.config = config
+        self.root = store_dir / "jetstream"
+        self.domain = config.domain
+        self.accounts: dict[str, AccountJetStream] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._stream_scopes: dict[tuple[str, str], anyio.CancelScope] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StartupError(f"cannot create JetStream store {self.root}: {e.strerror}") from None
+        receivers: list[tuple[AccountJetStream, InternalReceiver]] = []
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                for account in self.server.accounts:
+                    ajs = self._account(account)
+                    await self._recover(ajs)
+                    rx = InternalReceiver(f"jsapi:{account.name}", account, capacity=4096)
+                    rx.subscribe(API_PREFIX + ">")
+                    if self.domain:
+                        rx.subscribe(f"$JS.{self.domain}.API.>")
+                    receivers.append((ajs, rx))
+                    tg.start_soon(self._serve_api, ajs, rx)
+                task_status.started()
+        finally:
+            for _ajs, rx in receivers:
+                rx.close()
+            with anyio.CancelScope(shield=True):
+                await self.close_stores()
+
+    async def close_stores(self) -> None:
+        for ajs in self.accounts.values():
+            for stream in list(ajs.streams.values()):
+                await stream.close()
+                try:
+                    with anyio.move_on_after(10):
+                        await stream.store.close()
+                except StoreError as e:
+                    log.error("closing stream %s failed: %s", stream.name, e)
+
+    def _account(self, account: Account) -> AccountJetStream:
+        ajs = self.accounts.get(account.name)
+        if ajs is None:
+            ajs = self.accounts[account.name] = AccountJetStream(
+                account, self.root / account.name / "streams"
+            )
+        return ajs
+
+    async def _recover(self, ajs: AccountJetStream) -> None:
+        if not ajs.root.is_dir():
+            return
+        for d in sorted(ajs.root.iterdir()):
+            meta = d / "stream.json"
+            if not meta.is_file():
+                continue
+            try:
+                saved = json.loads(meta.read_text())
+                cfg = StreamConfig.from_json(saved["config"], create=False)
+                created = int(saved["created"])
+            except (OSError, ValueError, KeyError, ApiError) as e:
+                raise StartupError(f"stream metadata {meta} is unreadable: {e}") from None
+            if cfg.storage == "memory":
+                shutil.rmtree(d, ignore_errors=True)
+                continue
+            try:
+                store = await self._open_store(cfg, d)
+            except StoreError as e:
+                raise StartupError(f"stream {cfg.name}: {e}") from None
+            await self._start_stream(ajs, cfg, store, created)
+            log.info("recovered stream %s (account %s)", cfg.name, ajs.account.name)
+
+    async def _open_store(self, cfg: StreamConfig, d: Path) -> Any:
+        if cfg.storage == "memory":
+            return MemoryStore()
+        return await SqliteStore.open(
+            d / "msgs.db",
+            sync=self.config.sync,
+            sync_interval=self.config.sync_interval,
+            compression="zstd" if cfg.compression == "s2" else "none",
+            cipher=self.server.store_cipher,
+        )
+
+    async def _start_stream(
+        self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, created: int
+    ) -> Stream:
+        stream = Stream(cfg, store, created, ajs.account, self.domain)
+        await stream.load()
+        assert self._tg is not None
+        scope = anyio.CancelScope()
+        self._stream_scopes[(ajs.account.name, cfg.name)] = scope
+
+        async def run_stream(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            with scope:
+                await stream.run(task_status=task_status)
+
+        await self._tg.start(run_stream)
+        stream.subscribe()
+        ajs.streams[cfg.name] = stream
+        return stream
+
+    # ------------------------------------------------------------------ streams
+
+    async def create_stream(self, ajs: AccountJetStream, cfg: StreamConfig) -> Stream:
+        d = ajs.root / cfg.name
+        d.mkdir(parents=True, exist_ok=True)
+        try:
+            store = await self._open_store(cfg, d)
+        except StoreError as e:
+            raise api_error("JSStreamCreateErrF", err=str(e)) from None
+        created = time.time_ns()
+        if cfg.storage != "memory":
+            _write_atomic(d / "stream.json", {"config": cfg.to_json(), "created": created})
+        return await self._start_stream(ajs, cfg, store, created)
+
+    async def update_stream(self, ajs: AccountJetStream, stream: Stream, cfg: StreamConfig) -> None:
+        async with stream.lock:
+            stream.receiver.unsubscribe_all()
+            stream.config = cfg
+            if cfg.storage != "memory":
+                _write_atomic(
+                    ajs.root / cfg.name / "stream.json",
+                    {"config": cfg.to_json(), "created": stream.created_ns},
+                )
+            stream.subscribe()
+            stream._state = None
+        # limits may have tightened
+        async with stream.lock:
+            await stream._enforce_limits(
+                set((await stream.store.subjects_state(">")).keys())
+                if cfg.max_msgs_per_subject > 0
+                else set()
+            )
+
+    async def delete_stream(self, ajs: AccountJetStream, stream: Stream) -> None:
+        async with stream.lock:
+            await stream.close()
+            ajs.streams.pop(stream.name, None)
+            scope = self._stream_scopes.pop((ajs.account.name, stream.name), None)
+            if scope is not None:
+                scope.cancel()
+            with anyio.move_on_after(10):
+                await stream.store.close()
+        shutil.rmtree(ajs.root / stream.name, ignore_errors=True)
+
+    # ------------------------------------------------------------------ API service
+
+    async def _serve_api(self, ajs: AccountJetStream, rx: InternalReceiver) -> None:
+        async for msg in rx.inbox:
+            if not msg.reply:
+                continue  # the reference ignores API requests without a reply subject
+            ajs.api_total += 1
+            try:
+                await api.dispatch(self, ajs, _api_path(msg.subject, self.domain), msg)
+            except ApiError:
+                ajs.api_errors += 1  # dispatch already replied with the error
+            except Exception:
+                # A bug must not take JetStream down for every client: reply, log, keep serving.
+                ajs.api_errors += 1
+                log.exception("JetStream API request on %s failed", msg.subject)
+                self.reply_json(ajs, msg, {"error": api_error("JSInvalidJSONErr").to_json()})
+
+    def reply_json(self, ajs: AccountJetStream, msg: InboundMsg, body: dict[str, Any]) -> None:
+        if msg.reply:
+            ajs.account.publish(msg.reply, None, None, json.dumps(body, separators=(",", ":")).encode())
+
+    def reply_raw(self, ajs: AccountJetStream, reply: str, headers: bytes | None, payload: bytes) -> None:
+        ajs.account.publish(reply, None, headers, payload)
+
+
+def _api_path(subject: str, domain: str | None) -> list[str]:
+    """Tokens after the API prefix: ``$JS.API.STREAM.INFO.x`` -> ``["STREAM", "INFO", "x"]``."""
+    tokens = subject.split(".")
+    if tokens[1] == "API":
+        return tokens[2:]
+    return tokens[3:]  # $JS.<domain>.API.…
+
+
+def _write_atomic(path: Path, body: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(body, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

@@ -1,0 +1,470 @@
+"""One stream: decides what a publish does, then applies it to the store in batches.
+
+Every mutation goes through ``store.apply(ops)`` with typed operations, so a replicated hub can
+later put RAFT between deciding the operations and applying them, and a follower can replay them.
+
+Publishes are processed by one worker per stream. It takes every publish queued at that moment,
+decides each one against the state as it stands after the ones before it in the batch (dedup,
+expected-sequence headers, discard-new limits), applies the whole batch in one store call (one
+transaction: one fsync), and only then sends the acknowledgements. If the commit fails, every
+publisher of the batch gets an error and nothing of it is reported stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from core.api_errors import ApiError, api_error
+from core.errors import StoreError
+from core.protocol.headers import HeaderError, encode_headers, parse_headers
+from core.server.internal import InboundMsg, InternalReceiver
+from core.store.api import (
+    Append,
+    DeleteOp,
+    DelMetaOp,
+    ExpireOp,
+    Op,
+    PurgeOp,
+    SetMetaOp,
+    SkipOp,
+    StoredMsg,
+    StreamState,
+    StreamStore,
+)
+
+if TYPE_CHECKING:
+    from core.jetstream.models import StreamConfig
+    from core.server.accounts import Account
+
+log = logging.getLogger("leafjet.stream")
+
+MAX_BATCH = 1024
+_DEDUP_PREFIX = "dedup/"
+_TTL_PREFIX = "ttl/"
+_TTL_RE = re.compile(r"^\s*(\d+)\s*(ns|us|ms|s|m|h)?\s*$")
+_TTL_UNITS = {
+    "ns": 1,
+    "us": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+    None: 1_000_000_000,
+}
+
+
+def parse_ttl(value: str) -> int | None:
+    """Nats-TTL in ns: a Go-style duration or plain seconds; ``never`` means no expiry (None)."""
+    v = value.strip()
+    if v.lower() == "never":
+        return None
+    m = _TTL_RE.match(v)
+    if not m:
+        raise ValueError(value)
+    ns = int(m.group(1)) * _TTL_UNITS[m.group(2)]
+    if ns < 1_000_000_000:
+        raise ValueError(value)  # the reference's minimum TTL is one second
+    return ns
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What a batch of publishes decided, before it is applied."""
+
+    ops: list[Op] = field(default_factory=list)
+    # per publish in the batch: (reply, what to answer: _Stored, _Dup or an ApiError)
+    outcomes: list[tuple[str | None, Any]] = field(default_factory=list)
+    dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
+    ttls: list[tuple[int, int]] = field(default_factory=list)  # (seq, expire ns)
+    subjects: set[str] = field(default_factory=set)
+
+
+class Stream:
+    def __init__(
+        self, config: StreamConfig, store: StreamStore, created_ns: int, account: Account, domain: str | None
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.created_ns = created_ns
+        self.account = account
+        self.domain = domain
+        self.lock = anyio.Lock()
+        self.receiver = InternalReceiver(f"stream:{config.name}", account)
+        self.consumer_count = 0
+        self._state: StreamState | None = None
+        self._dedup: dict[str, tuple[int, int]] = {}
+        self._last_msg_id: str | None = None
+        self._ttl: dict[int, int] = {}  # seq -> expire ns
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def load(self) -> None:
+        """Rebuild the in-memory indexes (dedup window, TTLs) from the store's metadata."""
+        self._state = await self.store.state()
+        now = time.time_ns()
+        window = self.config.duplicate_window
+        stale: list[Op] = []
+        for key, value in await self.store.meta_items(_DEDUP_PREFIX):
+            seq_s, ts_s = value.decode().split(":")
+            if now - int(ts_s) <= window:
+                self._dedup[key[len(_DEDUP_PREFIX) :]] = (int(seq_s), int(ts_s))
+            else:
+                stale.append(DelMetaOp(key))
+        for key, value in await self.store.meta_items(_TTL_PREFIX):
+            self._ttl[int(key[len(_TTL_PREFIX) :])] = int(value)
+        if stale:
+            await self.store.apply(stale)
+
+    def subscribe(self) -> None:
+        for subj in self.config.subjects:
+            self.receiver.subscribe(subj)
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The stream's worker: batches of publishes, and the timers for age and TTL expiry."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._housekeeping)
+            task_status.started()
+            inbox = self.receiver.inbox
+            async for first in inbox:
+                batch = [first]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        batch.append(inbox.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                async with self.lock:
+                    await self._process(batch)
+            tg.cancel_scope.cancel()
+
+    async def close(self) -> None:
+        self._closed = True
+        self.receiver.close()
+
+    async def _housekeeping(self) -> None:
+        interval = 1.0
+        if self.config.max_age:
+            interval = min(interval, max(0.05, self.config.max_age / 1e9 / 4))
+        while True:
+            await anyio.sleep(interval)
+            async with self.lock:
+                try:
+                    await self._expire()
+                except StoreError as e:
+                    log.error("stream %s: expiry failed: %s", self.name, e)
+
+    async def _expire(self) -> None:
+        now = time.time_ns()
+        ops: list[Op] = []
+        if self.config.max_age:
+            st = await self.state()
+            if st.msgs and st.first_ts and st.first_ts < now - self.config.max_age:
+                ops.append(ExpireOp(now - self.config.max_age))
+        due = [seq for seq, exp in self._ttl.items() if exp <= now]
+        for seq in due:
+            ops.append(DeleteOp(seq))
+            ops.append(DelMetaOp(f"{_TTL_PREFIX}{seq}"))
+        window = self.config.duplicate_window
+        old_ids = [mid for mid, (_s, ts) in self._dedup.items() if now - ts > window]
+        ops.extend(DelMetaOp(_DEDUP_PREFIX + mid) for mid in old_ids)
+        if ops:
+            await self.store.apply(ops)
+            for seq in due:
+                self._ttl.pop(seq, None)
+            for mid in old_ids:
+                self._dedup.pop(mid, None)
+            self._state = None
+
+    # ------------------------------------------------------------------ state
+
+    async def state(self, with_deleted: bool = False) -> StreamState:
+        if with_deleted or self._state is None:
+            st = await self.store.state(with_deleted=with_deleted)
+            if not with_deleted:
+                self._state = st
+            return st
+        return self._state
+
+    # ------------------------------------------------------------------ publish
+
+    def _ack(self, seq: int, duplicate: bool = False) -> bytes:
+        body: dict[str, Any] = {"stream": self.name}
+        if self.domain:
+            body["domain"] = self.domain
+        body["seq"] = seq
+        if duplicate:
+            body["duplicate"] = True
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    def _nak(self, err: ApiError) -> bytes:
+        body: dict[str, Any] = {"error": err.to_json(), "stream": self.name, "seq": 0}
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    def _reply(self, reply: str | None, payload: bytes) -> None:
+        if reply:
+            self.account.publish(reply, None, None, payload)
+
+    async def _process(self, batch: list[InboundMsg]) -> None:
+        if self._closed:
+            return
+        st = await self.state()
+        plan = _Batch()
+        running = _Running(msgs=st.msgs, bytes=st.bytes, last_seq=st.last_seq, last_msg_id=self._last_msg_id)
+        for msg in batch:
+            try:
+                await self._decide(msg, plan, running)
+            except ApiError as e:
+                plan.outcomes.append((msg.reply, e))
+        if not plan.ops:
+            self._send_outcomes(plan, [])
+            return
+        try:
+            results = await self.store.apply(plan.ops)
+        except StoreError as e:
+            log.error("stream %s: store failed, %d publishes refused: %s", self.name, len(batch), e)
+            self._state = None
+            err = api_error("JSStreamStoreFailedF", err=str(e))
+            plan.outcomes = [(reply, err if not isinstance(o, ApiError) else o) for reply, o in plan.outcomes]
+            self._send_outcomes(plan, [])
+            return
+        self._dedup.update(plan.dedup)
+        self._last_msg_id = running.last_msg_id
+        for seq, expire in plan.ttls:
+            self._ttl[seq] = expire
+        self._state = None
+        await self._enforce_limits(plan.subjects)
+        self._send_outcomes(plan, results)
+
+    def _send_outcomes(self, plan: _Batch, results: list[Any]) -> None:
+        for reply, outcome in plan.outcomes:
+            if not reply:
+                continue
+            if isinstance(outcome, ApiError):
+                self._reply(reply, self._nak(outcome))
+            elif isinstance(outcome, _Dup):
+                self._reply(reply, self._ack(outcome.seq, duplicate=True))
+            else:
+                self._reply(reply, self._ack(outcome.seq))
+
+    async def _decide(self, msg: InboundMsg, plan: _Batch, run: _Running) -> None:
+        cfg = self.config
+        if cfg.sealed:
+            raise api_error("JSStreamSealedErr")
+        hdr = None
+        if msg.headers:
+            try:
+                hdr = parse_headers(msg.headers)
+            except HeaderError:
+                raise api_error("JSInvalidJSONErr") from None  # unreachable for well-formed clients
+        size = len(msg.payload) + (len(msg.headers) if msg.headers else 0)
+        if cfg.max_msg_size != -1 and size > cfg.max_msg_size:
+            raise api_error("JSStreamMessageExceedsMaximumErr")
+        msg_id = None
+        ttl_ns = None
+        rollup = None
+        if hdr is not None:
+            expected_stream = hdr.get("Nats-Expected-Stream")
+            if expected_stream is not None and expected_stream != self.name:
+                raise api_error("JSStreamNotMatchErr")
+            msg_id = hdr.get("Nats-Msg-Id") or None
+            if msg_id is not None:
+                dup = plan.dedup.get(msg_id) or self._dedup.get(msg_id)
+                if dup is not None and time.time_ns() - dup[1] <= cfg.duplicate_window:
+                    plan.outcomes.append((msg.reply, _Dup(dup[0])))
+                    return
+            expected_last = hdr.get("Nats-Expected-Last-Sequence")
+            if expected_last is not None and _int(expected_last) != run.last_seq:
+                raise api_error("JSStreamWrongLastSequenceErrF", seq=run.last_seq)
+            expected_id = hdr.get("Nats-Expected-Last-Msg-Id")
+            if expected_id is not None and expected_id != (run.last_msg_id or ""):
+                raise api_error("JSStreamWrongLastMsgIDErrF", id=run.last_msg_id or "")
+            expected_subj = hdr.get("Nats-Expected-Last-Subject-Sequence")
+            if expected_subj is not None:
+                last = await self._last_seq_for(msg.subject, plan, run)
+                if _int(expected_subj) != last:
+                    raise api_error("JSStreamWrongLastSequenceErrF", seq=last)
+            rollup = hdr.get("Nats-Rollup")
+            if rollup is not None:
+                if not cfg.allow_rollup_hdrs:
+                    raise api_error("JSStreamRollupFailedF", err="rollup not permitted")
+                if rollup not in ("sub", "all"):
+                    raise api_error("JSStreamRollupFailedF", err=f"rollup value invalid: {rollup}")
+            ttl_hdr = hdr.get("Nats-TTL")
+            if ttl_hdr is not None:
+                if not cfg.allow_msg_ttl:
+                    raise api_error("JSMessageTTLDisabledErr")
+                try:
+                    ttl_ns = parse_ttl(ttl_hdr)
+                except ValueError:
+                    raise api_error("JSMessageTTLInvalidErr") from None
+        if cfg.discard == "new":
+            self._check_discard_new(run, size + len(msg.subject) + 16)
+            if cfg.discard_new_per_subject and cfg.max_msgs_per_subject > 0:
+                have = await self.store.msgs_for_subject(msg.subject) + run.per_subject.get(msg.subject, 0)
+                if have >= cfg.max_msgs_per_subject:
+                    raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
+        now = time.time_ns()
+        if cfg.retention == "interest" and self.consumer_count == 0:
+            # Nobody is interested: the publish gets a sequence, the stream keeps nothing.
+            plan.ops.append(SkipOp(run.last_seq + 1, now))
+        else:
+            plan.ops.append(Append(msg.subject, msg.headers, msg.payload, now))
+            run.msgs += 1
+            run.bytes += size + len(msg.subject) + 16
+        run.last_seq += 1
+        run.last_by_subject[msg.subject] = run.last_seq
+        run.per_subject[msg.subject] = run.per_subject.get(msg.subject, 0) + 1
+        plan.subjects.add(msg.subject)
+        if msg_id is not None:
+            plan.dedup[msg_id] = (run.last_seq, now)
+            plan.ops.append(SetMetaOp(_DEDUP_PREFIX + msg_id, f"{run.last_seq}:{now}".encode()))
+            run.last_msg_id = msg_id
+        if ttl_ns is not None:
+            plan.ttls.append((run.last_seq, now + ttl_ns))
+            plan.ops.append(SetMetaOp(f"{_TTL_PREFIX}{run.last_seq}", str(now + ttl_ns).encode()))
+        if rollup == "sub":
+            plan.ops.append(PurgeOp(subject=msg.subject, up_to_seq=run.last_seq))
+        elif rollup == "all":
+            plan.ops.append(PurgeOp(up_to_seq=run.last_seq))
+        plan.outcomes.append((msg.reply, _Stored(run.last_seq)))
+
+    def _check_discard_new(self, run: _Running, size: int) -> None:
+        cfg = self.config
+        if cfg.max_msgs > 0 and run.msgs >= cfg.max_msgs:
+            raise api_error("JSStreamStoreFailedF", err="maximum messages exceeded")
+        if cfg.max_bytes > 0 and run.bytes + size > cfg.max_bytes:
+            raise api_error("JSStreamStoreFailedF", err="maximum bytes exceeded")
+
+    async def _last_seq_for(self, subject: str, plan: _Batch, run: _Running) -> int:
+        if subject in run.last_by_subject:
+            return run.last_by_subject[subject]
+        last = await self.store.last_by_subject(subject)
+        return last.seq if last else 0
+
+    async def _enforce_limits(self, touched: set[str]) -> None:
+        """Discard-old limits: drop the oldest messages past max_msgs / max_bytes / per-subject."""
+        cfg = self.config
+        ops: list[Op] = []
+        # discard "new" refuses per-subject overflow only with discard_new_per_subject (checked in
+        # _decide); in every other case the oldest messages of the subject make room.
+        if cfg.max_msgs_per_subject > 0 and not (cfg.discard == "new" and cfg.discard_new_per_subject):
+            for subj in touched:
+                if await self.store.msgs_for_subject(subj) > cfg.max_msgs_per_subject:
+                    ops.append(PurgeOp(subject=subj, keep=cfg.max_msgs_per_subject))
+        if ops:
+            await self.store.apply(ops)
+            ops = []
+            self._state = None
+        if cfg.discard != "old" or (cfg.max_msgs <= 0 and cfg.max_bytes <= 0):
+            return
+        st = await self.state()
+        cut = 0
+        if cfg.max_msgs > 0 and st.msgs > cfg.max_msgs:
+            oldest = await self.store.range(st.first_seq, limit=st.msgs - cfg.max_msgs)
+            cut = oldest[-1].seq + 1
+        if cfg.max_bytes > 0 and st.bytes > cfg.max_bytes:
+            excess, start = st.bytes - cfg.max_bytes, max(cut, st.first_seq)
+            while excess > 0:
+                chunk = await self.store.range(start, limit=256)
+                if not chunk:
+                    break
+                for m in chunk:
+                    if cut and m.seq < cut:
+                        continue
+                    excess -= m.size
+                    cut = m.seq + 1
+                    if excess <= 0:
+                        break
+                start = chunk[-1].seq + 1
+        if cut:
+            await self.store.apply([PurgeOp(up_to_seq=cut)])
+            self._state = None
+
+    # ------------------------------------------------------------------ API operations
+
+    async def purge(self, subject: str | None, seq: int | None, keep: int | None) -> int:
+        async with self.lock:
+            op = PurgeOp(subject=subject, up_to_seq=seq, keep=keep)
+            (purged,) = await self.store.apply([op])
+            self._state = None
+            return int(purged or 0)
+
+    async def delete_msg(self, seq: int, erase: bool) -> bool:
+        async with self.lock:
+            results = await self.store.apply([DeleteOp(seq, erase=erase), DelMetaOp(f"{_TTL_PREFIX}{seq}")])
+            self._ttl.pop(seq, None)
+            self._state = None
+            return bool(results[0])
+
+    async def get_msg(
+        self, seq: int | None = None, last_by_subject: str | None = None, next_by_subject: str | None = None
+    ) -> StoredMsg | None:
+        if last_by_subject is not None:
+            return await self.store.last_by_subject(last_by_subject)
+        if seq is None:
+            return None
+        if next_by_subject is not None:
+            return await self.store.first_after(seq, next_by_subject)
+        return await self.store.get(seq)
+
+    def direct_headers(self, msg: StoredMsg, extra: tuple[tuple[str, str], ...] = ()) -> bytes:
+        """The header block of a direct-get reply: the message's own headers, then the Nats-* fields."""
+        from core.jetstream.models import rfc3339_nano
+
+        items: list[tuple[str, str]] = []
+        if msg.headers:
+            with contextlib.suppress(HeaderError):
+                items.extend(parse_headers(msg.headers).items)
+        items += [
+            ("Nats-Stream", self.name),
+            ("Nats-Subject", msg.subject),
+            ("Nats-Sequence", str(msg.seq)),
+            ("Nats-Time-Stamp", rfc3339_nano(msg.ts)),
+            *extra,
+        ]
+        return encode_headers(items)
+
+
+@dataclass(slots=True)
+class _Running:
+    msgs: int
+    bytes: int
+    last_seq: int
+    last_msg_id: str | None
+    last_by_subject: dict[str, int] = field(default_factory=dict)
+    per_subject: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Dup:
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """A publish that will be stored (or, for interest retention, sequenced) at ``seq``.
+
+    The sequence is decided with the batch under the stream lock, so it is known before the
+    commit: the store assigns exactly last_seq + 1 to each Append of the batch in order.
+    """
+
+    seq: int
+
+
+def _int(value: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        return -1

@@ -1,0 +1,304 @@
+"""The stream snapshot format: versioned, length-checked, checksummed; never pickle.
+
+A snapshot is a logical copy of one stream -- its sequence counters, its messages (plaintext: the
+receiving store may use another key or no compression) and its metadata -- independent of the store
+that wrote it. Layout (integers big-endian)::
+
+    magic  b"LJSNAP\\0"  u16 version
+    record*: u8 kind, u32 length, payload[length]
+      STATE  u64 first_seq, u64 last_seq, i64 last_ts, u64 msgs, u64 metas      (first record)
+      MSG    u64 seq, i64 ts, u32 subject_len, subject, i32 hdr_len (-1: none), hdr, data (rest)
+      META   u32 key_len, key, value (rest)
+      END    u64 msgs, u64 metas, u32 crc32 of every byte before the END record   (last record)
+
+The encoder and the decoder are pure (bytes in, records out); ``restore_into`` turns a decoded snapshot
+into store operations and applies them in one call, so a restore is all-or-nothing.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+from core.errors import StoreError
+from core.store.api import Append, Op, SetMetaOp, SkipOp, StoredMsg, StreamStore
+from core.subjects import is_valid_literal_subject
+
+MAGIC = b"LJSNAP\x00"
+VERSION = 1
+MAX_RECORD = 64 << 20
+CHUNK = 256 << 10
+
+K_STATE, K_MSG, K_META, K_END = 1, 2, 3, 4
+
+_REC = struct.Struct(">BI")
+_STATE = struct.Struct(">QQqQQ")
+_MSG = struct.Struct(">QqI")
+_HLEN = struct.Struct(">i")
+_KLEN = struct.Struct(">I")
+_END = struct.Struct(">QQI")
+
+
+class SnapshotError(StoreError):
+    """A snapshot is malformed, truncated, of a newer version, or does not fit the target store."""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotHeader:
+    first_seq: int
+    last_seq: int
+    last_ts: int
+    msgs: int
+    metas: int
+
+
+# ------------------------------------------------------------------------------------------ encoding
+
+
+def _record(kind: int, payload: bytes) -> bytes:
+    return _REC.pack(kind, len(payload)) + payload
+
+
+def encode_state(h: SnapshotHeader) -> bytes:
+    return _record(K_STATE, _STATE.pack(h.first_seq, h.last_seq, h.last_ts, h.msgs, h.metas))
+
+
+def encode_msg(m: StoredMsg) -> bytes:
+    subj = m.subject.encode()
+    hdr = m.headers
+    parts = [_MSG.pack(m.seq, m.ts, len(subj)), subj]
+    if hdr is None:
+        parts.append(_HLEN.pack(-1))
+    else:
+        parts += [_HLEN.pack(len(hdr)), hdr]
+    parts.append(m.data)
+    return _record(K_MSG, b"".join(parts))
+
+
+def encode_meta(key: str, value: bytes) -> bytes:
+    k = key.encode()
+    return _record(K_META, _KLEN.pack(len(k)) + k + value)
+
+
+class SnapshotEncoder:
+    """Feed records in order (state, messages, metas); get chunks of about ``CHUNK`` bytes."""
+
+    def __init__(self, header: SnapshotHeader) -> None:
+        self._header = header
+        self._crc = 0
+        self._buf: list[bytes] = []
+        self._size = 0
+        self._msgs = 0
+        self._metas = 0
+        self._add(MAGIC + struct.pack(">H", VERSION))
+        self._add(encode_state(header))
+
+    def _add(self, b: bytes) -> bytes | None:
+        self._crc = zlib.crc32(b, self._crc)
+        self._buf.append(b)
+        self._size += len(b)
+        if self._size >= CHUNK:
+            return self._take()
+        return None
+
+    def _take(self) -> bytes:
+        out = b"".join(self._buf)
+        self._buf, self._size = [], 0
+        return out
+
+    def msg(self, m: StoredMsg) -> bytes | None:
+        self._msgs += 1
+        return self._add(encode_msg(m))
+
+    def meta(self, key: str, value: bytes) -> bytes | None:
+        self._metas += 1
+        return self._add(encode_meta(key, value))
+
+    def finish(self) -> bytes:
+        h = self._header
+        if (self._msgs, self._metas) != (h.msgs, h.metas):
+            raise SnapshotError(
+                f"snapshot source changed while copying: {self._msgs}/{self._metas} records "
+                f"for a header of {h.msgs}/{h.metas}"
+            )
+        end = _record(K_END, _END.pack(self._msgs, self._metas, self._crc))
+        self._buf.append(end)
+        return self._take()
+
+
+# ------------------------------------------------------------------------------------------ decoding
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    header: SnapshotHeader
+    msgs: list[StoredMsg]
+    metas: list[tuple[str, bytes]]
+
+
+class SnapshotDecoder:
+    """Sans-IO: ``feed(chunk)`` any number of times, then ``finish()`` returns the validated Snapshot.
+    Any malformation raises SnapshotError; nothing else escapes."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._crc = 0
+        self._started = False
+        self._header: SnapshotHeader | None = None
+        self._msgs: list[StoredMsg] = []
+        self._metas: list[tuple[str, bytes]] = []
+        self._done = False
+
+    def feed(self, chunk: bytes) -> None:
+        if not isinstance(chunk, bytes | bytearray | memoryview):
+            raise SnapshotError("snapshot chunks must be bytes")
+        self._buf += chunk
+        self._parse()
+
+    def _consume(self, n: int) -> bytes:
+        b = bytes(self._buf[:n])
+        del self._buf[:n]
+        return b
+
+    def _parse(self) -> None:
+        if not self._started:
+            head = len(MAGIC) + 2
+            if len(self._buf) < head:
+                if not MAGIC.startswith(bytes(self._buf[: len(MAGIC)])):
+                    raise SnapshotError("not a leafjet stream snapshot")
+                return
+            b = self._consume(head)
+            if b[: len(MAGIC)] != MAGIC:
+                raise SnapshotError("not a leafjet stream snapshot")
+            (version,) = struct.unpack(">H", b[len(MAGIC) :])
+            if version > VERSION:
+                raise SnapshotError(f"snapshot version {version} is newer than supported ({VERSION})")
+            if version < 1:
+                raise SnapshotError(f"bad snapshot version {version}")
+            self._crc = zlib.crc32(b)
+            self._started = True
+        while len(self._buf) >= _REC.size:
+            if self._done:
+                raise SnapshotError("trailing data after the end of the snapshot")
+            kind, length = _REC.unpack_from(self._buf)
+            if length > MAX_RECORD:
+                raise SnapshotError(f"snapshot record of {length} bytes exceeds {MAX_RECORD}")
+            if len(self._buf) < _REC.size + length:
+                return
+            raw = self._consume(_REC.size + length)
+            self._record(kind, raw[_REC.size :], raw)
+
+    def _record(self, kind: int, payload: bytes, raw: bytes) -> None:
+        if kind == K_END:
+            self._end(payload)
+            return
+        self._crc = zlib.crc32(raw, self._crc)
+        if self._header is None:
+            if kind != K_STATE or len(payload) != _STATE.size:
+                raise SnapshotError("snapshot does not start with a state record")
+            self._header = SnapshotHeader(*_STATE.unpack(payload))
+            h = self._header
+            if h.last_seq < 0 or h.first_seq < 1 or h.first_seq > h.last_seq + 1 or h.last_ts < 0:
+                raise SnapshotError(f"bad snapshot state {h}")
+            return
+        if kind == K_MSG:
+            self._msg(payload)
+        elif kind == K_META:
+            self._meta(payload)
+        else:
+            raise SnapshotError(f"unknown snapshot record kind {kind}")
+
+    def _msg(self, p: bytes) -> None:
+        h = self._header
+        assert h is not None
+        if len(p) < _MSG.size + _HLEN.size:
+            raise SnapshotError("truncated message record")
+        seq, ts, slen = _MSG.unpack_from(p)
+        off = _MSG.size
+        if off + slen + _HLEN.size > len(p):
+            raise SnapshotError("truncated message subject")
+        try:
+            subject = p[off : off + slen].decode()
+        except UnicodeDecodeError:
+            raise SnapshotError("message subject is not UTF-8") from None
+        off += slen
+        (hlen,) = _HLEN.unpack_from(p, off)
+        off += _HLEN.size
+        if hlen < -1 or off + max(hlen, 0) > len(p):
+            raise SnapshotError("bad message header length")
+        hdr = None if hlen == -1 else p[off : off + hlen]
+        data = p[off + max(hlen, 0) :]
+        prev = self._msgs[-1].seq if self._msgs else h.first_seq - 1
+        if not (prev < seq <= h.last_seq) or (not self._msgs and seq != h.first_seq):
+            raise SnapshotError(f"message sequence {seq} out of order or outside the snapshot range")
+        if ts < 0 or not is_valid_literal_subject(subject):
+            raise SnapshotError(f"bad message {seq}")
+        self._msgs.append(StoredMsg(seq, subject, hdr, data, ts))
+
+    def _meta(self, p: bytes) -> None:
+        if len(p) < _KLEN.size:
+            raise SnapshotError("truncated meta record")
+        (klen,) = _KLEN.unpack_from(p)
+        if _KLEN.size + klen > len(p) or klen == 0:
+            raise SnapshotError("bad meta key length")
+        try:
+            key = p[_KLEN.size : _KLEN.size + klen].decode()
+        except UnicodeDecodeError:
+            raise SnapshotError("meta key is not UTF-8") from None
+        self._metas.append((key, p[_KLEN.size + klen :]))
+
+    def _end(self, payload: bytes) -> None:
+        if self._header is None or len(payload) != _END.size:
+            raise SnapshotError("misplaced or malformed end record")
+        msgs, metas, crc = _END.unpack(payload)
+        if crc != self._crc:
+            raise SnapshotError("snapshot checksum mismatch")
+        h = self._header
+        if (msgs, metas) != (len(self._msgs), len(self._metas)) or (msgs, metas) != (h.msgs, h.metas):
+            raise SnapshotError("snapshot record counts do not match")
+        if not msgs and h.first_seq != h.last_seq + 1:
+            raise SnapshotError("an empty snapshot must have first_seq = last_seq + 1")
+        self._done = True
+
+    def finish(self) -> Snapshot:
+        if not self._done or self._buf:
+            raise SnapshotError("snapshot is truncated" if not self._done else "trailing data in snapshot")
+        assert self._header is not None
+        return Snapshot(self._header, self._msgs, self._metas)
+
+
+def snapshot_ops(snap: Snapshot) -> list[Op]:
+    """The operations that rebuild ``snap`` in an empty store."""
+    h = snap.header
+    ops: list[Op] = [Append(m.subject, m.headers, m.data, m.ts, seq=m.seq) for m in snap.msgs]
+    if h.last_seq:
+        # A tail of deleted or skipped sequences, or an empty purged stream: carry last_seq and last_ts.
+        ops.append(SkipOp(h.last_seq, ts=h.last_ts))
+    ops += [SetMetaOp(k, v) for k, v in snap.metas]
+    return ops
+
+
+async def decode_chunks(chunks: AsyncIterator[bytes] | Iterable[bytes]) -> Snapshot:
+    dec = SnapshotDecoder()
+    if hasattr(chunks, "__aiter__"):
+        async for c in chunks:  # type: ignore[union-attr]
+            dec.feed(c)
+    else:
+        for c in chunks:  # type: ignore[union-attr]
+            dec.feed(c)
+    return dec.finish()
+
+
+async def restore_into(store: StreamStore, chunks: AsyncIterator[bytes] | Iterable[bytes]) -> None:
+    """Decode a whole snapshot (validating it before touching the store), then apply it in one call."""
+    snap = await decode_chunks(chunks)
+    st = await store.state()
+    if st.last_seq != 0 or st.msgs or await store.meta_items(""):
+        raise SnapshotError("restore needs a fresh, empty store")
+    await store.apply(snapshot_ops(snap))
+    after = await store.state()
+    h = snap.header
+    if (after.msgs, after.last_seq) != (h.msgs, h.last_seq) or (h.msgs and after.first_seq != h.first_seq):
+        raise SnapshotError(f"restored state {after} does not match the snapshot {h}")

@@ -1,0 +1,568 @@
+"""SqliteStore behaviour beyond the shared contract: group commit, durability across a real process kill,
+corruption and version checks, encryption, compression, a full disk, and the lifecycle."""
+
+from __future__ import annotations
+
+import os
+import random
+import selectors
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from core.errors import StoreError
+from core.store import (
+    Append,
+    CipherSpec,
+    DeleteOp,
+    SetMetaOp,
+    SqliteStore,
+    StoreClosed,
+    StoreFull,
+    schema,
+)
+from core.store.rowcodec import F_DATA_ZSTD, F_SEALED
+from tests.unit.core.store.conftest import FakeClock
+
+pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parents[4]
+
+
+def wait_until(predicate, timeout: float = 5.0, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+    return value
+
+
+def raw_rows(path: Path, sql: str) -> list[tuple]:  # type: ignore[type-arg]
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------------------------- group commit
+
+
+async def test_concurrent_appends_are_group_committed(sqlite_store: SqliteStore) -> None:
+    before = sqlite_store.stats().commits
+    results: list[tuple[int, int]] = []
+
+    async def one(i: int) -> None:
+        results.append(await sqlite_store.append(f"gc.{i % 7}", None, b"x" * 64))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(500):
+            tg.start_soon(one, i)
+    commits = sqlite_store.stats().commits - before
+    assert sorted(seq for seq, _ in results) == list(range(1, 501))
+    assert commits <= 50, f"500 concurrent appends took {commits} transactions"
+    assert sqlite_store.stats().max_batch > 10
+    assert (await sqlite_store.state()).msgs == 500
+
+
+async def test_one_failing_call_does_not_fail_the_others_in_its_batch(sqlite_store: SqliteStore) -> None:
+    outcomes: dict[str, object] = {}
+
+    async def good(i: int) -> None:
+        outcomes[f"g{i}"] = await sqlite_store.append("ok", None, b"")
+
+    async def bad() -> None:
+        try:
+            await sqlite_store.apply([Append("bad", None, b"", 1, seq=1)])
+        except StoreError as e:
+            outcomes["bad"] = e
+
+    await sqlite_store.append("first", None, b"")
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(good, i)
+        tg.start_soon(bad)
+    assert isinstance(outcomes["bad"], StoreError)
+    assert len([k for k in outcomes if k.startswith("g")]) == 20
+    assert (await sqlite_store.state()).msgs == 21
+
+
+# ---------------------------------------------------------------------------------- durability
+
+
+def _read_acks(proc: subprocess.Popen[bytes], want: int, timeout: float) -> list[tuple[int, str]]:
+    """Read acknowledged ``seq payload`` lines until ``want`` of them (or the deadline)."""
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    buf = b""
+    acks: list[tuple[int, str]] = []
+    ready = False
+    deadline = time.monotonic() + timeout
+    try:
+        while len(acks) < want and time.monotonic() < deadline:
+            if not sel.select(timeout=0.2):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if line == b"ready":
+                    ready = True
+                    continue
+                seq, payload = line.decode().split(" ")
+                acks.append((int(seq), payload))
+    finally:
+        sel.close()
+    assert ready, "child never opened the store"
+    return acks
+
+
+def test_acked_message_survives_process_kill(tmp_path: Path) -> None:
+    """A child appends in a storm and prints each acknowledged sequence; SIGKILL it mid-storm, several
+    rounds on the same file; every printed sequence must be stored with its payload, none reused."""
+    db = tmp_path / "kill.db"
+    rng = random.Random(7)
+    acked: dict[int, str] = {}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for rnd in range(4):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.unit.core.store._kill_writer", str(db), f"r{rnd}"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            acks = _read_acks(proc, want=rng.randint(100, 1500), timeout=8.0)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+            assert proc.stdout is not None
+            proc.stdout.close()
+        assert acks, f"round {rnd} acknowledged nothing"
+        for seq, payload in acks:
+            assert seq not in acked, f"sequence {seq} reused: {acked[seq]} then {payload}"
+            acked[seq] = payload
+        # Every round continues after everything earlier rounds stored.
+        assert min(s for s, _ in acks) > max((s for s in acked if acked[s][:2] != f"r{rnd}"), default=0)
+
+    async def check() -> None:
+        store = await SqliteStore.open(db)
+        try:
+            for seq, payload in acked.items():
+                msg = await store.get(seq)
+                assert msg is not None, f"acknowledged sequence {seq} lost"
+                assert msg.data == payload.encode()
+            st = await store.state()
+            assert st.last_seq >= max(acked)
+            seq, _ = await store.append("kill.test", None, b"after")
+            assert seq == st.last_seq + 1
+        finally:
+            await store.close()
+
+    anyio.run(check, backend="asyncio")
+
+
+async def test_close_drains_queued_appends(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db")
+    done: list[int] = []
+
+    async def one() -> None:
+        done.append((await store.append("d", None, b"x"))[0])
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(100):
+            tg.start_soon(one)
+        await anyio.sleep(0)
+        await store.close()
+    assert len(done) == 100
+    store = await SqliteStore.open(tmp_path / "s.db")
+    try:
+        assert (await store.state()).msgs == 100
+    finally:
+        await store.close()
+    assert not Path(f"{tmp_path / 's.db'}-wal").exists(), "closing should checkpoint and remove the WAL"
+
+
+async def test_interval_mode_flush_syncs_the_wal(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db", sync="interval", sync_interval=30.0)
+    try:
+        await store.append("a", None, b"x")
+        syncs = store.stats().syncs
+        await store.flush()
+        assert store.stats().syncs == syncs + 1
+    finally:
+        await store.close()
+
+
+async def test_checkpoints_run_on_a_timer_and_truncate_past_the_brake(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db", checkpoint_interval=0.05, wal_brake_bytes=16 << 10)
+    try:
+        await store.apply([Append("a", None, os.urandom(1024), 1) for _ in range(64)])
+        await anyio.to_thread.run_sync(lambda: wait_until(lambda: store.stats().wal_truncations >= 1))
+        assert store.stats().checkpoints >= 1
+        assert Path(f"{tmp_path / 's.db'}-wal").stat().st_size < 16 << 10
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------------------------- disk full
+
+
+async def test_full_disk_fails_the_whole_batch_and_the_store_recovers(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db")
+    try:
+        await store.append("a", None, b"before")
+        await store.apply([SetMetaOp("k", b"v0")])
+        await store.set_max_file_bytes(1)  # SQLite clamps the cap to the current size: "the disk is full"
+        outcomes: list[object] = []
+
+        async def one(i: int) -> None:
+            try:
+                outcomes.append(
+                    await store.apply([Append("a", None, os.urandom(8192), 2), SetMetaOp("k", b"x")])
+                )
+            except StoreError as e:
+                outcomes.append(e)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(30):
+                tg.start_soon(one, i)
+        assert outcomes and all(isinstance(o, StoreFull) for o in outcomes), outcomes
+        assert store.stats().failed_commits >= 1
+        # Nothing of the failed batches is visible; reads still work.
+        st = await store.state()
+        assert (st.msgs, st.last_seq) == (1, 1)
+        assert (await store.get(1)).data == b"before"  # type: ignore[union-attr]
+        assert await store.meta_get("k") == b"v0"
+        # Space frees: writes work again and sequences continue where the stored ones end.
+        await store.set_max_file_bytes(None)
+        assert (await store.append("a", None, b"after"))[0] == 2
+    finally:
+        await store.close()
+    store = await SqliteStore.open(tmp_path / "s.db")
+    try:
+        assert [m.data for m in await store.range(1)] == [b"before", b"after"]
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------------------------- corruption
+
+
+async def _make_store(path: Path, n: int = 300) -> None:
+    store = await SqliteStore.open(path)
+    try:
+        await store.apply([Append(f"c.{i % 13}", None, os.urandom(200), i) for i in range(n)])
+    finally:
+        await store.close()
+
+
+async def test_garbage_file_is_refused_naming_the_file(tmp_path: Path) -> None:
+    db = tmp_path / "garbage.db"
+    db.write_bytes(os.urandom(8192))
+    with pytest.raises(StoreError, match=str(db)):
+        await SqliteStore.open(db)
+
+
+async def test_empty_file_is_refused_not_treated_as_new(tmp_path: Path) -> None:
+    db = tmp_path / "empty.db"
+    db.write_bytes(b"")
+    with pytest.raises(StoreError, match=str(db)):
+        await SqliteStore.open(db)
+
+
+async def test_truncated_file_is_refused_naming_the_file(tmp_path: Path) -> None:
+    db = tmp_path / "trunc.db"
+    await _make_store(db)
+    size = db.stat().st_size
+    with db.open("r+b") as f:
+        f.truncate(size // 2)
+    with pytest.raises(StoreError, match=str(db)):
+        await SqliteStore.open(db)
+
+
+async def test_damaged_page_is_detected_at_open(tmp_path: Path) -> None:
+    db = tmp_path / "damaged.db"
+    await _make_store(db)
+    page = raw_rows(db, "PRAGMA page_size")[0][0]
+    with db.open("r+b") as f:
+        f.seek(page * 3)
+        f.write(os.urandom(page))
+    with pytest.raises(StoreError, match=str(db)):
+        await SqliteStore.open(db)
+
+
+async def test_a_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "future.db"
+    await _make_store(db, 1)
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreError, match="newer"):
+        await SqliteStore.open(db)
+
+
+async def test_a_foreign_sqlite_database_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "foreign.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="not a leafjet stream database"):
+        await SqliteStore.open(db)
+
+
+async def test_the_same_file_cannot_be_opened_twice(sqlite_store: SqliteStore) -> None:
+    with pytest.raises(StoreError, match="already open"):
+        await SqliteStore.open(sqlite_store.path)
+
+
+# ---------------------------------------------------------------------------------- encryption
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        CipherSpec("correct horse battery staple"),
+        CipherSpec("correct horse battery staple", algorithm="chacha20-poly1305"),
+        CipherSpec(os.urandom(32), kdf="hkdf"),
+    ],
+    ids=["aes-gcm-scrypt", "chacha-scrypt", "aes-gcm-hkdf"],
+)
+async def test_encrypted_store_round_trips_and_keeps_plaintext_off_the_disk(
+    tmp_path: Path, spec: CipherSpec
+) -> None:
+    db = tmp_path / "enc.db"
+    secret = b"TOP-SECRET-PAYLOAD-" * 10
+    store = await SqliteStore.open(db, cipher=spec)
+    try:
+        await store.apply(
+            [
+                Append("enc.a", b"NATS/1.0\r\nSecret: hdr\r\n\r\n", secret, 5),
+                SetMetaOp("dedup/1", b"META-SECRET"),
+            ]
+        )
+    finally:
+        await store.close()
+    raw = db.read_bytes() + (Path(f"{db}-wal").read_bytes() if Path(f"{db}-wal").exists() else b"")
+    assert b"TOP-SECRET" not in raw and b"Secret: hdr" not in raw and b"META-SECRET" not in raw
+    assert raw_rows(db, "SELECT flags FROM msgs") == [(F_SEALED,)]
+    store = await SqliteStore.open(db, cipher=spec)
+    try:
+        m = await store.get(1)
+        assert m is not None and m.data == secret and m.headers == b"NATS/1.0\r\nSecret: hdr\r\n\r\n"
+        assert await store.meta_get("dedup/1") == b"META-SECRET"
+    finally:
+        await store.close()
+
+
+async def test_wrong_encryption_key_is_detected_at_open(tmp_path: Path) -> None:
+    db = tmp_path / "enc.db"
+    store = await SqliteStore.open(db, cipher=CipherSpec("right"))
+    await store.append("a", None, b"x")
+    await store.close()
+    with pytest.raises(StoreError, match="encryption key does not match the stream's data"):
+        await SqliteStore.open(db, cipher=CipherSpec("wrong"))
+    with pytest.raises(StoreError, match="no encryption key"):
+        await SqliteStore.open(db)
+    with pytest.raises(StoreError, match="chacha20-poly1305"):
+        await SqliteStore.open(db, cipher=CipherSpec("right", algorithm="chacha20-poly1305"))
+
+
+async def test_a_plain_store_refuses_a_key(tmp_path: Path) -> None:
+    await _make_store(tmp_path / "plain.db", 1)
+    with pytest.raises(StoreError, match="without encryption"):
+        await SqliteStore.open(tmp_path / "plain.db", cipher=CipherSpec("k"))
+
+
+async def test_swapped_encrypted_blobs_are_detected(tmp_path: Path) -> None:
+    db = tmp_path / "enc.db"
+    store = await SqliteStore.open(db, cipher=CipherSpec(os.urandom(32), kdf="hkdf"))
+    spec = store._spec  # same key for the reopen below
+    await store.apply([Append("a", None, b"one", 1), Append("a", None, b"two", 2)])
+    await store.close()
+    conn = sqlite3.connect(db)
+    (d1,), (d2,) = conn.execute("SELECT data FROM msgs ORDER BY seq").fetchall()
+    conn.execute("UPDATE msgs SET data = ? WHERE seq = 1", (d2,))
+    conn.execute("UPDATE msgs SET data = ? WHERE seq = 2", (d1,))
+    conn.commit()
+    conn.close()
+    store = await SqliteStore.open(db, cipher=spec)
+    try:
+        with pytest.raises(StoreError, match="authentication"):
+            await store.get(1)
+    finally:
+        await store.close()
+
+
+async def test_snapshot_of_an_encrypted_store_restores_into_a_plain_one(tmp_path: Path) -> None:
+    src = await SqliteStore.open(tmp_path / "enc.db", cipher=CipherSpec("pw"), compression="zstd")
+    dst = await SqliteStore.open(tmp_path / "plain.db")
+    try:
+        await src.apply([Append("a", None, b"z" * 1000, 1), SetMetaOp("m", b"v"), DeleteOp(1)])
+        await src.append("b", b"h" * 100, b"y" * 100, ts=9)
+        await dst.restore([c async for c in src.snapshot()])
+        assert await dst.range(1) == await src.range(1)
+        assert await dst.state(with_deleted=True) == await src.state(with_deleted=True)
+        assert await dst.meta_items() == [("m", b"v")]
+    finally:
+        await src.close()
+        await dst.close()
+
+
+# ---------------------------------------------------------------------------------- compression
+
+
+async def test_zstd_compression_round_trips_and_only_when_it_saves_space(tmp_path: Path) -> None:
+    db = tmp_path / "z.db"
+    compressible = b"temperature=21.5;" * 200
+    random_bytes = os.urandom(3000)
+    store = await SqliteStore.open(db, compression="zstd")
+    try:
+        await store.apply(
+            [
+                Append("z.a", b"NATS/1.0\r\n" + b"K: v\r\n" * 30 + b"\r\n", compressible, 1),
+                Append("z.b", None, random_bytes, 2),
+                Append("z.c", None, b"tiny", 3),
+            ]
+        )
+        st = await store.state()
+        assert st.bytes == sum(m.size for m in await store.range(1))
+    finally:
+        await store.close()
+    rows = raw_rows(db, "SELECT seq, flags, length(data) FROM msgs ORDER BY seq")
+    assert rows[0][1] & F_DATA_ZSTD and rows[0][2] < len(compressible) // 10
+    assert rows[1][1] == 0 and rows[2][1] == 0
+    # Reopened without compression, old compressed rows still read back.
+    store = await SqliteStore.open(db)
+    try:
+        msgs = await store.range(1)
+        assert [m.data for m in msgs] == [compressible, random_bytes, b"tiny"]
+        assert msgs[0].headers == b"NATS/1.0\r\n" + b"K: v\r\n" * 30 + b"\r\n"
+    finally:
+        await store.close()
+
+
+async def test_large_compressed_reads_decode_off_the_event_loop(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "z.db", compression="zstd")
+    try:
+        payloads = [bytes([i]) * 50_000 for i in range(20)]
+        await store.apply([Append("big", None, p, i) for i, p in enumerate(payloads)])
+        assert [m.data for m in await store.range(1)] == payloads
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------------------------- reads, misc
+
+
+async def test_broad_wildcards_over_many_subjects_use_the_scan_path(sqlite_store: SqliteStore) -> None:
+    n = 600  # more subjects than SMALL_FANOUT
+    await sqlite_store.apply([Append(f"dev.{i}.t", None, b"", i) for i in range(n)])
+    await sqlite_store.apply([Append("dev.7.t", None, b"again", n)])
+    assert (await sqlite_store.last_by_subject("dev.*.t")).seq == n + 1  # type: ignore[union-attr]
+    assert (await sqlite_store.first_after(100, "dev.*.t")).seq == 100  # type: ignore[union-attr]
+    assert len(await sqlite_store.range(1, subject_filter="dev.*.t", limit=5000)) == n + 1
+    assert await sqlite_store.num_pending(500, "dev.>") == n + 2 - 500
+    assert await sqlite_store.msgs_for_subject("dev.*.t") == n + 1
+
+
+async def test_write_queue_is_bounded_and_callers_wait_for_space(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db", max_pending=3)
+    try:
+        peak = 0
+
+        async def one() -> None:
+            nonlocal peak
+            peak = max(peak, store.stats().pending)
+            await store.append("q", None, b"")
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(50):
+                tg.start_soon(one)
+        assert peak <= 3
+        assert (await store.state()).msgs == 50
+    finally:
+        await store.close()
+
+
+async def test_a_cancelled_append_leaves_the_store_usable(sqlite_store: SqliteStore) -> None:
+    with anyio.move_on_after(0):
+        await sqlite_store.append("c", None, b"maybe")
+    seq, _ = await sqlite_store.append("c", None, b"sure")
+    assert seq in (1, 2)
+    assert (await sqlite_store.get(seq)).data == b"sure"  # type: ignore[union-attr]
+
+
+async def test_snapshot_is_consistent_while_writes_go_on(sqlite_store: SqliteStore) -> None:
+    await sqlite_store.apply([Append("s", None, b"%200d" % i, i) for i in range(3000)])  # > 1 chunk
+    chunks = []
+    agen = sqlite_store.snapshot()
+    chunks.append(await agen.__anext__())
+    await sqlite_store.apply([Append("s", None, b"late", 1)])  # after the snapshot's read began
+    chunks += [c async for c in agen]
+    from core.store import MemoryStore
+
+    assert len(chunks) > 2
+    target = MemoryStore()
+    await target.restore(chunks)
+    assert (await target.state()).last_seq == 3000
+    assert (await sqlite_store.state()).last_seq == 3001
+
+
+async def test_state_is_loaded_from_disk_at_open(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    store = await SqliteStore.open(db, wall_clock=FakeClock())
+    await store.apply([Append(f"k.{i % 5}", None, b"v", i + 1) for i in range(50)] + [DeleteOp(10)])
+    before = await store.state(with_deleted=True), await store.subjects_state()
+    await store.close()
+    store = await SqliteStore.open(db)
+    try:
+        assert (await store.state(with_deleted=True), await store.subjects_state()) == before
+    finally:
+        await store.close()
+
+
+async def test_calls_after_close_fail_with_store_closed(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db")
+    await store.close()
+    with pytest.raises(StoreClosed):
+        await store.flush()
+    with pytest.raises(StoreClosed):
+        await store.state()
+
+
+async def test_a_dead_writer_fails_every_waiting_caller_and_later_calls(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db")
+
+    def boom() -> None:
+        raise RuntimeError("simulated writer bug")
+
+    store._w_publish = boom  # type: ignore[method-assign]
+    errors: list[BaseException] = []
+
+    async def one() -> None:
+        try:
+            await store.append("a", None, b"")
+        except StoreError as e:
+            errors.append(e)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(20):
+            tg.start_soon(one)
+    assert len(errors) == 20
+    with pytest.raises(StoreError, match="writer failed"):
+        await store.append("a", None, b"")
+    assert store.stats().pending == 0
+    await store.close()

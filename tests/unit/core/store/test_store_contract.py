@@ -1,0 +1,450 @@
+"""The StreamStore contract, run against every implementation: memory, sqlite, and sqlite reopened between
+the writes and the reads (``h.reopen()``; a no-op for the others)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from core.store import (
+    Append,
+    DeleteOp,
+    DelMetaOp,
+    ExpireOp,
+    InvalidOperation,
+    PurgeOp,
+    SequenceMismatch,
+    SetMetaOp,
+    SkipOp,
+    StoreClosed,
+    StreamStore,
+    msg_size,
+)
+from tests.unit.core.store.conftest import StoreHarness
+
+pytestmark = pytest.mark.anyio
+
+T0 = 1_000_000_000
+
+
+async def fill(store: StreamStore, subjects: list[str], data: bytes = b"x") -> list[int]:
+    """One message per subject, in order, with ts = T0 + seq."""
+    st = await store.state()
+    ops = [Append(s, None, data + str(i).encode(), T0 + st.last_seq + 1 + i) for i, s in enumerate(subjects)]
+    return await store.apply(ops)  # type: ignore[return-value]
+
+
+async def seqs(store: StreamStore) -> list[int]:
+    return [m.seq for m in await store.range(1, limit=10_000)]
+
+
+async def test_append_assigns_increasing_sequences_and_get_returns_the_message(h: StoreHarness) -> None:
+    s1, ts1 = await h.store.append("orders.eu", b"NATS/1.0\r\nA: b\r\n\r\n", b"one")
+    s2, ts2 = await h.store.append("orders.us", None, b"two", ts=42)
+    s3, _ = await h.store.append("orders.eu", b"", b"")
+    assert (s1, s2, s3) == (1, 2, 3)
+    assert ts2 == 42 and ts1 > 0
+    store = await h.reopen()
+    m1, m2, m3 = await store.get(1), await store.get(2), await store.get(3)
+    assert m1 is not None and m2 is not None and m3 is not None
+    assert (m1.seq, m1.subject, m1.headers, m1.data, m1.ts) == (
+        1,
+        "orders.eu",
+        b"NATS/1.0\r\nA: b\r\n\r\n",
+        b"one",
+        ts1,
+    )
+    assert (m2.headers, m2.data, m2.ts) == (None, b"two", 42)
+    assert (m3.headers, m3.data) == (b"", b"")
+    assert await store.get(4) is None
+    assert await store.get(0) is None
+
+
+async def test_state_counts_messages_bytes_and_subjects_the_reference_way(h: StoreHarness) -> None:
+    await h.store.apply([Append("a.b", b"hh", b"data", 10), Append("a.c", None, b"xyz", 20)])
+    store = await h.reopen()
+    st = await store.state()
+    assert st.msgs == 2
+    assert (
+        st.bytes
+        == msg_size("a.b", b"hh", b"data") + msg_size("a.c", None, b"xyz")
+        == (3 + 2 + 4 + 16) + (3 + 3 + 16)
+    )
+    assert (st.first_seq, st.first_ts, st.last_seq, st.last_ts) == (1, 10, 2, 20)
+    assert (st.num_subjects, st.num_deleted, st.consumer_count) == (2, 0, 0)
+    assert st.deleted is None
+    assert (await store.state(with_deleted=True)).deleted == ()
+
+
+async def test_new_stream_is_empty_with_first_seq_after_last(h: StoreHarness) -> None:
+    st = await h.store.state(with_deleted=True)
+    assert (st.msgs, st.bytes, st.first_seq, st.last_seq, st.first_ts, st.last_ts) == (0, 0, 1, 0, 0, 0)
+    assert await h.store.first_after(1) is None
+    assert await h.store.last_by_subject(">") is None
+    assert await h.store.range(1) == []
+
+
+async def test_last_by_subject_with_literal_and_wildcard_filters(h: StoreHarness) -> None:
+    await fill(h.store, ["a.b.c", "a.x.c", "a.b.d", "b.b.c", "a.b.c", "a.y"])
+    store = await h.reopen()
+
+    async def last(f: str) -> int | None:
+        m = await store.last_by_subject(f)
+        return None if m is None else m.seq
+
+    assert await last("a.b.c") == 5
+    assert await last("a.*.c") == 5
+    assert await last("a.x.*") == 2
+    assert await last("a.>") == 6
+    assert await last("*.b.c") == 5
+    assert await last("b.>") == 4
+    assert await last(">") == 6
+    assert await last("a.*") == 6
+    assert await last("nope") is None
+    assert await last("a.*.c.>") is None
+
+
+async def test_first_after_finds_the_first_matching_message_at_or_after_a_sequence(h: StoreHarness) -> None:
+    await fill(h.store, ["a.1", "b.1", "a.2", "b.2", "a.1", "c.1"])
+    await h.store.apply([DeleteOp(3)])
+    store = await h.reopen()
+
+    async def fa(seq: int, f: str | None = None) -> int | None:
+        m = await store.first_after(seq, f)
+        return None if m is None else m.seq
+
+    assert await fa(1) == 1
+    assert await fa(3) == 4  # 3 is deleted
+    assert await fa(0, "b.*") == 2
+    assert await fa(3, "b.*") == 4
+    assert await fa(5, "b.*") is None
+    assert await fa(2, "a.1") == 5
+    assert await fa(2, "a.*") == 5
+    assert await fa(1, ">") == 1
+    assert await fa(6, "*.1") == 6
+    assert await fa(7) is None
+    assert await fa(1, "zzz") is None
+
+
+async def test_range_honours_start_end_limit_and_filter(h: StoreHarness) -> None:
+    await fill(h.store, ["x.a", "x.b", "y.a", "x.a", "y.b", "x.c"])
+    await h.store.apply([DeleteOp(2)])
+    store = await h.reopen()
+
+    async def r(*a: object, **kw: object) -> list[int]:
+        return [m.seq for m in await store.range(*a, **kw)]  # type: ignore[arg-type]
+
+    assert await r(1) == [1, 3, 4, 5, 6]
+    assert await r(2, 4) == [3, 4]
+    assert await r(1, limit=2) == [1, 3]
+    assert await r(1, subject_filter="x.*") == [1, 4, 6]
+    assert await r(2, 5, subject_filter="x.a") == [4]
+    assert await r(1, subject_filter="*.a", limit=2) == [1, 3]
+    assert await r(1, subject_filter=">") == [1, 3, 4, 5, 6]
+    assert await r(5, 4) == []
+    assert await r(1, limit=0) == []
+    assert await r(7) == []
+    msgs = await store.range(4, 4)
+    assert [(m.subject, m.data) for m in msgs] == [("x.a", b"x3")]
+
+
+async def test_purge_everything_keeps_last_seq_and_reports_first_seq_after_it(h: StoreHarness) -> None:
+    await fill(h.store, ["a", "b", "c"])
+    assert await h.store.apply([PurgeOp()]) == [3]
+    store = await h.reopen()
+    st = await store.state(with_deleted=True)
+    assert (st.msgs, st.bytes, st.first_seq, st.last_seq, st.num_subjects, st.num_deleted) == (
+        0,
+        0,
+        4,
+        3,
+        0,
+        0,
+    )
+    assert st.first_ts == 0 and st.last_ts == T0 + 3
+    assert st.deleted == ()
+    seq, _ = await store.append("d", None, b"after")
+    assert seq == 4
+    store = await h.reopen()
+    st = await store.state()
+    assert (st.msgs, st.first_seq, st.last_seq) == (1, 4, 4)
+    assert await store.apply([PurgeOp(subject=">")]) == [1]
+    assert (await store.state()).first_seq == 5
+
+
+async def test_sequences_continue_after_purge_and_restart(h: StoreHarness) -> None:
+    await fill(h.store, ["a"] * 5)
+    await h.store.apply([PurgeOp()])
+    store = await h.reopen()
+    assert (await store.state()).last_seq == 5
+    seq, _ = await store.append("a", None, b"z")
+    assert seq == 6
+
+
+async def test_purge_by_subject_filter(h: StoreHarness) -> None:
+    await fill(h.store, ["kv.a", "kv.b", "other", "kv.a", "kv.c.d"])
+    assert await h.store.apply([PurgeOp(subject="kv.*")]) == [3]
+    store = await h.reopen()
+    assert await seqs(store) == [3, 5]
+    st = await store.state()
+    assert (st.msgs, st.first_seq, st.last_seq, st.num_deleted) == (2, 3, 5, 1)
+    assert await store.subjects_state() == {"other": 1, "kv.c.d": 1}
+    assert await store.apply([PurgeOp(subject="kv.>")]) == [1]
+    assert await store.apply([PurgeOp(subject="nothing.here")]) == [0]
+    store = await h.reopen()
+    assert await seqs(store) == [3]
+    assert (await store.state()).last_seq == 5
+
+
+async def test_purge_keep_leaves_the_newest_messages(h: StoreHarness) -> None:
+    await fill(h.store, ["a", "b", "a", "b", "a", "b"])
+    await h.store.apply([DeleteOp(5)])
+    assert await h.store.apply([PurgeOp(keep=3)]) == [2]
+    store = await h.reopen()
+    assert await seqs(store) == [3, 4, 6]
+    assert await store.apply([PurgeOp(keep=10)]) == [0]
+    assert await store.apply([PurgeOp(subject="b", keep=1)]) == [1]
+    store = await h.reopen()
+    assert await seqs(store) == [3, 6]
+    st = await store.state()
+    assert (st.first_seq, st.last_seq, st.msgs) == (3, 6, 2)
+
+
+async def test_purge_up_to_seq_removes_below_it(h: StoreHarness) -> None:
+    await fill(h.store, ["a", "b", "a", "b", "a"])
+    assert await h.store.apply([PurgeOp(up_to_seq=3)]) == [2]
+    assert await h.store.apply([PurgeOp(subject="a", up_to_seq=5)]) == [1]
+    assert await h.store.apply([PurgeOp(up_to_seq=1)]) == [0]
+    store = await h.reopen()
+    assert await seqs(store) == [4, 5]
+    st = await store.state()
+    assert (st.first_seq, st.last_seq) == (4, 5)
+
+
+async def test_purge_up_to_seq_beyond_the_end_moves_last_seq_forward(h: StoreHarness) -> None:
+    await fill(h.store, ["a", "b"])
+    assert await h.store.apply([PurgeOp(up_to_seq=10)]) == [2]
+    store = await h.reopen()
+    st = await store.state()
+    assert (st.msgs, st.first_seq, st.last_seq) == (0, 10, 9)
+    seq, _ = await store.append("a", None, b"next")
+    assert seq == 10
+    # With a filter, the sequence counters never move.
+    assert await store.apply([PurgeOp(subject="a", up_to_seq=100)]) == [1]
+    assert (await store.state()).last_seq == 10
+
+
+async def test_purge_keep_and_up_to_seq_cannot_combine() -> None:
+    with pytest.raises(InvalidOperation):
+        PurgeOp(keep=1, up_to_seq=5)
+    with pytest.raises(InvalidOperation):
+        PurgeOp(keep=0)
+    with pytest.raises(InvalidOperation):
+        PurgeOp(subject="a..b")
+
+
+async def test_interior_delete_is_counted_and_listed(h: StoreHarness) -> None:
+    await fill(h.store, ["a"] * 6)
+    assert await h.store.apply([DeleteOp(3), DeleteOp(4, erase=True), DeleteOp(3), DeleteOp(99)]) == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    store = await h.reopen()
+    st = await store.state(with_deleted=True)
+    assert (st.msgs, st.first_seq, st.last_seq, st.num_deleted, st.deleted) == (4, 1, 6, 2, (3, 4))
+    assert await store.get(4) is None
+
+
+async def test_deleting_the_first_moves_first_seq_and_the_last_keeps_last_seq(h: StoreHarness) -> None:
+    await fill(h.store, ["a", "b", "c"])
+    await h.store.apply([DeleteOp(1), DeleteOp(3)])
+    store = await h.reopen()
+    st = await store.state(with_deleted=True)
+    assert (st.msgs, st.first_seq, st.first_ts, st.last_seq, st.last_ts) == (1, 2, T0 + 2, 3, T0 + 3)
+    assert (st.num_deleted, st.deleted) == (1, (3,))
+    await store.apply([DeleteOp(2)])
+    st = await store.state(with_deleted=True)
+    assert (st.msgs, st.first_seq, st.last_seq, st.num_deleted, st.deleted) == (0, 4, 3, 0, ())
+    assert await store.subjects_state() == {}
+
+
+async def test_expire_removes_old_messages_from_the_front(h: StoreHarness) -> None:
+    await fill(h.store, ["a", "b", "c", "d"])  # ts = T0+1 .. T0+4
+    assert await h.store.apply([ExpireOp(T0 + 3)]) == [2]
+    assert await h.store.apply([ExpireOp(T0 + 3)]) == [0]
+    store = await h.reopen()
+    assert await seqs(store) == [3, 4]
+    assert await store.apply([ExpireOp(T0 + 100)]) == [2]
+    store = await h.reopen()
+    st = await store.state()
+    assert (st.msgs, st.first_seq, st.last_seq, st.last_ts) == (0, 5, 4, T0 + 4)
+
+
+async def test_expire_stops_at_the_first_unexpired_message(h: StoreHarness) -> None:
+    await h.store.apply([Append("a", None, b"", 10), Append("a", None, b"", 50), Append("a", None, b"", 20)])
+    assert await h.store.apply([ExpireOp(30)]) == [1]
+    store = await h.reopen()
+    assert await seqs(store) == [2, 3]
+
+
+async def test_skip_advances_last_seq_without_a_message(h: StoreHarness) -> None:
+    assert await h.store.apply([SkipOp(5, ts=77)]) == [True]
+    store = await h.reopen()
+    st = await store.state()
+    assert (st.msgs, st.first_seq, st.last_seq, st.last_ts) == (0, 6, 5, 77)
+    assert (await store.append("a", None, b""))[0] == 6
+    assert await store.apply([SkipOp(8), SkipOp(7)]) == [True, False]
+    store = await h.reopen()
+    st = await store.state(with_deleted=True)
+    assert (st.msgs, st.first_seq, st.last_seq, st.num_deleted, st.deleted) == (1, 6, 8, 2, (7, 8))
+    assert (await store.append("a", None, b""))[0] == 9
+
+
+async def test_explicit_sequence_append_keeps_the_origin_numbering(h: StoreHarness) -> None:
+    assert await h.store.apply([Append("m", None, b"1", 1, seq=10), Append("m", None, b"2", 2, seq=13)]) == [
+        10,
+        13,
+    ]
+    assert await h.store.apply([Append("m", None, b"3", 3)]) == [14]
+    store = await h.reopen()
+    st = await store.state(with_deleted=True)
+    assert (st.msgs, st.first_seq, st.last_seq, st.deleted) == (3, 10, 14, (11, 12))
+
+
+async def test_a_call_with_a_sequence_behind_the_stream_applies_nothing(h: StoreHarness) -> None:
+    await fill(h.store, ["a", "b"])
+    with pytest.raises(SequenceMismatch):
+        await h.store.apply(
+            [Append("c", None, b"", 1), SetMetaOp("k", b"v"), Append("c", None, b"", 1, seq=3)]
+        )
+    with pytest.raises(SequenceMismatch):
+        await h.store.apply([Append("c", None, b"", 1, seq=2)])
+    store = await h.reopen()
+    st = await store.state()
+    assert (st.msgs, st.last_seq) == (2, 2)
+    assert await store.meta_get("k") is None
+    assert (await store.append("c", None, b""))[0] == 3
+
+
+async def test_meta_is_written_in_the_same_call_as_messages(h: StoreHarness) -> None:
+    res = await h.store.apply(
+        [
+            Append("a", None, b"x", 1),
+            SetMetaOp("dedup/abc", b"1"),
+            SetMetaOp("dedup/abd", b"2"),
+            SetMetaOp("consumer/c1", b"\x00\xff"),
+        ]
+    )
+    assert res == [1, None, None, None]
+    assert await h.store.apply([SetMetaOp("dedup/abc", b"3"), DelMetaOp("dedup/abd"), DelMetaOp("zz")]) == [
+        None,
+        True,
+        False,
+    ]
+    store = await h.reopen()
+    assert await store.meta_get("dedup/abc") == b"3"
+    assert await store.meta_get("dedup/abd") is None
+    assert await store.meta_items("dedup/") == [("dedup/abc", b"3")]
+    assert await store.meta_items() == [("consumer/c1", b"\x00\xff"), ("dedup/abc", b"3")]
+    # Meta survives a purge (duplicate tracking does, in the reference).
+    await store.apply([PurgeOp()])
+    store = await h.reopen()
+    assert await store.meta_get("consumer/c1") == b"\x00\xff"
+
+
+async def test_per_subject_counts(h: StoreHarness) -> None:
+    await fill(h.store, ["kv.a", "kv.b", "kv.a", "x.y", "kv.a"])
+    await h.store.apply([DeleteOp(3)])
+    store = await h.reopen()
+    assert await store.subjects_state() == {"kv.a": 2, "kv.b": 1, "x.y": 1}
+    assert await store.subjects_state("kv.*") == {"kv.a": 2, "kv.b": 1}
+    assert await store.subjects_state("kv.a") == {"kv.a": 2}
+    assert await store.subjects_state("nope") == {}
+    assert await store.msgs_for_subject("kv.a") == 2
+    assert await store.msgs_for_subject("kv.*") == 3
+    assert await store.msgs_for_subject("q") == 0
+    assert (await store.state()).num_subjects == 3
+
+
+async def test_num_pending_counts_matching_messages_from_a_sequence(h: StoreHarness) -> None:
+    await fill(h.store, ["a.1", "b.1", "a.2", "b.2", "a.1"])
+    await h.store.apply([DeleteOp(3)])
+    store = await h.reopen()
+    assert await store.num_pending(1) == 4
+    assert await store.num_pending(3) == 2
+    assert await store.num_pending(1, "a.*") == 2
+    assert await store.num_pending(2, "a.*") == 1
+    assert await store.num_pending(1, "a.1") == 2
+    assert await store.num_pending(2, "a.1") == 1
+    assert await store.num_pending(6) == 0
+    assert await store.num_pending(0, ">") == 4
+    assert await store.num_pending(1, "zz.*") == 0
+
+
+async def test_snapshot_restores_into_a_fresh_store(h: StoreHarness) -> None:
+    await fill(h.store, ["a.1", "b.1", "a.2", "b.2", "a.1"], data=b"payload" * 50)
+    await h.store.apply(
+        [
+            DeleteOp(2),
+            PurgeOp(up_to_seq=2),
+            Append("h", b"NATS/1.0\r\nX: y\r\n\r\n", b"", 99),
+            DeleteOp(6),
+            SetMetaOp("dedup/x", b"6"),
+        ]
+    )
+    store = await h.reopen()
+    chunks = [c async for c in store.snapshot()]
+    target = await h.fresh()
+    await target.restore(chunks)
+    assert await target.state(with_deleted=True) == await store.state(with_deleted=True)
+    assert await target.range(1) == await store.range(1)
+    assert await target.meta_items() == [("dedup/x", b"6")]
+    assert (await target.append("z", None, b""))[0] == 7
+
+
+async def test_snapshot_of_an_empty_purged_stream_keeps_its_sequences(h: StoreHarness) -> None:
+    await fill(h.store, ["a", "b"])
+    await h.store.apply([PurgeOp()])
+    target = await h.fresh()
+    await target.restore([c async for c in h.store.snapshot()])
+    st = await target.state()
+    assert (st.msgs, st.first_seq, st.last_seq, st.last_ts) == (0, 3, 2, T0 + 2)
+
+
+async def test_restore_refuses_a_store_that_is_not_empty(h: StoreHarness) -> None:
+    await fill(h.store, ["a"])
+    chunks = [c async for c in h.store.snapshot()]
+    from core.store.snapshot import SnapshotError
+
+    with pytest.raises(SnapshotError):
+        await h.store.restore(chunks)
+    target = await h.fresh()
+    with pytest.raises(SnapshotError):
+        await target.restore([b"LJSNAP\x00\x00\x01garbage"])
+    assert (await target.state()).last_seq == 0
+
+
+async def test_filters_are_validated(h: StoreHarness) -> None:
+    for bad in ["a..b", "", "a.>.b", "a b"]:
+        with pytest.raises(InvalidOperation):
+            await h.store.first_after(1, bad)
+        with pytest.raises(InvalidOperation):
+            await h.store.last_by_subject(bad)
+    with pytest.raises(InvalidOperation):
+        Append("a.*", None, b"", 0)
+    with pytest.raises(InvalidOperation):
+        Append("a", None, "text", 0)  # type: ignore[arg-type]
+
+
+async def test_a_closed_store_refuses_calls(h: StoreHarness) -> None:
+    await h.store.append("a", None, b"")
+    await h.store.close()
+    with pytest.raises(StoreClosed):
+        await h.store.append("a", None, b"")
+    with pytest.raises(StoreClosed):
+        await h.store.get(1)
+    with contextlib.suppress(StoreClosed):
+        await h.store.close()  # idempotent
