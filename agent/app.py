@@ -91,8 +91,16 @@ def _have_uvloop() -> bool:
 def run_agent(cfg: ServerConfig) -> None:
     try:
         anyio.run(serve_agent, cfg, backend="asyncio", backend_options={"use_uvloop": _have_uvloop()})
-    except* StartupError as eg:
-        raise eg.exceptions[0] from None
+    except* StartupError as group:
+        raise _first_leaf(group) from None
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    """Task groups nest exception groups; the CLI reports the first real error as one line."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
 
 
 if __name__ == "__main__":

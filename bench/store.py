@@ -1,27 +1,27 @@
-"""Append throughput of SqliteStore against raw sqlite3 (a benchmark, not a test; it never asserts).
+"""Store matrix: append throughput of SqliteStore against raw sqlite3 (never asserts).
 
-    .venv/bin/python -m tests.unit.core.store.bench_append [--n 100000] [--window 1000] [--reps 3]
+    python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
 Matrix: sync = always | interval; issuing =
-  gather     N concurrent ``append`` calls per window, awaited with asyncio.gather (lock-step windows)
+  apply      one ``apply`` of ``window`` Appends per call (the bulk path)
+  gather     ``window`` concurrent ``append`` calls per window, awaited with asyncio.gather (lock-step)
   taskgroup  the same through an anyio task group
   workers    ``window`` long-lived tasks appending in a loop (closer to a server: calls keep arriving
              while a batch commits)
-  apply      one ``apply`` of ``window`` Appends per call
 The baseline is raw sqlite3 measured in the same run: same schema, WAL, ``executemany`` of ``window`` rows per
 transaction, synchronous FULL for "always" and NORMAL for "interval". "harness" is the same gather loop
 over futures resolved in bulk with no store at all: the ceiling for one-call-per-message issuing in asyncio.
-Each figure is the best of ``--reps`` runs (the machines we run on are noisy).
+Each figure is the best of ``--runs`` runs (the machines we run on are noisy).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sqlite3
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -29,6 +29,8 @@ import anyio
 from core.store import Append, SqliteStore, schema
 
 SUBJECT = "bench.orders.eu"
+SYNCS = ("always", "interval")
+MODES = ("apply", "gather", "taskgroup", "workers")
 
 
 def raw(path: Path, n: int, size: int, window: int, sync: str) -> float:
@@ -108,34 +110,26 @@ async def store_run(path: Path, n: int, size: int, window: int, sync: str, mode:
     return n / dt, commits
 
 
-async def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=100_000)
-    ap.add_argument("--size", type=int, default=128)
-    ap.add_argument("--window", type=int, default=1000)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--modes", default="gather,taskgroup,workers,apply")
-    args = ap.parse_args()
-    n, size, window = args.n, args.size, args.window
-    ceiling = max([await harness(n, window) for _ in range(args.reps)])
-    print(f"harness (gather over bare futures, no store): {ceiling:>9,.0f} calls/s")
-    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as d:
-        runs = iter(range(1_000_000))
-        for sync in ("always", "interval"):
-            base = max(raw(Path(d) / f"raw-{next(runs)}.db", n, size, window, sync) for _ in range(args.reps))
-            print(f"N={n},MsgSz={size}B,window={window},sync={sync}  raw sqlite3: {base:>9,.0f} msgs/s")
-            for mode in args.modes.split(","):
-                rate, commits = max(
+@dataclass
+class StoreFigures:
+    harness: float = 0.0
+    raw: dict[str, float] = field(default_factory=dict)  # sync -> msgs/s
+    store: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)  # (sync, mode) -> best
+
+
+async def run_store(n: int, size: int, window: int, runs: int, modes: list[str]) -> StoreFigures:
+    figs = StoreFigures(harness=max([await harness(n, window) for _ in range(runs)]))
+    with tempfile.TemporaryDirectory(prefix="leafjet-bench-", dir=os.environ.get("BENCH_DIR")) as d:
+        seq = iter(range(1_000_000))
+        for sync in SYNCS:
+            figs.raw[sync] = max(
+                raw(Path(d) / f"raw-{next(seq)}.db", n, size, window, sync) for _ in range(runs)
+            )
+            for mode in modes:
+                figs.store[sync, mode] = max(
                     [
-                        await store_run(Path(d) / f"s-{next(runs)}.db", n, size, window, sync, mode)
-                        for _ in range(args.reps)
+                        await store_run(Path(d) / f"s-{next(seq)}.db", n, size, window, sync, mode)
+                        for _ in range(runs)
                     ]
                 )
-                print(
-                    f"    SqliteStore {mode:<9}: {rate:>9,.0f} msgs/s  ratio {rate / base:5.2f}  "
-                    f"commits {commits}"
-                )
-
-
-if __name__ == "__main__":
-    anyio.run(main)
+    return figs

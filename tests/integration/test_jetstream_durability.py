@@ -1,0 +1,170 @@
+"""What leafjet promises beyond the reference: an acknowledged publish is on disk.
+
+These run against leafjet only: the reference's file store syncs every two minutes by default,
+so after a SIGKILL it may lose acknowledged messages (see ../shared/guide/REFERENCE.md).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+
+import anyio
+import nats
+import pytest
+
+from tests.support.servers import REPO, start_leafjet
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+NO_RETRY = {"allow_reconnect": False, "max_reconnect_attempts": 0, "connect_timeout": 3}
+
+
+async def _publish_storm(url: str, acked: dict[int, bytes], counter: list[int], seconds: float) -> None:
+    """Publish from 32 concurrent publishers until the time is up or the server goes away."""
+    nc = await nats.connect(url, **NO_RETRY)
+    js = nc.jetstream(timeout=2)
+
+    async def publisher() -> None:
+        while True:
+            counter[0] += 1
+            payload = b"msg-%d" % counter[0]
+            try:
+                ack = await js.publish("storm.data", payload)
+            except Exception:
+                return  # the server was killed: this publish was never acknowledged
+            assert ack.seq not in acked, f"sequence {ack.seq} acknowledged twice"
+            acked[ack.seq] = payload
+
+    with anyio.move_on_after(seconds):
+        async with anyio.create_task_group() as tg:
+            for _ in range(32):
+                tg.start_soon(publisher)
+    try:
+        await nc.close()
+    except Exception:
+        pass
+
+
+async def test_acknowledged_messages_survive_repeated_sigkill(tmp_path):
+    srv = start_leafjet(tmp_path)
+    try:
+        nc = await nats.connect(srv.url)
+        await nc.jetstream().add_stream(name="STORM", subjects=["storm.>"])
+        await nc.close()
+        acked: dict[int, bytes] = {}
+        counter = [0]
+        rng = random.Random(7)
+        for _round in range(4):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_publish_storm, srv.url, acked, counter, 5.0)
+                await anyio.sleep(rng.uniform(0.4, 1.2))
+                srv.proc.send_signal(signal.SIGKILL)  # mid-storm, with publishes in flight
+                srv.proc.wait(5)
+                tg.cancel_scope.cancel()  # whatever was in flight was never acknowledged
+            srv.restart(kill=True)
+        assert len(acked) > 200, "the storm should have acknowledged a good number of messages"
+        nc = await nats.connect(srv.url)
+        js = nc.jetstream(timeout=5)
+        try:
+            for seq, payload in sorted(acked.items()):
+                msg = await js.get_msg("STORM", seq)
+                assert msg.data == payload, f"acknowledged message {seq} lost or overwritten"
+            info = await js.stream_info("STORM")
+            assert info.state.last_seq >= max(acked)
+            after = await js.publish("storm.data", b"after")
+            assert after.seq == info.state.last_seq + 1, "no sequence is reused after a kill"
+        finally:
+            await nc.close()
+    finally:
+        srv.stop()
+
+
+def _run_agent(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "agent",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--data-dir",
+            str(tmp_path / "data"),
+            *extra,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+async def _make_stream(srv, name: str = "S", n: int = 3, **cfg) -> None:
+    nc = await nats.connect(srv.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name=name, subjects=[f"{name.lower()}.>"], **cfg)
+        for i in range(n):
+            await js.publish(f"{name.lower()}.x", b"payload-%d" % i)
+    finally:
+        await nc.close()
+
+
+async def test_corrupt_database_is_reported_at_start(tmp_path):
+    srv = start_leafjet(tmp_path)
+    await _make_stream(srv)
+    srv.stop()
+    db = next((tmp_path / "data").rglob("msgs.db"))
+    with open(db, "r+b") as f:
+        f.write(b"this is not a sqlite database" * 10)
+    r = _run_agent(tmp_path)
+    assert r.returncode == 3
+    assert str(db) in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+async def test_encrypted_store_round_trips_and_a_wrong_key_is_a_clear_startup_error(tmp_path):
+    good = {"jetstream": {"key": "correct horse battery staple", "cipher": "aes"}}
+    srv = start_leafjet(tmp_path, good)
+    await _make_stream(srv, n=5)
+    srv.stop()
+    db = next((tmp_path / "data").rglob("msgs.db"))
+    assert b"payload-" not in db.read_bytes(), "payloads are sealed at rest"
+    srv = start_leafjet(tmp_path, good)
+    nc = await nats.connect(srv.url)
+    try:
+        assert (await nc.jetstream().get_msg("S", 5)).data == b"payload-4"
+    finally:
+        await nc.close()
+        srv.stop()
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[jetstream]\nkey = "wrong key"\ncipher = "aes"\n')
+    r = _run_agent(tmp_path, "--config", str(bad))
+    assert r.returncode == 3
+    assert "key" in r.stderr and "Traceback" not in r.stderr
+
+
+async def test_compressed_stream_round_trips(tmp_path):
+    srv = start_leafjet(tmp_path)
+    try:
+        nc = await nats.connect(srv.url)
+        js = nc.jetstream()
+        info = await js.add_stream(name="Z", subjects=["z"], compression="s2")
+        assert info.config.compression == "s2"
+        body = json.dumps({"reading": [1.5] * 500}).encode()
+        for _ in range(20):
+            await js.publish("z", body)
+        assert (await js.get_msg("Z", 20)).data == body
+        await nc.close()
+    finally:
+        srv.stop()
+    db = next((tmp_path / "data").rglob("msgs.db"))
+    assert db.stat().st_size + (
+        db.with_name("msgs.db-wal").stat().st_size if db.with_name("msgs.db-wal").exists() else 0
+    ) < 20 * len(body), "compression should shrink repetitive payloads"
