@@ -174,6 +174,7 @@ class JetStream:
 
     async def update_stream(self, ajs: AccountJetStream, stream: Stream, cfg: StreamConfig) -> None:
         async with stream.lock:
+            await stream.drain()
             stream.receiver.unsubscribe_all()
             stream.config = cfg
             if cfg.storage != "memory":
@@ -193,6 +194,8 @@ class JetStream:
 
     async def delete_stream(self, ajs: AccountJetStream, stream: Stream) -> None:
         async with stream.lock:
+            with anyio.move_on_after(10):
+                await stream.drain()
             await stream.close()
             ajs.streams.pop(stream.name, None)
             scope = self._stream_scopes.pop((ajs.account.name, stream.name), None)

@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leafjet.stream")
 
-MAX_BATCH = 1024
+MAX_BATCH = 256
+PIPELINE_DEPTH = 4
 _DEDUP_PREFIX = "dedup/"
 _TTL_PREFIX = "ttl/"
 _TTL_RE = re.compile(r"^\s*(\d+)\s*(ns|us|ms|s|m|h)?\s*$")
@@ -85,6 +86,7 @@ class _Batch:
     dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
     ttls: list[tuple[int, int]] = field(default_factory=list)  # (seq, expire ns)
     subjects: set[str] = field(default_factory=set)
+    last_msg_id: str | None = None
 
 
 class Stream:
@@ -104,6 +106,12 @@ class Stream:
         self._last_msg_id: str | None = None
         self._ttl: dict[int, int] = {}  # seq -> expire ns
         self._closed = False
+        # the pipeline: batches admitted but not yet answered, and the state they predict
+        self._inflight = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._predicted: _Running | None = None
+        self._ack_prefix: bytes | None = None
 
     @property
     def name(self) -> str:
@@ -133,20 +141,37 @@ class Stream:
             self.receiver.subscribe(subj)
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The stream's worker: batches of publishes, and the timers for age and TTL expiry."""
+        """The stream's worker: a two-stage pipeline of publish batches, plus the expiry timers.
+
+        Stage one (this task) decides a batch against the state predicted after the batches
+        still in flight and hands its operations to the store; stage two (``_complete``) waits
+        for each commit in order and only then answers the publishers. Deciding the next
+        batch overlaps the fsync of the previous one; a bounded hand-over keeps at most
+        ``depth`` batches in flight.
+        """
+        depth = 1 if self.config.discard == "new" else PIPELINE_DEPTH
+        send, recv = anyio.create_memory_object_stream[_Flight](depth - 1)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._housekeeping)
+            tg.start_soon(self._complete, recv)
             task_status.started()
             inbox = self.receiver.inbox
-            async for first in inbox:
-                batch = [first]
-                while len(batch) < MAX_BATCH:
-                    try:
-                        batch.append(inbox.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                async with self.lock:
-                    await self._process(batch)
+            async with send:
+                async for first in inbox:
+                    batch = [first]
+                    while len(batch) < MAX_BATCH:
+                        try:
+                            batch.append(inbox.receive_nowait())
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            break
+                    async with self.lock:
+                        flight = await self._admit(batch)
+                        if flight.plan.ops:
+                            tg.start_soon(self._apply, flight)
+                        else:
+                            flight.done.set()
+                    await send.send(flight)
+            await self.drain()
             tg.cancel_scope.cancel()
 
     async def close(self) -> None:
@@ -200,13 +225,14 @@ class Stream:
     # ------------------------------------------------------------------ publish
 
     def _ack(self, seq: int, duplicate: bool = False) -> bytes:
-        body: dict[str, Any] = {"stream": self.name}
-        if self.domain:
-            body["domain"] = self.domain
-        body["seq"] = seq
-        if duplicate:
-            body["duplicate"] = True
-        return json.dumps(body, separators=(",", ":")).encode()
+        # Hot path: one per publish. The prefix ({"stream":…,"domain":…,"seq":) is built once.
+        prefix = self._ack_prefix
+        if prefix is None:
+            head: dict[str, Any] = {"stream": self.name}
+            if self.domain:
+                head["domain"] = self.domain
+            prefix = self._ack_prefix = json.dumps(head, separators=(",", ":"))[:-1].encode() + b',"seq":'
+        return prefix + (b'%d,"duplicate":true}' % seq if duplicate else b"%d}" % seq)
 
     def _nak(self, err: ApiError) -> bytes:
         body: dict[str, Any] = {"error": err.to_json(), "stream": self.name, "seq": 0}
@@ -216,36 +242,72 @@ class Stream:
         if reply:
             self.account.publish(reply, None, None, payload)
 
-    async def _process(self, batch: list[InboundMsg]) -> None:
-        if self._closed:
-            return
-        st = await self.state()
+    async def _admit(self, batch: list[InboundMsg]) -> _Flight:
+        """Decide a batch (under the stream lock) and record the state it predicts."""
+        if self._inflight == 0 or self._predicted is None:
+            st = await self.state()
+            run = _Running(msgs=st.msgs, bytes=st.bytes, last_seq=st.last_seq, last_msg_id=self._last_msg_id)
+        else:
+            run = self._predicted
         plan = _Batch()
-        running = _Running(msgs=st.msgs, bytes=st.bytes, last_seq=st.last_seq, last_msg_id=self._last_msg_id)
-        for msg in batch:
-            try:
-                await self._decide(msg, plan, running)
-            except ApiError as e:
-                plan.outcomes.append((msg.reply, e))
-        if not plan.ops:
-            self._send_outcomes(plan, [])
-            return
-        try:
-            results = await self.store.apply(plan.ops)
-        except StoreError as e:
-            log.error("stream %s: store failed, %d publishes refused: %s", self.name, len(batch), e)
-            self._state = None
-            err = api_error("JSStreamStoreFailedF", err=str(e))
-            plan.outcomes = [(reply, err if not isinstance(o, ApiError) else o) for reply, o in plan.outcomes]
-            self._send_outcomes(plan, [])
-            return
+        if not self._closed:
+            for msg in batch:
+                try:
+                    await self._decide(msg, plan, run)
+                except ApiError as e:
+                    plan.outcomes.append((msg.reply, e))
+        self._predicted = run
+        # Later batches must see this batch's ids as duplicates even before it commits.
         self._dedup.update(plan.dedup)
-        self._last_msg_id = running.last_msg_id
-        for seq, expire in plan.ttls:
-            self._ttl[seq] = expire
-        self._state = None
-        await self._enforce_limits(plan.subjects)
-        self._send_outcomes(plan, results)
+        if self._inflight == 0:
+            self._idle = anyio.Event()
+        self._inflight += 1
+        return _Flight(plan)
+
+    async def _apply(self, flight: _Flight) -> None:
+        try:
+            flight.results = await self.store.apply(flight.plan.ops)
+        except StoreError as e:
+            flight.error = e
+        finally:
+            flight.done.set()
+
+    async def _complete(self, flights: anyio.abc.ObjectReceiveStream[_Flight]) -> None:
+        async with flights:
+            async for flight in flights:
+                await flight.done.wait()
+                try:
+                    await self._finish(flight)
+                finally:
+                    self._inflight -= 1
+                    if self._inflight == 0:
+                        self._idle.set()
+
+    async def _finish(self, flight: _Flight) -> None:
+        plan = flight.plan
+        if flight.error is not None:
+            e = flight.error
+            log.error("stream %s: store failed, %d publishes refused: %s", self.name, len(plan.outcomes), e)
+            self._state = None
+            self._predicted = None  # later batches in flight get their true sequences from the store
+            for mid in plan.dedup:
+                self._dedup.pop(mid, None)
+            err = api_error("JSStreamStoreFailedF", err=str(e))
+            plan.outcomes = [(reply, o if isinstance(o, ApiError) else err) for reply, o in plan.outcomes]
+            self._send_outcomes(plan, [])
+            return
+        if plan.ops:
+            self._last_msg_id = plan.last_msg_id or self._last_msg_id
+            for seq, expire in plan.ttls:
+                self._ttl[seq] = expire
+            self._state = None
+            await self._enforce_limits(plan.subjects)
+        self._send_outcomes(plan, flight.results or [])
+
+    async def drain(self) -> None:
+        """Wait until every admitted batch has been committed and answered."""
+        while self._inflight:
+            await self._idle.wait()
 
     def _send_outcomes(self, plan: _Batch, results: list[Any]) -> None:
         for reply, outcome in plan.outcomes:
@@ -255,6 +317,8 @@ class Stream:
                 self._reply(reply, self._nak(outcome))
             elif isinstance(outcome, _Dup):
                 self._reply(reply, self._ack(outcome.seq, duplicate=True))
+            elif outcome.index >= 0:
+                self._reply(reply, self._ack(int(results[outcome.index])))  # the store's own answer
             else:
                 self._reply(reply, self._ack(outcome.seq))
 
@@ -316,7 +380,9 @@ class Stream:
                 if have >= cfg.max_msgs_per_subject:
                     raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
         now = time.time_ns()
-        if cfg.retention == "interest" and self.consumer_count == 0:
+        index = len(plan.ops)
+        appended = not (cfg.retention == "interest" and self.consumer_count == 0)
+        if not appended:
             # Nobody is interested: the publish gets a sequence, the stream keeps nothing.
             plan.ops.append(SkipOp(run.last_seq + 1, now))
         else:
@@ -331,6 +397,7 @@ class Stream:
             plan.dedup[msg_id] = (run.last_seq, now)
             plan.ops.append(SetMetaOp(_DEDUP_PREFIX + msg_id, f"{run.last_seq}:{now}".encode()))
             run.last_msg_id = msg_id
+            plan.last_msg_id = msg_id
         if ttl_ns is not None:
             plan.ttls.append((run.last_seq, now + ttl_ns))
             plan.ops.append(SetMetaOp(f"{_TTL_PREFIX}{run.last_seq}", str(now + ttl_ns).encode()))
@@ -338,7 +405,7 @@ class Stream:
             plan.ops.append(PurgeOp(subject=msg.subject, up_to_seq=run.last_seq))
         elif rollup == "all":
             plan.ops.append(PurgeOp(up_to_seq=run.last_seq))
-        plan.outcomes.append((msg.reply, _Stored(run.last_seq)))
+        plan.outcomes.append((msg.reply, _Stored(run.last_seq, index if appended else -1)))
 
     def _check_discard_new(self, run: _Running, size: int) -> None:
         cfg = self.config
@@ -396,6 +463,8 @@ class Stream:
 
     async def purge(self, subject: str | None, seq: int | None, keep: int | None) -> int:
         async with self.lock:
+            await self.drain()
+            self._predicted = None
             op = PurgeOp(subject=subject, up_to_seq=seq, keep=keep)
             (purged,) = await self.store.apply([op])
             self._state = None
@@ -403,6 +472,8 @@ class Stream:
 
     async def delete_msg(self, seq: int, erase: bool) -> bool:
         async with self.lock:
+            await self.drain()
+            self._predicted = None
             results = await self.store.apply([DeleteOp(seq, erase=erase), DelMetaOp(f"{_TTL_PREFIX}{seq}")])
             self._ttl.pop(seq, None)
             self._state = None
@@ -454,13 +525,25 @@ class _Dup:
 
 @dataclass(frozen=True, slots=True)
 class _Stored:
-    """A publish that will be stored (or, for interest retention, sequenced) at ``seq``.
+    """A publish that will be stored (or, for interest retention, only sequenced).
 
-    The sequence is decided with the batch under the stream lock, so it is known before the
-    commit: the store assigns exactly last_seq + 1 to each Append of the batch in order.
+    ``seq`` is the predicted sequence; ``index`` the position of its Append in the batch's
+    operations (-1 for a sequence-only SkipOp). The acknowledgement uses the store's result
+    for the Append, so it is true even if a prediction was not.
     """
 
     seq: int
+    index: int
+
+
+@dataclass(slots=True)
+class _Flight:
+    """A decided batch on its way through the store."""
+
+    plan: _Batch
+    done: anyio.Event = field(default_factory=anyio.Event)
+    results: list[Any] | None = None
+    error: StoreError | None = None
 
 
 def _int(value: str) -> int:
