@@ -6,6 +6,7 @@ so after a SIGKILL it may lose acknowledged messages (see ../shared/guide/REFERE
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -43,10 +44,8 @@ async def _publish_storm(url: str, acked: dict[int, bytes], counter: list[int], 
         async with anyio.create_task_group() as tg:
             for _ in range(32):
                 tg.start_soon(publisher)
-    try:
+    with contextlib.suppress(Exception):
         await nc.close()
-    except Exception:
-        pass
 
 
 async def test_acknowledged_messages_survive_repeated_sigkill(tmp_path):
