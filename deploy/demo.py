@@ -74,6 +74,29 @@ async def exercise(url: str) -> None:
                 break
             await asyncio.sleep(0.05)
         print(f"    jobs per worker: {per_worker} (total {sum(per_worker.values())})")
+
+        step("JetStream: a durable stream on SQLite-WAL captures telemetry.>")
+        js = device.jetstream()
+        await js.add_stream(name="TELEMETRY", subjects=["telemetry.>"], max_msgs_per_subject=100)
+        for i in range(10):
+            ack = await js.publish(
+                f"telemetry.device-{i % 2}.temp",
+                f"{20 + i}".encode(),
+                headers={"Nats-Msg-Id": f"reading-{i}"},
+            )
+        again = await js.publish("telemetry.device-1.temp", b"29", headers={"Nats-Msg-Id": "reading-9"})
+        print(
+            f"    last ack: stream={ack.stream} seq={ack.seq}; a resend of reading-9 is a duplicate: "
+            f"{bool(again.duplicate)}"
+        )
+        info = await js.stream_info("TELEMETRY", subjects_filter=">")
+        print(
+            f"    stream holds {info.state.messages} messages,"
+            f" seq {info.state.first_seq}..{info.state.last_seq},"
+            f" per subject {info.state.subjects}"
+        )
+        last = await js.get_last_msg("TELEMETRY", "telemetry.device-0.temp")
+        print(f"    last reading of device-0: {last.data.decode()} (seq {last.seq})")
     finally:
         for c in (device, dashboard, *workers):
             await c.close()
