@@ -30,6 +30,7 @@ from core.jetstream import api
 from core.jetstream.models import StreamConfig
 from core.jetstream.stream import Stream
 from core.server.internal import InboundMsg, InternalReceiver
+from core.store.api import PurgeOp
 from core.store.memory import MemoryStore
 from core.store.sqlite import SqliteStore
 
@@ -167,6 +168,9 @@ class JetStream:
             store = await self._open_store(cfg, d)
         except StoreError as e:
             raise api_error("JSStreamCreateErrF", err=str(e)) from None
+        if cfg.first_seq > 1:
+            # An empty stream that starts at first_seq: last_seq moves to first_seq - 1.
+            await store.apply([PurgeOp(up_to_seq=cfg.first_seq)])
         created = time.time_ns()
         if cfg.storage != "memory":
             _write_atomic(d / "stream.json", {"config": cfg.to_json(), "created": created})

@@ -16,6 +16,7 @@ import sys
 import anyio
 import nats
 import pytest
+from nats.js.errors import APIError
 
 from tests.support.servers import REPO, start_leafjet
 
@@ -167,3 +168,46 @@ async def test_compressed_stream_round_trips(tmp_path):
     assert db.stat().st_size + (
         db.with_name("msgs.db-wal").stat().st_size if db.with_name("msgs.db-wal").exists() else 0
     ) < 20 * len(body), "compression should shrink repetitive payloads"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs as the agent's data dir, to fill up for real (needs root, as CI has)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+async def test_full_disk_refuses_publishes_then_recovers_when_space_frees(small_disk):
+    srv = start_leafjet(small_disk / "agent")
+    try:
+        nc = await nats.connect(srv.url)
+        js = nc.jetstream(timeout=5)
+        await js.add_stream(name="FULL", subjects=["full"])
+        acked: dict[int, bytes] = {}
+        refusal = None
+        for i in range(2000):
+            payload = b"%06d" % i + b"x" * 4000
+            try:
+                acked[(await js.publish("full", payload)).seq] = payload
+            except APIError as e:
+                refusal = e
+                break
+        assert refusal is not None, "a 2 MiB disk must fill up"
+        assert refusal.err_code == 10077
+        assert srv.proc.poll() is None, "the agent keeps running"
+        assert (await js.get_msg("FULL", max(acked))).data == acked[max(acked)], "the store stays readable"
+        subprocess.run(["mount", "-o", "remount,size=16m", str(small_disk)], check=True)
+        ack = await js.publish("full", b"after space freed")
+        assert ack.seq == max(acked) + 1, "nothing unacknowledged was reported stored"
+        for seq, payload in acked.items():
+            assert (await js.get_msg("FULL", seq)).data == payload
+        await nc.close()
+    finally:
+        srv.stop()

@@ -447,3 +447,125 @@ async def test_deny_delete_and_deny_purge(js_server):
         assert no_purge.value.err_code == 10056 or no_purge.value.err_code == 10110
     finally:
         await nc.close()
+
+
+async def test_memory_storage_stream(js_server):
+    nc, js = await connect(js_server)
+    try:
+        info = await js.add_stream(name="MEM", subjects=["mem"], storage=StorageType.MEMORY)
+        assert info.config.storage == StorageType.MEMORY
+        await js.publish("mem", b"volatile")
+        assert (await js.get_msg("MEM", 1)).data == b"volatile"
+    finally:
+        await nc.close()
+
+
+async def test_first_seq_starts_the_stream_there(js_server):
+    nc, js = await connect(js_server)
+    try:
+        info = await js.add_stream(name="FS", subjects=["fs"], first_seq=100)
+        assert (info.state.first_seq, info.state.last_seq) == (100, 99)
+        assert (await js.publish("fs", b"x")).seq == 100
+    finally:
+        await nc.close()
+
+
+async def test_max_msg_size_refuses_larger_messages(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="MS", subjects=["ms"], max_msg_size=64)
+        await js.publish("ms", b"x" * 64)
+        with pytest.raises(APIError) as too_big:
+            await js.publish("ms", b"x" * 65)
+        assert too_big.value.err_code == 10054
+    finally:
+        await nc.close()
+
+
+async def test_discard_new_per_subject(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(
+            name="DN",
+            subjects=["dn.*"],
+            max_msgs_per_subject=1,
+            discard=DiscardPolicy.NEW,
+            discard_new_per_subject=True,
+        )
+        await js.publish("dn.a", b"1")
+        await js.publish("dn.b", b"1")
+        with pytest.raises(APIError) as refused:
+            await js.publish("dn.a", b"2")
+        assert refused.value.err_code == 10077
+        # without the flag, discard new does not apply to the per-subject limit
+        await js.add_stream(name="DO", subjects=["do.*"], max_msgs_per_subject=1, discard=DiscardPolicy.NEW)
+        await js.publish("do.a", b"1")
+        assert (await js.publish("do.a", b"2")).seq == 2
+        assert (await js.stream_info("DO")).state.messages == 1
+    finally:
+        await nc.close()
+
+
+async def test_per_message_ttl(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="NOTTL", subjects=["nottl"])
+        with pytest.raises(APIError) as disabled:
+            await js.publish("nottl", b"x", headers={"Nats-TTL": "1s"})
+        assert disabled.value.err_code == 10166
+        await api(
+            nc, "$JS.API.STREAM.CREATE.TTL", {"name": "TTL", "subjects": ["ttl"], "allow_msg_ttl": True}
+        )
+        await js.publish("ttl", b"short", headers={"Nats-TTL": "1s"})
+        await js.publish("ttl", b"long")
+        with anyio.fail_after(10):
+            while (await js.stream_info("TTL")).state.messages != 1:
+                await anyio.sleep(0.1)
+        assert (await js.get_msg("TTL", 2)).data == b"long"
+    finally:
+        await nc.close()
+
+
+async def test_sealed_stream_refuses_writes_and_deletes(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="SE", subjects=["se"])
+        await js.publish("se", b"1")
+        sealed = await api(nc, "$JS.API.STREAM.UPDATE.SE", {"name": "SE", "subjects": ["se"], "sealed": True})
+        assert sealed["config"]["sealed"] is True
+        assert sealed["config"]["deny_delete"] is True and sealed["config"]["deny_purge"] is True
+        r = await api(nc, "$JS.API.STREAM.MSG.DELETE.SE", {"seq": 1})
+        assert r["error"]["err_code"] in (10057, 10109)
+    finally:
+        await nc.close()
+
+
+async def test_metadata_is_kept(js_server):
+    nc, _js = await connect(js_server)
+    try:
+        r = await api(
+            nc, "$JS.API.STREAM.CREATE.MD", {"name": "MD", "subjects": ["md"], "metadata": {"owner": "ops"}}
+        )
+        assert r["config"]["metadata"]["owner"] == "ops"
+    finally:
+        await nc.close()
+
+
+async def test_unknown_config_field_is_refused(js_server):
+    nc, _js = await connect(js_server)
+    try:
+        r = await api(nc, "$JS.API.STREAM.CREATE.UF", {"name": "UF", "subjects": ["uf"], "bogus_field": 1})
+        assert r["error"]["err_code"] == 10025
+    finally:
+        await nc.close()
+
+
+async def test_stream_names_are_paged(js_server):
+    nc, js = await connect(js_server)
+    try:
+        for i in range(5):
+            await js.add_stream(name=f"PG{i}", subjects=[f"pg{i}"])
+        page = await api(nc, "$JS.API.STREAM.NAMES", {"offset": 3})
+        assert (page["total"], page["offset"], len(page["streams"])) == (5, 3, 2)
+    finally:
+        await nc.close()
