@@ -8,11 +8,21 @@ reference's (ADR-1).
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from core import subjects
 from core.api_errors import ApiError, api_error
+from core.jetstream.consumer import Consumer, PullWaiter
+from core.jetstream.consumer_models import (
+    PullRequestError,
+    consumer_info_json,
+    go_duration,
+    parse_create_request,
+    parse_pull_request,
+    resolve_create,
+)
 from core.jetstream.models import (
     StreamConfig,
     api_response,
@@ -407,36 +417,183 @@ async def _direct_batch(
     js.reply_raw(ajs, reply, eob, b"")
 
 
-# ------------------------------------------------------------------------------------------- table
+# ---------------------------------------------------------------------------------------- consumers
 
-# (token path, number of name arguments that follow it, handler, response type for errors)
-ROUTES: dict[tuple[str, ...], tuple[Handler, str]] = {
-    ("INFO",): (account_info, "account_info_response"),
-    ("STREAM", "CREATE"): (stream_create, "stream_create_response"),
-    ("STREAM", "UPDATE"): (stream_update, "stream_update_response"),
-    ("STREAM", "INFO"): (stream_info, "stream_info_response"),
-    ("STREAM", "DELETE"): (stream_delete, "stream_delete_response"),
-    ("STREAM", "NAMES"): (stream_names, "stream_names_response"),
-    ("STREAM", "LIST"): (stream_list, "stream_list_response"),
-    ("STREAM", "PURGE"): (stream_purge, "stream_purge_response"),
-    ("STREAM", "MSG", "GET"): (stream_msg_get, "stream_msg_get_response"),
-    ("STREAM", "MSG", "DELETE"): (stream_msg_delete, "stream_msg_delete_response"),
-    ("DIRECT", "GET"): (direct_get, "direct_get"),
+
+def _consumer(stream: Stream, name: str) -> Consumer:
+    consumer = stream.consumers.get(name)
+    if consumer is None:
+        raise api_error("JSConsumerNotFoundErr")
+    return consumer
+
+
+async def _consumer_info(js: JetStream, consumer: Consumer) -> dict[str, Any]:
+    return consumer_info_json(
+        consumer.stream.name,
+        consumer.name,
+        consumer.config,
+        consumer.created_ns,
+        delivered=(consumer.dseq, consumer.last_delivered_sseq, consumer.last_active_ns),
+        ack_floor=(consumer.ack_floor_dseq, consumer.ack_floor_sseq, consumer.last_ack_ns),
+        num_ack_pending=len(consumer.pending),
+        num_redelivered=consumer.num_redelivered,
+        num_waiting=len(consumer.waiting),
+        num_pending=await consumer.num_pending(),
+        push_bound=consumer.has_interest() if not consumer.is_pull else False,
+        cluster={"leader": js.server.name},
+    )
+
+
+async def _create_consumer(
+    js: JetStream, ajs: AccountJetStream, subject: str, msg: InboundMsg
+) -> dict[str, Any]:
+    req = parse_create_request(subject, msg.payload)
+    stream = _stream(ajs, req.stream_name)
+    async with stream.lock:
+        outcome = resolve_create(
+            req,
+            stream=stream.config,
+            consumers={name: c.config for name, c in stream.consumers.items()},
+            has_interest=lambda deliver: bool(ajs.account.sublist.match(deliver)),
+        )
+        if outcome.existing:
+            consumer = stream.consumers[outcome.name]
+            if outcome.config != consumer.config:
+                await js.update_consumer(stream, consumer, outcome.config)
+        else:
+            consumer = await js.create_consumer(stream, outcome.name, outcome.config)
+    return api_response("consumer_create_response", await _consumer_info(js, consumer))
+
+
+async def consumer_create(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    return await _create_consumer(js, ajs, "$JS.API.CONSUMER.CREATE." + ".".join(args), msg)
+
+
+async def consumer_durable_create(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    return await _create_consumer(js, ajs, "$JS.API.CONSUMER.DURABLE.CREATE." + ".".join(args), msg)
+
+
+async def consumer_info(
+    js: JetStream, ajs: AccountJetStream, args: list[str], _msg: InboundMsg
+) -> dict[str, Any]:
+    consumer = _consumer(_stream(ajs, args[0]), args[1])
+    return api_response("consumer_info_response", await _consumer_info(js, consumer))
+
+
+async def consumer_delete(
+    js: JetStream, ajs: AccountJetStream, args: list[str], _msg: InboundMsg
+) -> dict[str, Any]:
+    stream = _stream(ajs, args[0])
+    consumer = _consumer(stream, args[1])
+    async with stream.lock:
+        await js.delete_consumer(stream, consumer)
+    return api_response("consumer_delete_response", {"success": True})
+
+
+async def consumer_names(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    stream = _stream(ajs, args[0])
+    offset = _int_field(_body(msg), "offset")
+    names = sorted(stream.consumers)
+    page = names[offset : offset + NAMES_LIMIT]
+    return api_response(
+        "consumer_names_response",
+        {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "consumers": page},
+    )
+
+
+async def consumer_list(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    stream = _stream(ajs, args[0])
+    offset = _int_field(_body(msg), "offset")
+    names = sorted(stream.consumers)
+    page = names[offset : offset + LIST_LIMIT]
+    return api_response(
+        "consumer_list_response",
+        {
+            "total": len(names),
+            "offset": offset,
+            "limit": LIST_LIMIT,
+            "consumers": [await _consumer_info(js, stream.consumers[n]) for n in page],
+            "missing": None,
+        },
+    )
+
+
+async def consumer_next(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
+    """A pull request: errors are status messages to the requester, not API JSON."""
+    reply = msg.reply
+    assert reply is not None
+    stream = ajs.streams.get(args[0])
+    consumer = stream.consumers.get(args[1]) if stream is not None else None
+    if consumer is None:
+        js.reply_raw(ajs, reply, NO_RESPONDERS, b"")
+        return
+    if not consumer.is_pull:
+        js.reply_raw(ajs, reply, status_headers(409, "Consumer is push based"), b"")
+        return
+    try:
+        req = parse_pull_request(msg.payload)
+    except PullRequestError as e:
+        js.reply_raw(ajs, reply, status_headers(e.status, e.description), b"")
+        return
+    cfg = consumer.config
+    if cfg.max_batch > 0 and req.batch > cfg.max_batch:
+        js.reply_raw(ajs, reply, status_headers(409, f"Exceeded MaxRequestBatch of {cfg.max_batch}"), b"")
+        return
+    if cfg.max_expires > 0 and req.expires_ns > cfg.max_expires:
+        text = f"Exceeded MaxRequestExpires of {go_duration(cfg.max_expires)}"
+        js.reply_raw(ajs, reply, status_headers(409, text), b"")
+        return
+    if cfg.max_bytes > 0 and req.max_bytes > cfg.max_bytes:
+        js.reply_raw(ajs, reply, status_headers(409, f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}"), b"")
+        return
+    if req.expires_ns < 0:
+        js.reply_raw(ajs, reply, status_headers(408, "Request Timeout"), b"")
+        return
+    expires_at = time.monotonic_ns() + req.expires_ns if req.expires_ns > 0 else 0
+    consumer.add_waiter(
+        PullWaiter(reply, max(req.batch, 1), req.max_bytes, expires_at, req.no_wait, req.heartbeat_ns)
+    )
+
+
+# token path -> (handler, response type for errors, fewest and most name tokens after the path;
+# None = any number, e.g. DIRECT.GET.<stream>.<subject…> and CONSUMER.CREATE.<stream>.<name>.<filter…>)
+ROUTES: dict[tuple[str, ...], tuple[Handler, str, int, int | None]] = {
+    ("INFO",): (account_info, "account_info_response", 0, 0),
+    ("STREAM", "CREATE"): (stream_create, "stream_create_response", 1, 1),
+    ("STREAM", "UPDATE"): (stream_update, "stream_update_response", 1, 1),
+    ("STREAM", "INFO"): (stream_info, "stream_info_response", 1, 1),
+    ("STREAM", "DELETE"): (stream_delete, "stream_delete_response", 1, 1),
+    ("STREAM", "NAMES"): (stream_names, "stream_names_response", 0, 0),
+    ("STREAM", "LIST"): (stream_list, "stream_list_response", 0, 0),
+    ("STREAM", "PURGE"): (stream_purge, "stream_purge_response", 1, 1),
+    ("STREAM", "MSG", "GET"): (stream_msg_get, "stream_msg_get_response", 1, 1),
+    ("STREAM", "MSG", "DELETE"): (stream_msg_delete, "stream_msg_delete_response", 1, 1),
+    ("DIRECT", "GET"): (direct_get, "direct_get", 1, None),
+    ("CONSUMER", "CREATE"): (consumer_create, "consumer_create_response", 1, None),
+    ("CONSUMER", "DURABLE", "CREATE"): (consumer_durable_create, "consumer_create_response", 2, 2),
+    ("CONSUMER", "INFO"): (consumer_info, "consumer_info_response", 2, 2),
+    ("CONSUMER", "DELETE"): (consumer_delete, "consumer_delete_response", 2, 2),
+    ("CONSUMER", "NAMES"): (consumer_names, "consumer_names_response", 1, 1),
+    ("CONSUMER", "LIST"): (consumer_list, "consumer_list_response", 1, 1),
+    ("CONSUMER", "MSG", "NEXT"): (consumer_next, "consumer_next", 2, 2),
 }
-# Routes that take exactly one name argument (the stream); DIRECT.GET may take a subject after it.
-_ONE_NAME = {k for k in ROUTES if k not in {("INFO",), ("STREAM", "NAMES"), ("STREAM", "LIST")}}
 
 
 def route(path: list[str]) -> tuple[Handler, str, list[str]] | None:
     for n in (3, 2, 1):
         key = tuple(path[:n])
         if key in ROUTES:
-            handler, type_name = ROUTES[key]
+            handler, type_name, fewest, most = ROUTES[key]
             args = path[n:]
-            if key in _ONE_NAME:
-                if not args or (len(args) > 1 and key != ("DIRECT", "GET")):
-                    return None
-            elif args:
+            if len(args) < fewest or (most is not None and len(args) > most):
                 return None
             return handler, type_name, args
     return None

@@ -27,10 +27,12 @@ from core.api_errors import ApiError, api_error
 from core.config import JetStreamConfig
 from core.errors import StartupError, StoreError
 from core.jetstream import api
+from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, consumer_filters, state_key
+from core.jetstream.consumer_models import ConsumerConfig
 from core.jetstream.models import StreamConfig
 from core.jetstream.stream import Stream
 from core.server.internal import InboundMsg, InternalReceiver
-from core.store.api import PurgeOp
+from core.store.api import DelMetaOp, PurgeOp, SetMetaOp
 from core.store.memory import MemoryStore
 from core.store.sqlite import SqliteStore
 
@@ -61,6 +63,7 @@ class JetStream:
         self.accounts: dict[str, AccountJetStream] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._stream_scopes: dict[tuple[str, str], anyio.CancelScope] = {}
+        self._consumer_scopes: dict[tuple[str, str, str], anyio.CancelScope] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -82,6 +85,7 @@ class JetStream:
                         rx.subscribe(f"$JS.{self.domain}.API.>")
                     receivers.append((ajs, rx))
                     tg.start_soon(self._serve_api, ajs, rx)
+                tg.start_soon(self._reap_inactive)
                 task_status.started()
         finally:
             for _ajs, rx in receivers:
@@ -155,9 +159,89 @@ class JetStream:
                 await stream.run(task_status=task_status)
 
         await self._tg.start(run_stream)
+        await self._recover_consumers(stream)
         stream.subscribe()
         ajs.streams[cfg.name] = stream
         return stream
+
+    # ------------------------------------------------------------------ consumers
+
+    async def _recover_consumers(self, stream: Stream) -> None:
+        for key, raw in await stream.store.meta_items(STATE_PREFIX):
+            if not key.endswith("/config"):
+                continue
+            saved = json.loads(raw)
+            cfg = ConsumerConfig.from_json(saved["config"])
+            consumer = Consumer(stream, saved["name"], cfg, int(saved["created"]))
+            state = await stream.store.meta_get(state_key(consumer.name))
+            if state is not None:
+                consumer.restore_state(state)
+            else:
+                await consumer.position_from_policy()
+            await self._start_consumer(stream, consumer)
+
+    async def _start_consumer(self, stream: Stream, consumer: Consumer) -> None:
+        assert self._tg is not None
+        scope = anyio.CancelScope()
+        self._consumer_scopes[(stream.account.name, stream.name, consumer.name)] = scope
+
+        async def run_consumer(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            with scope:
+                await consumer.run(task_status=task_status)
+
+        await self._tg.start(run_consumer)
+        consumer.subscribe()
+        stream.consumers[consumer.name] = consumer
+
+    async def create_consumer(self, stream: Stream, name: str, cfg: ConsumerConfig) -> Consumer:
+        consumer = Consumer(stream, name, cfg, time.time_ns())
+        await consumer.position_from_policy()
+        # Ephemerals are recorded too: after a restart they come back and expire as usual.
+        body = json.dumps({"name": name, "config": cfg.to_json(), "created": consumer.created_ns}).encode()
+        await stream.apply_consumer_ops(
+            [SetMetaOp(config_key(name), body), SetMetaOp(state_key(name), consumer.state_json())]
+        )
+        await self._start_consumer(stream, consumer)
+        return consumer
+
+    async def update_consumer(self, stream: Stream, consumer: Consumer, cfg: ConsumerConfig) -> None:
+        consumer.config = cfg
+        consumer.filters = consumer_filters(cfg)
+        body = json.dumps(
+            {"name": consumer.name, "config": cfg.to_json(), "created": consumer.created_ns}
+        ).encode()
+        await stream.apply_consumer_ops([SetMetaOp(config_key(consumer.name), body)])
+        consumer.wake()
+
+    async def delete_consumer(self, stream: Stream, consumer: Consumer) -> None:
+        consumer.close()
+        stream.consumers.pop(consumer.name, None)
+        scope = self._consumer_scopes.pop((stream.account.name, stream.name, consumer.name), None)
+        if scope is not None:
+            scope.cancel()
+        await stream.apply_consumer_ops(
+            [DelMetaOp(config_key(consumer.name)), DelMetaOp(state_key(consumer.name))]
+        )
+
+    async def _reap_inactive(self) -> None:
+        """Ephemeral consumers go away after inactive_threshold without interest (the reference's rule)."""
+        while True:
+            await anyio.sleep(0.25)
+            now = time.monotonic_ns()
+            for ajs in list(self.accounts.values()):
+                for stream in list(ajs.streams.values()):
+                    for consumer in list(stream.consumers.values()):
+                        limit = consumer.config.inactive_threshold
+                        if not limit or consumer.deleted:
+                            continue
+                        if (consumer.is_pull and consumer.waiting) or (
+                            not consumer.is_pull and consumer.has_interest()
+                        ):
+                            consumer.touch()
+                        if now - consumer.last_interest_ns >= limit:
+                            log.info("consumer %s/%s inactive: removing", stream.name, consumer.name)
+                            async with stream.lock:
+                                await self.delete_consumer(stream, consumer)
 
     # ------------------------------------------------------------------ streams
 
@@ -200,6 +284,12 @@ class JetStream:
         async with stream.lock:
             with anyio.move_on_after(10):
                 await stream.drain()
+            for consumer in list(stream.consumers.values()):
+                consumer.close()
+                scope = self._consumer_scopes.pop((ajs.account.name, stream.name, consumer.name), None)
+                if scope is not None:
+                    scope.cancel()
+            stream.consumers.clear()
             await stream.close()
             ajs.streams.pop(stream.name, None)
             scope = self._stream_scopes.pop((ajs.account.name, stream.name), None)

@@ -41,6 +41,7 @@ from core.store.api import (
 )
 
 if TYPE_CHECKING:
+    from core.jetstream.consumer import Consumer
     from core.jetstream.models import StreamConfig
     from core.server.accounts import Account
 
@@ -100,7 +101,7 @@ class Stream:
         self.domain = domain
         self.lock = anyio.Lock()
         self.receiver = InternalReceiver(f"stream:{config.name}", account)
-        self.consumer_count = 0
+        self.consumers: dict[str, Consumer] = {}
         self._state: StreamState | None = None
         self._dedup: dict[str, tuple[int, int]] = {}
         self._last_msg_id: str | None = None
@@ -116,6 +117,33 @@ class Stream:
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def consumer_count(self) -> int:
+        return len(self.consumers)
+
+    def wake_consumers(self) -> None:
+        for c in self.consumers.values():
+            c.wake()
+
+    async def apply_consumer_ops(self, ops: list[Op]) -> None:
+        """Consumer state and the deletions acks cause (workqueue, interest) go to the same store."""
+        if not ops:
+            return
+        await self.store.apply(ops)
+        if any(type(op) is DeleteOp for op in ops):
+            self._state = None
+
+    async def interest_done(self, seqs: list[int], acked_by: Consumer) -> list[int]:
+        """Of the messages ``acked_by`` just acknowledged, those every consumer is done with."""
+        done = []
+        for seq in seqs:
+            msg = await self.store.get(seq)
+            if msg is None:
+                continue
+            if all(c.has_acked(seq, msg.subject) for c in self.consumers.values() if c is not acked_by):
+                done.append(seq)
+        return done
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -302,6 +330,7 @@ class Stream:
                 self._ttl[seq] = expire
             self._state = None
             await self._enforce_limits(plan.subjects)
+            self.wake_consumers()
         self._send_outcomes(plan, flight.results or [])
 
     async def drain(self) -> None:
@@ -468,6 +497,9 @@ class Stream:
             op = PurgeOp(subject=subject, up_to_seq=seq, keep=keep)
             (purged,) = await self.store.apply([op])
             self._state = None
+            first = (await self.state()).first_seq
+            for c in self.consumers.values():
+                c.purged(first)
             return int(purged or 0)
 
     async def delete_msg(self, seq: int, erase: bool) -> bool:

@@ -65,18 +65,22 @@ class Account:
         headers: bytes | None,
         payload: bytes,
         origin: Receiver | None = None,
+        route: str | None = None,
     ) -> int:
         """Route one message to every matching subscription; returns how many received it.
 
         Each queue group gets the message once, at one member chosen at random. A receiver
-        with ``echo`` off does not get its own messages.
+        with ``echo`` off does not get its own messages. ``route``, when given, is the subject
+        the subscriptions are matched on while the message keeps ``subject``: JetStream delivers
+        a stored message, with its own subject, to a consumer's deliver subject or pull inbox.
         """
-        result = self.sublist.match(subject)
+        target = subject if route is None else route
+        result = self.sublist.match(target)
         count = 0
         for sub in result.plain:
             if sub.receiver is origin and not origin.echo:
                 continue
-            if sub.deny_filter is not None and not sub.deny_filter(subject):
+            if sub.deny_filter is not None and not sub.deny_filter(target):
                 continue
             sub.receiver.deliver(sub, subject, reply, headers, payload)
             count += 1

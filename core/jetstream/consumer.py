@@ -1,0 +1,687 @@
+"""One consumer of a stream: what it has delivered, what is pending, and who is waiting.
+
+A consumer has one worker task. It wakes when the stream stores a message, a pull request
+arrives, an ack frees room, or a redelivery falls due; it then delivers what it can. Acks arrive on
+``$JS.ACK.<stream>.<consumer>.>`` through their own bounded queue. They are applied in batches,
+and each batch's new state is committed to the stream's store (one meta row) before any double
+ack is confirmed. After a crash, at most the acks of the last uncommitted batch (milliseconds)
+are forgotten, so only unacknowledged messages can come back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from core import subjects
+from core.protocol.headers import encode_headers, parse_headers
+from core.server.internal import InboundMsg, InternalReceiver
+from core.store.api import DeleteOp, SetMetaOp, StoredMsg
+
+if TYPE_CHECKING:
+    from core.jetstream.consumer_models import ConsumerConfig
+    from core.jetstream.stream import Stream
+
+log = logging.getLogger("leafjet.consumer")
+
+STATE_PREFIX = "consumer/"
+_FC_EVERY_BYTES = 1 << 20  # a flow-control request at most every MiB delivered
+
+
+def state_key(name: str) -> str:
+    return f"{STATE_PREFIX}{name}/state"
+
+
+def config_key(name: str) -> str:
+    return f"{STATE_PREFIX}{name}/config"
+
+
+@dataclass(slots=True)
+class PullWaiter:
+    """One outstanding pull request."""
+
+    reply: str
+    batch: int
+    max_bytes: int
+    expires_at: int  # monotonic ns; 0 = never
+    no_wait: bool
+    heartbeat_ns: int
+    delivered: int = 0
+    bytes: int = 0
+    last_sent: int = 0  # monotonic ns of the last thing sent to it
+
+
+@dataclass(slots=True)
+class Pending:
+    dseq: int
+    deliveries: int
+    ts: int
+    timer: int = 0  # token of the live redelivery timer; older heap entries are stale
+
+
+class Consumer:
+    def __init__(self, stream: Stream, name: str, config: ConsumerConfig, created_ns: int) -> None:
+        self.stream = stream
+        self.name = name
+        self.config = config
+        self.created_ns = created_ns
+        self.filters = consumer_filters(config)
+        # delivery position and acknowledgement state
+        self.next_sseq = 0  # next stream sequence to look at
+        self.dseq = 0  # last consumer sequence delivered
+        self.last_delivered_sseq = 0
+        self.last_active_ns: int | None = None
+        self.last_ack_ns: int | None = None
+        self.ack_floor_dseq = 0
+        self.ack_floor_sseq = 0
+        self.pending: dict[int, Pending] = {}
+        self.redeliver: list[int] = []  # stream sequences due again, delivered before new ones
+        # Messages that reached max_deliver: no longer pending an ack, but the reference keeps
+        # them under the ack floor and in num_redelivered until they are acknowledged.
+        self.maxed: set[int] = set()
+        self._timer_seq = 0
+        self.initial: list[int] = []  # last_per_subject: sequences to deliver first
+        self._timers: list[tuple[int, int, int]] = []  # (due wall ns, sseq, timer token)
+        # pull requests and push flow control
+        self.waiting: list[PullWaiter] = []
+        self._fc_reply: str | None = None
+        self._fc_bytes = 0
+        self._fc_count = 0
+        self._last_push_ns = time.monotonic_ns()
+        # plumbing
+        self._wake = anyio.Event()
+        self.acks = InternalReceiver(f"acks:{stream.name}:{self.name}", stream.account, capacity=65536)
+        self.deleted = False
+        self._dirty = False
+        self.last_interest_ns = time.monotonic_ns()
+        self._remaining = -1
+        self._interest_candidates: list[int] = []
+
+    # ------------------------------------------------------------------ set-up
+
+    @property
+    def num_redelivered(self) -> int:
+        """Messages delivered more than once and not yet done with (as the reference counts)."""
+        return sum(1 for p in self.pending.values() if p.deliveries > 1) + len(self.maxed)
+
+    def _arm(self, sseq: int, p: Pending, delay_ns: int) -> None:
+        self._timer_seq += 1
+        p.timer = self._timer_seq
+        heapq.heappush(self._timers, (time.time_ns() + delay_ns, sseq, p.timer))
+
+    @property
+    def is_pull(self) -> bool:
+        return not self.config.deliver_subject
+
+    @property
+    def ack_none(self) -> bool:
+        return self.config.ack_policy == "none"
+
+    async def position_from_policy(self) -> None:
+        """Where a new consumer starts, from its deliver policy (ADR-1 / the reference)."""
+        cfg = self.config
+        st = await self.stream.state()
+        policy = cfg.deliver_policy
+        if policy == "all":
+            self.next_sseq = st.first_seq
+        elif policy == "new":
+            self.next_sseq = st.last_seq + 1
+        elif policy == "by_start_sequence":
+            self.next_sseq = max(cfg.opt_start_seq, 1)
+        elif policy == "by_start_time":
+            self.next_sseq = await self._seq_for_time(cfg.opt_start_time or 0, st.first_seq)
+        elif policy == "last":
+            last = None
+            for f in self.filters or [">"]:
+                m = await self.stream.store.last_by_subject(f)
+                if m is not None and (last is None or m.seq > last):
+                    last = m.seq
+            self.next_sseq = last if last is not None else st.last_seq + 1
+        elif policy == "last_per_subject":
+            seqs: set[int] = set()
+            for f in self.filters or [">"]:
+                for subj in await self.stream.store.subjects_state(f):
+                    m = await self.stream.store.last_by_subject(subj)
+                    if m is not None:
+                        seqs.add(m.seq)
+            self.initial = sorted(seqs)
+            self.next_sseq = st.last_seq + 1
+        if self.next_sseq < 1:
+            self.next_sseq = 1
+        self.ack_floor_sseq = (self.initial[0] if self.initial else self.next_sseq) - 1
+        self.last_delivered_sseq = self.ack_floor_sseq
+
+    async def _seq_for_time(self, ts: int, first: int) -> int:
+        start = first
+        while True:
+            chunk = await self.stream.store.range(start, limit=512)
+            if not chunk:
+                return start
+            for m in chunk:
+                if m.ts >= ts:
+                    return m.seq
+            start = chunk[-1].seq + 1
+
+    def state_json(self) -> bytes:
+        return json.dumps(
+            {
+                "next": self.next_sseq,
+                "dseq": self.dseq,
+                "last": self.last_delivered_sseq,
+                "floor": [self.ack_floor_dseq, self.ack_floor_sseq],
+                "maxed": sorted(self.maxed),
+                "pending": {str(s): [p.dseq, p.deliveries, p.ts] for s, p in self.pending.items()},
+                "initial": self.initial,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    def restore_state(self, raw: bytes) -> None:
+        d = json.loads(raw)
+        self.next_sseq, self.dseq, self.last_delivered_sseq = d["next"], d["dseq"], d["last"]
+        self.ack_floor_dseq, self.ack_floor_sseq = d["floor"]
+        self.maxed = set(d.get("maxed", []))
+        self.initial = list(d.get("initial", []))
+        now = time.time_ns()
+        for key, (dseq, deliveries, ts) in d.get("pending", {}).items():
+            # Delivered before the restart and not acknowledged: due when its ack wait runs out.
+            p = self.pending[int(key)] = Pending(dseq, deliveries, ts)
+            self._arm(int(key), p, max(ts + self._ack_wait(deliveries) - now, 0))
+
+    def subscribe(self) -> None:
+        self.acks.subscribe(f"$JS.ACK.{self.stream.name}.{self.name}.>")
+        if self.config.flow_control:
+            self.acks.subscribe(f"$JS.FC.{self.stream.name}.{self.name}.>")
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # ------------------------------------------------------------------ tasks
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._ack_loop)
+            task_status.started()
+            try:
+                while not self.deleted:
+                    self._wake = anyio.Event()
+                    try:
+                        await self._deliver_available()
+                    except Exception:
+                        log.exception("consumer %s/%s: delivery failed", self.stream.name, self.name)
+                    with anyio.move_on_after(self._next_wake_in()):
+                        await self._wake.wait()
+                    self._expire_timers()
+            finally:
+                tg.cancel_scope.cancel()
+
+    def _next_wake_in(self) -> float:
+        """Seconds until something time-based is due: a redelivery, a pull expiry, a heartbeat."""
+        now_wall = time.time_ns()
+        now = time.monotonic_ns()
+        due = 1.0
+        if self._timers:
+            due = min(due, max(0.0, (self._timers[0][0] - now_wall) / 1e9))
+        for w in self.waiting:
+            if w.expires_at:
+                due = min(due, max(0.0, (w.expires_at - now) / 1e9))
+            if w.heartbeat_ns:
+                due = min(due, max(0.0, (w.last_sent + w.heartbeat_ns - now) / 1e9))
+        if not self.is_pull and self.config.idle_heartbeat:
+            due = min(due, max(0.0, (self._last_push_ns + self.config.idle_heartbeat - now) / 1e9))
+        return max(due, 0.001)
+
+    def _expire_timers(self) -> None:
+        """Move messages whose ack wait ran out to the redelivery list (or give up on them)."""
+        now = time.time_ns()
+        changed = False
+        while self._timers and self._timers[0][0] <= now:
+            _due, sseq, token = heapq.heappop(self._timers)
+            p = self.pending.get(sseq)
+            if p is None or p.timer != token or sseq in self.redeliver:
+                continue  # acked, or re-armed since
+            if self.config.max_deliver > 0 and p.deliveries >= self.config.max_deliver:
+                self._max_deliveries_reached(sseq, p)
+                continue
+            self.redeliver.append(sseq)
+            changed = True
+        if changed:
+            self.redeliver.sort()
+
+    def _max_deliveries_reached(self, sseq: int, p: Pending) -> None:
+        body = {
+            "type": "io.nats.jetstream.advisory.v1.max_deliver",
+            "id": f"{self.name}-{sseq}-{p.deliveries}",
+            "timestamp": _rfc3339(time.time_ns()),
+            "stream": self.stream.name,
+            "consumer": self.name,
+            "stream_seq": sseq,
+            "deliveries": p.deliveries,
+        }
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{self.stream.name}.{self.name}"
+        self.stream.account.publish(subject, None, None, json.dumps(body).encode())
+        del self.pending[sseq]
+        self.maxed.add(sseq)
+        self._dirty = True
+        self._advance_floor()
+
+    # ------------------------------------------------------------------ delivery
+
+    async def _deliver_available(self) -> None:
+        now = time.monotonic_ns()
+        # Messages not yet delivered, counted once per round and counted down as they go out:
+        # clients read it from the ack subject (nats-py's KV watchers end their initial values on 0).
+        self._remaining = -1
+        if self.is_pull:
+            self._expire_waiters(now)
+            while self.waiting:
+                if not self._room():
+                    break
+                msg = await self._next_message()
+                if msg is None:
+                    break
+                waiter = self.waiting[0]
+                # the reference's cost: subject + ack reply + headers + data
+                size = _msg_size(msg) + len(self._reply_subject(msg, self._peek_pending(msg)))
+                if waiter.max_bytes and waiter.bytes + size > waiter.max_bytes:
+                    self._status(
+                        waiter.reply, 409, "Message Size Exceeds MaxBytes", self._pending_headers(waiter)
+                    )
+                    self.waiting.pop(0)
+                    self._unread(msg)
+                    continue
+                self._send(msg, waiter.reply, await self._pending_after(msg))
+                waiter.delivered += 1
+                waiter.bytes += size
+                waiter.last_sent = now
+                if waiter.delivered >= waiter.batch:
+                    self.waiting.pop(0)
+            # no_wait requests that found nothing (more) end now
+            for w in [w for w in self.waiting if w.no_wait]:
+                self.waiting.remove(w)
+                self._status(w.reply, 404, "No Messages")
+            for w in self.waiting:
+                if w.heartbeat_ns and now - w.last_sent >= w.heartbeat_ns:
+                    self._status(w.reply, 100, "Idle Heartbeat", self._last_headers())
+                    w.last_sent = now
+            return
+        # push
+        if not self._has_push_interest():
+            return
+        sent = 0
+        while self._room() and self._fc_reply is None:
+            msg = await self._next_message()
+            if msg is None:
+                break
+            self._send(msg, self.config.deliver_subject, await self._pending_after(msg))
+            sent += 1
+            if self.config.flow_control:
+                self._fc_bytes += _msg_size(msg)
+                if self._fc_bytes >= _FC_EVERY_BYTES:
+                    self._flow_control_request()
+            if sent % 256 == 0:
+                await anyio.sleep(0)  # let others (and acks) run during a long catch-up
+        if sent:
+            self._last_push_ns = now
+        elif self.config.idle_heartbeat and now - self._last_push_ns >= self.config.idle_heartbeat:
+            self._heartbeat()
+            self._last_push_ns = now
+
+    def _peek_pending(self, msg: StoredMsg) -> int:
+        """What _pending_after will return for msg, without counting it (an estimate for sizing)."""
+        if self._remaining < 0:
+            return 0
+        return self._remaining if msg.seq in self.pending else max(self._remaining - 1, 0)
+
+    def _reply_subject(self, msg: StoredMsg, pending_after: int) -> str:
+        p = self.pending.get(msg.seq)
+        deliveries = p.deliveries + 1 if p is not None else 1
+        return (
+            f"$JS.ACK.{self.stream.name}.{self.name}.{deliveries}.{msg.seq}.{self.dseq + 1}."
+            f"{msg.ts}.{pending_after}"
+        )
+
+    async def _pending_after(self, msg: StoredMsg) -> int:
+        if msg.seq in self.pending:  # a redelivery does not change what is left to deliver
+            return max(self._remaining, 0) if self._remaining >= 0 else await self.num_pending()
+        if self._remaining < 0:
+            self._remaining = await self.num_pending()
+        else:
+            self._remaining = max(self._remaining - 1, 0)
+        return self._remaining
+
+    def has_interest(self) -> bool:
+        """A push consumer has interest while someone subscribes to its deliver subject."""
+        return bool(self.stream.account.sublist.match(self.config.deliver_subject))
+
+    def touch(self) -> None:
+        self.last_interest_ns = time.monotonic_ns()
+
+    def _has_push_interest(self) -> bool:
+        if self.has_interest():
+            self.touch()
+            return True
+        return False
+
+    def _room(self) -> bool:
+        return (
+            self.ack_none
+            or self.config.max_ack_pending <= 0
+            or len(self.pending) < self.config.max_ack_pending
+        )
+
+    async def _next_message(self) -> StoredMsg | None:
+        store = self.stream.store
+        while self.redeliver:
+            sseq = self.redeliver.pop(0)
+            if sseq not in self.pending:
+                continue
+            m = await store.get(sseq)
+            if m is None:
+                self.pending.pop(sseq, None)
+                self._advance_floor()
+                continue
+            return m
+        while self.initial:
+            m = await store.get(self.initial.pop(0))
+            if m is not None:
+                return m
+        filters = self.filters
+        if not filters:
+            m = await store.first_after(self.next_sseq)
+        elif len(filters) == 1:
+            m = await store.first_after(self.next_sseq, filters[0])
+        else:
+            candidates = [await store.first_after(self.next_sseq, f) for f in filters]
+            found = [c for c in candidates if c is not None]
+            m = min(found, key=lambda c: c.seq) if found else None
+        if m is None:
+            return None
+        self.next_sseq = m.seq + 1
+        return m
+
+    def _unread(self, msg: StoredMsg) -> None:
+        """Put a message taken for delivery back (it did not fit the request)."""
+        if msg.seq in self.pending:
+            self.redeliver.insert(0, msg.seq)
+        elif msg.seq == self.next_sseq - 1:
+            self.next_sseq = msg.seq
+        else:
+            self.initial.insert(0, msg.seq)
+
+    def _send(self, msg: StoredMsg, to: str, pending_after: int) -> None:
+        now = time.time_ns()
+        p = self.pending.get(msg.seq)
+        if p is not None:  # a redelivery keeps its consumer sequence slot count
+            p.deliveries += 1
+            self.dseq += 1
+            p.dseq = self.dseq
+            p.ts = now
+            deliveries = p.deliveries
+        else:
+            self.dseq += 1
+            deliveries = 1
+            if not self.ack_none:
+                self.pending[msg.seq] = p = Pending(self.dseq, 1, now)
+        if msg.seq > self.last_delivered_sseq:
+            self.last_delivered_sseq = msg.seq
+        self.last_active_ns = now
+        if p is not None:
+            self._arm(msg.seq, p, self._ack_wait(deliveries))
+        else:
+            self.ack_floor_dseq, self.ack_floor_sseq = self.dseq, max(self.ack_floor_sseq, msg.seq)
+        self._dirty = True
+        reply = (
+            f"$JS.ACK.{self.stream.name}.{self.name}.{deliveries}.{msg.seq}.{self.dseq}."
+            f"{msg.ts}.{pending_after}"
+        )
+        headers, payload = msg.headers, msg.data
+        if self.config.headers_only:
+            items = list(parse_headers(headers).items) if headers else []
+            items.append(("Nats-Msg-Size", str(len(msg.data))))
+            headers, payload = encode_headers(items), b""
+        self.stream.account.publish(msg.subject, reply, headers, payload, route=to)
+
+    def _ack_wait(self, deliveries: int) -> int:
+        backoff = self.config.backoff
+        if backoff:
+            return backoff[min(deliveries, len(backoff)) - 1]
+        return self.config.ack_wait or 30_000_000_000
+
+    def _status(self, to: str, code: int, description: str, extra: tuple[tuple[str, str], ...] = ()) -> None:
+        self.stream.account.publish(
+            to, None, encode_headers(extra, status=code, description=description), b""
+        )
+
+    def _pending_headers(self, w: PullWaiter) -> tuple[tuple[str, str], ...]:
+        return (
+            ("Nats-Pending-Messages", str(max(w.batch - w.delivered, 0))),
+            ("Nats-Pending-Bytes", str(max(w.max_bytes - w.bytes, 0) if w.max_bytes else 0)),
+        )
+
+    def _expire_waiters(self, now: int) -> None:
+        for w in [w for w in self.waiting if w.expires_at and w.expires_at <= now]:
+            self.waiting.remove(w)
+            self._status(w.reply, 408, "Request Timeout", self._pending_headers(w))
+
+    def _last_headers(self) -> tuple[tuple[str, str], ...]:
+        return (("Nats-Last-Consumer", str(self.dseq)), ("Nats-Last-Stream", str(self.last_delivered_sseq)))
+
+    def _heartbeat(self) -> None:
+        items = list(self._last_headers())
+        if self._fc_reply is not None:
+            items.append(("Nats-Consumer-Stalled", self._fc_reply))
+        self.stream.account.publish(
+            self.config.deliver_subject,
+            None,
+            encode_headers(items, status=100, description="Idle Heartbeat"),
+            b"",
+        )
+
+    def _flow_control_request(self) -> None:
+        self._fc_count += 1
+        self._fc_reply = f"$JS.FC.{self.stream.name}.{self.name}.{self._fc_count}"
+        self._fc_bytes = 0
+        self.stream.account.publish(
+            self.config.deliver_subject,
+            self._fc_reply,
+            encode_headers((), status=100, description="FlowControl Request"),
+            b"",
+        )
+
+    # ------------------------------------------------------------------ pull requests
+
+    def add_waiter(self, w: PullWaiter) -> None:
+        self.touch()
+        if self.config.max_waiting and len(self.waiting) >= self.config.max_waiting:
+            self._status(w.reply, 409, "Exceeded MaxWaiting")
+            return
+        w.last_sent = time.monotonic_ns()
+        self.waiting.append(w)
+        self.wake()
+
+    # ------------------------------------------------------------------ acks
+
+    async def _ack_loop(self) -> None:
+        inbox = self.acks.inbox
+        async for first in inbox:
+            batch = [first]
+            while len(batch) < 1024:
+                try:
+                    batch.append(inbox.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+            confirms: list[str] = []
+            removals: list[int] = []
+            for msg in batch:
+                try:
+                    self._on_ack(msg, confirms, removals)
+                except Exception:
+                    log.warning(
+                        "consumer %s/%s: ignoring malformed ack on %s",
+                        self.stream.name,
+                        self.name,
+                        msg.subject,
+                    )
+            await self.persist(removals)
+            for reply in confirms:
+                self.stream.account.publish(reply, None, None, b"")
+            self.wake()
+
+    async def persist(self, removals: list[int] | None = None) -> None:
+        """Commit the consumer's state (and any messages its acks remove) in one store call."""
+        if self._interest_candidates:
+            candidates, self._interest_candidates = self._interest_candidates, []
+            removals = [*removals, *await self.stream.interest_done(candidates, self)]
+        ops: list[Any] = [DeleteOp(s) for s in removals or ()]
+        if self._dirty or ops:
+            ops.append(SetMetaOp(state_key(self.name), self.state_json()))
+            self._dirty = False
+            await self.stream.apply_consumer_ops(ops)
+
+    def _on_ack(self, msg: InboundMsg, confirms: list[str], removals: list[int]) -> None:
+        tokens = msg.subject.split(".")
+        if tokens[1] == "FC":
+            if msg.subject == self._fc_reply:
+                self._fc_reply = None
+            return
+        if len(tokens) == 9:
+            sseq = int(tokens[5])
+        elif len(tokens) >= 11:
+            sseq = int(tokens[7])
+        else:
+            return
+        body = msg.payload.strip()
+        kind = body[:4]
+        if not body or kind == b"+ACK" or kind == b"+NXT":
+            self._ack(sseq, removals)
+            if kind == b"+NXT" and msg.reply:
+                self.add_waiter(PullWaiter(msg.reply, 1, 0, 0, False, 0))
+                return
+        elif kind == b"-NAK":
+            p = self.pending.get(sseq)
+            if p is not None:
+                delay = 0
+                rest = body[4:].strip()
+                if rest:
+                    try:
+                        delay = int(json.loads(rest).get("delay", 0))
+                    except (ValueError, AttributeError):
+                        delay = 0
+                if delay > 0:
+                    self._arm(sseq, p, delay)
+                elif sseq not in self.redeliver:
+                    self.redeliver.append(sseq)
+                    self.redeliver.sort()
+        elif kind == b"+WPI":
+            p = self.pending.get(sseq)
+            if p is not None and sseq not in self.redeliver:
+                self._arm(sseq, p, self._ack_wait(p.deliveries))  # the older timer goes stale
+        elif kind == b"+TER":
+            if self.pending.pop(sseq, None) is not None:
+                self._dirty = True
+                self._advance_floor()
+                if self.stream.config.retention == "workqueue":
+                    removals.append(sseq)
+        else:
+            return
+        if msg.reply:
+            confirms.append(msg.reply)
+
+    def _ack(self, sseq: int, removals: list[int]) -> None:
+        if self.ack_none:
+            return
+        if self.config.ack_policy == "all":
+            acked = [s for s in self.pending if s <= sseq]
+            self.maxed = {s for s in self.maxed if s > sseq}
+        else:
+            acked = [sseq] if sseq in self.pending else []
+            if sseq in self.maxed:
+                self.maxed.discard(sseq)
+                self._dirty = True
+                self._advance_floor()
+        for s in acked:
+            del self.pending[s]
+        if not acked:
+            return
+        self.last_ack_ns = time.time_ns()
+        self._dirty = True
+        self._advance_floor()
+        retention = self.stream.config.retention
+        if retention == "workqueue":
+            removals.extend(acked)
+        elif retention == "interest":
+            self._interest_candidates.extend(acked)
+
+    def _advance_floor(self) -> None:
+        held = [*self.pending, *self.maxed]
+        if held:
+            low = min(held)
+            if low in self.pending:
+                self.ack_floor_sseq = low - 1
+                self.ack_floor_dseq = self.pending[low].dseq - 1
+            # a message that reached max_deliver holds the floor where it is
+        else:
+            self.ack_floor_sseq = self.last_delivered_sseq
+            self.ack_floor_dseq = self.dseq
+
+    def has_acked(self, sseq: int, subject: str) -> bool:
+        """Is this consumer done with the message (for interest retention)?"""
+        if self.filters and not any(subjects.match(f, subject) for f in self.filters):
+            return True
+        return sseq not in self.pending and sseq < self.next_sseq
+
+    # ------------------------------------------------------------------ info
+
+    async def num_pending(self) -> int:
+        store = self.stream.store
+        if not self.filters:
+            n = await store.num_pending(self.next_sseq)
+        else:
+            n = sum([await store.num_pending(self.next_sseq, f) for f in self.filters])
+        return n + len(self.initial)
+
+    def purged(self, first_seq: int) -> None:
+        """The stream dropped messages: forget pending ones below its new first sequence."""
+        for s in [s for s in self.pending if s < first_seq]:
+            del self.pending[s]
+        self.redeliver = [s for s in self.redeliver if s in self.pending]
+        if self.next_sseq < first_seq:
+            self.next_sseq = first_seq
+        if self.last_delivered_sseq < first_seq - 1:
+            self.last_delivered_sseq = first_seq - 1
+        self._dirty = True
+        self._advance_floor()
+        self.wake()
+
+    def close(self) -> None:
+        self.deleted = True
+        self.acks.close()
+        for w in self.waiting:
+            self._status(w.reply, 409, "Consumer Deleted")
+        self.waiting.clear()
+        self.wake()
+
+
+def consumer_filters(cfg: ConsumerConfig) -> list[str]:
+    if cfg.filter_subjects:
+        return [f for f in cfg.filter_subjects if f and f != ">"] or []
+    if cfg.filter_subject and cfg.filter_subject != ">":
+        return [cfg.filter_subject]
+    return []
+
+
+def _msg_size(m: StoredMsg) -> int:
+    return len(m.data) + (len(m.headers) if m.headers else 0) + len(m.subject)
+
+
+def _rfc3339(ns: int) -> str:
+    from core.jetstream.models import rfc3339_nano
+
+    return rfc3339_nano(ns)

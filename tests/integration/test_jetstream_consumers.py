@@ -1,0 +1,1530 @@
+"""JetStream consumers with stock nats-py and the raw API against leafjet and the reference.
+
+The values asserted here (error codes, status lines, counters) are the reference's (nats-server 2.15),
+observed by running this file with LEAFJET_TEST_SERVERS=reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import anyio
+import nats
+import nats.errors
+import pytest
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy
+from nats.js.errors import NotFoundError
+
+from tests.support.servers import start_leafjet
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+CREATE = "$JS.API.CONSUMER.CREATE"
+NS = 1_000_000_000  # nanoseconds in a second: the API's durations are nanoseconds
+
+
+@pytest.fixture
+def js_server(make_server):
+    return make_server(jetstream=True)
+
+
+async def connect(srv):
+    nc = await nats.connect(srv.url)
+    return nc, nc.jetstream(timeout=5)
+
+
+async def api(nc, subject: str, body: dict | bytes | None = None) -> dict:
+    payload = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
+    msg = await nc.request(subject, payload, timeout=5)
+    return json.loads(msg.data)
+
+
+async def create(nc, stream: str, config: dict, *, subject: str | None = None, **extra: Any) -> dict:
+    """A raw consumer create; ``subject`` defaults to ``CONSUMER.CREATE.<stream>.<durable or name>``."""
+    name = config.get("durable_name") or config.get("name")
+    subject = subject or (f"{CREATE}.{stream}.{name}" if name else f"{CREATE}.{stream}")
+    return await api(nc, subject, {"stream_name": stream, "config": config, **extra})
+
+
+async def make_stream(js, name: str = "S", subjects: list[str] | None = None, n: int = 0, **cfg: Any) -> None:
+    """A stream ``name`` on ``<name lower>.>`` with ``n`` messages on ``<lower>.0`` / ``<lower>.1``."""
+    lower = name.lower()
+    await js.add_stream(name=name, subjects=subjects or [f"{lower}.>"], **cfg)
+    for i in range(n):
+        await js.publish(f"{lower}.{i % 2}", b"m%d" % (i + 1))
+
+
+def status(msg: Msg) -> tuple[str | None, str | None]:
+    headers = msg.headers or {}
+    return headers.get("Status"), headers.get("Description")
+
+
+def is_status(msg: Msg) -> bool:
+    return bool(msg.headers and "Status" in msg.headers)
+
+
+async def pull(
+    nc, stream: str, consumer: str, body: dict | bytes, *, want: int | None = None, timeout: float = 3.0
+) -> list[Msg]:
+    """A raw ``CONSUMER.MSG.NEXT`` request on its own inbox.
+
+    Collects the replies until ``want`` messages came (default: the request's batch), a terminal status
+    arrives (kept, last; a 100 heartbeat is kept and not terminal), or ``timeout`` passes in silence.
+    """
+    if want is None:
+        want = (
+            max(1, body.get("batch", 1))
+            if isinstance(body, dict) and isinstance(body.get("batch"), int)
+            else 1
+        )
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+    await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", payload, reply=inbox)
+    got: list[Msg] = []
+    data = 0
+    try:
+        while data < want:
+            try:
+                msg = await sub.next_msg(timeout=timeout)
+            except nats.errors.TimeoutError:
+                break
+            got.append(msg)
+            if not is_status(msg):
+                data += 1
+            elif status(msg)[0] != "100":
+                break
+    finally:
+        await sub.unsubscribe()
+    return got
+
+
+async def drain(nc, stream: str, consumer: str) -> list[int]:
+    """Every stream sequence a no-wait pull hands out now (the 404 that ends it is checked)."""
+    got = await pull(nc, stream, consumer, {"batch": 100, "no_wait": True})
+    assert got and status(got[-1]) == ("404", "No Messages"), [status(m) for m in got]
+    return [m.metadata.sequence.stream for m in got[:-1]]
+
+
+async def counters(js, stream: str, consumer: str) -> dict[str, Any]:
+    ci = await js.consumer_info(stream, consumer)
+    return {
+        "delivered": (ci.delivered.consumer_seq, ci.delivered.stream_seq),
+        "ack_floor": (ci.ack_floor.consumer_seq, ci.ack_floor.stream_seq),
+        "num_pending": ci.num_pending,
+        "num_ack_pending": ci.num_ack_pending,
+        "num_redelivered": ci.num_redelivered,
+        "num_waiting": ci.num_waiting,
+    }
+
+
+async def confirm(nc, msg: Msg, body: bytes = b"+ACK") -> Msg:
+    """Send an ack body with a reply subject: the server answers once it processed it (double ack)."""
+    return await nc.request(msg.reply, body, timeout=5)
+
+
+async def eventually(probe, timeout: float = 5.0, interval: float = 0.05):
+    """Poll the async ``probe`` until it returns something truthy."""
+    with anyio.fail_after(timeout):
+        while True:
+            value = await probe()
+            if value:
+                return value
+            await anyio.sleep(interval)
+
+
+# -------------------------------------------------------------------------------------- consumer API
+
+
+async def test_create_with_the_name_in_the_subject_or_only_in_the_config(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=5)
+        named = await create(nc, "S", {"durable_name": "D", "ack_policy": "explicit"})
+        assert named["type"] == "io.nats.jetstream.api.v1.consumer_create_response"
+        assert (named["stream_name"], named["name"]) == ("S", "D")
+        cfg = named["config"]
+        assert (cfg["durable_name"], cfg["name"]) == ("D", "D")
+        assert cfg["deliver_policy"] == "all" and cfg["ack_policy"] == "explicit"
+        assert cfg["ack_wait"] == 30 * NS and cfg["max_deliver"] == -1 and cfg["replay_policy"] == "instant"
+        assert cfg["max_waiting"] == 512 and cfg["max_ack_pending"] == 1000
+        assert "inactive_threshold" not in cfg, "a durable never expires"
+        assert named["delivered"] == {"consumer_seq": 0, "stream_seq": 0}
+        assert named["ack_floor"] == {"consumer_seq": 0, "stream_seq": 0}
+        assert (named["num_pending"], named["num_ack_pending"], named["num_redelivered"]) == (5, 0, 0)
+        assert named["num_waiting"] == 0
+
+        # CREATE.<stream> with a name but no durable name: a named ephemeral with the 5 s default threshold
+        eph = await create(nc, "S", {"name": "N"}, subject=f"{CREATE}.S")
+        assert eph["name"] == "N"
+        assert eph["config"]["inactive_threshold"] == 5 * NS and "durable_name" not in eph["config"]
+        assert eph["config"]["ack_policy"] == "none", "a consumer created without ack_policy gets none"
+
+        # CREATE.<stream>.<consumer> without a durable name is also an ephemeral
+        eph2 = await create(nc, "S", {"name": "E2", "ack_policy": "explicit"})
+        assert eph2["config"]["inactive_threshold"] == 5 * NS
+
+        # CREATE.<stream> with no name at all: the server picks one
+        anon = await create(nc, "S", {"ack_policy": "explicit"})
+        assert anon["name"] and anon["config"]["inactive_threshold"] == 5 * NS
+
+        # CREATE.<stream>.<consumer>.<filter> carries the filter subject
+        filtered = await create(
+            nc, "S", {"durable_name": "F", "filter_subject": "s.1"}, subject=f"{CREATE}.S.F.s.1"
+        )
+        assert filtered["config"]["filter_subject"] == "s.1" and filtered["num_pending"] == 2
+    finally:
+        await nc.close()
+
+
+async def test_legacy_durable_create(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=3)
+        r = await api(
+            nc,
+            "$JS.API.CONSUMER.DURABLE.CREATE.S.OLD",
+            {"stream_name": "S", "config": {"durable_name": "OLD", "ack_policy": "explicit"}},
+        )
+        assert r["type"] == "io.nats.jetstream.api.v1.consumer_create_response"
+        assert r["name"] == "OLD" and r["config"]["durable_name"] == "OLD" and r["num_pending"] == 3
+        assert "inactive_threshold" not in r["config"]
+    finally:
+        await nc.close()
+
+
+async def test_nats_py_add_info_and_delete_consumer(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=4)
+        ci = await js.add_consumer("S", durable_name="PY", filter_subject="s.0", max_ack_pending=7)
+        assert (ci.stream_name, ci.name, ci.num_pending) == ("S", "PY", 2)
+        assert ci.config.ack_policy == AckPolicy.EXPLICIT and ci.config.max_ack_pending == 7
+        info = await js.consumer_info("S", "PY")
+        assert info.config.filter_subject == "s.0" and info.config.ack_wait == 30.0
+        assert await js.delete_consumer("S", "PY") is True
+        with pytest.raises(NotFoundError) as gone:
+            await js.consumer_info("S", "PY")
+        assert (gone.value.err_code, gone.value.description) == (10014, "consumer not found")
+        with pytest.raises(NotFoundError):
+            await js.delete_consumer("S", "PY")
+    finally:
+        await nc.close()
+
+
+async def test_names_list_info_and_delete_by_raw_api(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=2)
+        for name in ("C3", "A1", "B2"):
+            assert "error" not in await create(nc, "S", {"durable_name": name, "ack_policy": "explicit"})
+        names = await api(nc, "$JS.API.CONSUMER.NAMES.S")
+        assert names["type"] == "io.nats.jetstream.api.v1.consumer_names_response"
+        assert (names["total"], names["offset"], names["limit"]) == (3, 0, 1024)
+        assert names["consumers"] == ["A1", "B2", "C3"], "names come sorted"
+        listed = await api(nc, "$JS.API.CONSUMER.LIST.S")
+        assert listed["type"] == "io.nats.jetstream.api.v1.consumer_list_response"
+        assert (listed["total"], listed["offset"], listed["limit"]) == (3, 0, 256)
+        assert [c["name"] for c in listed["consumers"]] == ["A1", "B2", "C3"]
+        assert all(c["stream_name"] == "S" and c["num_pending"] == 2 for c in listed["consumers"])
+        info = await api(nc, "$JS.API.CONSUMER.INFO.S.B2")
+        assert info["type"] == "io.nats.jetstream.api.v1.consumer_info_response"
+        assert info["name"] == "B2" and info["config"]["durable_name"] == "B2"
+        deleted = await api(nc, "$JS.API.CONSUMER.DELETE.S.B2")
+        assert deleted == {"type": "io.nats.jetstream.api.v1.consumer_delete_response", "success": True}
+        assert (await api(nc, "$JS.API.CONSUMER.NAMES.S"))["consumers"] == ["A1", "C3"]
+        page = await api(nc, "$JS.API.CONSUMER.NAMES.S", {"offset": 1})
+        assert (page["total"], page["offset"], page["consumers"]) == (2, 1, ["C3"])
+    finally:
+        await nc.close()
+
+
+async def test_editable_fields_are_updated_in_place(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=3)
+        first = await create(nc, "S", {"durable_name": "U", "ack_policy": "explicit", "description": "one"})
+        again = await create(nc, "S", {"durable_name": "U", "ack_policy": "explicit", "description": "one"})
+        assert "error" not in again, "creating again with the same config is idempotent"
+        new_cfg = {
+            "durable_name": "U",
+            "ack_policy": "explicit",
+            "description": "two",
+            "max_ack_pending": 50,
+            "ack_wait": 5 * NS,
+        }
+        updated = await create(nc, "S", new_cfg, action="update")
+        assert updated["config"]["description"] == "two"
+        assert updated["config"]["max_ack_pending"] == 50 and updated["config"]["ack_wait"] == 5 * NS
+        assert updated["created"] == first["created"], "an update keeps the consumer"
+        # without an action a changed config is an update too
+        plain = await create(nc, "S", {**new_cfg, "description": "three"})
+        assert plain["config"]["description"] == "three"
+        info = await js.consumer_info("S", "U")
+        assert (info.config.description, info.config.max_ack_pending, info.config.ack_wait) == (
+            "three",
+            50,
+            5.0,
+        )
+        # action "create" refuses to change an existing consumer; "update" refuses a missing one
+        exists = await create(nc, "S", {**new_cfg, "description": "four"}, action="create")
+        assert exists["error"] == {"code": 400, "err_code": 10148, "description": "consumer already exists"}
+        missing = await create(nc, "S", {"durable_name": "NOPE", "ack_policy": "explicit"}, action="update")
+        assert missing["error"] == {"code": 400, "err_code": 10149, "description": "consumer does not exist"}
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "description"),
+    [
+        ({"ack_policy": "all"}, "ack policy can not be updated"),
+        ({"deliver_policy": "new"}, "deliver policy can not be updated"),
+        ({"deliver_subject": "push.here"}, "can not update pull consumer to push based"),
+    ],
+    ids=["ack_policy", "deliver_policy", "pull_to_push"],
+)
+async def test_forbidden_edits_are_refused(js_server, change, description):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=1)
+        await create(nc, "S", {"durable_name": "U", "ack_policy": "explicit"})
+        r = await create(nc, "S", {"durable_name": "U", "ack_policy": "explicit", **change})
+        assert r["error"] == {"code": 500, "err_code": 10012, "description": description}
+        assert (await js.consumer_info("S", "U")).config.ack_policy == AckPolicy.EXPLICIT
+    finally:
+        await nc.close()
+
+
+async def test_ephemeral_consumer_disappears_when_unused(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=1)
+        eph = await create(nc, "S", {"ack_policy": "explicit", "inactive_threshold": NS // 2})
+        await create(nc, "S", {"durable_name": "KEEP", "ack_policy": "explicit"})
+        assert eph["config"]["inactive_threshold"] == NS // 2
+        assert eph["name"] in (await api(nc, "$JS.API.CONSUMER.NAMES.S"))["consumers"]
+
+        async def gone() -> bool:
+            return eph["name"] not in (await api(nc, "$JS.API.CONSUMER.NAMES.S"))["consumers"]
+
+        await eventually(gone, timeout=5)
+        assert (await api(nc, "$JS.API.CONSUMER.NAMES.S"))["consumers"] == ["KEEP"]
+        r = await api(nc, f"$JS.API.CONSUMER.INFO.S.{eph['name']}")
+        assert r["error"]["err_code"] == 10014
+    finally:
+        await nc.close()
+
+
+async def test_filter_subject_and_filter_subjects(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="F", subjects=["f.>"])
+        for subj in ("f.a", "f.b", "f.c", "f.a", "f.b", "f.c"):
+            await js.publish(subj, subj.encode())
+        one = await create(nc, "F", {"durable_name": "ONE", "ack_policy": "none", "filter_subject": "f.b"})
+        assert one["num_pending"] == 2
+        assert await drain(nc, "F", "ONE") == [2, 5]
+        many = await create(
+            nc, "F", {"durable_name": "MANY", "ack_policy": "none", "filter_subjects": ["f.a", "f.c"]}
+        )
+        assert many["config"]["filter_subjects"] == ["f.a", "f.c"] and many["num_pending"] == 4
+        assert await drain(nc, "F", "MANY") == [1, 3, 4, 6]
+        sub = await js.pull_subscribe("f.c", durable="PYF", stream="F")
+        assert [m.data for m in await sub.fetch(5, timeout=1)] == [b"f.c", b"f.c"]
+    finally:
+        await nc.close()
+
+
+async def _start_time_of(nc, stream: str, seq: int) -> str:
+    return (await api(nc, f"$JS.API.STREAM.MSG.GET.{stream}", {"seq": seq}))["message"]["time"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "extra", "expected"),
+    [
+        ("all", {}, [1, 2, 3, 4, 5, 6]),
+        ("last", {}, [6]),
+        ("new", {}, []),
+        ("by_start_sequence", {"opt_start_seq": 4}, [4, 5, 6]),
+        ("by_start_time", {}, [4, 5, 6]),  # opt_start_time: the stored time of sequence 4
+        ("last_per_subject", {"filter_subject": "dp.*"}, [4, 5, 6]),
+    ],
+)
+async def test_deliver_policies(js_server, policy, extra, expected):
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="DP", subjects=["dp.*"])
+        for subj in ("dp.a", "dp.b", "dp.a", "dp.b", "dp.c", "dp.a"):  # last per subject: b=4, c=5, a=6
+            await js.publish(subj, b"x")
+        if policy == "by_start_time":
+            extra = {"opt_start_time": await _start_time_of(nc, "DP", 4)}
+        r = await create(
+            nc, "DP", {"durable_name": "C", "ack_policy": "none", "deliver_policy": policy, **extra}
+        )
+        assert r["config"]["deliver_policy"] == policy
+        assert r["num_pending"] == len(expected)
+        assert await drain(nc, "DP", "C") == expected
+        await js.publish("dp.z", b"later")
+        assert await drain(nc, "DP", "C") == [7], "every policy goes on with new messages"
+    finally:
+        await nc.close()
+
+
+async def test_counters_after_a_known_sequence_of_fetches_and_acks(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=10)
+        sub = await js.pull_subscribe("s.>", durable="D", stream="S")
+        assert await counters(js, "S", "D") == {
+            "delivered": (0, 0),
+            "ack_floor": (0, 0),
+            "num_pending": 10,
+            "num_ack_pending": 0,
+            "num_redelivered": 0,
+            "num_waiting": 0,
+        }
+        msgs = await sub.fetch(4, timeout=2)
+        assert [(m.metadata.sequence.stream, m.metadata.sequence.consumer) for m in msgs] == [
+            (1, 1),
+            (2, 2),
+            (3, 3),
+            (4, 4),
+        ]
+        assert [m.metadata.num_pending for m in msgs] == [9, 8, 7, 6]
+        assert [m.metadata.num_delivered for m in msgs] == [1, 1, 1, 1]
+        assert [(m.metadata.stream, m.metadata.consumer) for m in msgs] == [("S", "D")] * 4
+        assert msgs[0].subject == "s.0" and msgs[0].data == b"m1", "a delivery keeps the stored subject"
+        c = await counters(js, "S", "D")
+        assert (c["delivered"], c["ack_floor"], c["num_pending"], c["num_ack_pending"]) == (
+            (4, 4),
+            (0, 0),
+            6,
+            4,
+        )
+
+        await msgs[1].ack_sync()  # acking 2 leaves a gap: the floor stays
+        c = await counters(js, "S", "D")
+        assert (c["ack_floor"], c["num_ack_pending"]) == ((0, 0), 3)
+        await msgs[0].ack_sync()  # acking 1 closes the gap: the floor jumps to 2
+        c = await counters(js, "S", "D")
+        assert (c["ack_floor"], c["num_ack_pending"]) == ((2, 2), 2)
+
+        await confirm(nc, msgs[2], b"-NAK")  # 3 goes back for redelivery
+        again = (await sub.fetch(1, timeout=2))[0]
+        assert (again.metadata.sequence.stream, again.metadata.sequence.consumer) == (3, 5)
+        assert again.metadata.num_delivered == 2
+        assert await counters(js, "S", "D") == {
+            "delivered": (5, 4),
+            "ack_floor": (2, 2),
+            "num_pending": 6,
+            "num_ack_pending": 2,
+            "num_redelivered": 1,
+            "num_waiting": 0,
+        }
+        await confirm(nc, again)
+        await confirm(nc, msgs[3])
+        c = await counters(js, "S", "D")
+        assert (c["ack_floor"], c["num_ack_pending"], c["num_redelivered"]) == ((5, 4), 0, 0)
+
+        rest = await sub.fetch(10, timeout=2)
+        assert [m.metadata.sequence.stream for m in rest] == [5, 6, 7, 8, 9, 10]
+        assert [m.metadata.sequence.consumer for m in rest] == [6, 7, 8, 9, 10, 11]
+        for m in rest:
+            await m.ack_sync()
+        assert await counters(js, "S", "D") == {
+            "delivered": (11, 10),
+            "ack_floor": (11, 10),
+            "num_pending": 0,
+            "num_ack_pending": 0,
+            "num_redelivered": 0,
+            "num_waiting": 0,
+        }
+    finally:
+        await nc.close()
+
+
+# ---------------------------------------------------------------------------------------------- pull
+
+
+async def test_pull_subscribe_and_fetch(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=5)
+        sub = await js.pull_subscribe("s.>", durable="W", stream="S")
+        first = await sub.fetch(3, timeout=2)
+        assert [m.data for m in first] == [b"m1", b"m2", b"m3"]
+        for m in first:
+            await m.ack()
+        second = await sub.fetch(10, timeout=2)  # fewer than asked are there: fetch returns those
+        assert [m.data for m in second] == [b"m4", b"m5"]
+        for m in second:
+            await m.ack_sync()
+        with pytest.raises(nats.errors.TimeoutError):
+            await sub.fetch(1, timeout=0.5)
+        await js.publish("s.x", b"late")
+        assert [m.data for m in await sub.fetch(1, timeout=2)] == [b"late"]
+    finally:
+        await nc.close()
+
+
+async def test_waiting_pull_gets_a_message_published_later(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js)
+        await create(nc, "S", {"durable_name": "W", "ack_policy": "explicit"})
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.W", b'{"batch": 1, "expires": 5000000000}', reply=inbox)
+
+        async def waiting() -> bool:
+            return (await js.consumer_info("S", "W")).num_waiting == 1
+
+        await eventually(waiting)
+        await js.publish("s.x", b"now")
+        msg = await sub.next_msg(timeout=3)
+        assert (msg.subject, msg.data) == ("s.x", b"now")
+        assert msg.reply.startswith("$JS.ACK.S.W.1.1.1.")
+        assert (await js.consumer_info("S", "W")).num_waiting == 0
+    finally:
+        await nc.close()
+
+
+async def test_no_wait_pull_on_an_exhausted_consumer_gets_404(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=2)
+        await create(nc, "S", {"durable_name": "NW", "ack_policy": "explicit"})
+        got = await pull(nc, "S", "NW", {"batch": 5, "no_wait": True})
+        assert [m.data for m in got[:2]] == [b"m1", b"m2"]
+        assert status(got[2]) == ("404", "No Messages") and got[2].data == b""
+        got = await pull(nc, "S", "NW", {"batch": 5, "no_wait": True})
+        assert len(got) == 1 and status(got[0]) == ("404", "No Messages")
+    finally:
+        await nc.close()
+
+
+async def test_expired_pull_gets_408_with_pending_headers(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=1)
+        await create(nc, "S", {"durable_name": "EX", "ack_policy": "explicit"})
+        got = await pull(nc, "S", "EX", {"batch": 10, "expires": NS // 5})
+        assert [m.data for m in got[:1]] == [b"m1"]
+        end = got[1]
+        assert status(end) == ("408", "Request Timeout")
+        # the pending headers tell what is left of the request: 9 of 10 messages, no byte budget
+        assert end.headers["Nats-Pending-Messages"] == "9" and end.headers["Nats-Pending-Bytes"] == "0"
+        got = await pull(nc, "S", "EX", {"batch": 3, "expires": NS // 5, "max_bytes": 4096})
+        assert status(got[0]) == ("408", "Request Timeout")
+        assert got[0].headers["Nats-Pending-Messages"] == "3"
+        assert got[0].headers["Nats-Pending-Bytes"] == "4096"
+        # a negative expiry has already passed
+        got = await pull(nc, "S", "EX", {"batch": 1, "expires": -1})
+        assert status(got[0]) == ("408", "Request Timeout")
+    finally:
+        await nc.close()
+
+
+async def test_max_bytes_pull(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js)
+        for _ in range(5):
+            await js.publish("s.x", b"x" * 100)
+        await create(nc, "S", {"durable_name": "MB", "ack_policy": "explicit"})
+        got = await pull(nc, "S", "MB", {"batch": 10, "max_bytes": 350, "expires": NS})
+        data, end = got[:-1], got[-1]
+        assert [len(m.data) for m in data] == [100, 100], "a pull stops before its byte budget is spent"
+        # when the next message does not fit what is left, the pull ends at once with a 409
+        assert status(end) == ("409", "Message Size Exceeds MaxBytes")
+        assert end.headers["Nats-Pending-Messages"] == "8"
+        # a message costs len(subject) + len(ack reply subject) + len(headers) + len(data)
+        spent = sum(len(m.subject) + len(m.reply) + len(m.data) for m in data)
+        assert end.headers["Nats-Pending-Bytes"] == str(350 - spent)
+        tiny = await pull(nc, "S", "MB", {"batch": 1, "max_bytes": 10})
+        assert status(tiny[0]) == ("409", "Message Size Exceeds MaxBytes")
+        assert tiny[0].headers["Nats-Pending-Messages"] == "1"
+        assert tiny[0].headers["Nats-Pending-Bytes"] == "10"
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize(
+    ("request_body", "description"),
+    [
+        ({"batch": 4}, "Exceeded MaxRequestBatch of 3"),
+        ({"batch": 1, "expires": 3 * NS}, "Exceeded MaxRequestExpires of 2s"),
+        ({"batch": 1, "max_bytes": 5000}, "Exceeded MaxRequestMaxBytes of 1000"),
+    ],
+    ids=["max_batch", "max_expires", "max_bytes"],
+)
+async def test_pull_beyond_the_consumer_limits_gets_409(js_server, request_body, description):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=5)
+        limits = {"max_batch": 3, "max_expires": 2 * NS, "max_bytes": 1000}
+        r = await create(nc, "S", {"durable_name": "L", "ack_policy": "explicit", **limits})
+        assert all(r["config"][k] == v for k, v in limits.items())
+        got = await pull(nc, "S", "L", request_body)
+        assert len(got) == 1 and status(got[0]) == ("409", description)
+        assert (await js.consumer_info("S", "L")).delivered.stream_seq == 0
+    finally:
+        await nc.close()
+
+
+async def test_exceeding_max_waiting_gets_409(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js)
+        await create(nc, "S", {"durable_name": "MW", "ack_policy": "explicit", "max_waiting": 1})
+        inbox = nc.new_inbox()
+        held = await nc.subscribe(inbox)
+        await nc.publish(
+            "$JS.API.CONSUMER.MSG.NEXT.S.MW", b'{"batch": 1, "expires": 5000000000}', reply=inbox
+        )
+
+        async def waiting() -> bool:
+            return (await js.consumer_info("S", "MW")).num_waiting == 1
+
+        await eventually(waiting)
+        got = await pull(nc, "S", "MW", {"batch": 1, "expires": NS})
+        assert len(got) == 1 and status(got[0]) == ("409", "Exceeded MaxWaiting")
+        await js.publish("s.x", b"for the first")
+        assert (await held.next_msg(timeout=3)).data == b"for the first"
+    finally:
+        await nc.close()
+
+
+async def test_pull_on_a_push_consumer_gets_409(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=1)
+        await create(nc, "S", {"durable_name": "PU", "deliver_subject": "push.nobody"})
+        got = await pull(nc, "S", "PU", {"batch": 1})
+        assert len(got) == 1 and status(got[0]) == ("409", "Consumer is push based")
+    finally:
+        await nc.close()
+
+
+async def test_pull_on_a_missing_consumer_gets_no_responders(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=1)
+        got = await pull(nc, "S", "NOPE", {"batch": 1})
+        assert len(got) == 1 and status(got[0])[0] == "503"
+    finally:
+        await nc.close()
+
+
+async def test_two_pull_subscribers_on_one_durable_get_distinct_messages(js_server):
+    nc, js = await connect(js_server)
+    nc2 = await nats.connect(js_server.url)
+    try:
+        await make_stream(js, n=20)
+        a = await js.pull_subscribe("s.>", durable="SHARED", stream="S")
+        b = await nc2.jetstream(timeout=5).pull_subscribe("s.>", durable="SHARED", stream="S")
+        seen: list[int] = []
+        for _ in range(5):
+            for sub in (a, b):
+                for m in await sub.fetch(2, timeout=2):
+                    seen.append(m.metadata.sequence.stream)
+                    await m.ack_sync()
+        assert sorted(seen) == list(range(1, 21)), "each message went to exactly one of them"
+        assert (await js.consumer_info("S", "SHARED")).ack_floor.stream_seq == 20
+    finally:
+        await nc2.close()
+        await nc.close()
+
+
+async def test_long_pull_gets_idle_heartbeats(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=1)
+        await create(nc, "S", {"durable_name": "HB", "ack_policy": "explicit"})
+        got = await pull(
+            nc, "S", "HB", {"batch": 10, "expires": 1_200_000_000, "idle_heartbeat": 300_000_000}
+        )
+        assert got[0].data == b"m1"
+        beats = [m for m in got if status(m) == ("100", "Idle Heartbeat")]
+        assert beats, [status(m) for m in got]
+        assert beats[0].headers["Nats-Last-Consumer"] == "1" and beats[0].headers["Nats-Last-Stream"] == "1"
+        assert beats[0].data == b"" and not beats[0].reply
+        assert status(got[-1]) == ("408", "Request Timeout")
+        assert got[-1].headers["Nats-Pending-Messages"] == "9"
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize(
+    "request_body",
+    [
+        {"batch": 1, "expires": NS, "idle_heartbeat": 800_000_000},  # more than half the expiry
+        {"batch": 1, "idle_heartbeat": 100_000_000},  # a heartbeat without an expiry
+    ],
+    ids=["over_half_expires", "without_expires"],
+)
+async def test_heartbeat_too_large_for_the_pull_gets_400(js_server, request_body):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=1)
+        await create(nc, "S", {"durable_name": "HB", "ack_policy": "explicit"})
+        got = await pull(nc, "S", "HB", request_body)
+        assert len(got) == 1 and status(got[0]) == ("400", "Bad Request - heartbeat value too large")
+    finally:
+        await nc.close()
+
+
+# ---------------------------------------------------------------------------------------------- push
+
+
+async def test_push_durable_subscription_delivers(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=5)
+        got: list[bytes] = []
+        done = anyio.Event()
+
+        async def cb(msg: Msg) -> None:
+            got.append(msg.data)
+            await msg.ack()
+            if len(got) == 6:
+                done.set()
+
+        await js.subscribe("s.>", durable="PUSH", stream="S", cb=cb)
+        await js.publish("s.x", b"live")
+        with anyio.fail_after(5):
+            await done.wait()
+        assert got == [b"m1", b"m2", b"m3", b"m4", b"m5", b"live"]
+        ci = await js.consumer_info("S", "PUSH")
+        assert ci.config.deliver_subject and ci.config.durable_name == "PUSH"
+
+        async def all_acked() -> bool:
+            return (await js.consumer_info("S", "PUSH")).ack_floor.stream_seq == 6
+
+        await eventually(all_acked)
+    finally:
+        await nc.close()
+
+
+async def test_deliver_group_splits_messages_between_members(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js)
+        seen: dict[str, list[int]] = {"a": [], "b": []}
+
+        def member(name: str):
+            async def cb(msg: Msg) -> None:
+                seen[name].append(msg.metadata.sequence.stream)
+                await msg.ack()
+
+            return cb
+
+        # nats-py names the durable after the queue
+        await js.subscribe("s.>", queue="workers", stream="S", cb=member("a"))
+        await js.subscribe("s.>", queue="workers", stream="S", cb=member("b"))
+        assert (await js.consumer_info("S", "workers")).config.deliver_group == "workers"
+        for i in range(40):
+            await js.publish("s.x", b"%d" % i)
+
+        async def all_seen() -> bool:
+            return len(seen["a"]) + len(seen["b"]) >= 40
+
+        await eventually(all_seen)
+        assert sorted(seen["a"] + seen["b"]) == list(range(1, 41)), "each message went to one member"
+    finally:
+        await nc.close()
+
+
+async def test_flow_control_and_heartbeat_consumer_receives_everything(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js)
+        payload = b"y" * 8000
+        for _ in range(600):  # 4.8 MB: enough for the reference to ask for flow control
+            await js.publish("s.x", payload)
+        got: list[int] = []
+        done = anyio.Event()
+
+        async def cb(msg: Msg) -> None:
+            got.append(msg.metadata.sequence.stream)
+            if len(got) == 600:
+                done.set()
+
+        sub = await js.subscribe("s.>", stream="S", cb=cb, flow_control=True, idle_heartbeat=0.5)
+        with anyio.fail_after(10):
+            await done.wait()
+        assert got == list(range(1, 601))
+        ci = await sub.consumer_info()
+        assert ci.config.flow_control is True and ci.config.idle_heartbeat == 0.5
+    finally:
+        await nc.close()
+
+
+async def test_flow_control_requests_and_idle_heartbeats_on_the_wire(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js)
+        for _ in range(600):
+            await js.publish("s.x", b"y" * 8000)
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        r = await create(
+            nc,
+            "S",
+            {
+                "durable_name": "FC",
+                "deliver_subject": inbox,
+                "flow_control": True,
+                "idle_heartbeat": 300_000_000,
+                "ack_policy": "none",
+            },
+        )
+        assert r["config"]["flow_control"] is True and r["config"]["idle_heartbeat"] == 300_000_000
+        data = 0
+        fc_requests: list[Msg] = []
+        with anyio.fail_after(10):
+            while True:
+                msg = await sub.next_msg(timeout=5)
+                if not is_status(msg):
+                    data += 1
+                    continue
+                if status(msg) == ("100", "FlowControl Request"):
+                    assert msg.reply.startswith("$JS.FC.S.FC.") and msg.data == b""
+                    fc_requests.append(msg)
+                    await nc.publish(msg.reply, b"")
+                    continue
+                assert status(msg) == ("100", "Idle Heartbeat"), status(msg)
+                if data == 600 and "Nats-Consumer-Stalled" not in msg.headers:
+                    break
+                if "Nats-Consumer-Stalled" in msg.headers:
+                    await nc.publish(msg.headers["Nats-Consumer-Stalled"], b"")
+        assert data == 600 and fc_requests
+        assert msg.headers["Nats-Last-Consumer"] == "600" and msg.headers["Nats-Last-Stream"] == "600"
+    finally:
+        await nc.close()
+
+
+async def test_unanswered_flow_control_stalls_and_the_heartbeat_names_the_stall(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js)
+        for _ in range(600):
+            await js.publish("s.x", b"y" * 8000)
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        config = {
+            "durable_name": "ST",
+            "deliver_subject": inbox,
+            "flow_control": True,
+            "idle_heartbeat": 300_000_000,
+            "ack_policy": "none",
+        }
+        await create(nc, "S", config)
+        data = 0
+        stalled: list[str] = []
+        with anyio.fail_after(10):
+            while data < 600:
+                msg = await sub.next_msg(timeout=5)
+                if not is_status(msg):
+                    data += 1
+                elif status(msg) == ("100", "Idle Heartbeat") and "Nats-Consumer-Stalled" in msg.headers:
+                    stalled.append(msg.headers["Nats-Consumer-Stalled"])
+                    await nc.publish(stalled[-1], b"")  # answering the stalled request resumes delivery
+        assert stalled and all(s.startswith("$JS.FC.S.ST.") for s in stalled)
+    finally:
+        await nc.close()
+
+
+async def test_ordered_consumer_receives_1000_messages_in_order(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js)
+        for i in range(1000):
+            await js.publish("s.x", b"%d" % i)
+        got: list[bytes] = []
+        done = anyio.Event()
+
+        async def cb(msg: Msg) -> None:
+            got.append(msg.data)
+            if len(got) == 1000:
+                done.set()
+
+        await js.subscribe("s.>", stream="S", cb=cb, ordered_consumer=True)
+        with anyio.fail_after(10):
+            await done.wait()
+        assert got == [b"%d" % i for i in range(1000)]
+    finally:
+        await nc.close()
+
+
+# ---------------------------------------------------------------------------------------------- acks
+
+
+async def test_nak_redelivers_with_num_delivered_2(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=2)
+        sub = await js.pull_subscribe("s.>", durable="N", stream="S")
+        first = (await sub.fetch(1, timeout=2))[0]
+        assert first.reply.startswith("$JS.ACK.S.N.1.1.1.")  # delivered 1, stream 1, consumer 1
+        reply = await confirm(nc, first, b"-NAK")
+        assert reply.data == b""
+        again = (await sub.fetch(1, timeout=2))[0]
+        assert again.data == b"m1" and again.metadata.num_delivered == 2
+        assert again.reply.startswith("$JS.ACK.S.N.2.1.2.")  # delivered 2, stream 1, consumer 2
+        assert again.metadata.sequence.consumer == 2
+        assert (await js.consumer_info("S", "N")).num_redelivered == 1
+        # nats-py's plain nak has no reply subject: it may be overtaken by the next pull, so ask for both
+        await again.nak()
+        got = await pull(nc, "S", "N", {"batch": 2, "expires": 2 * NS})
+        assert sorted((m.data, m.metadata.num_delivered) for m in got) == [(b"m1", 3), (b"m2", 1)]
+    finally:
+        await nc.close()
+
+
+async def test_nak_with_delay_holds_the_redelivery_back(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=2)
+        await create(nc, "S", {"durable_name": "ND", "ack_policy": "explicit"})
+        first = (await pull(nc, "S", "ND", {"batch": 1}))[0]
+        start = time.monotonic()
+        await confirm(nc, first, b'-NAK {"delay": 1000000000}')
+        nxt = await pull(nc, "S", "ND", {"batch": 5, "no_wait": True})
+        assert [m.metadata.sequence.stream for m in nxt[:-1]] == [2], "the delayed message is not due yet"
+        assert status(nxt[-1]) == ("404", "No Messages")
+        again = await pull(nc, "S", "ND", {"batch": 1, "expires": 3 * NS})
+        assert again[0].metadata.sequence.stream == 1 and again[0].metadata.num_delivered == 2
+        assert time.monotonic() - start >= 0.8, "redelivered no earlier than the delay"
+    finally:
+        await nc.close()
+
+
+async def test_in_progress_extends_the_ack_wait(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=1)
+        await create(nc, "S", {"durable_name": "WPI", "ack_policy": "explicit", "ack_wait": NS // 2})
+        msg = (await pull(nc, "S", "WPI", {"batch": 1}))[0]
+        for _ in range(6):  # 1.2 s of work: more than twice the ack wait
+            await confirm(nc, msg, b"+WPI")
+            await anyio.sleep(0.2)
+        got = await pull(nc, "S", "WPI", {"batch": 1, "no_wait": True})
+        assert status(got[0]) == ("404", "No Messages"), "a message in progress is not redelivered"
+        await confirm(nc, msg)
+        c = await counters(js, "S", "WPI")
+        assert (c["num_redelivered"], c["num_ack_pending"], c["ack_floor"]) == (0, 0, (1, 1))
+    finally:
+        await nc.close()
+
+
+async def test_term_stops_redelivery(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=2)
+        await create(nc, "S", {"durable_name": "T", "ack_policy": "explicit", "ack_wait": NS // 2})
+        msg = (await pull(nc, "S", "T", {"batch": 1}))[0]
+        await confirm(nc, msg, b"+TERM")
+        c = await counters(js, "S", "T")
+        assert (c["ack_floor"], c["num_ack_pending"]) == ((1, 1), 0), "a terminated message counts as done"
+        m2 = (await pull(nc, "S", "T", {"batch": 1, "expires": NS}))[0]
+        assert m2.metadata.sequence.stream == 2, "the terminated message is not redelivered"
+        await confirm(nc, m2, b"+TERM bad payload")  # a reason after +TERM is allowed
+        got = await pull(nc, "S", "T", {"batch": 5, "expires": NS})
+        assert len(got) == 1 and status(got[0]) == ("408", "Request Timeout")
+    finally:
+        await nc.close()
+
+
+async def test_unacked_message_is_redelivered_after_ack_wait(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=1)
+        sub = await js.pull_subscribe("s.>", durable="AW", stream="S", config=ConsumerConfig(ack_wait=0.5))
+        assert (await js.consumer_info("S", "AW")).config.ack_wait == 0.5
+        first = (await sub.fetch(1, timeout=2))[0]
+        start = time.monotonic()
+        again = (await sub.fetch(1, timeout=3))[0]
+        assert time.monotonic() - start >= 0.4
+        assert again.data == first.data and again.metadata.num_delivered == 2
+        assert again.metadata.sequence.consumer == 2 and again.metadata.sequence.stream == 1
+        await again.ack_sync()
+        c = await counters(js, "S", "AW")
+        assert (c["delivered"], c["ack_floor"], c["num_ack_pending"], c["num_redelivered"]) == (
+            (2, 1),
+            (2, 1),
+            0,
+            0,
+        )
+    finally:
+        await nc.close()
+
+
+async def test_backoff_spaces_the_redeliveries(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=1)
+        r = await create(
+            nc,
+            "S",
+            {
+                "durable_name": "BO",
+                "ack_policy": "explicit",
+                "backoff": [100_000_000, 600_000_000],
+                "max_deliver": 3,
+            },
+        )
+        assert r["config"]["backoff"] == [100_000_000, 600_000_000]
+        assert r["config"]["ack_wait"] == 100_000_000, "ack_wait becomes the first backoff"
+        times = []
+        for n in (1, 2, 3):
+            got = await pull(nc, "S", "BO", {"batch": 1, "expires": 2 * NS})
+            assert got[0].metadata.num_delivered == n
+            times.append(time.monotonic())
+        assert times[2] - times[1] >= 0.5, "the second redelivery waits the second backoff"
+        got = await pull(nc, "S", "BO", {"batch": 1, "expires": NS})
+        assert status(got[0]) == ("408", "Request Timeout"), "max_deliver 3 ends it"
+    finally:
+        await nc.close()
+
+
+async def test_max_deliver_stops_redelivery_with_an_advisory(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=1)
+        advisories = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.S.MD")
+        await create(
+            nc,
+            "S",
+            {"durable_name": "MD", "ack_policy": "explicit", "ack_wait": 300_000_000, "max_deliver": 2},
+        )
+        first = await pull(nc, "S", "MD", {"batch": 1, "expires": 2 * NS})
+        second = await pull(nc, "S", "MD", {"batch": 1, "expires": 2 * NS})
+        assert [first[0].metadata.num_delivered, second[0].metadata.num_delivered] == [1, 2]
+        third = await pull(nc, "S", "MD", {"batch": 1, "expires": NS})
+        assert len(third) == 1 and status(third[0]) == ("408", "Request Timeout"), "no third delivery"
+        # the reference sends the advisory when it would redeliver, i.e. while a pull is waiting
+        adv = await advisories.next_msg(timeout=3)
+        body = json.loads(adv.data)
+        assert body["type"] == "io.nats.jetstream.advisory.v1.max_deliver"
+        assert (body["stream"], body["consumer"], body["stream_seq"], body["deliveries"]) == ("S", "MD", 1, 2)
+        assert body["id"] and body["timestamp"]
+        got = await pull(nc, "S", "MD", {"batch": 1, "no_wait": True})
+        assert status(got[0]) == ("404", "No Messages")
+        c = await counters(js, "S", "MD")
+        # the reference leaves the ack floor where it was and stops counting the message as pending
+        assert c == {
+            "delivered": (2, 1),
+            "ack_floor": (0, 0),
+            "num_pending": 0,
+            "num_ack_pending": 0,
+            "num_redelivered": 1,
+            "num_waiting": 0,
+        }
+    finally:
+        await nc.close()
+
+
+async def test_double_ack_is_confirmed_even_when_repeated(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=2)
+        sub = await js.pull_subscribe("s.>", durable="DA", stream="S")
+        msgs = await sub.fetch(2, timeout=2)
+        reply = await msgs[0].ack_sync()
+        assert reply.data == b""
+        c = await counters(js, "S", "DA")
+        assert (c["ack_floor"], c["num_ack_pending"]) == ((1, 1), 1)
+        again = await confirm(nc, msgs[0])  # acking an acked message is answered and changes nothing
+        assert again.data == b""
+        assert await counters(js, "S", "DA") == c
+    finally:
+        await nc.close()
+
+
+async def test_ack_policy_all_acks_everything_up_to_the_acked_message(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=4)
+        await create(nc, "S", {"durable_name": "ALL", "ack_policy": "all"})
+        got = await pull(nc, "S", "ALL", {"batch": 3})
+        assert len(got) == 3
+        assert (await counters(js, "S", "ALL"))["num_ack_pending"] == 3
+        await confirm(nc, got[2])
+        c = await counters(js, "S", "ALL")
+        assert (c["ack_floor"], c["num_ack_pending"], c["num_pending"]) == ((3, 3), 0, 1)
+        # acking the middle of a fresh batch acks what came before it
+        nxt = await pull(nc, "S", "ALL", {"batch": 1})
+        await confirm(nc, nxt[0])
+        c = await counters(js, "S", "ALL")
+        assert (c["delivered"], c["ack_floor"], c["num_ack_pending"]) == ((4, 4), (4, 4), 0)
+    finally:
+        await nc.close()
+
+
+async def test_ack_policy_all_partial_ack(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=3)
+        await create(nc, "S", {"durable_name": "AP", "ack_policy": "all"})
+        got = await pull(nc, "S", "AP", {"batch": 3})
+        await confirm(nc, got[1])
+        c = await counters(js, "S", "AP")
+        assert (c["delivered"], c["ack_floor"], c["num_ack_pending"]) == ((3, 3), (2, 2), 1)
+    finally:
+        await nc.close()
+
+
+async def test_ack_policy_none_needs_no_acks(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=3)
+        r = await create(nc, "S", {"durable_name": "AN", "ack_policy": "none"})
+        assert "ack_wait" not in r["config"] and "max_ack_pending" not in r["config"]
+        got = await pull(nc, "S", "AN", {"batch": 2})
+        assert len(got) == 2
+        assert got[0].reply.startswith("$JS.ACK.S.AN.1.1.1."), "even ack-none deliveries carry an ack subject"
+        assert await counters(js, "S", "AN") == {
+            "delivered": (2, 2),
+            "ack_floor": (2, 2),
+            "num_pending": 1,
+            "num_ack_pending": 0,
+            "num_redelivered": 0,
+            "num_waiting": 0,
+        }
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize(
+    ("subject", "body"),
+    [
+        ("$JS.ACK.S.NOPE.1.1.1.1.0", b"+ACK"),  # unknown consumer
+        ("$JS.ACK.NOPE.BAD.1.1.1.1.0", b"+ACK"),  # unknown stream
+        ("$JS.ACK.S.BAD.1", b"+ACK"),  # too few tokens
+        ("$JS.ACK.S.BAD.x.y.z.w.v", b"+ACK"),  # tokens that are not numbers
+        ("$JS.ACK.S.BAD.1.99.99.1.0", b"+ACK"),  # a sequence never delivered
+        (None, b"+BOGUS"),  # an unknown ack body
+        (None, b'-NAK {"delay": "soon"}'),  # a malformed nak body
+        (None, b"+NXT {not json"),
+    ],
+    ids=[
+        "unknown_consumer",
+        "unknown_stream",
+        "short",
+        "non_numeric",
+        "never_delivered",
+        "unknown_body",
+        "bad_nak_json",
+        "bad_next_json",
+    ],
+)
+async def test_bad_acks_do_not_break_the_server(js_server, subject, body):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=3)
+        await create(nc, "S", {"durable_name": "BAD", "ack_policy": "explicit"})
+        first = (await pull(nc, "S", "BAD", {"batch": 1}))[0]
+        await nc.publish(subject or first.reply, body)
+        await nc.flush()
+        got = await pull(nc, "S", "BAD", {"batch": 1, "expires": 2 * NS})
+        assert got and not is_status(got[0]), "a later pull still gets a message"
+        # a malformed -NAK body still naks (message 1 comes back); the other bad acks are ignored
+        assert got[0].metadata.sequence.stream == (1 if body.startswith(b"-NAK") else 2)
+        await confirm(nc, got[0])
+        assert (await js.publish("s.x", b"still fine")).seq == 4
+        nak = body.startswith(b"-NAK")
+        assert (await js.consumer_info("S", "BAD")).num_pending == (3 if nak else 2)
+    finally:
+        await nc.close()
+
+
+# ------------------------------------------------------------------------------------------ retention
+
+
+async def test_workqueue_stream_removes_a_message_on_ack(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, "WQ", n=3, retention=RetentionPolicy.WORK_QUEUE)
+        sub = await js.pull_subscribe("wq.>", durable="WORK", stream="WQ")
+        msgs = await sub.fetch(3, timeout=2)
+        assert (await js.stream_info("WQ")).state.messages == 3, "delivered but unacked stays"
+        await msgs[1].ack_sync()
+
+        async def removed() -> bool:
+            st = (await js.stream_info("WQ")).state
+            return st.messages == 2
+
+        await eventually(removed)
+        for m in (msgs[0], msgs[2]):
+            await m.ack_sync()
+
+        async def empty() -> bool:
+            st = (await js.stream_info("WQ")).state
+            return (st.messages, st.first_seq, st.last_seq) == (0, 4, 3)
+
+        await eventually(empty)
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize(
+    ("second", "err_code", "description"),
+    [
+        (
+            {"durable_name": "B", "ack_policy": "explicit"},
+            10099,
+            "multiple non-filtered consumers not allowed on workqueue stream",
+        ),
+        (
+            {"durable_name": "B", "ack_policy": "explicit", "filter_subject": "wq.a"},
+            10100,
+            "filtered consumer not unique on workqueue stream",
+        ),
+    ],
+    ids=["unfiltered", "overlapping_filter"],
+)
+async def test_workqueue_refuses_a_second_overlapping_consumer(js_server, second, err_code, description):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, "WQ", retention=RetentionPolicy.WORK_QUEUE)
+        assert "error" not in await create(nc, "WQ", {"durable_name": "A", "ack_policy": "explicit"})
+        r = await create(nc, "WQ", second)
+        assert r["error"] == {"code": 400, "err_code": err_code, "description": description}
+    finally:
+        await nc.close()
+
+
+async def test_workqueue_consumer_rules(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, "WQ", retention=RetentionPolicy.WORK_QUEUE)
+        r = await create(nc, "WQ", {"durable_name": "A", "ack_policy": "explicit", "filter_subject": "wq.a"})
+        assert "error" not in r
+        r = await create(nc, "WQ", {"durable_name": "B", "ack_policy": "explicit", "filter_subject": "wq.b"})
+        assert "error" not in r, "disjoint filters may share a work queue"
+        r = await create(nc, "WQ", {"durable_name": "C", "ack_policy": "none", "filter_subject": "wq.c"})
+        assert r["error"]["err_code"] == 10084
+        assert (
+            r["error"]["description"]
+            == "consumer in pull mode requires explicit ack policy on workqueue stream"
+        )
+        r = await create(
+            nc,
+            "WQ",
+            {
+                "durable_name": "D",
+                "ack_policy": "explicit",
+                "filter_subject": "wq.d",
+                "deliver_policy": "last",
+            },
+        )
+        assert r["error"]["err_code"] == 10101
+        assert r["error"]["description"] == "consumer must be deliver all on workqueue stream"
+    finally:
+        await nc.close()
+
+
+async def test_interest_stream_removes_a_message_once_every_consumer_acked(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, "IN", retention=RetentionPolicy.INTEREST)
+        a = await js.pull_subscribe("in.>", durable="A", stream="IN")
+        b = await js.pull_subscribe("in.>", durable="B", stream="IN")
+        await js.publish("in.x", b"1")
+        await js.publish("in.x", b"2")
+        assert (await js.stream_info("IN")).state.messages == 2
+        for m in await a.fetch(2, timeout=2):
+            await m.ack_sync()
+        assert (await js.stream_info("IN")).state.messages == 2, "B has not acked yet"
+        b_msgs = await b.fetch(2, timeout=2)
+        await b_msgs[0].ack_sync()
+
+        async def one_left() -> bool:
+            st = (await js.stream_info("IN")).state
+            return (st.messages, st.first_seq) == (1, 2)
+
+        await eventually(one_left)
+        await b_msgs[1].ack_sync()
+
+        async def none_left() -> bool:
+            return (await js.stream_info("IN")).state.messages == 0
+
+        await eventually(none_left)
+    finally:
+        await nc.close()
+
+
+# ----------------------------------------------------------------------------------------- durability
+
+
+async def test_durable_consumer_state_survives_restart(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=6)
+        sub = await js.pull_subscribe(
+            "s.>", durable="DUR", stream="S", config=ConsumerConfig(description="keep")
+        )
+        msgs = await sub.fetch(4, timeout=2)
+        for m in msgs[:3]:
+            await m.ack_sync()
+        before = await counters(js, "S", "DUR")
+        assert before["delivered"] == (4, 4) and before["ack_floor"] == (3, 3)
+        assert (before["num_pending"], before["num_ack_pending"]) == (2, 1)
+    finally:
+        await nc.close()
+    js_server.restart()
+    nc, js = await connect(js_server)
+    try:
+        after = await counters(js, "S", "DUR")
+        assert after["delivered"] == (4, 4) and after["ack_floor"] == (3, 3)
+        assert (after["num_pending"], after["num_ack_pending"]) == (2, 1)
+        ci = await js.consumer_info("S", "DUR")
+        assert ci.config.description == "keep" and ci.config.durable_name == "DUR"
+        assert await drain(nc, "S", "DUR") == [5, 6], "delivery resumes after the delivered sequence"
+    finally:
+        await nc.close()
+
+
+@pytest.mark.skipif(
+    "leafjet" not in os.environ.get("LEAFJET_TEST_SERVERS", "leafjet"), reason="runs against leafjet only"
+)
+async def test_acked_messages_are_not_redelivered_after_sigkill(tmp_path):
+    """leafjet only: an acknowledged ack (double ack) is on disk, so a SIGKILL does not undo it.
+
+    The reference is not asked: its file store flushes consumer state lazily, and after a SIGKILL it
+    may report an older ack floor and redeliver acknowledged messages (see ../shared/guide/REFERENCE.md).
+    """
+    srv = start_leafjet(tmp_path)
+    try:
+        nc, js = await connect(srv)
+        try:
+            await make_stream(js, n=10)
+            # a short ack wait, so that message 6 (delivered, never acked) comes back soon after the restart
+            sub = await js.pull_subscribe("s.>", durable="K", stream="S", config=ConsumerConfig(ack_wait=1.0))
+            msgs = await sub.fetch(6, timeout=2)
+            assert [m.metadata.sequence.stream for m in msgs] == [1, 2, 3, 4, 5, 6]
+            for m in msgs[:5]:
+                await m.ack_sync()  # confirmed: these must never come back
+        finally:
+            await nc.close()
+        srv.restart(kill=True)  # SIGKILL, then start again on the same data
+        nc, js = await connect(srv)
+        try:
+            ci = await js.consumer_info("S", "K")
+            assert (ci.ack_floor.consumer_seq, ci.ack_floor.stream_seq) == (5, 5), "confirmed acks survive"
+            assert ci.delivered.stream_seq in (5, 6)
+            sub = await js.pull_subscribe_bind("K", stream="S")
+            seen: list[int] = []
+            with anyio.fail_after(10):
+                while not {6, 7, 8, 9, 10} <= set(seen):
+                    try:
+                        batch = await sub.fetch(10, timeout=1)
+                    except nats.errors.TimeoutError:
+                        continue
+                    for m in batch:
+                        seen.append(m.metadata.sequence.stream)
+                        await m.ack_sync()
+            assert min(seen) == 6, f"acknowledged messages came back after the kill: {seen}"
+            assert (await js.consumer_info("S", "K")).ack_floor.stream_seq == 10
+        finally:
+            await nc.close()
+    finally:
+        srv.stop()
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("stream", "config", "subject", "err_code", "description"),
+    [
+        (
+            "S",
+            {"durable_name": "LP", "deliver_policy": "last_per_subject"},
+            None,
+            10094,
+            "consumer delivery policy is deliver last per subject, but optional filter subject is not set",
+        ),
+        (
+            "S",
+            {"durable_name": "BS", "deliver_policy": "by_start_sequence"},
+            None,
+            10094,
+            "consumer delivery policy is deliver by start sequence, but optional start sequence is not set",
+        ),
+        (
+            "S",
+            {"durable_name": "BT", "deliver_policy": "by_start_time"},
+            None,
+            10094,
+            "consumer delivery policy is deliver by start time, but optional start time is not set",
+        ),
+        ("NOSTREAM", {"durable_name": "X"}, None, 10059, "stream not found"),
+        (
+            "S",
+            {"durable_name": "D"},
+            f"{CREATE}.S",
+            10020,
+            "consumer expected to be ephemeral but a durable name was set in request",
+        ),
+        (
+            "S",
+            {"durable_name": "Y"},
+            f"{CREATE}.S.X",
+            10017,
+            "consumer name in subject does not match durable name in request",
+        ),
+        (
+            "S",
+            {"durable_name": "F", "filter_subject": "s.0"},
+            f"{CREATE}.S.F.s.1",
+            10131,
+            "Consumer create request did not match filtered subject from create subject",
+        ),
+        (
+            "S",
+            {},
+            "$JS.API.CONSUMER.DURABLE.CREATE.S.D",
+            10018,
+            "consumer expected to be durable but a durable name was not set",
+        ),
+        (
+            "S",
+            {"durable_name": "SN"},
+            f"{CREATE}.OTHER.SN",
+            10056,
+            "stream name in subject does not match request",
+        ),
+        (
+            "S",
+            {"durable_name": "FF", "filter_subject": "s.0", "filter_subjects": ["s.1"]},
+            None,
+            10136,
+            "consumer cannot have both FilterSubject and FilterSubjects specified",
+        ),
+        (
+            "S",
+            {"durable_name": "OV", "filter_subjects": ["s.0", "s.>"]},
+            None,
+            10138,
+            "consumer subject filters cannot overlap",
+        ),
+        (
+            "S",
+            {"durable_name": "PW", "deliver_subject": "push.x", "max_waiting": 5},
+            None,
+            10080,
+            "consumer in push mode can not set max waiting",
+        ),
+    ],
+    ids=[
+        "last_per_subject_without_filter",
+        "by_start_sequence_without_seq",
+        "by_start_time_without_time",
+        "missing_stream",
+        "durable_on_ephemeral_subject",
+        "subject_name_mismatch",
+        "filter_mismatch",
+        "legacy_durable_without_name",
+        "stream_name_mismatch",
+        "filter_and_filters",
+        "overlapping_filters",
+        "push_with_max_waiting",
+    ],
+)
+async def test_bad_consumer_configs_get_the_reference_error(
+    js_server, stream, config, subject, err_code, description
+):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=1)
+        r = await create(nc, stream, config, subject=subject)
+        assert r["type"] == "io.nats.jetstream.api.v1.consumer_create_response"
+        assert r["error"]["err_code"] == err_code, r
+        assert r["error"]["description"] == description
+        assert r["error"]["code"] == (404 if err_code == 10059 else 400)
+    finally:
+        await nc.close()
+
+
+async def test_malformed_create_request_gets_10025(js_server):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js)
+        r = await api(nc, f"{CREATE}.S.X", b"{nope")
+        assert (r["error"]["code"], r["error"]["err_code"]) == (400, 10025)
+        assert r["error"]["description"].startswith("invalid JSON")
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize(
+    ("subject", "err_code"),
+    [
+        ("$JS.API.CONSUMER.INFO.S.NOPE", 10014),
+        ("$JS.API.CONSUMER.DELETE.S.NOPE", 10014),
+        ("$JS.API.CONSUMER.INFO.NOSTREAM.C", 10059),
+        ("$JS.API.CONSUMER.DELETE.NOSTREAM.C", 10059),
+        ("$JS.API.CONSUMER.NAMES.NOSTREAM", 10059),
+        ("$JS.API.CONSUMER.LIST.NOSTREAM", 10059),
+    ],
+    ids=["info", "delete", "info_no_stream", "delete_no_stream", "names_no_stream", "list_no_stream"],
+)
+async def test_missing_consumer_or_stream(js_server, subject, err_code):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js)
+        r = await api(nc, subject)
+        assert r["error"]["code"] == 404 and r["error"]["err_code"] == err_code
+        assert r["error"]["description"] == (
+            "consumer not found" if err_code == 10014 else "stream not found"
+        )
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize(
+    ("request_body", "expected"),
+    [
+        ({"batch": 1, "expires": 10**19}, "400"),  # does not fit a duration
+        ({"batch": "ten"}, "400"),  # not a number
+        ({"batch": 10**12, "no_wait": True}, "data"),  # an absurd batch is just a big batch
+        ({"batch": 0, "no_wait": True}, "data"),  # batch 0 means 1
+        ({"batch": 1, "no_wait": True, "deliver_subject": "elsewhere"}, "data"),  # ignored in a pull
+        (b"3", "data"),  # a bare number is a batch size
+        (b"", "data"),  # an empty request is a batch of 1
+    ],
+    ids=[
+        "huge_expires",
+        "string_batch",
+        "huge_batch",
+        "zero_batch",
+        "deliver_subject",
+        "bare_number",
+        "empty",
+    ],
+)
+async def test_odd_pull_requests(js_server, request_body, expected):
+    nc, js = await connect(js_server)
+    try:
+        await make_stream(js, n=3)
+        await create(nc, "S", {"durable_name": "O", "ack_policy": "explicit"})
+        got = await pull(nc, "S", "O", request_body, want=3 if request_body == b"3" else None, timeout=0.5)
+        if expected == "400":
+            assert len(got) == 1 and status(got[0])[0] == "400"
+            assert status(got[0])[1].startswith("Bad Request")
+        else:
+            assert got and not is_status(got[0]) and got[0].data == b"m1"
+            assert got[0].subject == "s.0", "nothing goes to the deliver_subject of a pull request"
+            if request_body == b"3":
+                assert [m.data for m in got] == [b"m1", b"m2", b"m3"]
+        after = await pull(nc, "S", "O", {"batch": 10, "no_wait": True})
+        assert status(after[-1]) == ("404", "No Messages"), "the consumer still serves pulls"
+    finally:
+        await nc.close()
