@@ -102,6 +102,9 @@ class Consumer:
         self.last_interest_ns = time.monotonic_ns()
         self._remaining = -1
         self._interest_candidates: list[int] = []
+        self._replay_origin: tuple[int, int] | None = None  # (monotonic ns, stored ts) of the first replayed
+        self._rate_tokens: float | None = None  # rate_limit_bps token bucket (bytes), filled at first use
+        self._rate_at = 0.0
 
     # ------------------------------------------------------------------ set-up
 
@@ -296,6 +299,10 @@ class Consumer:
                     self.waiting.pop(0)
                     self._unread(msg)
                     continue
+                await self._pace(msg)
+                if not self.waiting or self.waiting[0] is not waiter:  # it expired while we paced
+                    self._unread(msg)
+                    continue
                 self._send(msg, waiter.reply, await self._pending_after(msg))
                 waiter.delivered += 1
                 waiter.bytes += size
@@ -319,6 +326,7 @@ class Consumer:
             msg = await self._next_message()
             if msg is None:
                 break
+            await self._pace(msg)
             self._send(msg, self.config.deliver_subject, await self._pending_after(msg))
             sent += 1
             if self.config.flow_control:
@@ -346,6 +354,33 @@ class Consumer:
             f"$JS.ACK.{self.stream.name}.{self.name}.{deliveries}.{msg.seq}.{self.dseq + 1}."
             f"{msg.ts}.{pending_after}"
         )
+
+    async def _pace(self, msg: StoredMsg) -> None:
+        """replay_policy "original" keeps the stored spacing; rate_limit_bps caps push bandwidth."""
+        if self.config.replay_policy == "original":
+            now = time.monotonic_ns()
+            if self._replay_origin is None:
+                self._replay_origin = (now, msg.ts)
+            start_wall, start_ts = self._replay_origin
+            due = start_wall + (msg.ts - start_ts)
+            if due > now:
+                await anyio.sleep(min((due - now) / 1e9, 3600))
+        bps = self.config.rate_limit_bps
+        if bps > 0 and not self.is_pull:
+            # A token bucket as the reference's: bps/8 bytes a second, with a burst of the
+            # stream's max_msg_size (else the default max payload).
+            rate = bps / 8
+            burst = self.stream.config.max_msg_size if self.stream.config.max_msg_size > 0 else 1 << 20
+            need = min(_msg_size(msg), burst)
+            now = time.monotonic()
+            if self._rate_tokens is None:
+                self._rate_tokens, self._rate_at = float(burst), now
+            self._rate_tokens = min(burst, self._rate_tokens + (now - self._rate_at) * rate)
+            self._rate_at = now
+            if self._rate_tokens < need:
+                await anyio.sleep((need - self._rate_tokens) / rate)
+                self._rate_tokens, self._rate_at = float(need), time.monotonic()
+            self._rate_tokens -= need
 
     async def _pending_after(self, msg: StoredMsg) -> int:
         if msg.seq in self.pending:  # a redelivery does not change what is left to deliver
