@@ -2,10 +2,11 @@
 
     python -m bench core [--msgs 200000] [--size 128] [--requests 5000] [--runs 3]
     python -m bench jetstream [--msgs 100000] [--size 128] [--window 1000] [--sync-requests 2000] [--runs 1]
+    python -m bench consumers [--msgs 100000] [--ordered-msgs N] [--batch 500] [--kv-ops 5000] [--runs 1]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
-core/jetstream figures are medians over --runs runs; each run uses a fresh server of each kind. store
-figures are the best of --runs runs of the store and of raw sqlite3, both in this process.
+core/jetstream/consumers figures are medians over --runs runs; each run uses a fresh server of each
+kind. store figures are the best of --runs runs of the store and of raw sqlite3, both in this process.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.consumers import ConsumerFigures, run_consumers
 from bench.core import CoreFigures, run_core
 from bench.jetstream import JsFigures, run_jetstream
 from bench.store import MODES, run_store
@@ -27,6 +29,10 @@ GOALS = {  # figure -> (goal text, leafjet/reference ratio that meets it, higher
     "msgs_per_s": (">= 0.9x reference", 0.9, True),
     "cpu_us_per_msg": ("<= 5x reference", 5.0, False),
 }
+for _prefix in ("fetch_ack_", "fetch_noack_", "ordered_"):
+    GOALS[_prefix + "msgs_per_s"] = GOALS["msgs_per_s"]
+    GOALS[_prefix + "cpu_us_per_msg"] = GOALS["cpu_us_per_msg"]
+GOALS["kv_put_ops_per_s"] = GOALS["kv_get_ops_per_s"] = GOALS["msgs_per_s"]
 
 
 def _median(figs: list) -> Any:
@@ -140,6 +146,74 @@ def jetstream_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
+def consumers_matrix(args: argparse.Namespace) -> int:
+    ordered_n = args.ordered_msgs or args.msgs
+    servers = JS_SERVERS if args.interval else JS_SERVERS[:2]
+    runs: dict[str, list[ConsumerFigures]] = {col: [] for col, _ in servers}
+    with tempfile.TemporaryDirectory(prefix="leafjet-bench-") as tmp:
+        for r in range(args.runs):
+            for i, (col, (kind, config)) in enumerate(servers):
+                srv = start_server(kind, Path(tmp) / f"{i}-{kind}-{r}", config, jetstream=True)
+                try:
+                    runs[col].append(
+                        asyncio.run(
+                            run_consumers(
+                                srv.url, srv.pid, args.msgs, ordered_n, args.batch, args.kv_ops, args.kv_keys
+                            )
+                        )
+                    )
+                finally:
+                    srv.stop()
+    res = {col: _median(v) for col, v in runs.items()}
+    cols = [col for col, _ in servers]
+    ref = res["reference"]
+    name = (
+        f"consumers N={args.msgs},MsgSz=128B,Batch={args.batch},OrderedN={ordered_n},OrderedMsgSz=1024B,"
+        f"KvOps={args.kv_ops},KvKeys={args.kv_keys},Storage=file,runs={args.runs}"
+    )
+    print(f"\n{name}")
+    print(
+        "  streams pre-loaded with publish_async (not timed); server CPU is /proc utime+stime of the server\n"
+        "  over the timed part. fetch+ack is timed until the consumer's ack floor reaches N. KV puts are\n"
+        "  sequential awaits, so they pay the store's sync policy per op. ratios are leafjet/reference."
+    )
+    rows = [
+        ("fetch+ack throughput (msgs/s)", "fetch_ack_msgs_per_s", "{:,.0f}"),
+        ("fetch+ack server CPU/msg (us)", "fetch_ack_cpu_us_per_msg", "{:.1f}"),
+        ("fetch AckNone throughput (msgs/s)", "fetch_noack_msgs_per_s", "{:,.0f}"),
+        ("fetch AckNone server CPU/msg (us)", "fetch_noack_cpu_us_per_msg", "{:.1f}"),
+        ("ordered catch-up (msgs/s)", "ordered_msgs_per_s", "{:,.0f}"),
+        ("ordered catch-up CPU/msg (us)", "ordered_cpu_us_per_msg", "{:.1f}"),
+        ("KV put (ops/s)", "kv_put_ops_per_s", "{:,.0f}"),
+        ("KV get (ops/s)", "kv_get_ops_per_s", "{:,.0f}"),
+        ("server RSS after run (MiB)", "rss_mib", "{:.1f}"),
+    ]
+    short = {"leafjet(always)": "lj(always)", "leafjet(interval)": "lj(interval)"}
+    lj_cols = cols[1:]
+    print(
+        f"{'figure':34s} {'reference':>10s}"
+        + "".join(f" {short[c]:>12s}" for c in lj_cols)
+        + "".join(f" {short[c][3:-1] + '/ref':>12s}" for c in lj_cols)
+        + "  goal"
+    )
+    for label, key, fmt in rows:
+        b = getattr(ref, key)
+        vals = [getattr(res[c], key) for c in lj_cols]
+        ratios = [v / b if b else float("nan") for v in vals]
+        goal = ""
+        if key in GOALS:
+            goal = f"{GOALS[key][0]}: " + ", ".join(
+                f"{short[c][3:-1]} {_goal(key, ra)}" for c, ra in zip(lj_cols, ratios, strict=True)
+            )
+        print(
+            f"{label:34s} {fmt.format(b):>10s}"
+            + "".join(f" {fmt.format(v):>12s}" for v in vals)
+            + "".join(f" {ra:12.2f}" for ra in ratios)
+            + f"  {goal}"
+        )
+    return 0
+
+
 STORE_GOAL = 0.5  # store/raw
 
 
@@ -196,6 +270,14 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--window", type=int, default=1000, help="max outstanding async publish acks")
     j.add_argument("--sync-requests", type=int, default=2000)
     j.add_argument("--runs", type=int, default=1)
+    co = sub.add_parser("consumers", help="pull fetch drain, ordered consumer catch-up, KV put/get, CPU/msg")
+    co.add_argument("--msgs", type=int, default=100_000, help="128 B messages drained by each fetch figure")
+    co.add_argument("--ordered-msgs", type=int, default=0, help="1 KiB messages for ordered (default --msgs)")
+    co.add_argument("--batch", type=int, default=500, help="fetch batch size")
+    co.add_argument("--kv-ops", type=int, default=5000, help="sequential puts, then as many gets")
+    co.add_argument("--kv-keys", type=int, default=100)
+    co.add_argument("--no-interval", dest="interval", action="store_false", help="skip leafjet sync=interval")
+    co.add_argument("--runs", type=int, default=1)
     st = sub.add_parser("store", help="SqliteStore append throughput vs raw sqlite3 (no server)")
     st.add_argument("--msgs", type=int, default=100_000)
     st.add_argument("--size", type=int, default=128)
@@ -207,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         return core_matrix(args)
     if args.matrix == "jetstream":
         return jetstream_matrix(args)
+    if args.matrix == "consumers":
+        return consumers_matrix(args)
     if args.matrix == "store":
         return store_matrix(args)
     return 2

@@ -56,7 +56,7 @@ async def preload(js, stream: str, subject: str, n: int, size: int) -> None:
         raise RuntimeError(f"{stream} holds {info.state.messages} messages, expected {n}")
 
 
-async def fetch_drain(js, pid: int, n: int, batch: int, durable: str, ack: bool) -> tuple[float, float]:
+async def fetch_drain(nc, js, pid: int, n: int, batch: int, durable: str, ack: bool) -> tuple[float, float]:
     """Drain n messages through a durable pull consumer, ``fetch(batch)`` at a time."""
     policy = AckPolicy.EXPLICIT if ack else AckPolicy.NONE
     cfg = ConsumerConfig(durable_name=durable, ack_policy=policy, max_ack_pending=-1)
@@ -71,7 +71,7 @@ async def fetch_drain(js, pid: int, n: int, batch: int, durable: str, ack: bool)
             for m in msgs:
                 await m.ack()
     if ack:  # done when the server has processed every ack
-        await js._nc.flush()
+        await nc.flush()
         deadline = time.monotonic() + TIMEOUT
         while (info := await js.consumer_info(FETCH_STREAM, durable)).ack_floor.stream_seq < n:
             if time.monotonic() > deadline:
@@ -83,9 +83,8 @@ async def fetch_drain(js, pid: int, n: int, batch: int, durable: str, ack: bool)
         raise RuntimeError(f"{durable}: fetched {got} messages, expected {n}")
     info = await js.consumer_info(FETCH_STREAM, durable)
     if info.num_pending != 0 or info.delivered.stream_seq != n:
-        raise RuntimeError(
-            f"{durable}: delivered up to {info.delivered.stream_seq}, {info.num_pending} pending, expected {n}"
-        )
+        seq, pending = info.delivered.stream_seq, info.num_pending
+        raise RuntimeError(f"{durable}: delivered up to {seq}, {pending} pending, expected {n}")
     await psub.unsubscribe()
     return n / elapsed, cpu / n * 1e6
 
@@ -104,9 +103,7 @@ async def ordered_catchup(js, pid: int, n: int) -> tuple[float, float]:
 
     cpu0 = cpu_seconds(pid)
     t0 = time.perf_counter()
-    sub = await js.subscribe(
-        ORDERED_SUBJECT, ordered_consumer=True, cb=cb, pending_msgs_limit=-1, pending_bytes_limit=-1
-    )
+    sub = await js.subscribe(ORDERED_SUBJECT, ordered_consumer=True, cb=cb)
     await asyncio.wait_for(done, timeout=TIMEOUT)
     elapsed = time.perf_counter() - t0
     cpu = cpu_seconds(pid) - cpu0
@@ -141,8 +138,8 @@ async def run_consumers(
         js = nc.jetstream(timeout=30, publish_async_max_pending=1000)
         await preload(js, FETCH_STREAM, FETCH_SUBJECT, fetch_n, 128)
         await preload(js, ORDERED_STREAM, ORDERED_SUBJECT, ordered_n, 1024)
-        ack_rate, ack_cpu = await fetch_drain(js, pid, fetch_n, batch, "acked", ack=True)
-        noack_rate, noack_cpu = await fetch_drain(js, pid, fetch_n, batch, "noack", ack=False)
+        ack_rate, ack_cpu = await fetch_drain(nc, js, pid, fetch_n, batch, "acked", ack=True)
+        noack_rate, noack_cpu = await fetch_drain(nc, js, pid, fetch_n, batch, "noack", ack=False)
         ord_rate, ord_cpu = await ordered_catchup(js, pid, ordered_n)
         put_rate, get_rate = await kv_ops(js, kv_n, kv_keys, 128)
     finally:

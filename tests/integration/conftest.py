@@ -20,3 +20,9 @@ def collect_client_leftovers() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
+
+
+@pytest.fixture
+def js_server(make_server):
+    """The parametrized server kind with JetStream enabled."""
+    return make_server(jetstream=True)

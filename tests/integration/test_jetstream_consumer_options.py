@@ -12,11 +12,6 @@ from nats.js.api import ConsumerConfig, ReplayPolicy
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
-@pytest.fixture
-def js_server(make_server):
-    return make_server(jetstream=True)
-
-
 async def test_headers_only_delivers_headers_and_the_size(js_server):
     nc = await nats.connect(js_server.url)
     try:

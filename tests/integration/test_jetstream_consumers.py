@@ -19,28 +19,13 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy
 from nats.js.errors import NotFoundError
 
+from tests.support.jsapi import api, connect
 from tests.support.servers import start_leafjet
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 CREATE = "$JS.API.CONSUMER.CREATE"
 NS = 1_000_000_000  # nanoseconds in a second: the API's durations are nanoseconds
-
-
-@pytest.fixture
-def js_server(make_server):
-    return make_server(jetstream=True)
-
-
-async def connect(srv):
-    nc = await nats.connect(srv.url)
-    return nc, nc.jetstream(timeout=5)
-
-
-async def api(nc, subject: str, body: dict | bytes | None = None) -> dict:
-    payload = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
-    msg = await nc.request(subject, payload, timeout=5)
-    return json.loads(msg.data)
 
 
 async def create(nc, stream: str, config: dict, *, subject: str | None = None, **extra: Any) -> dict:

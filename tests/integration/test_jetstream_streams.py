@@ -5,28 +5,13 @@ from __future__ import annotations
 import json
 
 import anyio
-import nats
 import pytest
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import APIError, BadRequestError, NoStreamResponseError, NotFoundError
 
+from tests.support.jsapi import api, connect
+
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@pytest.fixture
-def js_server(make_server):
-    return make_server(jetstream=True)
-
-
-async def connect(srv):
-    nc = await nats.connect(srv.url)
-    return nc, nc.jetstream(timeout=5)
-
-
-async def api(nc, subject: str, body: dict | bytes | None = None) -> dict:
-    payload = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
-    msg = await nc.request(subject, payload, timeout=5)
-    return json.loads(msg.data)
 
 
 async def test_create_publish_and_info(js_server):

@@ -7,7 +7,6 @@ deletes and purges are markers with a ``KV-Operation`` header. The values are th
 from __future__ import annotations
 
 import anyio
-import nats
 import pytest
 from nats.js.api import DiscardPolicy, StorageType
 from nats.js.errors import (
@@ -21,17 +20,9 @@ from nats.js.errors import (
 )
 from nats.js.kv import KV_DEL, KV_PURGE
 
+from tests.support.jsapi import connect
+
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@pytest.fixture
-def js_server(make_server):
-    return make_server(jetstream=True)
-
-
-async def connect(srv):
-    nc = await nats.connect(srv.url)
-    return nc, nc.jetstream(timeout=5)
 
 
 async def test_bucket_is_a_stream_with_the_kv_shape(js_server):

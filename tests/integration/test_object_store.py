@@ -10,9 +10,10 @@ import base64
 import hashlib
 import os
 
-import nats
 import pytest
 from nats.js.errors import NotFoundError, ObjectNotFoundError
+
+from tests.support.jsapi import connect as _connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -20,14 +21,8 @@ CHUNK = 128 * 1024  # nats-py's default chunk size
 BIG = 3 * 1024 * 1024 + 1000  # 3 MiB and a bit: 25 chunks, the last one short
 
 
-@pytest.fixture
-def js_server(make_server):
-    return make_server(jetstream=True)
-
-
 async def connect(srv):
-    nc = await nats.connect(srv.url)
-    return nc, nc.jetstream(timeout=10)
+    return await _connect(srv, timeout=10)
 
 
 def digest_of(data: bytes) -> str:

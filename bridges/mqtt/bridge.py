@@ -1,0 +1,542 @@
+"""The MQTT bridge: one broker session <-> JetStream, as a NATS client (the IO shell).
+
+paho-mqtt runs its own network thread. Its callbacks never wait on the event loop: an inbound PUBLISH
+is copied into a bounded thread-safe queue (``put`` with a deadline) and the loop is woken with
+``call_soon_threadsafe``; PUBACK/connect notifications reach the loop the same way. The loop calls back
+into paho only through its thread-safe ``ack``/``publish``.
+
+Invariants (see DESIGN.md):
+* an inbound QoS>=1 message is acknowledged to the broker only after JetStream's PubAck (or, for a
+  message that cannot be stored, after it reached the dead-letter subject or was rejected and counted);
+* an ack goes back only on the MQTT connection that delivered the message;
+* an outbound stream message is acked only after the broker's PUBACK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import anyio
+import nats
+import nats.errors
+import nats.js.errors
+from anyio.abc import TaskStatus
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from paho.mqtt.client import MQTT_ERR_SUCCESS, CallbackAPIVersion, Client, MQTTMessage, MQTTv5, MQTTv311
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from .config import MQTT_V5, MqttBridgeConfig, OutboundRoute
+from .messages import (
+    H_MSG_ID,
+    DeadLetter,
+    InboundMessage,
+    MqttPublish,
+    Reject,
+    plan_inbound,
+    plan_outbound,
+)
+
+log = logging.getLogger("leafjet.bridge.mqtt")
+
+
+@dataclass
+class BridgeStats:
+    """Counters a monitor (or a test) reads; written only on the event loop except where noted."""
+
+    received: int = 0  # paho thread
+    stored: int = 0
+    duplicates: int = 0  # redeliveries JetStream recognised by Nats-Msg-Id
+    id_collisions: int = 0  # reused packet id + same bytes, stored again under a fresh id
+    dead_lettered: int = 0
+    oversized: int = 0
+    overflow: int = 0  # paho thread: queue full, left unacknowledged for redelivery
+    store_retries: int = 0
+    dropped_properties: int = 0
+    commands_sent: int = 0
+    command_failures: int = 0
+    commands_dead_lettered: int = 0
+    mqtt_connects: int = 0  # paho thread
+    mqtt_refusals: int = 0  # paho thread: CONNACK with a failure reason (credentials, ...)
+    mqtt_connect_failures: int = 0  # paho thread: TCP/TLS connect failed
+    nats_connect_failures: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class MqttBridge:
+    def __init__(self, config: MqttBridgeConfig) -> None:
+        self.config = config
+        self.stats = BridgeStats()
+        self.mqtt_connected = False
+        self.nats_connected = False
+        self._queue: queue.Queue[InboundMessage] = queue.Queue(maxsize=config.max_inflight * 2)
+        self._generation = 0
+        self._gen_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._mqtt_up: asyncio.Event | None = None
+        self._pub_waiters: dict[int, asyncio.Future[Any]] = {}
+        self._client: Client | None = None
+        self._who = f"mqtt bridge {config.name!r} ({config.host}:{config.port})"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: TaskStatus[Any] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled. Reports started at once: connecting (to NATS, then to the broker)
+        is retried forever in the background, so whoever starts the bridge never waits on a peer."""
+        self._loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        self._mqtt_up = asyncio.Event()
+        task_status.started(self)
+        nc = await self._connect_nats()
+        try:
+            js = nc.jetstream(timeout=self.config.ack_timeout)
+            client = self._start_mqtt()
+            try:
+                async with anyio.create_task_group() as tg:
+                    if self.config.inbound:
+                        tg.start_soon(self._inbound_pump, js, nc)
+                    for route in self.config.outbound:
+                        tg.start_soon(self._outbound_loop, route, js, nc)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._stop_mqtt(client)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.ack_timeout):
+                await nc.close()
+
+    async def _connect_nats(self) -> Any:
+        cfg = self.config
+        delay = cfg.reconnect_min
+
+        async def on_error(e: Exception) -> None:
+            if not self.nats_connected:
+                self.stats.nats_connect_failures += 1
+            log.warning("%s: NATS error: %s", self._who, e or type(e).__name__)
+
+        async def on_disconnected() -> None:
+            self.nats_connected = False
+            log.warning("%s: disconnected from NATS %s; reconnecting", self._who, cfg.nats_url)
+
+        async def on_reconnected() -> None:
+            self.nats_connected = True
+            log.info("%s: reconnected to NATS %s", self._who, cfg.nats_url)
+
+        while True:
+            try:
+                nc = await nats.connect(
+                    cfg.nats_url,
+                    name=f"leafjet-mqtt-bridge-{cfg.name}",
+                    connect_timeout=min(cfg.ack_timeout, 5.0),
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=min(cfg.reconnect_max, 2.0),
+                    error_cb=on_error,
+                    disconnected_cb=on_disconnected,
+                    reconnected_cb=on_reconnected,
+                )
+            except Exception as e:
+                self.stats.nats_connect_failures += 1
+                log.warning(
+                    "%s: cannot connect to NATS %s (%s); retrying in %.1fs",
+                    self._who,
+                    cfg.nats_url,
+                    e or type(e).__name__,
+                    delay,
+                )
+                await anyio.sleep(delay)
+                delay = min(delay * 2, cfg.reconnect_max)
+                continue
+            self.nats_connected = True
+            log.info("%s: connected to NATS %s", self._who, cfg.nats_url)
+            return nc
+
+    def _start_mqtt(self) -> Client:
+        cfg = self.config
+        v5 = cfg.protocol == MQTT_V5
+        client = Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=cfg.client_id,
+            protocol=MQTTv5 if v5 else MQTTv311,
+            clean_session=None if v5 else cfg.clean_session,
+            manual_ack=True,
+            reconnect_on_failure=True,
+        )
+        client.enable_logger(logging.getLogger("leafjet.bridge.mqtt.paho"))
+        client.reconnect_delay_set(cfg.reconnect_min, cfg.reconnect_max)  # type: ignore[arg-type]
+        client.max_inflight_messages_set(cfg.max_inflight)
+        client.max_queued_messages_set(0)
+        if cfg.username is not None:
+            client.username_pw_set(cfg.username, cfg.password)
+        if cfg.use_tls:
+            tls = cfg.tls
+            client.tls_set(
+                ca_certs=tls.ca_file if tls else None,
+                certfile=tls.cert_file if tls else None,
+                keyfile=tls.key_file if tls else None,
+            )
+            if tls is not None and tls.insecure:
+                client.tls_insecure_set(True)
+        client.on_connect = self._on_connect
+        client.on_connect_fail = self._on_connect_fail
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        client.on_subscribe = self._on_subscribe
+        client.on_publish = self._on_publish
+        if v5:
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = 0 if cfg.clean_session else int(cfg.session_expiry)
+            props.ReceiveMaximum = cfg.max_inflight
+            client.connect_async(
+                cfg.host, cfg.port, cfg.keepalive, clean_start=cfg.clean_session, properties=props
+            )
+        else:
+            client.connect_async(cfg.host, cfg.port, cfg.keepalive)
+        client.loop_start()  # paho's thread: connects, and reconnects with capped backoff, forever
+        self._client = client
+        return client
+
+    async def _stop_mqtt(self, client: Client) -> None:
+        client.disconnect()  # a clean DISCONNECT keeps a persistent session on the broker
+        await anyio.to_thread.run_sync(client.loop_stop)
+        self.mqtt_connected = False
+        for fut in self._pub_waiters.values():
+            fut.cancel()
+        self._pub_waiters.clear()
+
+    # ------------------------------------------------------------------ paho thread
+
+    def _to_loop(self, fn: Any, *args: Any) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has closed: we are shutting down
+            loop.call_soon_threadsafe(fn, *args)
+
+    def _on_connect(self, client: Client, _u: Any, flags: Any, reason: Any, _props: Any) -> None:
+        if reason.is_failure:
+            self.stats.mqtt_refusals += 1
+            log.error(
+                "%s: broker refused the connection: %s; retrying with backoff (up to %.0fs)",
+                self._who,
+                reason,
+                self.config.reconnect_max,
+            )
+            return
+        self.stats.mqtt_connects += 1
+        self.mqtt_connected = True
+        log.info(
+            "%s: connected as %r (session present: %s)",
+            self._who,
+            self.config.client_id,
+            flags.session_present,
+        )
+        if self.config.inbound:
+            # QoS 2 is subscribed as QoS 1: paho sends PUBREC (which hands ownership to us) before the
+            # application sees the message, so a bridge killed then would lose it. See DESIGN.md.
+            subs: list[Any] = [
+                (
+                    r.filter,
+                    SubscribeOptions(qos=min(r.qos, 1)) if self.config.protocol == MQTT_V5 else min(r.qos, 1),
+                )
+                for r in self.config.inbound
+            ]
+            client.subscribe(subs)
+        if self._mqtt_up is not None:
+            self._to_loop(self._mqtt_up.set)
+
+    def _on_connect_fail(self, _client: Client, _u: Any) -> None:
+        self.stats.mqtt_connect_failures += 1
+        log.warning("%s: cannot reach the broker; retrying with backoff", self._who)
+
+    def _on_disconnect(self, _client: Client, _u: Any, _flags: Any, reason: Any, _props: Any) -> None:
+        with self._gen_lock:
+            self._generation += 1  # acks for messages of the old connection are not sent
+        was = self.mqtt_connected
+        self.mqtt_connected = False
+        if self._mqtt_up is not None:
+            self._to_loop(self._mqtt_up.clear)
+        if was:
+            log.warning("%s: disconnected from the broker (%s); reconnecting", self._who, reason)
+
+    def _on_subscribe(self, _client: Client, _u: Any, _mid: int, reasons: Any, _props: Any) -> None:
+        for route, rc in zip(self.config.inbound, reasons, strict=False):
+            if rc.is_failure:
+                log.error("%s: broker refused subscription %r: %s", self._who, route.filter, rc)
+
+    def _on_message(self, client: Client, _u: Any, m: MQTTMessage) -> None:
+        self.stats.received += 1
+        props = m.properties
+        item = InboundMessage(
+            generation=self._generation,
+            mid=m.mid,
+            qos=m.qos,
+            dup=bool(m.dup),
+            retain=bool(m.retain),
+            topic=m._topic,  # bytes: paho raises on .topic for invalid UTF-8
+            payload=bytes(m.payload),
+            content_type=getattr(props, "ContentType", None),
+            user_properties=tuple(getattr(props, "UserProperty", ()) or ()),
+            response_topic=getattr(props, "ResponseTopic", None),
+            correlation_data=getattr(props, "CorrelationData", None),
+        )
+        try:
+            if m.qos == 0:
+                self._queue.put_nowait(item)  # at most once anyway: dropped (and counted) when full
+            else:
+                self._queue.put(item, timeout=self.config.ack_timeout)
+        except queue.Full:
+            self.stats.overflow += 1
+            if m.qos > 0:
+                # Unacknowledged, the broker resends it only on a new connection: force one.
+                log.error("%s: inbound queue full; reconnecting so the broker redelivers", self._who)
+                sock = client.socket()
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
+            return
+        if self._wakeup is not None:
+            self._to_loop(self._wakeup.set)
+
+    def _on_publish(self, _client: Client, _u: Any, mid: int, reason: Any, _props: Any) -> None:
+        self._to_loop(self._published, mid, reason)
+
+    # ------------------------------------------------------------------ inbound: MQTT -> JetStream
+
+    async def _next_inbound(self) -> InboundMessage:
+        assert self._wakeup is not None
+        while True:
+            try:
+                return self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            self._wakeup.clear()
+            try:
+                return self._queue.get_nowait()
+            except queue.Empty:
+                await self._wakeup.wait()
+
+    async def _inbound_pump(self, js: Any, nc: Any) -> None:
+        window = anyio.Semaphore(self.config.max_inflight)
+        async with anyio.create_task_group() as tg:
+            while True:
+                item = await self._next_inbound()
+                await window.acquire()
+                tg.start_soon(self._handle_inbound, js, nc, item, window)
+
+    async def _handle_inbound(self, js: Any, nc: Any, item: InboundMessage, window: anyio.Semaphore) -> None:
+        try:
+            plan = plan_inbound(item, self.config)
+            if isinstance(plan, Reject):
+                self.stats.oversized += 1
+                log.warning("%s: rejected a message on %r: %s", self._who, _topic_text(item), plan.reason)
+            elif isinstance(plan, DeadLetter):
+                log.warning(
+                    "%s: message on %r sent to dead-letter subject %r: %s",
+                    self._who,
+                    _topic_text(item),
+                    plan.subject,
+                    plan.reason,
+                )
+                await self._store(
+                    js, nc, plan.subject, plan.payload, plan.headers, item.dup, dead_letter=True
+                )
+                self.stats.dead_lettered += 1
+            else:
+                if plan.dropped_properties:
+                    self.stats.dropped_properties += len(plan.dropped_properties)
+                    log.warning(
+                        "%s: dropped user properties %s (reserved or not valid header names)",
+                        self._who,
+                        list(plan.dropped_properties),
+                    )
+                await self._store(js, nc, plan.subject, plan.payload, plan.headers, item.dup)
+            self._ack(item)
+        finally:
+            window.release()
+
+    async def _store(
+        self,
+        js: Any,
+        nc: Any,
+        subject: str,
+        payload: bytes,
+        headers: dict[str, str],
+        dup: bool,
+        *,
+        dead_letter: bool = False,
+    ) -> None:
+        """Publish until JetStream acknowledges: retried with capped backoff, never given up."""
+        cfg = self.config
+        delay = cfg.reconnect_min
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                ack = await js.publish(subject, payload, timeout=cfg.ack_timeout, headers=headers)
+            except nats.js.errors.NoStreamResponseError:
+                if dead_letter:  # nobody stores dead letters: publish them for whoever listens
+                    await nc.publish(subject, payload, headers=headers)
+                    await nc.flush(timeout=cfg.ack_timeout)
+                    return
+                problem = f"no stream captures subject {subject!r}"
+            except nats.errors.MaxPayloadError:
+                problem = f"payload of {len(payload)} bytes exceeds the NATS server's max_payload"
+                if dead_letter:
+                    raise
+            except Exception as e:
+                problem = f"{type(e).__name__}: {e}"
+            else:
+                if ack.duplicate and not dup and attempt == 1 and H_MSG_ID in headers:
+                    # Not a redelivery (no DUP flag) and not our own retry: a reused packet id
+                    # with identical bytes. Store it again under a fresh id.
+                    self.stats.id_collisions += 1
+                    headers = {**headers, H_MSG_ID: f"{headers[H_MSG_ID]}-{time.time_ns()}"}
+                    continue
+                if ack.duplicate:
+                    self.stats.duplicates += 1
+                elif not dead_letter:
+                    self.stats.stored += 1
+                return
+            self.stats.store_retries += 1
+            if attempt & (attempt - 1) == 0:  # log attempts 1, 2, 4, 8, ...
+                log.warning(
+                    "%s: cannot store on %r (%s); attempt %d, retrying in %.1fs",
+                    self._who,
+                    subject,
+                    problem,
+                    attempt,
+                    delay,
+                )
+            await anyio.sleep(delay)
+            delay = min(delay * 2, cfg.reconnect_max)
+
+    def _ack(self, item: InboundMessage) -> None:
+        if item.qos == 0 or self._client is None:
+            return
+        with self._gen_lock:
+            if item.generation == self._generation:
+                self._client.ack(item.mid, item.qos)
+            # else: that connection is gone; the broker redelivers (with DUP) and dedup catches it
+
+    # ------------------------------------------------------------------ outbound: JetStream -> MQTT
+
+    def _published(self, mid: int, reason: Any) -> None:
+        fut = self._pub_waiters.pop(mid, None)
+        if fut is not None and not fut.done():
+            fut.set_result(reason)
+
+    async def _outbound_loop(self, route: OutboundRoute, js: Any, nc: Any) -> None:
+        cfg = self.config
+        delay = cfg.reconnect_min
+        while True:
+            try:
+                sub = await js.pull_subscribe(
+                    f"{route.subject_prefix}.>",
+                    durable=route.durable,
+                    stream=route.stream,
+                    config=ConsumerConfig(
+                        durable_name=route.durable,
+                        ack_policy=AckPolicy.EXPLICIT,
+                        deliver_policy=DeliverPolicy.ALL,
+                        ack_wait=route.ack_wait,
+                        max_ack_pending=max(route.batch * 4, cfg.max_inflight),
+                    ),
+                )
+                break
+            except Exception as e:
+                log.warning(
+                    "%s: cannot bind durable %r on stream %r (%s); retrying in %.1fs",
+                    self._who,
+                    route.durable,
+                    route.stream,
+                    e or type(e).__name__,
+                    delay,
+                )
+                await anyio.sleep(delay)
+                delay = min(delay * 2, cfg.reconnect_max)
+        try:
+            while True:
+                assert self._mqtt_up is not None
+                await self._mqtt_up.wait()
+                try:
+                    msgs = await sub.fetch(route.batch, timeout=1.0)
+                except nats.errors.TimeoutError:
+                    continue
+                except Exception as e:
+                    log.warning(
+                        "%s: fetch from %r failed: %s", self._who, route.durable, e or type(e).__name__
+                    )
+                    await anyio.sleep(cfg.reconnect_min)
+                    continue
+                await self._deliver_batch(route, msgs, js, nc)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                await sub.unsubscribe()
+
+    async def _deliver_batch(self, route: OutboundRoute, msgs: list[Any], js: Any, nc: Any) -> None:
+        pending: list[tuple[Any, asyncio.Future[Any] | None]] = []
+        for msg in msgs:  # handed to paho in stream order
+            plan = plan_outbound(msg.subject, msg.data, msg.headers, route, self.config)
+            if isinstance(plan, DeadLetter):
+                log.warning("%s: command on %r dead-lettered: %s", self._who, msg.subject, plan.reason)
+                await self._store(js, nc, plan.subject, plan.payload, plan.headers, False, dead_letter=True)
+                self.stats.commands_dead_lettered += 1
+                await msg.term()
+                continue
+            pending.append((msg, self._mqtt_publish(plan)))
+        for msg, fut in pending:
+            ok = False
+            if fut is not None:
+                with anyio.move_on_after(self.config.ack_timeout):
+                    reason = await fut
+                    ok = not getattr(reason, "is_failure", False)
+                    if not ok:
+                        log.warning("%s: broker refused command on %r: %s", self._who, msg.subject, reason)
+            if ok:
+                await msg.ack()
+                self.stats.commands_sent += 1
+            else:
+                self.stats.command_failures += 1
+                await msg.nak(delay=self.config.reconnect_min)
+
+    def _mqtt_publish(self, plan: MqttPublish) -> asyncio.Future[Any] | None:
+        assert self._client is not None and self._loop is not None
+        props = None
+        if self.config.protocol == MQTT_V5 and (plan.content_type or plan.user_properties):
+            props = Properties(PacketTypes.PUBLISH)
+            if plan.content_type:
+                props.ContentType = plan.content_type
+            if plan.user_properties:
+                props.UserProperty = list(plan.user_properties)
+        info = self._client.publish(plan.topic, plan.payload, plan.qos, plan.retain, properties=props)
+        if info.rc != MQTT_ERR_SUCCESS and plan.qos == 0:
+            return None
+        # on_publish reaches the loop through call_soon_threadsafe, so it cannot run before this line
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        if info.is_published():
+            fut.set_result(None)
+        else:
+            self._pub_waiters[info.mid] = fut
+        return fut
+
+
+def _topic_text(item: InboundMessage) -> str:
+    return item.topic.decode("utf-8", errors="backslashreplace")
+
+
+async def run_bridge(
+    config: MqttBridgeConfig, *, task_status: TaskStatus[Any] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Entry point for a task group (the agent's, or the standalone CLI's): runs until cancelled."""
+    await MqttBridge(config).run(task_status=task_status)

@@ -1,0 +1,124 @@
+"""A session-scoped quiet SparkSession and helpers that fill and inspect real leafjet streams."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
+pytest.importorskip("pyarrow", reason="the spark extra is not installed")
+
+from tests.support.servers import RunningServer, start_leafjet
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from bridges.spark.session import quiet_session
+
+    session = quiet_session("leafjet-tests", master="local[2]", tmp_dir=tmp_path_factory.mktemp("spark"))
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def leafjet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    srv = start_leafjet(tmp_path_factory.mktemp("leafjet"))
+    yield srv
+    srv.stop()
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    seq: int
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+    ts: datetime  # microsecond precision, UTC
+
+
+def _ts(text: str) -> datetime:
+    """RFC3339 with nanoseconds -> datetime (truncated to microseconds), independently of the source."""
+    head, _, frac = text.rstrip("Z").partition(".")
+    return datetime.fromisoformat(head).replace(tzinfo=UTC, microsecond=int((frac + "000000")[:6]))
+
+
+async def _with_nc(url: str, fn: Any, **connect: Any) -> Any:
+    import nats
+
+    nc = await nats.connect(url, allow_reconnect=False, **connect)
+    try:
+        return await fn(nc)
+    finally:
+        await nc.close()
+
+
+def create_stream(url: str, name: str, subjects: Sequence[str], *, allow_direct: bool = True) -> None:
+    async def go(nc: Any) -> None:
+        cfg = {"name": name, "subjects": list(subjects), "storage": "file", "allow_direct": allow_direct}
+        resp = json.loads((await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(cfg).encode())).data)
+        assert "error" not in resp, resp
+
+    asyncio.run(_with_nc(url, go))
+
+
+def publish(
+    url: str, messages: Sequence[tuple[str, bytes] | tuple[str, bytes, dict[str, str]]], window: int = 500
+) -> None:
+    """Publish with JetStream acks, ``window`` outstanding at a time, in order."""
+
+    async def go(nc: Any) -> None:
+        js = nc.jetstream()
+        for i in range(0, len(messages), window):
+            futs = []
+            for m in messages[i : i + window]:
+                headers = m[2] if len(m) > 2 else None  # type: ignore[misc]
+                futs.append(await js.publish_async(m[0], m[1], headers=headers))
+            await asyncio.gather(*futs)
+
+    asyncio.run(_with_nc(url, go))
+
+
+def api(url: str, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def go(nc: Any) -> dict[str, Any]:
+        payload = json.dumps(body).encode() if body is not None else b""
+        return json.loads((await nc.request(subject, payload, timeout=5)).data)
+
+    return asyncio.run(_with_nc(url, go))
+
+
+def stored_messages(url: str, stream: str) -> list[StoredMessage]:
+    """Every message of the stream via STREAM.MSG.GET: the ground truth the source is compared with."""
+
+    async def go(nc: Any) -> list[StoredMessage]:
+        info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5)).data)
+        out = []
+        for seq in range(info["state"]["first_seq"], info["state"]["last_seq"] + 1):
+            body = json.dumps({"seq": seq}).encode()
+            resp = json.loads((await nc.request(f"$JS.API.STREAM.MSG.GET.{stream}", body, timeout=5)).data)
+            if "error" in resp:
+                continue
+            m = resp["message"]
+            headers: dict[str, str] = {}
+            if m.get("hdrs"):
+                for line in base64.b64decode(m["hdrs"]).decode().split("\r\n")[1:]:
+                    if ":" in line:
+                        k, v = line.split(":", 1)
+                        headers[k.strip()] = v.strip()
+            data = base64.b64decode(m["data"]) if m.get("data") else b""
+            out.append(StoredMessage(m["seq"], m["subject"], data, headers, _ts(m["time"])))
+        return out
+
+    return asyncio.run(_with_nc(url, go))
+
+
+@pytest.fixture
+def out_dir(tmp_path: Path) -> Path:
+    return tmp_path
