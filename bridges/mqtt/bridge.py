@@ -273,6 +273,8 @@ class MqttBridge:
         for route, rc in zip(self.config.inbound, reasons, strict=False):
             if rc.is_failure:
                 log.error("%s: broker refused subscription %r: %s", self._who, route.filter, rc)
+            else:
+                log.info("%s: subscribed to %r (granted %s)", self._who, route.filter, rc)
 
     def _on_message(self, client: Client, _u: Any, m: MQTTMessage) -> None:
         self.stats.received += 1

@@ -263,30 +263,31 @@ def bridge_from_table(t: _Table, base_dir: Path | None = None) -> MqttBridgeConf
     outbound = tuple(
         _read_outbound(x, f"{client_id}-{i}".replace(".", "_")) for i, x in enumerate(outbound_tables)
     )
+    fields = dict(
+        name=name,
+        host=parts.hostname,
+        port=port,
+        use_tls=use_tls,
+        protocol=_PROTOCOLS[str(proto)],
+        client_id=client_id,
+        clean_session=t.bool("clean_session", False),
+        session_expiry=t.duration("session_expiry", 86400.0),
+        keepalive=t.int("keepalive", 30, 1, 65535),
+        username=t.str("username", parts.username),
+        password=t.str("password", parts.password),
+        tls=tls,
+        nats_url=t.str("nats_url", "nats://127.0.0.1:4222") or "",
+        max_payload=t.size("max_payload", 1 << 20),
+        max_inflight=t.int("max_inflight", 256, 1, 65535),
+        dead_letter_subject=t.subject("dead_letter_subject", "mqtt.dead_letter"),
+        ack_timeout=t.duration("ack_timeout", 5.0),
+        reconnect_min=t.duration("reconnect_min", 0.5),
+        reconnect_max=t.duration("reconnect_max", 30.0),
+        inbound=inbound,
+        outbound=outbound,
+    )
     try:
-        cfg = MqttBridgeConfig(
-            name=name,
-            host=parts.hostname,
-            port=port,
-            use_tls=use_tls,
-            protocol=_PROTOCOLS[str(proto)],
-            client_id=client_id,
-            clean_session=t.bool("clean_session", False),
-            session_expiry=t.duration("session_expiry", 86400.0),
-            keepalive=t.int("keepalive", 30, 1, 65535),
-            username=t.str("username", parts.username),
-            password=t.str("password", parts.password),
-            tls=tls,
-            nats_url=t.str("nats_url", "nats://127.0.0.1:4222") or "",
-            max_payload=t.size("max_payload", 1 << 20),
-            max_inflight=t.int("max_inflight", 256, 1, 65535),
-            dead_letter_subject=t.subject("dead_letter_subject", "mqtt.dead_letter"),
-            ack_timeout=t.duration("ack_timeout", 5.0),
-            reconnect_min=t.duration("reconnect_min", 0.5),
-            reconnect_max=t.duration("reconnect_max", 30.0),
-            inbound=inbound,
-            outbound=outbound,
-        )
+        cfg = MqttBridgeConfig(**fields)
     except ConfigError as e:
         raise ConfigError(t.at(e.path), e.reason) from None
     t.done()

@@ -35,7 +35,7 @@ def _convert(topic: str, *, filter_ok: bool) -> str:
     last = len(topic) - 1
     for i, ch in enumerate(topic):
         if ch == "/":
-            if i == 0 or out[-1] == ".":
+            if i == 0 or out[-1].endswith("."):
                 out.append("/.")  # an empty level before this separator
             elif i == last or topic[i + 1] == "/":
                 out.append("./")  # the next level is empty

@@ -57,7 +57,7 @@ class SourceOptions:
     num_partitions: int = 2
     min_partition_size: int = 1000
     batch_size: int = 1000  # messages per batched direct-get request (the server caps it at 1000)
-    in_flight: int = 4  # batched direct-get requests outstanding per partition
+    in_flight: int = 8  # batched direct-get requests outstanding per partition
     rows_per_arrow_batch: int = 8192
     use_direct: str = "auto"  # auto | true | false
 
@@ -148,7 +148,7 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         num_partitions=_int(lower, "numpartitions", default_parts, 1) or default_parts,
         min_partition_size=_int(lower, "minpartitionsize", 1000, 1) or 1000,
         batch_size=min(_int(lower, "batchsize", 1000, 1) or 1000, 1000),
-        in_flight=_int(lower, "inflight", 4, 1) or 4,
+        in_flight=_int(lower, "inflight", 8, 1) or 8,
         rows_per_arrow_batch=_int(lower, "rowsperarrowbatch", 8192, 1) or 8192,
         use_direct=use_direct,
     )

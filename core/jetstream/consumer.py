@@ -14,6 +14,7 @@ import heapq
 import json
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("leafjet.consumer")
 
 STATE_PREFIX = "consumer/"
-_FC_EVERY_BYTES = 1 << 20  # a flow-control request at most every MiB delivered
+_FC_EVERY_BYTES = 1 << 20
+READ_AHEAD = 256  # a flow-control request at most every MiB delivered
 
 
 def state_key(name: str) -> str:
@@ -102,6 +104,7 @@ class Consumer:
         self.last_interest_ns = time.monotonic_ns()
         self._remaining = -1
         self._interest_candidates: list[int] = []
+        self._buffer: deque[StoredMsg] = deque()  # read-ahead of the next messages to deliver
         self._replay_origin: tuple[int, int] | None = None  # (monotonic ns, stored ts) of the first replayed
         self._rate_tokens: float | None = None  # rate_limit_bps token bucket (bytes), filled at first use
         self._rate_at = 0.0
@@ -428,10 +431,18 @@ class Consumer:
             if m is not None:
                 return m
         filters = self.filters
-        if not filters:
-            m = await store.first_after(self.next_sseq)
-        elif len(filters) == 1:
-            m = await store.first_after(self.next_sseq, filters[0])
+        if len(filters) <= 1:
+            # Read ahead: one store query serves many deliveries. The stream clears the buffer
+            # whenever it removes messages (purge, delete, expiry, limits).
+            if not self._buffer:
+                self._buffer.extend(
+                    await store.range(
+                        self.next_sseq, limit=READ_AHEAD, subject_filter=filters[0] if filters else None
+                    )
+                )
+                if not self._buffer:
+                    return None
+            m = self._buffer.popleft()
         else:
             candidates = [await store.first_after(self.next_sseq, f) for f in filters]
             found = [c for c in candidates if c is not None]
@@ -447,8 +458,14 @@ class Consumer:
             self.redeliver.insert(0, msg.seq)
         elif msg.seq == self.next_sseq - 1:
             self.next_sseq = msg.seq
+            if len(self.filters) <= 1:
+                self._buffer.appendleft(msg)
         else:
             self.initial.insert(0, msg.seq)
+
+    def invalidate_reads(self) -> None:
+        """The stream removed messages: what was read ahead may be gone."""
+        self._buffer.clear()
 
     def _send(self, msg: StoredMsg, to: str, pending_after: int) -> None:
         now = time.time_ns()
@@ -684,6 +701,7 @@ class Consumer:
 
     def purged(self, first_seq: int) -> None:
         """The stream dropped messages: forget pending ones below its new first sequence."""
+        self._buffer.clear()
         for s in [s for s in self.pending if s < first_seq]:
             del self.pending[s]
         self.redeliver = [s for s in self.redeliver if s in self.pending]

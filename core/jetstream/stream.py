@@ -88,6 +88,7 @@ class _Batch:
     ttls: list[tuple[int, int]] = field(default_factory=list)  # (seq, expire ns)
     subjects: set[str] = field(default_factory=set)
     last_msg_id: str | None = None
+    removes: bool = False  # the batch also removes messages (rollup, per-subject limit)
 
 
 class Stream:
@@ -125,6 +126,12 @@ class Stream:
     def wake_consumers(self) -> None:
         for c in self.consumers.values():
             c.wake()
+
+    def _removed_messages(self) -> None:
+        """Messages went away (delete, expiry, limits): consumers must not serve stale read-ahead."""
+        self._state = None
+        for c in self.consumers.values():
+            c.invalidate_reads()
 
     async def apply_consumer_ops(self, ops: list[Op]) -> None:
         """Consumer state and the deletions acks cause (workqueue, interest) go to the same store."""
@@ -238,7 +245,7 @@ class Stream:
                 self._ttl.pop(seq, None)
             for mid in old_ids:
                 self._dedup.pop(mid, None)
-            self._state = None
+            self._removed_messages()
 
     # ------------------------------------------------------------------ state
 
@@ -329,6 +336,8 @@ class Stream:
             for seq, expire in plan.ttls:
                 self._ttl[seq] = expire
             self._state = None
+            if plan.removes:
+                self._removed_messages()
             await self._enforce_limits(plan.subjects)
             self.wake_consumers()
         self._send_outcomes(plan, flight.results or [])
@@ -432,8 +441,22 @@ class Stream:
             plan.ops.append(SetMetaOp(f"{_TTL_PREFIX}{run.last_seq}", str(now + ttl_ns).encode()))
         if rollup == "sub":
             plan.ops.append(PurgeOp(subject=msg.subject, up_to_seq=run.last_seq))
+            plan.removes = True
         elif rollup == "all":
             plan.ops.append(PurgeOp(up_to_seq=run.last_seq))
+            plan.removes = True
+        elif (
+            appended
+            and cfg.max_msgs_per_subject > 0
+            and not (cfg.discard == "new" and cfg.discard_new_per_subject)
+        ):
+            # The per-subject limit goes into the same transaction as the append: a KV put is one fsync.
+            committed = run.committed.get(msg.subject)
+            if committed is None:
+                committed = run.committed[msg.subject] = await self.store.msgs_for_subject(msg.subject)
+            if committed + run.per_subject[msg.subject] > cfg.max_msgs_per_subject:
+                plan.ops.append(PurgeOp(subject=msg.subject, keep=cfg.max_msgs_per_subject))
+                plan.removes = True
         plan.outcomes.append((msg.reply, _Stored(run.last_seq, index if appended else -1)))
 
     def _check_discard_new(self, run: _Running, size: int) -> None:
@@ -462,7 +485,7 @@ class Stream:
         if ops:
             await self.store.apply(ops)
             ops = []
-            self._state = None
+            self._removed_messages()
         if cfg.discard != "old" or (cfg.max_msgs <= 0 and cfg.max_bytes <= 0):
             return
         st = await self.state()
@@ -486,7 +509,7 @@ class Stream:
                 start = chunk[-1].seq + 1
         if cut:
             await self.store.apply([PurgeOp(up_to_seq=cut)])
-            self._state = None
+            self._removed_messages()
 
     # ------------------------------------------------------------------ API operations
 
@@ -508,7 +531,7 @@ class Stream:
             self._predicted = None
             results = await self.store.apply([DeleteOp(seq, erase=erase), DelMetaOp(f"{_TTL_PREFIX}{seq}")])
             self._ttl.pop(seq, None)
-            self._state = None
+            self._removed_messages()
             return bool(results[0])
 
     async def get_msg(
@@ -548,6 +571,7 @@ class _Running:
     last_msg_id: str | None
     last_by_subject: dict[str, int] = field(default_factory=dict)
     per_subject: dict[str, int] = field(default_factory=dict)
+    committed: dict[str, int] = field(default_factory=dict)  # per-subject counts read from the store
 
 
 @dataclass(frozen=True, slots=True)

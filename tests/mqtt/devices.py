@@ -85,12 +85,17 @@ class Flood:
     them after a reconnect, so every message eventually gets its PUBACK.
     """
 
-    def __init__(self, port: int, topic: str, n: int, *, client_id: str = "flood-device", rate_pause: int = 0):
+    def __init__(
+        self, port: int, topic: str, n: int, *, client_id: str = "flood-device", rate_pause: int = 0
+    ):
         self.n = n
         self.client = _client(client_id, 5)
         self.client.reconnect_delay_set(0.05, 0.5)  # type: ignore[arg-type]
         self.client.max_inflight_messages_set(50)
         self.client.max_queued_messages_set(0)
+        self._acks = 0
+        self._ack_lock = threading.Lock()
+        self.client.on_publish = self._on_publish
         self.client.connect("127.0.0.1", port, clean_start=False)
         self.client.loop_start()
         self.infos: list[Any] = []
@@ -105,8 +110,13 @@ class Flood:
             if self._pause and i % self._pause == 0:
                 threading.Event().wait(0.002)
 
+    def _on_publish(self, *_a: Any) -> None:
+        with self._ack_lock:
+            self._acks += 1
+
     def acked(self) -> int:
-        return sum(1 for info in list(self.infos) if info.is_published())
+        with self._ack_lock:
+            return self._acks
 
     def close(self) -> None:
         self.thread.join(10)

@@ -38,7 +38,12 @@ async def test_qos1_messages_are_stored_with_topic_and_msg_id_headers(mosquitto,
             await eventually(lambda: bridge.stats.stored == len(msgs), what=f"{len(msgs)} stored")
         got = [await js.get_msg("SENSORS", seq) for seq in range(1, len(msgs) + 1)]
         subjects = {m.subject for m in got}
-        assert subjects == {"mqtt.sensors.a.b", "mqtt.sensors.x//y", "mqtt.sensors./.empty", "mqtt.sensors.trail./"}
+        assert subjects == {
+            "mqtt.sensors.a.b",
+            "mqtt.sensors.x//y",
+            "mqtt.sensors./.empty",
+            "mqtt.sensors.trail./",
+        }
         assert sorted(m.data for m in got) == sorted(p for _, p in msgs)
         for m in got:
             assert m.data.decode().startswith(m.headers[H_TOPIC] + "#")
@@ -116,7 +121,8 @@ async def test_unmappable_topics_go_to_the_dead_letter_subject(mosquitto, leafje
             msgs = [("sensors/has space", b"1"), ("sensors/*", b"2"), ("sensors/fine", b"3")]
             await anyio.to_thread.run_sync(lambda: devices.publish(mosquitto.port, msgs))
             await eventually(
-                lambda: bridge.stats.dead_lettered == 2 and bridge.stats.stored == 1, what=lambda: f"routed: {bridge.stats}"
+                lambda: bridge.stats.dead_lettered == 2 and bridge.stats.stored == 1,
+                what=lambda: f"routed: {bridge.stats}",
             )
         dead = [await js.get_msg("DEAD", seq) for seq in (1, 2)]
         assert {m.headers[H_TOPIC] for m in dead} == {"sensors/has space", "sensors/*"}

@@ -69,7 +69,9 @@ async def stream_payloads(js, stream: str) -> list[bytes]:
     return [(await js.get_msg(stream, seq)).data for seq in range(1, last + 1)]
 
 
-async def flood_with_faults(tmp_path, broker: Mosquitto, srv: RunningServer, n: int, rounds: int, restart_broker: bool):
+async def flood_with_faults(
+    tmp_path, broker: Mosquitto, srv: RunningServer, n: int, rounds: int, restart_broker: bool
+):
     nc = await nats.connect(srv.url)
     js = nc.jetstream(timeout=5)
     bridge = BridgeProcess(tmp_path, broker, srv.url)
@@ -77,6 +79,7 @@ async def flood_with_faults(tmp_path, broker: Mosquitto, srv: RunningServer, n: 
     try:
         await js.add_stream(name="FLOOD", subjects=["mqtt.flood.>"])
         bridge.start()
+        await eventually(lambda: "subscribed to" in bridge.log.read_text(), what="the bridge's subscription")
         flood = devices.Flood(broker.port, "flood/device-1", n, rate_pause=20)
         for r in range(rounds):
             target = (r + 1) * n // (rounds + 2)
@@ -89,7 +92,9 @@ async def flood_with_faults(tmp_path, broker: Mosquitto, srv: RunningServer, n: 
             if restart_broker and r % 2 == 0:
                 await anyio.to_thread.run_sync(broker.restart)
             bridge.start()
-        await eventually(lambda: flood.acked() == n, timeout=60, what=lambda: f"device acks {flood.acked()}/{n}")
+        await eventually(
+            lambda: flood.acked() == n, timeout=60, what=lambda: f"device acks {flood.acked()}/{n}"
+        )
 
         async def complete():
             return len(set(await stream_payloads(js, "FLOOD"))) == n
@@ -114,7 +119,9 @@ async def test_messages_survive_bridge_kill_during_a_flood(make_mosquitto, leafj
 
 @pytest.mark.chaos
 @pytest.mark.timeout(300)
-async def test_messages_survive_bridge_kills_and_broker_restarts_during_a_flood(make_mosquitto, leafjet, tmp_path):
+async def test_messages_survive_bridge_kills_and_broker_restarts_during_a_flood(
+    make_mosquitto, leafjet, tmp_path
+):
     broker = make_mosquitto()
     dups = await flood_with_faults(tmp_path, broker, leafjet, n=5000, rounds=4, restart_broker=True)
     print(f"duplicates stored: {dups}")

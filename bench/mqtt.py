@@ -1,0 +1,183 @@
+"""MQTT device -> durable stream throughput: mosquitto + the leafjet bridge vs the reference's MQTT listener.
+
+    python -m bench mqtt [--msgs 20000] [--size 128] [--inflight 100]
+
+Columns (same run, fresh servers each):
+  leafjet    device -QoS1-> mosquitto -> bridge (its own process, a NATS client) -> leafjet agent stream
+  bridge+ref device -QoS1-> mosquitto -> bridge -> reference nats-server stream (isolates the bridge's cost)
+  reference  device -QoS1-> nats-server's own MQTT listener (jetstream + mqtt {port}) -> stream
+The figure is messages stored in the stream per second, from the first publish until the stream holds N.
+Benchmarks never assert.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+from paho.mqtt.client import CallbackAPIVersion, Client, MQTTv5
+
+from tests.mqtt.conftest import MOSQUITTO, Mosquitto
+from tests.support.servers import REPO, free_port, start_server
+
+
+@dataclass(frozen=True, slots=True)
+class MqttFigures:
+    msgs_per_s: float
+    device_acks_per_s: float
+    seconds: float
+
+
+def _flood(port: int, n: int, size: int, inflight: int, topic: str) -> float:
+    """Publish n QoS 1 messages; return the time when the broker had acknowledged them all."""
+    done = threading.Event()
+    acks = 0
+    lock = threading.Lock()
+
+    def on_publish(*_a: object) -> None:
+        nonlocal acks
+        with lock:
+            acks += 1
+            if acks == n:
+                done.set()
+
+    c = Client(CallbackAPIVersion.VERSION2, client_id=f"bench-device-{port}", protocol=MQTTv5)
+    c.max_inflight_messages_set(inflight)
+    c.max_queued_messages_set(0)
+    c.on_publish = on_publish
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    try:
+        payload = b"x" * size
+        for _ in range(n):
+            c.publish(topic, payload, 1)
+        done.wait(600)
+        return time.perf_counter()
+    finally:
+        c.disconnect()
+        c.loop_stop()
+
+
+async def _measure(
+    nats_url: str, mqtt_port: int, n: int, size: int, inflight: int, subject_prefix: str
+) -> MqttFigures:
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream(timeout=10)
+    try:
+        await js.add_stream(name="BENCH", subjects=[f"{subject_prefix}.>"])
+        loop = asyncio.get_running_loop()
+        t0 = time.perf_counter()
+        device = loop.run_in_executor(None, _flood, mqtt_port, n, size, inflight, "bench/device")
+        while (await js.stream_info("BENCH")).state.messages < n:
+            await asyncio.sleep(0.05)
+        t1 = time.perf_counter()
+        t_acked = await device
+        return MqttFigures(n / (t1 - t0), n / (t_acked - t0), t1 - t0)
+    finally:
+        await nc.close()
+
+
+def _bridge_process(workdir: Path, broker: Mosquitto, nats_url: str, inflight: int) -> subprocess.Popen:
+    cfg = workdir / "bridge.toml"
+    cfg.write_text(
+        "[[bridges.mqtt]]\n"
+        f'url = "{broker.url}"\nclient_id = "leafjet-bench"\nnats_url = "{nats_url}"\n'
+        f"max_inflight = {max(inflight, 256)}\n"
+        '[[bridges.mqtt.inbound]]\nfilter = "bench/#"\nqos = 1\nsubject_prefix = "mqtt"\n'
+    )
+    log = open(workdir / "bridge.log", "wb")  # noqa: SIM115 - closed by the caller via proc.stderr
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridges.mqtt.cli", "--config", str(cfg), "--log-level", "warning"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()  # "leafjet mqtt bridge running"
+    log.close()
+    return proc
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def _via_bridge(tmp: Path, kind: str, n: int, size: int, inflight: int) -> MqttFigures:
+    srv = start_server(kind, tmp / f"{kind}-server", jetstream=True)
+    broker = Mosquitto(tmp / f"{kind}-mosquitto", free_port())
+    broker.workdir.mkdir(parents=True)
+    broker.start()
+    bridge = None
+    try:
+        bridge = _bridge_process(tmp, broker, srv.url, inflight)
+        time.sleep(0.5)  # the bridge subscribes right after it connects; the device must not beat it
+        return asyncio.run(_measure(srv.url, broker.port, n, size, inflight, "mqtt"))
+    finally:
+        if bridge is not None:
+            _stop(bridge)
+        broker.stop()
+        srv.stop()
+
+
+def _reference_listener(tmp: Path, n: int, size: int, inflight: int) -> MqttFigures:
+    mqtt_port = free_port()
+    srv = start_server(
+        "reference",
+        tmp / "ref-mqtt",
+        {"server_name": "bench-ref", "mqtt": {"port": mqtt_port}},
+        jetstream=True,
+    )
+    try:
+        return asyncio.run(_measure(srv.url, mqtt_port, n, size, inflight, "bench"))
+    finally:
+        srv.stop()
+
+
+def run_mqtt(n: int, size: int, inflight: int) -> int:
+    if MOSQUITTO is None:
+        print("mosquitto is not installed (apt-get install -y mosquitto mosquitto-clients)", file=sys.stderr)
+        return 3
+    with tempfile.TemporaryDirectory(prefix="leafjet-bench-mqtt-") as tmp_s:
+        tmp = Path(tmp_s)
+        (tmp / "a").mkdir()
+        (tmp / "b").mkdir()
+        lj = _via_bridge(tmp / "a", "leafjet", n, size, inflight)
+        br = _via_bridge(tmp / "b", "reference", n, size, inflight)
+        ref = _reference_listener(tmp, n, size, inflight)
+    print(f"\nmqtt N={n},MsgSz={size}B,QoS=1,DeviceInflight={inflight},Storage=file")
+    print(
+        "  leafjet = device -> mosquitto -> bridge process -> leafjet agent; bridge+ref = same bridge into the\n"
+        "  reference's JetStream; reference = device -> nats-server's own MQTT listener. ratio = x/reference."
+    )
+    print(
+        f"{'figure':34s} {'leafjet':>10s} {'bridge+ref':>10s} {'reference':>10s} {'lj/ref':>7s} {'br/ref':>7s}"
+    )
+    rows = [
+        ("device -> stream (msgs/s)", "msgs_per_s", "{:,.0f}"),
+        ("device PUBACKs (msgs/s)", "device_acks_per_s", "{:,.0f}"),
+        ("time to store N (s)", "seconds", "{:.2f}"),
+    ]
+    for label, key, fmt in rows:
+        a, b, r = getattr(lj, key), getattr(br, key), getattr(ref, key)
+        print(
+            f"{label:34s} {fmt.format(a):>10s} {fmt.format(b):>10s} {fmt.format(r):>10s}"
+            f" {a / r if r else float('nan'):7.2f} {b / r if r else float('nan'):7.2f}"
+        )
+    return 0
