@@ -32,8 +32,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("leafjet.consumer")
 
 STATE_PREFIX = "consumer/"
-_FC_EVERY_BYTES = 1 << 20
-READ_AHEAD = 256  # a flow-control request at most every MiB delivered
+# Push flow control, as the reference: a window that starts at 1/16 of 32 MiB and doubles with
+# every answered request; a request goes out at half the window, delivery stalls at a full one.
+_FC_LIMIT = 32 << 20
+READ_AHEAD = 1024  # a flow-control request at most every MiB delivered
 
 
 def state_key(name: str) -> str:
@@ -92,9 +94,11 @@ class Consumer:
         self._timers: list[tuple[int, int, int]] = []  # (due wall ns, sseq, timer token)
         # pull requests and push flow control
         self.waiting: list[PullWaiter] = []
-        self._fc_reply: str | None = None
-        self._fc_bytes = 0
+        self._fc_reply: str | None = None  # the outstanding flow-control request
         self._fc_count = 0
+        self._fc_window = _FC_LIMIT // 16
+        self._fc_pending_bytes = 0  # delivered and not yet covered by an answered request
+        self._fc_size = 0  # pending bytes the outstanding request covers
         self._last_push_ns = time.monotonic_ns()
         # plumbing
         self._wake = anyio.Event()
@@ -213,6 +217,7 @@ class Consumer:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._ack_loop)
+            tg.start_soon(self._flusher)
             task_status.started()
             try:
                 while not self.deleted:
@@ -325,7 +330,7 @@ class Consumer:
         if not self._has_push_interest():
             return
         sent = 0
-        while self._room() and self._fc_reply is None:
+        while self._room() and not self._fc_stalled():
             msg = await self._next_message()
             if msg is None:
                 break
@@ -333,9 +338,12 @@ class Consumer:
             self._send(msg, self.config.deliver_subject, await self._pending_after(msg))
             sent += 1
             if self.config.flow_control:
-                self._fc_bytes += _msg_size(msg)
-                if self._fc_bytes >= _FC_EVERY_BYTES:
+                size = _msg_size(msg)
+                self._fc_pending_bytes += size
+                if self._fc_reply is None and self._fc_pending_bytes > self._fc_window // 2:
                     self._flow_control_request()
+                elif self._fc_reply is not None and self._fc_pending_bytes - self._fc_size >= self._fc_window:
+                    self._fc_size += size
             if sent % 256 == 0:
                 await anyio.sleep(0)  # let others (and acks) run during a long catch-up
         if sent:
@@ -536,10 +544,20 @@ class Consumer:
             b"",
         )
 
+    def _fc_stalled(self) -> bool:
+        return self.config.flow_control and self._fc_pending_bytes > self._fc_window
+
+    def _flow_control_answered(self) -> None:
+        """The client took everything up to the request: widen the window and resume."""
+        self._fc_window = min(self._fc_window * 2, _FC_LIMIT)
+        self._fc_pending_bytes = max(self._fc_pending_bytes - self._fc_size, 0)
+        self._fc_size = 0
+        self._fc_reply = None
+
     def _flow_control_request(self) -> None:
         self._fc_count += 1
         self._fc_reply = f"$JS.FC.{self.stream.name}.{self.name}.{self._fc_count}"
-        self._fc_bytes = 0
+        self._fc_size = self._fc_pending_bytes
         self.stream.account.publish(
             self.config.deliver_subject,
             self._fc_reply,
@@ -571,7 +589,13 @@ class Consumer:
                     break
             confirms: list[str] = []
             removals: list[int] = []
+            acks = 0
             for msg in batch:
+                if msg.subject.startswith("$JS.FC."):
+                    if msg.subject == self._fc_reply:
+                        self._flow_control_answered()
+                    continue
+                acks += 1
                 try:
                     self._on_ack(msg, confirms, removals)
                 except Exception:
@@ -581,10 +605,23 @@ class Consumer:
                         self.name,
                         msg.subject,
                     )
-            await self.persist(removals)
+            if acks:
+                # Acks are committed before double acks are confirmed; flow-control replies only
+                # resume delivery (delivery progress is flushed by _flusher).
+                await self.persist(removals)
             for reply in confirms:
                 self.stream.account.publish(reply, None, None, b"")
             self.wake()
+
+    async def _flusher(self) -> None:
+        """Delivery progress without acks (ack none, pending counts) is committed once a second."""
+        while True:
+            await anyio.sleep(1.0)
+            if self._dirty:
+                try:
+                    await self.persist()
+                except Exception:
+                    log.exception("consumer %s/%s: saving state failed", self.stream.name, self.name)
 
     async def persist(self, removals: list[int] | None = None) -> None:
         """Commit the consumer's state (and any messages its acks remove) in one store call."""
@@ -601,7 +638,7 @@ class Consumer:
         tokens = msg.subject.split(".")
         if tokens[1] == "FC":
             if msg.subject == self._fc_reply:
-                self._fc_reply = None
+                self._flow_control_answered()
             return
         if len(tokens) == 9:
             sseq = int(tokens[5])
@@ -694,6 +731,10 @@ class Consumer:
     async def num_pending(self) -> int:
         store = self.stream.store
         if not self.filters:
+            st = await self.stream.state()
+            if st.num_deleted == 0:
+                # No gaps: arithmetic instead of counting rows (a COUNT is O(stream) in SQLite).
+                return max(st.last_seq - max(self.next_sseq, st.first_seq) + 1, 0) + len(self.initial)
             n = await store.num_pending(self.next_sseq)
         else:
             n = sum([await store.num_pending(self.next_sseq, f) for f in self.filters])

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
 import dataclasses
+import itertools
 import json
 import math
 import time
@@ -157,11 +157,17 @@ def test_streaming_resumes_from_checkpoint_with_exactly_once_output(spark, leafj
     cfg = AggregateConfig(
         servers=url, stream="stream1", window="1 second", output=str(out_dir / "out"),
         checkpoint=str(out_dir / "ckpt"), trigger_interval="0 seconds",
-        options={"maxRecordsPerBatch": "100"},
+        options={"maxRecordsPerBatch": "50"},
     )  # fmt: skip
     q = start_streaming(spark, cfg)
     try:
-        wait_until(lambda: q.lastProgress and q.lastProgress["batchId"] >= 1, 60, what="two micro-batches")
+
+        def two_batches() -> bool:
+            if q.exception() is not None:
+                raise AssertionError(str(q.exception()))
+            return bool(q.lastProgress and q.lastProgress["batchId"] >= 1)
+
+        wait_until(two_batches, 60, what="two micro-batches")
     finally:
         q.stop()  # stopped mid-way: the rest of the backlog is unread
     assert _last_offset(out_dir / "ckpt")["stream1"] < 400
