@@ -244,6 +244,10 @@ class Consumer:
                 due = min(due, max(0.0, (w.expires_at - now) / 1e9))
             if w.heartbeat_ns:
                 due = min(due, max(0.0, (w.last_sent + w.heartbeat_ns - now) / 1e9))
+        if not self.is_pull and not self.has_interest():
+            # Nothing tells us when a subscriber to the deliver subject appears (clients often
+            # create the consumer before their SUB arrives): look again soon.
+            due = min(due, 0.01)
         if not self.is_pull and self.config.idle_heartbeat:
             due = min(due, max(0.0, (self._last_push_ns + self.config.idle_heartbeat - now) / 1e9))
         return max(due, 0.001)
