@@ -51,6 +51,10 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     c = sub.add_parser("certs", help="generate development TLS certificates", add_help=False)
     c.add_argument("rest", nargs=argparse.REMAINDER)
+    s = sub.add_parser(
+        "spark", help="Spark jobs over streams: leafjet spark aggregate --help", add_help=False
+    )
+    s.add_argument("rest", nargs=argparse.REMAINDER)
     return p
 
 
@@ -60,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from core.certs import main as certs_main
 
         return certs_main(args_list[1:])
+    if args_list[:1] == ["spark"]:
+        from bridges.spark.cli import main as spark_main
+
+        return spark_main(args_list[1:])  # e.g. ["aggregate", "--servers", ...]
     try:
         args = _build_parser().parse_args(args_list)
     except SystemExit as e:

@@ -3,6 +3,7 @@
     python -m bench core [--msgs 200000] [--size 128] [--requests 5000] [--runs 3]
     python -m bench jetstream [--msgs 100000] [--size 128] [--window 1000] [--sync-requests 2000] [--runs 1]
     python -m bench consumers [--msgs 100000] [--ordered-msgs N] [--batch 500] [--kv-ops 5000] [--runs 1]
+    python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 2]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
 core/jetstream/consumers figures are medians over --runs runs; each run uses a fresh server of each
@@ -22,6 +23,8 @@ from typing import Any
 from bench.consumers import ConsumerFigures, run_consumers
 from bench.core import CoreFigures, run_core
 from bench.jetstream import JsFigures, run_jetstream
+from bench.spark import add_parser as add_spark_parser
+from bench.spark import spark_matrix
 from bench.store import MODES, run_store
 from tests.support.servers import start_server
 
@@ -284,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--window", type=int, default=1000, help="Appends per apply / concurrent appends")
     st.add_argument("--runs", type=int, default=3)
     st.add_argument("--modes", default="apply,gather,workers", help=f"comma list of {','.join(MODES)}")
+    add_spark_parser(sub)
     args = p.parse_args(argv)
     if args.matrix == "core":
         return core_matrix(args)
@@ -293,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         return consumers_matrix(args)
     if args.matrix == "store":
         return store_matrix(args)
+    if args.matrix == "spark":
+        return spark_matrix(args)
     return 2
 
 

@@ -163,11 +163,13 @@ def run_mqtt(n: int, size: int, inflight: int) -> int:
         ref = _reference_listener(tmp, n, size, inflight)
     print(f"\nmqtt N={n},MsgSz={size}B,QoS=1,DeviceInflight={inflight},Storage=file")
     print(
-        "  leafjet = device -> mosquitto -> bridge process -> leafjet agent; bridge+ref = same bridge into the\n"
-        "  reference's JetStream; reference = device -> nats-server's own MQTT listener. ratio = x/reference."
+        "  leafjet = device -> mosquitto -> bridge process -> leafjet agent;\n"
+        "  bridge+ref = the same bridge into the reference's JetStream;\n"
+        "  reference = device -> nats-server's own MQTT listener. ratio = x/reference."
     )
     print(
-        f"{'figure':34s} {'leafjet':>10s} {'bridge+ref':>10s} {'reference':>10s} {'lj/ref':>7s} {'br/ref':>7s}"
+        f"{'figure':34s} {'leafjet':>10s} {'bridge+ref':>10s} {'reference':>10s}"
+        f" {'lj/ref':>7s} {'br/ref':>7s}"
     )
     rows = [
         ("device -> stream (msgs/s)", "msgs_per_s", "{:,.0f}"),

@@ -392,13 +392,7 @@ async def _direct_batch(
     else:
         seq = body.get("seq", 0) or 0
         filt = body.get("next_by_subj")
-        start = max(seq, 1)
-        while len(hits) < batch:
-            m = await stream.store.first_after(start, filt)
-            if m is None:
-                break
-            hits.append(m)
-            start = m.seq + 1
+        hits = await stream.store.range(max(seq, 1), limit=batch, subject_filter=filt)  # one query
     if not hits:
         js.reply_raw(ajs, reply, status_headers(404, "Message Not Found"), b"")
         return
