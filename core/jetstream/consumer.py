@@ -109,6 +109,7 @@ class Consumer:
         self._remaining = -1
         self._interest_candidates: list[int] = []
         self._buffer: deque[StoredMsg] = deque()  # read-ahead of the next messages to deliver
+        self._floor_stale = False
         self._replay_origin: tuple[int, int] | None = None  # (monotonic ns, stored ts) of the first replayed
         self._rate_tokens: float | None = None  # rate_limit_bps token bucket (bytes), filled at first use
         self._rate_at = 0.0
@@ -609,6 +610,9 @@ class Consumer:
                         self.name,
                         msg.subject,
                     )
+            if self._floor_stale:
+                self._floor_stale = False
+                self._advance_floor()  # O(pending): once per batch, not once per ack
             if acks:
                 # Acks are committed before double acks are confirmed; flow-control replies only
                 # resume delivery (delivery progress is flushed by _flusher).
@@ -679,7 +683,7 @@ class Consumer:
         elif kind == b"+TER":
             if self.pending.pop(sseq, None) is not None:
                 self._dirty = True
-                self._advance_floor()
+                self._floor_stale = True  # recomputed once per ack batch
                 if self.stream.config.retention == "workqueue":
                     removals.append(sseq)
         else:
@@ -698,14 +702,14 @@ class Consumer:
             if sseq in self.maxed:
                 self.maxed.discard(sseq)
                 self._dirty = True
-                self._advance_floor()
+                self._floor_stale = True  # recomputed once per ack batch
         for s in acked:
             del self.pending[s]
         if not acked:
             return
         self.last_ack_ns = time.time_ns()
         self._dirty = True
-        self._advance_floor()
+        self._floor_stale = True  # recomputed once per ack batch
         retention = self.stream.config.retention
         if retention == "workqueue":
             removals.extend(acked)
