@@ -9,12 +9,15 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from agent import systemd
+from bridges.mqtt.bridge import run_bridge
+from bridges.mqtt.config import MqttBridgeConfig
 from core.config import ServerConfig
 from core.errors import StartupError
 from core.jetstream.engine import JetStream
@@ -35,9 +38,10 @@ def prepare_data_dir(path: str) -> Path:
     return d
 
 
-async def serve_agent(cfg: ServerConfig) -> None:
-    """Start JetStream (recovering streams) before the listener, and stop in the reverse order:
-    stop accepting, drain clients, then stop the streams and close their stores."""
+async def serve_agent(cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = ()) -> None:
+    """Start JetStream (recovering streams) before the listener, then the in-process bridges; stop
+    in the reverse order: the bridges, then stop accepting, drain clients, then stop the streams
+    and close their stores."""
     data_dir = prepare_data_dir(cfg.data_dir)
     server = Server(cfg)
     js: JetStream | None = None
@@ -69,14 +73,33 @@ async def serve_agent(cfg: ServerConfig) -> None:
             f"(server {server.name}, data {cfg.data_dir})",
             flush=True,
         )
+        bridges_scope = anyio.CancelScope()
+        if mqtt:
+            # In-process bridges are ordinary NATS clients of this agent's own listener.
+            own_url = f"nats://127.0.0.1:{port}"
+            bridges_tg = await _start_bridges(tg, bridges_scope, [replace(b, nats_url=own_url) for b in mqtt])
+            log.info("started %d MQTT bridge(s)", bridges_tg)
         systemd.notify("READY=1")
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
                 log.info("received %s: shutting down", signal.Signals(signum).name)
                 systemd.notify("STOPPING=1")
+                bridges_scope.cancel()
                 server.request_shutdown()
                 break
     log.info("stopped")
+
+
+async def _start_bridges(tg: TaskGroup, scope: anyio.CancelScope, configs: list[MqttBridgeConfig]) -> int:
+    async def run_all(*, task_status: TaskStatus[None]) -> None:
+        with scope:
+            async with anyio.create_task_group() as inner:
+                for b in configs:
+                    await inner.start(run_bridge, b)
+                task_status.started()
+
+    await tg.start(run_all)
+    return len(configs)
 
 
 def _have_uvloop() -> bool:
@@ -88,9 +111,9 @@ def _have_uvloop() -> bool:
     return True
 
 
-def run_agent(cfg: ServerConfig) -> None:
+def run_agent(cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = ()) -> None:
     try:
-        anyio.run(serve_agent, cfg, backend="asyncio", backend_options={"use_uvloop": _have_uvloop()})
+        anyio.run(serve_agent, cfg, mqtt, backend="asyncio", backend_options={"use_uvloop": _have_uvloop()})
     except* StartupError as group:
         raise _first_leaf(group) from None
 

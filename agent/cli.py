@@ -51,6 +51,9 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     c = sub.add_parser("certs", help="generate development TLS certificates", add_help=False)
     c.add_argument("rest", nargs=argparse.REMAINDER)
+    b = sub.add_parser("bridge", help="run a bridge as a NATS client: leafjet bridge mqtt --config FILE")
+    b.add_argument("kind", choices=["mqtt"])
+    b.add_argument("rest", nargs=argparse.REMAINDER)
     s = sub.add_parser(
         "spark", help="Spark jobs over streams: leafjet spark aggregate --help", add_help=False
     )
@@ -64,6 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from core.certs import main as certs_main
 
         return certs_main(args_list[1:])
+    if args_list[:2] == ["bridge", "mqtt"]:
+        from bridges.mqtt.cli import main as mqtt_main
+
+        return mqtt_main(args_list[2:])
     if args_list[:1] == ["spark"]:
         from bridges.spark.cli import main as spark_main
 
@@ -83,7 +90,7 @@ def _fail(code: int, message: str) -> int:
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from core.config import ServerConfig, load_config_file
+    from agent.config import AgentConfig, load_agent_config
 
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -92,12 +99,12 @@ def _agent(args: argparse.Namespace) -> int:
     )
     try:
         if args.check_config:
-            load_config_file(args.check_config)
+            load_agent_config(args.check_config)
             print(f"{args.check_config}: configuration is valid")
             return EXIT_OK
         config_path = args.config or os.environ.get("LEAFJET_CONFIG")
-        cfg = load_config_file(config_path) if config_path else ServerConfig()
-        cfg = _apply_overrides(cfg, args)
+        agent_cfg = load_agent_config(config_path) if config_path else AgentConfig()
+        cfg = _apply_overrides(agent_cfg.server, args)
     except ConfigError as e:
         return _fail(EXIT_USAGE, f"invalid configuration: {e}")
     if not cfg.data_dir:
@@ -105,7 +112,7 @@ def _agent(args: argparse.Namespace) -> int:
     from agent.app import run_agent
 
     try:
-        run_agent(cfg)
+        run_agent(cfg, agent_cfg.mqtt)
     except StartupError as e:
         return _fail(EXIT_STARTUP, f"cannot start: {e}")
     except KeyboardInterrupt:

@@ -3,6 +3,7 @@
     python -m bench core [--msgs 200000] [--size 128] [--requests 5000] [--runs 3]
     python -m bench jetstream [--msgs 100000] [--size 128] [--window 1000] [--sync-requests 2000] [--runs 1]
     python -m bench consumers [--msgs 100000] [--ordered-msgs N] [--batch 500] [--kv-ops 5000] [--runs 1]
+    python -m bench mqtt [--msgs 20000] [--size 128] [--inflight 100]
     python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 2]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
@@ -23,6 +24,7 @@ from typing import Any
 from bench.consumers import ConsumerFigures, run_consumers
 from bench.core import CoreFigures, run_core
 from bench.jetstream import JsFigures, run_jetstream
+from bench.mqtt import run_mqtt
 from bench.spark import add_parser as add_spark_parser
 from bench.spark import spark_matrix
 from bench.store import MODES, run_store
@@ -288,6 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--runs", type=int, default=3)
     st.add_argument("--modes", default="apply,gather,workers", help=f"comma list of {','.join(MODES)}")
     add_spark_parser(sub)
+    mq = sub.add_parser(
+        "mqtt", help="MQTT device -> stream via mosquitto+bridge vs the reference's MQTT listener"
+    )
+    mq.add_argument("--msgs", type=int, default=20_000)
+    mq.add_argument("--size", type=int, default=128)
+    mq.add_argument("--inflight", type=int, default=100, help="device QoS 1 inflight window")
     args = p.parse_args(argv)
     if args.matrix == "core":
         return core_matrix(args)
@@ -299,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         return store_matrix(args)
     if args.matrix == "spark":
         return spark_matrix(args)
+    if args.matrix == "mqtt":
+        return run_mqtt(args.msgs, args.size, args.inflight)
     return 2
 
 

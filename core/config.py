@@ -106,17 +106,22 @@ class ServerConfig:
         return dataclasses.replace(self, **changes)
 
 
-def load_config_file(path: str | Path) -> ServerConfig:
+def read_toml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
         raw = p.read_bytes()
     except OSError as e:
         raise ConfigError("", f"cannot read config file {p}: {e.strerror}") from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        return tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError("", f"{p}: invalid TOML: {e}") from None
-    return config_from_dict(data, base_dir=p.parent)
+
+
+def load_config_file(path: str | Path) -> ServerConfig:
+    """A server config file; a role with sections of its own (the agent's ``bridges``) reads the
+    document with read_toml and passes the rest to config_from_dict."""
+    return config_from_dict(read_toml(path), base_dir=Path(path).parent)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,53 @@
+"""The MQTT bridge configured in the agent's own TOML runs inside the agent process."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from tests.mqtt import devices
+from tests.support.jsapi import connect
+from tests.support.servers import start_leafjet
+
+pytestmark = [pytest.mark.mqtt, pytest.mark.anyio]
+
+
+async def test_bridge_in_the_agent_config_stores_device_messages(mosquitto, tmp_path):
+    config = {
+        "bridges": {
+            "mqtt": [
+                {
+                    "name": "inproc",
+                    "url": f"mqtt://127.0.0.1:{mosquitto.port}",
+                    "client_id": "leafjet-inproc",
+                    "inbound": [{"filter": "plant/#", "qos": 1, "subject_prefix": "mqtt"}],
+                }
+            ]
+        }
+    }
+    agent = start_leafjet(tmp_path / "agent", config)
+    try:
+        nc, js = await connect(agent)
+        try:
+            await js.add_stream(name="PLANT", subjects=["mqtt.>"])
+            msgs = [(f"plant/line{i % 3}/temp", b"%d" % i) for i in range(30)]
+            # the bridge connects in the background: probe until its subscription is live
+            with anyio.fail_after(30):
+                while True:
+                    await anyio.to_thread.run_sync(
+                        lambda: devices.publish(mosquitto.port, [("plant/probe", b"p")])
+                    )
+                    if (await js.stream_info("PLANT")).state.messages:
+                        break
+                    await anyio.sleep(0.2)
+            before = (await js.stream_info("PLANT")).state.messages
+            await anyio.to_thread.run_sync(lambda: devices.publish(mosquitto.port, msgs))
+            with anyio.fail_after(20):
+                while (await js.stream_info("PLANT")).state.messages < before + len(msgs):
+                    await anyio.sleep(0.05)
+            last = await js.get_last_msg("PLANT", "mqtt.plant.line2.temp")
+            assert last.data == b"29"
+        finally:
+            await nc.close()
+    finally:
+        assert agent.stop() == 0, "the agent with its bridge shuts down cleanly"
