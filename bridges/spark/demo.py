@@ -76,10 +76,14 @@ def write_chart(rows: list[dict[str, Any]], path: Path, field: str, window: str)
         ax.set_xlabel("window start (UTC)")
         ax.set_ylabel(f"mean {field}")
         if rows:
-            ax.legend(fontsize="small", loc="best")
+            # beside the plot, so no line hides behind it
+            ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(True, alpha=0.3)
+        from matplotlib.dates import DateFormatter
+
+        ax.xaxis.set_major_formatter(DateFormatter("%H:%M:%S"))
         fig.autofmt_xdate()
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
+        fig.savefig(path, bbox_inches="tight")
     finally:
         plt.close(fig)
