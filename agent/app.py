@@ -77,8 +77,8 @@ async def serve_agent(cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = ()
         if mqtt:
             # In-process bridges are ordinary NATS clients of this agent's own listener.
             own_url = f"nats://127.0.0.1:{port}"
-            bridges_tg = await _start_bridges(tg, bridges_scope, [replace(b, nats_url=own_url) for b in mqtt])
-            log.info("started %d MQTT bridge(s)", bridges_tg)
+            await _start_bridges(tg, bridges_scope, [replace(b, nats_url=own_url) for b in mqtt])
+            log.info("started %d MQTT bridge(s)", len(mqtt))
         systemd.notify("READY=1")
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
@@ -90,7 +90,9 @@ async def serve_agent(cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = ()
     log.info("stopped")
 
 
-async def _start_bridges(tg: TaskGroup, scope: anyio.CancelScope, configs: list[MqttBridgeConfig]) -> int:
+async def _start_bridges(tg: TaskGroup, scope: anyio.CancelScope, configs: list[MqttBridgeConfig]) -> None:
+    """The bridges run in one child task group under ``scope``, so shutdown cancels them first."""
+
     async def run_all(*, task_status: TaskStatus[None]) -> None:
         with scope:
             async with anyio.create_task_group() as inner:
@@ -99,7 +101,6 @@ async def _start_bridges(tg: TaskGroup, scope: anyio.CancelScope, configs: list[
                 task_status.started()
 
     await tg.start(run_all)
-    return len(configs)
 
 
 def _have_uvloop() -> bool:

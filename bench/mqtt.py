@@ -27,7 +27,7 @@ from pathlib import Path
 import nats
 from paho.mqtt.client import CallbackAPIVersion, Client, MQTTv311
 
-from tests.mqtt.conftest import MOSQUITTO, Mosquitto
+from tests.support.mosquitto import MOSQUITTO, Mosquitto
 from tests.support.servers import REPO, free_port, start_server
 
 

@@ -118,12 +118,6 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError("", f"{p}: invalid TOML: {e}") from None
 
 
-def load_config_file(path: str | Path) -> ServerConfig:
-    """A server config file; a role with sections of its own (the agent's ``bridges``) reads the
-    document with read_toml and passes the rest to config_from_dict."""
-    return config_from_dict(read_toml(path), base_dir=Path(path).parent)
-
-
 # ---------------------------------------------------------------------------------------------
 # dict -> typed config. Each reader pops the keys it knows; what is left is an unknown key.
 

@@ -24,7 +24,7 @@ import nats
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.mqtt.conftest import Mosquitto  # noqa: E402
+from tests.support.mosquitto import Mosquitto  # noqa: E402
 from tests.support.servers import free_port, start_leafjet  # noqa: E402
 
 DEVICES = 5

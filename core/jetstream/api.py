@@ -18,7 +18,10 @@ from core.jetstream.consumer import Consumer, PullWaiter
 from core.jetstream.consumer_models import (
     PullRequestError,
     consumer_info_json,
+    consumer_list_json,
+    consumer_names_json,
     go_duration,
+    parse_consumers_request,
     parse_create_request,
     parse_pull_request,
     resolve_create,
@@ -26,6 +29,7 @@ from core.jetstream.consumer_models import (
 from core.jetstream.models import (
     StreamConfig,
     api_response,
+    check_subject_overlap,
     decode_request,
     error_response,
     rfc3339_nano,
@@ -145,19 +149,9 @@ async def stream_create(
         if existing.config.to_json() == cfg.to_json():
             return api_response("stream_create_response", await _info(js, existing))
         raise api_error("JSStreamNameExistErr")
-    _check_overlap(ajs, cfg)
+    check_subject_overlap(cfg, (st.config for st in ajs.streams.values()))
     stream = await js.create_stream(ajs, cfg)
     return api_response("stream_create_response", await _info(js, stream))
-
-
-def _check_overlap(ajs: AccountJetStream, cfg: StreamConfig) -> None:
-    for other in ajs.streams.values():
-        if other.name == cfg.name:
-            continue
-        for a in cfg.subjects:
-            for b in other.config.subjects:
-                if subjects.overlaps(a, b):
-                    raise api_error("JSStreamSubjectOverlapErr")
 
 
 async def stream_update(
@@ -169,7 +163,7 @@ async def stream_update(
     cfg = StreamConfig.check_update(
         stream.config, StreamConfig.from_json(body, create=False, expected_name=name)
     )
-    _check_overlap(ajs, cfg)
+    check_subject_overlap(cfg, (st.config for st in ajs.streams.values()))
     await js.update_stream(ajs, stream, cfg)
     return api_response("stream_update_response", await _info(js, stream))
 
@@ -492,32 +486,20 @@ async def consumer_names(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
     stream = _stream(ajs, args[0])
-    offset = _int_field(_body(msg), "offset")
-    names = sorted(stream.consumers)
-    page = names[offset : offset + NAMES_LIMIT]
-    return api_response(
-        "consumer_names_response",
-        {"total": len(names), "offset": offset, "limit": NAMES_LIMIT, "consumers": page},
-    )
+    body = consumer_names_json(stream.consumers, parse_consumers_request(msg.payload))
+    return api_response("consumer_names_response", body)
 
 
 async def consumer_list(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
     stream = _stream(ajs, args[0])
-    offset = _int_field(_body(msg), "offset")
-    names = sorted(stream.consumers)
-    page = names[offset : offset + LIST_LIMIT]
-    return api_response(
-        "consumer_list_response",
-        {
-            "total": len(names),
-            "offset": offset,
-            "limit": LIST_LIMIT,
-            "consumers": [await _consumer_info(js, stream.consumers[n]) for n in page],
-            "missing": None,
-        },
-    )
+    offset = parse_consumers_request(msg.payload)
+    # info (with its pending count) only for the page asked for, not for every consumer
+    page = sorted(stream.consumers)[offset : offset + LIST_LIMIT]
+    body = consumer_list_json([await _consumer_info(js, stream.consumers[n]) for n in page])
+    body.update(total=len(stream.consumers), offset=min(offset, len(stream.consumers)), missing=None)
+    return api_response("consumer_list_response", body)
 
 
 async def consumer_next(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:

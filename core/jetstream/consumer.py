@@ -644,10 +644,6 @@ class Consumer:
 
     def _on_ack(self, msg: InboundMsg, confirms: list[str], removals: list[int]) -> None:
         tokens = msg.subject.split(".")
-        if tokens[1] == "FC":
-            if msg.subject == self._fc_reply:
-                self._flow_control_answered()
-            return
         if len(tokens) == 9:
             sseq = int(tokens[5])
         elif len(tokens) >= 11:

@@ -261,24 +261,11 @@ class JetStream:
         return await self._start_stream(ajs, cfg, store, created)
 
     async def update_stream(self, ajs: AccountJetStream, stream: Stream, cfg: StreamConfig) -> None:
-        async with stream.lock:
-            await stream.drain()
-            stream.receiver.unsubscribe_all()
-            stream.config = cfg
-            if cfg.storage != "memory":
-                _write_atomic(
-                    ajs.root / cfg.name / "stream.json",
-                    {"config": cfg.to_json(), "created": stream.created_ns},
-                )
-            stream.subscribe()
-            stream._state = None
-        # limits may have tightened
-        async with stream.lock:
-            await stream._enforce_limits(
-                set((await stream.store.subjects_state(">")).keys())
-                if cfg.max_msgs_per_subject > 0
-                else set()
+        if cfg.storage != "memory":
+            _write_atomic(
+                ajs.root / cfg.name / "stream.json", {"config": cfg.to_json(), "created": stream.created_ns}
             )
+        await stream.reconfigure(cfg)
 
     async def delete_stream(self, ajs: AccountJetStream, stream: Stream) -> None:
         async with stream.lock:

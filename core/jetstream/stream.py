@@ -513,6 +513,18 @@ class Stream:
 
     # ------------------------------------------------------------------ API operations
 
+    async def reconfigure(self, cfg: StreamConfig) -> None:
+        """Take a new (already validated) config: new subjects, and limits that may have tightened."""
+        async with self.lock:
+            await self.drain()
+            self.receiver.unsubscribe_all()
+            self.config = cfg
+            self._predicted = None
+            self.subscribe()
+            self._state = None
+            touched = set(await self.store.subjects_state(">")) if cfg.max_msgs_per_subject > 0 else set()
+            await self._enforce_limits(touched)
+
     async def purge(self, subject: str | None, seq: int | None, keep: int | None) -> int:
         async with self.lock:
             await self.drain()

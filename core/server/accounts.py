@@ -27,14 +27,13 @@ class Receiver(Protocol):
 class Subscription:
     """One SUB of one receiver. Identity-hashed: two SUBs on the same subject are two entries."""
 
-    __slots__ = ("delivered", "deny_filter", "max_msgs", "queue", "receiver", "sid", "sid_bytes", "subject")
+    __slots__ = ("delivered", "deny_filter", "max_msgs", "queue", "receiver", "sid", "subject")
 
     def __init__(self, receiver: Receiver, subject: str, queue: str | None, sid: str) -> None:
         self.receiver = receiver
         self.subject = subject
         self.queue = queue
         self.sid = sid
-        self.sid_bytes = sid.encode()
         self.max_msgs: int | None = None  # auto-unsubscribe after this many deliveries
         self.delivered = 0
         # Set when the subscription is a wildcard that overlaps the owner's subscribe-deny list:

@@ -73,7 +73,6 @@ class ClientConnection:
         self.no_responders = False
         self.nonce: str | None = None
         self.pings_out = 0
-        self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
         # outbound buffer
         self._out: list[bytes] = []
         self._pending = 0
@@ -286,8 +285,6 @@ class ClientConnection:
         self._pending += size
         if self._pending > self._high_water:
             self.server.stalled.add(self)
-        self.out_msgs += 1
-        self.out_bytes += len(payload)
         if len(self._out) == 1:  # the buffer just became non-empty
             self._wake.set()
             if self._drained.is_set():
@@ -385,8 +382,6 @@ class ClientConnection:
             self.close("HPUB without headers support", None)
             return
         subject = ev.subject
-        self.in_msgs += 1
-        self.in_bytes += len(ev.payload)
         if self.pedantic and not subjects.is_valid_literal_subject(subject):
             self._send(encoder.encode_err("Invalid Publish Subject"))
             return

@@ -13,7 +13,8 @@ import nats
 import pytest
 
 from tests.mqtt import devices
-from tests.mqtt.conftest import Mosquitto, eventually
+from tests.mqtt.conftest import eventually
+from tests.support.mosquitto import Mosquitto
 from tests.support.servers import REPO, RunningServer
 
 pytestmark = [pytest.mark.mqtt, pytest.mark.anyio]
