@@ -14,7 +14,7 @@ Message size is counted the way the reference's memory store counts it:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, runtime_checkable
 
@@ -321,6 +321,13 @@ class StreamStore(Protocol):
     async def apply(self, ops: Sequence[Op]) -> list[Result]:
         """Apply the operations atomically, in order; one result per operation. Returns after the
         operations are committed (for a durable store: on disk)."""
+        ...
+
+    async def submit(self, ops: Sequence[Op]) -> Awaitable[list[Result]]:
+        """Queue the operations and return (once the store has room for them) an awaitable of what
+        ``apply`` would return. Calls are applied in the order they were submitted, so a caller can
+        decide its next batch while this one commits. A failure is raised by the awaitable, which
+        must be awaited."""
         ...
 
     async def append(

@@ -8,12 +8,14 @@ finishes without yielding to the event loop; the methods are ``async`` only to h
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from itertools import islice
 
+from core.errors import StoreError
 from core.store.api import (
     Append,
     DeleteOp,
@@ -66,6 +68,14 @@ class MemoryStore:
         ops = list(ops)
         check_ops(ops, self._last_seq)
         return [self._apply_one(op) for op in ops]
+
+    async def submit(self, ops: Sequence[Op]) -> Awaitable[list[Result]]:
+        fut: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
+        try:
+            fut.set_result(await self.apply(ops))
+        except StoreError as e:
+            fut.set_exception(e)
+        return fut
 
     async def append(
         self, subject: str, headers: bytes | None, data: bytes, ts: int | None = None

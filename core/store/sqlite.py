@@ -27,7 +27,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -156,6 +156,12 @@ def _fresh(err: BaseException) -> BaseException:
         e = StoreError(str(err))
     e.__cause__ = err.__cause__ or err.__context__
     return e
+
+
+def _resolved(value: Any) -> asyncio.Future[Any]:
+    fut = asyncio.get_running_loop().create_future()
+    fut.set_result(value)
+    return fut
 
 
 def _fsync_dir(path: Path) -> None:
@@ -340,6 +346,10 @@ class SqliteStore:
                 self._q.put(_Req(_STOP, (), None))
 
     async def _submit(self, kind: int, ops: tuple[Op, ...] = (), arg: Any = None) -> Any:
+        return await (await self._enqueue(kind, ops, arg))
+
+    async def _enqueue(self, kind: int, ops: tuple[Op, ...] = (), arg: Any = None) -> asyncio.Future[Any]:
+        """Queue one request for the writer (waiting, bounded, while the queue is full); its future."""
         self._check_open()
         if self._inflight >= self._max_pending:
             try:
@@ -360,7 +370,7 @@ class SqliteStore:
                 raise StoreClosed(f"{self._path}: store writer has stopped")
             self._q.put(_Req(kind, ops, fut, arg))
         self._inflight += 1
-        return await fut
+        return fut
 
     def _post(
         self, items: list[tuple[asyncio.Future[Any] | None, Any, BaseException | None]], n: int
@@ -404,6 +414,13 @@ class SqliteStore:
             self._check_open()
             return []
         return await self._submit(_APPLY, ops)
+
+    async def submit(self, ops: Sequence[Op]) -> Awaitable[list[Result]]:
+        ops = tuple(ops)
+        if not ops:
+            self._check_open()
+            return _resolved([])
+        return await self._enqueue(_APPLY, ops)
 
     async def append(
         self, subject: str, headers: bytes | None, data: bytes, ts: int | None = None

@@ -329,6 +329,20 @@ async def test_a_call_with_a_sequence_behind_the_stream_applies_nothing(h: Store
     assert (await store.append("c", None, b""))[0] == 3
 
 
+async def test_submitted_calls_apply_in_order_and_report_through_their_awaitables(h: StoreHarness) -> None:
+    first = await h.store.submit([Append("a", None, b"1", 1), Append("b", None, b"2", 2)])
+    bad = await h.store.submit([Append("c", None, b"", 3, seq=1)])  # behind the stream once `first` lands
+    empty = await h.store.submit([])
+    last = await h.store.submit([Append("a", None, b"3", 4)])
+    assert await first == [1, 2]
+    with pytest.raises(SequenceMismatch):
+        await bad
+    assert await empty == []
+    assert await last == [3]
+    store = await h.reopen()
+    assert [(m.seq, m.data) for m in await store.range(1)] == [(1, b"1"), (2, b"2"), (3, b"3")]
+
+
 async def test_meta_is_written_in_the_same_call_as_messages(h: StoreHarness) -> None:
     res = await h.store.apply(
         [
