@@ -18,8 +18,8 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass, field
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -34,6 +34,7 @@ from core.store.api import (
     DeleteOp,
     DelMetaOp,
     ExpireOp,
+    InvalidOperation,
     Op,
     PurgeOp,
     SetMetaOp,
@@ -299,6 +300,11 @@ class Stream:
                     await self._decide(msg, plan, run)
                 except ApiError as e:
                     plan.outcomes.append((msg.reply, e))
+                except Exception as e:
+                    # A bug deciding one publish must not take the stream (and the server) down:
+                    # that publisher gets an error, the batch goes on.
+                    log.exception("stream %s: deciding a publish on %s failed", self.name, msg.subject)
+                    plan.outcomes.append((msg.reply, api_error("JSStreamStoreFailedF", err=str(e))))
         self._predicted = run
         # Later batches must see this batch's ids as duplicates even before it commits.
         self._dedup.update(plan.dedup)
@@ -427,7 +433,12 @@ class Stream:
             # Nobody is interested: the publish gets a sequence, the stream keeps nothing.
             plan.ops.append(SkipOp(run.last_seq + 1, now))
         else:
-            plan.ops.append(Append(msg.subject, msg.headers, msg.payload, now))
+            try:
+                plan.ops.append(Append(msg.subject, msg.headers, msg.payload, now))
+            except InvalidOperation:
+                # "a.*" routes to a stream on "a.>" (a publish subject is not checked unless the
+                # client is pedantic), but a stored subject is literal: refuse it clearly.
+                raise api_error("JSStreamStoreFailedF", err=f"invalid publish subject {msg.subject!r}") from None
             run.msgs += 1
             run.bytes += size + len(msg.subject) + 16
         run.last_seq += 1

@@ -14,6 +14,7 @@ the receiver as a slow consumer instead of growing memory or stalling the publis
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -76,8 +77,10 @@ class ClientConnection:
         # outbound buffer
         self._out: list[bytes] = []
         self._pending = 0
-        self._wake = anyio.Event()
-        self._drained = anyio.Event()
+        # asyncio's Event, set and cleared in place: the writer wakes once per outbound burst, and
+        # making an anyio Event per wake-up cost more than the rest of the wake-up.
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
         self._close_reason = ""
         self._scope: anyio.CancelScope | None = None
         self._high_water = self.cfg.max_pending * 3 // 4
@@ -212,7 +215,7 @@ class ClientConnection:
                         self._scope.cancel()
                     return
                 await self._wake.wait()
-                self._wake = anyio.Event()
+                self._wake.clear()
                 continue
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
             self._out.clear()
@@ -263,7 +266,7 @@ class ClientConnection:
         self._pending += len(data)
         self._wake.set()
         if self._drained.is_set():
-            self._drained = anyio.Event()
+            self._drained.clear()
 
     def deliver(
         self, sub: Subscription, subject: str, reply: str | None, headers: bytes | None, payload: bytes
@@ -288,7 +291,7 @@ class ClientConnection:
         if len(self._out) == 1:  # the buffer just became non-empty
             self._wake.set()
             if self._drained.is_set():
-                self._drained = anyio.Event()
+                self._drained.clear()
         sub.delivered += 1
         if sub.max_msgs is not None and sub.delivered >= sub.max_msgs:
             self._unsubscribe(sub)

@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 
 class Mailbox(Generic[T]):
-    __slots__ = ("_items", "_capacity", "_closed", "_reader", "_writer")
+    __slots__ = ("_capacity", "_closed", "_items", "_reader", "_writer")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:

@@ -56,6 +56,24 @@ async def test_jetstream_publish_to_a_subject_no_stream_captures_gets_no_respond
         await nc.close()
 
 
+async def test_a_publish_to_a_wildcard_subject_leaves_the_stream_working(js_server, server_kind):
+    """"w.*" routes to a stream on "w.>". The reference stores it as a subject; leafjet refuses it
+    with an API error (a stored subject is literal). Either way the stream goes on serving."""
+    nc, js = await connect(js_server)
+    try:
+        await js.add_stream(name="W", subjects=["w.>"])
+        if server_kind == "reference":
+            assert (await js.publish("w.*", b"x")).seq == 1
+        else:
+            with pytest.raises(APIError) as e:
+                await js.publish("w.*", b"x")
+            assert e.value.code == 503 and "invalid publish subject" in e.value.description
+        ack = await js.publish("w.a", b"y")
+        assert (await js.get_msg("W", ack.seq)).data == b"y"
+    finally:
+        await nc.close()
+
+
 async def test_duplicates_are_detected_by_msg_id(js_server):
     nc, js = await connect(js_server)
     try:
