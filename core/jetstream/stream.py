@@ -438,7 +438,8 @@ class Stream:
             except InvalidOperation:
                 # "a.*" routes to a stream on "a.>" (a publish subject is not checked unless the
                 # client is pedantic), but a stored subject is literal: refuse it clearly.
-                raise api_error("JSStreamStoreFailedF", err=f"invalid publish subject {msg.subject!r}") from None
+                err = f"invalid publish subject {msg.subject!r}"
+                raise api_error("JSStreamStoreFailedF", err=err) from None
             run.msgs += 1
             run.bytes += size + len(msg.subject) + 16
         run.last_seq += 1

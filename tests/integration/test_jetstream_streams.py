@@ -57,7 +57,7 @@ async def test_jetstream_publish_to_a_subject_no_stream_captures_gets_no_respond
 
 
 async def test_a_publish_to_a_wildcard_subject_leaves_the_stream_working(js_server, server_kind):
-    """"w.*" routes to a stream on "w.>". The reference stores it as a subject; leafjet refuses it
+    """ "w.*" routes to a stream on "w.>". The reference stores it as a subject; leafjet refuses it
     with an API error (a stored subject is literal). Either way the stream goes on serving."""
     nc, js = await connect(js_server)
     try:
