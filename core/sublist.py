@@ -223,10 +223,27 @@ class Sublist(Generic[T]):
 
     def _match_uncached(self, subject: str) -> SublistResult[T]:
         found: list[_Node] = []
-        current = [self._root]
+        # The walk follows one node while the subject's path is unambiguous (the usual case:
+        # a literal path, or a lone "*" or ">" branch), and a list of nodes once it forks.
+        one: _Node | None = self._root
+        many: list[_Node] = []
         for tok in subject.split("."):
+            if one is not None:
+                if one.fwc is not None:
+                    found.append(one.fwc)
+                c = one.nodes.get(tok)
+                p = one.pwc
+                if c is None:
+                    one = p
+                elif p is None:
+                    one = c
+                else:
+                    one, many = None, [c, p]
+                if one is None and not many:
+                    break
+                continue
             nxt: list[_Node] = []
-            for n in current:
+            for n in many:
                 if n.fwc is not None:
                     found.append(n.fwc)
                 c = n.nodes.get(tok)
@@ -236,9 +253,12 @@ class Sublist(Generic[T]):
                     nxt.append(n.pwc)
             if not nxt:
                 break
-            current = nxt
+            many = nxt
         else:
-            found.extend(current)
+            if one is not None:
+                found.append(one)
+            else:
+                found.extend(many)
         if not found:
             return _EMPTY
         plain: list[T] = []

@@ -51,7 +51,9 @@ class Mailbox(Generic[T]):
         if len(self._items) >= self._capacity:
             raise anyio.WouldBlock
         self._items.append(item)
-        _wake(self._reader)
+        reader = self._reader
+        if reader is not None and not reader.done():
+            reader.set_result(None)
 
     async def send(self, item: T) -> None:
         while len(self._items) >= self._capacity and not self._closed:
@@ -65,7 +67,8 @@ class Mailbox(Generic[T]):
     def receive_nowait(self) -> T:
         if self._items:
             item = self._items.popleft()
-            _wake(self._writer)
+            if self._writer is not None:
+                _wake(self._writer)
             return item
         if self._closed:
             raise anyio.EndOfStream

@@ -12,7 +12,7 @@ Shape (see DESIGN.md for the reasoning):
   acknowledged write is on disk. ``sync="interval"``: ``synchronous=NORMAL`` and the writer fsyncs the
   WAL every ``sync_interval`` seconds (and on ``flush``/``close``); a process crash loses nothing that was
   acknowledged, a power loss or kernel crash can lose the last ``sync_interval`` of acknowledged writes.
-* **Checkpoints**: PASSIVE on a timer while there are new commits; TRUNCATE only when the WAL file grows
+* **Checkpoints**: PASSIVE on a timer while there are new commits, in a housekeeping thread beside the writer; TRUNCATE only when the WAL file grows
   past ``wal_brake_bytes``; never RESTART. SQLite's own auto-checkpoint is off.
 """
 
@@ -240,6 +240,12 @@ class SqliteStore:
         self._rows: list[tuple[Any, ...]] = []
         self._first_dirty = False
         self._w_batch: list[_Req] = []
+        # Housekeeping (interval fsync, checkpoints) runs in a thread of its own, so a 10-50 ms
+        # fsync or checkpoint never holds up a commit. The writer marks work due; ``_bg_cond``
+        # guards the marks.
+        self._bg_cond = threading.Condition()
+        self._bg_stop = False
+        self._bg_thread: threading.Thread | None = None
         self._dirty_sync = self._dirty_ckpt = False
         self._next_sync = self._next_ckpt = 0.0
         self._dir_synced = False
@@ -765,6 +771,10 @@ class SqliteStore:
             self._w_exit()
             return
         self._post([(self._ready, True, None)], 0)
+        self._bg_thread = threading.Thread(
+            target=self._bg_main, name=f"leafjet-store-sync:{self._path.name}", daemon=True
+        )
+        self._bg_thread.start()
         try:
             self._w_loop()
         except BaseException as e:  # a bug, or a connection that cannot be recovered
@@ -773,6 +783,7 @@ class SqliteStore:
             self._fatal = fatal
             self._resolve([(r, None, _fresh(fatal)) for r in self._w_batch])
         finally:
+            self._bg_halt()
             self._w_close_conn()
             self._w_exit()
 
@@ -940,28 +951,10 @@ class SqliteStore:
 
     # -- loop
 
-    def _w_delay(self) -> float | None:
-        due = []
-        if self._dirty_ckpt:
-            due.append(self._next_ckpt)
-        if self._dirty_sync:
-            due.append(self._next_sync)
-        if not due:
-            return None
-        return max(0.0, min(due) - time.monotonic())
-
     def _w_loop(self) -> None:
         q = self._q
         while True:
-            delay = self._w_delay()
-            if delay == 0.0:
-                self._w_timers()
-                continue
-            try:
-                first = q.get(timeout=delay)
-            except queue.Empty:
-                self._w_timers()
-                continue
+            first = q.get()
             self._w_batch = batch = [first]
             nops = len(first.ops)
             while nops < MAX_BATCH_OPS:
@@ -992,7 +985,6 @@ class SqliteStore:
             if r.kind == _FLUSH:
                 if self._sync == "interval":
                     self._w_sync_wal()
-                    self._dirty_sync = False
             elif r.kind == _LIMIT:
                 assert self._conn is not None
                 self._max_file_bytes = r.arg
@@ -1008,19 +1000,73 @@ class SqliteStore:
         got = conn.execute(f"PRAGMA max_page_count = {int(pages)}").fetchone()[0]
         return int(got) * int(page)
 
-    # -- timers: WAL fsync (interval mode) and checkpoints
+    # -- housekeeping: WAL fsync (interval mode) and checkpoints, in their own thread
 
-    def _w_timers(self) -> None:
-        now = time.monotonic()
-        if self._dirty_sync and now >= self._next_sync:
-            self._dirty_sync = False
-            try:
-                self._w_sync_wal()
-            except OSError as e:
-                self._stats.last_error = repr(e)
-        if self._dirty_ckpt and now >= self._next_ckpt:
-            self._dirty_ckpt = False
-            self._w_checkpoint()
+    def _bg_due(self, now: float) -> None:
+        """Writer thread, after a commit: start the clocks of the work the commit makes due."""
+        if self._dirty_ckpt and (self._dirty_sync or self._sync != "interval"):
+            return  # both clocks already run: the common case takes no lock
+        with self._bg_cond:
+            if not self._dirty_ckpt:
+                self._dirty_ckpt, self._next_ckpt = True, now + self._ckpt_interval
+            if self._sync == "interval" and not self._dirty_sync:
+                self._dirty_sync, self._next_sync = True, now + self._sync_interval
+            self._bg_cond.notify()
+
+    def _bg_halt(self) -> None:
+        t = self._bg_thread
+        if t is None:
+            return
+        with self._bg_cond:
+            self._bg_stop = True
+            self._bg_cond.notify()
+        t.join()
+        self._bg_thread = None
+
+    def _bg_main(self) -> None:
+        """Fsync the WAL (interval mode) and checkpoint when due, on a connection of its own.
+
+        WAL lets a PASSIVE checkpoint run beside the writer's transactions, so commits go on
+        while pages are copied and the database file is fsynced."""
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 5000")
+            while True:
+                with self._bg_cond:
+                    while True:
+                        if self._bg_stop:
+                            return
+                        now = time.monotonic()
+                        sync = self._dirty_sync and now >= self._next_sync
+                        ckpt = self._dirty_ckpt and now >= self._next_ckpt
+                        if sync or ckpt:
+                            break
+                        due = [
+                            t
+                            for t, on in (
+                                (self._next_sync, self._dirty_sync),
+                                (self._next_ckpt, self._dirty_ckpt),
+                            )
+                            if on
+                        ]
+                        self._bg_cond.wait(max(0.0, min(due) - now) if due else None)
+                    if sync:
+                        self._dirty_sync = False
+                    if ckpt:
+                        self._dirty_ckpt = False
+                if sync:
+                    try:
+                        self._w_sync_wal_of(conn)
+                    except OSError as e:
+                        self._stats.last_error = repr(e)
+                if ckpt:
+                    self._checkpoint(conn)
+        except (sqlite3.Error, OSError) as e:
+            self._stats.last_error = repr(e)
+        finally:
+            if conn is not None:
+                conn.close()
 
     def _w_sync_wal(self) -> None:
         if self._conn is not None:
@@ -1040,10 +1086,7 @@ class SqliteStore:
             self._dir_synced = True
         self._stats.syncs += 1
 
-    def _w_checkpoint(self) -> None:
-        conn = self._conn
-        if conn is None:
-            return
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
         try:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             self._stats.checkpoints += 1
@@ -1086,11 +1129,7 @@ class SqliteStore:
         s.requests += len(reqs)
         s.ops += nops
         s.max_batch = max(s.max_batch, len(reqs))
-        now = time.monotonic()
-        if not self._dirty_ckpt:
-            self._dirty_ckpt, self._next_ckpt = True, now + self._ckpt_interval
-        if self._sync == "interval" and not self._dirty_sync:
-            self._dirty_sync, self._next_sync = True, now + self._sync_interval
+        self._bg_due(time.monotonic())
         self._resolve(out)
 
     def _w_publish(self) -> None:
