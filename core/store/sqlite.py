@@ -12,8 +12,9 @@ Shape (see DESIGN.md for the reasoning):
   acknowledged write is on disk. ``sync="interval"``: ``synchronous=NORMAL`` and the writer fsyncs the
   WAL every ``sync_interval`` seconds (and on ``flush``/``close``); a process crash loses nothing that was
   acknowledged, a power loss or kernel crash can lose the last ``sync_interval`` of acknowledged writes.
-* **Checkpoints**: PASSIVE on a timer while there are new commits, in a housekeeping thread beside the writer; TRUNCATE only when the WAL file grows
-  past ``wal_brake_bytes``; never RESTART. SQLite's own auto-checkpoint is off.
+* **Checkpoints**: PASSIVE on a timer while there are new commits, in a housekeeping thread beside the
+  writer; TRUNCATE only when the WAL file grows past ``wal_brake_bytes``; never RESTART. SQLite's own
+  auto-checkpoint is off.
 """
 
 from __future__ import annotations
