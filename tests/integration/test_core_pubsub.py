@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import time
+
 import anyio
 import nats
 import pytest
@@ -147,4 +150,65 @@ async def test_many_messages_arrive_in_order(server):
         msgs = await _collect(sub, 20_000, timeout=20)
         assert [int(m.data) for m in msgs] == list(range(20_000))
     finally:
+        await nc.close()
+
+
+def _stalled_subscriber(port: int, subject: str) -> socket.socket:
+    """A raw client that subscribes, then never reads: a tiny receive buffer fills at once."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(5)
+    s.connect(("127.0.0.1", port))
+    got = b""
+    while not got.endswith(b"\r\n"):
+        got += s.recv(4096)  # INFO
+    s.sendall(f'CONNECT {{"verbose":false}}\r\nSUB {subject} 1\r\nPING\r\n'.encode())
+    got = b""
+    while b"PONG\r\n" not in got:
+        got += s.recv(4096)
+    return s
+
+
+def _closed_by_server(s: socket.socket, timeout: float) -> bool:
+    """Drain what the server managed to send; True if it then closed the connection."""
+    deadline = time.monotonic() + timeout
+    s.settimeout(0.5)
+    while time.monotonic() < deadline:
+        try:
+            if not s.recv(1 << 20):
+                return True
+        except TimeoutError:
+            return False
+        except ConnectionResetError:
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_pending": 1 << 20, "write_deadline": "10s"},  # its buffer passes max_pending
+        {"max_pending": 256 << 20, "write_deadline": "1s"},  # a send blocks past write_deadline
+    ],
+    ids=["max_pending", "write_deadline"],
+)
+async def test_a_subscriber_that_stops_reading_is_cut_off_and_the_rest_go_on(make_server, limits):
+    srv = make_server(limits)
+    stalled = _stalled_subscriber(srv.port, "flood")
+    nc = await nats.connect(srv.url)
+    try:
+        healthy = await nc.subscribe("flood")
+        payload = b"x" * 32768
+        with anyio.fail_after(60):
+            for _ in range(24):  # 24 MiB: far past any socket buffer
+                for _ in range(32):
+                    await nc.publish("flood", payload)
+                await nc.flush()
+                await anyio.sleep(0.1)  # gives a blocked send time to pass its deadline
+        assert await anyio.to_thread.run_sync(_closed_by_server, stalled, 30.0)
+        await nc.publish("after", b"")
+        await nc.flush()  # the publisher is still connected
+        assert healthy.pending_msgs + healthy.delivered > 0
+    finally:
+        stalled.close()
         await nc.close()
