@@ -19,14 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream, TaskStatus
+from anyio.abc import SocketAttribute, TaskStatus
 
 from core.config import GLOBAL_ACCOUNT, ServerConfig
 from core.errors import StartupError
 from core.protocol import encoder
+from core.server import tcp
 from core.server.accounts import AccountRegistry
 from core.server.auth import Authenticator, PermissionChecker, Permissions
 from core.server.connection import ClientConnection, State
+from core.server.tcp import TcpStream
 from core.store.crypto import CipherSpec
 from core.tls import server_ssl_context
 
@@ -70,24 +72,26 @@ class Server:
     # ------------------------------------------------------------------ run
 
     async def run(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
-        try:
-            listener = await anyio.create_tcp_listener(
-                local_host=self.config.host, local_port=self.config.port
-            )
-        except OSError as e:
-            raise StartupError(
-                f"cannot listen on {self.config.host}:{self.config.port}: {e.strerror or e}"
-            ) from None
-        self.port = listener.extra(SocketAttribute.local_port)
-        self._info_base = self._build_info()
-        log.info("listening for client connections on %s:%d", self.config.host, self.port)
         async with anyio.create_task_group() as clients_tg:
-            async with anyio.create_task_group() as accept_tg:
-                accept_tg.start_soon(listener.serve, self._handle_client, clients_tg)
+
+            def accept(stream: TcpStream) -> None:
+                # Called by the listener on the loop; the client's task belongs to clients_tg.
+                clients_tg.start_soon(self._handle_client, stream)
+
+            try:
+                listener = await tcp.listen(self.config.host, self.config.port, accept)
+            except OSError as e:
+                raise StartupError(
+                    f"cannot listen on {self.config.host}:{self.config.port}: {e.strerror or e}"
+                ) from None
+            try:
+                self.port = listener.sockets[0].getsockname()[1]
+                self._info_base = self._build_info()
+                log.info("listening for client connections on %s:%d", self.config.host, self.port)
                 task_status.started(self.port)
                 await self._stop.wait()
-                accept_tg.cancel_scope.cancel()
-            await listener.aclose()
+            finally:
+                listener.close()
             await self._drain_clients()
             clients_tg.cancel_scope.cancel()
 
@@ -101,7 +105,7 @@ class Server:
             while self.clients:
                 await anyio.sleep(0.01)
 
-    async def _handle_client(self, stream: SocketStream) -> None:
+    async def _handle_client(self, stream: TcpStream) -> None:
         self._next_cid += 1
         cid = self._next_cid
         try:

@@ -1,0 +1,159 @@
+"""The client listener: asyncio's server and protocol under an anyio ByteStream.
+
+anyio's own TCP stream pauses the socket's reading whenever no task waits in ``receive`` and
+resumes it on the next call: two ``epoll_ctl`` system calls, and a trip round the event loop, for
+every read that finds no data queued. Request/reply traffic (a KV get, a sync publish, a pull
+request) reads one small message at a time, so that was a large part of the server's CPU per
+request. Here the protocol keeps reading and queues what arrives; reading pauses only when a
+connection has ``READ_HIGH_WATER`` bytes queued that nobody has taken (back-pressure on a client
+that sends faster than the server handles).
+
+``TcpStream`` is an ``anyio.abc.ByteStream``, so the connection code, and anyio's ``TLSStream``
+wrapped around it after INFO, work as they did. Needs the asyncio event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+from anyio.abc import ByteStream, SocketAttribute
+
+READ_HIGH_WATER = 1 << 20
+
+
+class TcpStream(ByteStream):
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._chunks: deque[bytes] = deque()
+        self._queued = 0
+        self._eof = False
+        self._error: BaseException | None = None
+        self._closed = False
+        self._reader: asyncio.Future[None] | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._reading_paused = False
+
+    # -- protocol side
+
+    def _data(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._queued += len(data)
+        if self._queued > READ_HIGH_WATER and not self._reading_paused:
+            self._reading_paused = True
+            self._transport.pause_reading()
+        self._wake()
+
+    def _end(self, exc: BaseException | None) -> None:
+        self._eof = True
+        if exc is not None and self._error is None:
+            self._error = exc
+        self._writable.set()  # a sender waiting for room learns the connection is gone
+        self._wake()
+
+    def _wake(self) -> None:
+        fut = self._reader
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    # -- ByteStream
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        while not self._chunks:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            if self._eof:
+                if self._error is not None:
+                    raise anyio.BrokenResourceError from self._error
+                raise anyio.EndOfStream
+            fut = self._reader = asyncio.get_running_loop().create_future()
+            try:
+                await fut
+            finally:
+                self._reader = None
+        chunk = self._chunks.popleft()
+        if len(chunk) > max_bytes:
+            chunk, rest = chunk[:max_bytes], chunk[max_bytes:]
+            self._chunks.appendleft(rest)
+        self._queued -= len(chunk)
+        if self._reading_paused and self._queued <= READ_HIGH_WATER // 2:
+            self._reading_paused = False
+            self._transport.resume_reading()
+        return chunk
+
+    async def send(self, item: bytes) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        while not self._writable.is_set():
+            await self._writable.wait()
+        if self._eof and self._error is not None:
+            raise anyio.BrokenResourceError from self._error
+        if self._transport.is_closing():
+            raise anyio.BrokenResourceError
+        self._transport.write(item)
+
+    async def send_eof(self) -> None:
+        if self._transport.can_write_eof():
+            self._transport.write_eof()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._transport.close()
+        self._wake()
+        await anyio.lowlevel.checkpoint()
+
+    @property
+    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
+        sock: socket.socket = self._transport.get_extra_info("socket")
+        return {
+            SocketAttribute.family: lambda: sock.family,
+            SocketAttribute.raw_socket: lambda: sock,
+            SocketAttribute.local_address: lambda: sock.getsockname(),
+            SocketAttribute.local_port: lambda: sock.getsockname()[1],
+            SocketAttribute.remote_address: lambda: self._transport.get_extra_info("peername"),
+            SocketAttribute.remote_port: lambda: self._transport.get_extra_info("peername")[1],
+        }
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, accept: Callable[[TcpStream], None]) -> None:
+        self._accept = accept
+        self._stream: TcpStream | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._stream = TcpStream(transport)  # type: ignore[arg-type]  # uvloop's transports are not subclasses
+        self._accept(self._stream)
+
+    def data_received(self, data: bytes) -> None:
+        assert self._stream is not None
+        self._stream._data(data)
+
+    def eof_received(self) -> bool:
+        assert self._stream is not None
+        self._stream._end(None)
+        return False  # close the transport: a client that half-closes is done
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._stream is not None:
+            self._stream._end(exc)
+
+    def pause_writing(self) -> None:
+        assert self._stream is not None
+        self._stream._writable.clear()
+
+    def resume_writing(self) -> None:
+        assert self._stream is not None
+        self._stream._writable.set()
+
+
+async def listen(host: str, port: int, accept: Callable[[TcpStream], None]) -> asyncio.AbstractServer:
+    """Listen on host:port; ``accept`` is called (on the loop) with each new connection's stream."""
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(lambda: _Protocol(accept), host, port, reuse_address=True)
