@@ -64,6 +64,11 @@ class TcpStream(ByteStream):
     # -- ByteStream
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
+        if self._chunks:
+            # Data was already queued: let the other tasks run first, as anyio's stream does.
+            # Without it a client that sends continuously keeps this reader busy for whole
+            # socket reads, and the stream it feeds cannot commit and acknowledge meanwhile.
+            await asyncio.sleep(0)
         while not self._chunks:
             if self._closed:
                 raise anyio.ClosedResourceError
