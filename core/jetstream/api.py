@@ -26,13 +26,13 @@ from core.jetstream.consumer_models import (
     parse_pull_request,
     resolve_create,
 )
+from core.jetstream.gotime import rfc3339_nano
 from core.jetstream.models import (
     StreamConfig,
     api_response,
     check_subject_overlap,
     decode_request,
     error_response,
-    rfc3339_nano,
     stream_info_json,
 )
 from core.protocol.headers import encode_headers, status_headers

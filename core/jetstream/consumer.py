@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from core import subjects
+from core.jetstream.gotime import rfc3339_nano
 from core.protocol.headers import encode_headers, parse_headers
 from core.server.internal import InboundMsg, InternalReceiver
 from core.store.api import DeleteOp, SetMetaOp, StoredMsg
@@ -274,7 +275,7 @@ class Consumer:
         body = {
             "type": "io.nats.jetstream.advisory.v1.max_deliver",
             "id": f"{self.name}-{sseq}-{p.deliveries}",
-            "timestamp": _rfc3339(time.time_ns()),
+            "timestamp": rfc3339_nano(time.time_ns()),
             "stream": self.stream.name,
             "consumer": self.name,
             "stream_seq": sseq,
@@ -777,9 +778,3 @@ def consumer_filters(cfg: ConsumerConfig) -> list[str]:
 
 def _msg_size(m: StoredMsg) -> int:
     return len(m.data) + (len(m.headers) if m.headers else 0) + len(m.subject)
-
-
-def _rfc3339(ns: int) -> str:
-    from core.jetstream.models import rfc3339_nano
-
-    return rfc3339_nano(ns)

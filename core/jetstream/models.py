@@ -23,10 +23,10 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from core.api_errors import ApiError, api_error
+from core.jetstream.gotime import format_go_time, parse_go_time, rfc3339_nano
 from core.subjects import is_subset, is_valid_literal_subject, is_valid_subject, overlaps
 
 API_TYPE_PREFIX = "io.nats.jetstream.api.v1."
@@ -244,40 +244,6 @@ class _Compression(_T):
         return v
 
 
-_RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|([+-])(\d{2}):(\d{2}))"
-)
-
-
-def parse_rfc3339(s: str) -> int:
-    """RFC 3339 text -> Unix nanoseconds; ``ValueError`` with Go's wording when it does not parse."""
-    m = _RFC3339.fullmatch(s)
-    try:
-        if m is None:
-            raise ValueError
-        y, mo, d, h, mi, sec = (int(x) for x in m.groups()[:6])
-        dt = datetime(y, mo, d, h, mi, sec, tzinfo=UTC)
-    except ValueError:
-        raise ValueError(
-            f'parsing time "{s}" as "2006-01-02T15:04:05Z07:00": cannot parse "{s}" as "2006"'
-        ) from None
-    frac = int((m.group(7) or "0").ljust(9, "0"))
-    if m.group(8) != "Z":
-        offset = int(m.group(10)) * 3600 + int(m.group(11)) * 60
-        dt -= timedelta(seconds=offset if m.group(9) == "+" else -offset)
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    return (dt - epoch) // timedelta(seconds=1) * 1_000_000_000 + frac
-
-
-def _normalize_rfc3339(s: str) -> str:
-    """Re-render parsed RFC 3339 text like Go's time.MarshalJSON (offset kept, fraction trimmed)."""
-    m = _RFC3339.fullmatch(s)
-    assert m is not None
-    head = s[: m.start(7) - 1] if m.group(7) else s[: m.end(6)]
-    frac = (m.group(7) or "").rstrip("0")
-    return head + ("." + frac if frac else "") + m.group(8)
-
-
 class _Time(_T):
     go = "time.Time"
 
@@ -287,10 +253,10 @@ class _Time(_T):
         if not isinstance(v, str):
             raise _type_error(_json_kind(v), path, root, self.go)
         try:
-            parse_rfc3339(v)
+            ns, offset = parse_go_time(v)
         except ValueError as e:
             raise _DecodeError(str(e)) from None
-        return _normalize_rfc3339(v)
+        return format_go_time(ns, offset)  # as Go re-marshals it: offset kept, fraction trimmed
 
 
 class _Struct(_T):
@@ -1222,26 +1188,6 @@ def _check_source_filters(c: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------ state and info
-
-
-_ZERO_TIME = "0001-01-01T00:00:00Z"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def rfc3339_nano(ns: int | None) -> str:
-    """Unix nanoseconds as Go's ``time.RFC3339Nano`` in UTC (fraction's trailing zeros trimmed).
-
-    ``0`` and ``None`` stand for Go's zero time, ``"0001-01-01T00:00:00Z"``, which the reference
-    prints for the timestamps of an empty stream.
-    """
-    if not ns:
-        return _ZERO_TIME
-    secs, frac = divmod(ns, 1_000_000_000)
-    t = _EPOCH + timedelta(seconds=secs)
-    out = f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}"
-    if frac:
-        out += "." + f"{frac:09d}".rstrip("0")
-    return out + "Z"
 
 
 def stream_state_json(

@@ -26,6 +26,7 @@ import anyio
 
 from core.api_errors import ApiError, api_error
 from core.errors import StoreError
+from core.jetstream.gotime import rfc3339_nano
 from core.protocol.headers import HeaderError, encode_headers, parse_headers
 from core.server.internal import InboundMsg, InternalReceiver
 from core.server.mailbox import Mailbox
@@ -608,8 +609,6 @@ class Stream:
 
     def direct_headers(self, msg: StoredMsg, extra: tuple[tuple[str, str], ...] = ()) -> bytes:
         """The header block of a direct-get reply: the message's own headers, then the Nats-* fields."""
-        from core.jetstream.models import rfc3339_nano
-
         items: list[tuple[str, str]] = []
         if msg.headers:
             with contextlib.suppress(HeaderError):

@@ -46,16 +46,15 @@ from core.jetstream.consumer_models import (
     consumer_info_json,
     consumer_list_json,
     consumer_names_json,
-    format_go_time,
     go_duration,
     paged_error_json,
     parse_consumers_request,
     parse_create_request,
-    parse_go_time,
     parse_pull_request,
     resolve_create,
 )
-from core.jetstream.models import StreamConfig, api_response, parse_rfc3339
+from core.jetstream.gotime import format_go_time, parse_go_time, parse_rfc3339
+from core.jetstream.models import StreamConfig, api_response
 
 SEC = 1_000_000_000
 MS = 1_000_000

@@ -23,14 +23,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.api_errors import ApiError, api_error
+from core.jetstream.gotime import parse_rfc3339, rfc3339_nano
 from core.jetstream.models import (
     StreamConfig,
     api_response,
     check_subject_overlap,
     decode_request,
     error_response,
-    parse_rfc3339,
-    rfc3339_nano,
     stream_info_json,
     stream_source_info_json,
     stream_state_json,
