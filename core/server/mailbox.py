@@ -26,8 +26,30 @@ import anyio
 T = TypeVar("T")
 
 
+class Wakeup:
+    """One waiting task's "something changed": ``wait`` parks it, ``set`` wakes it if it is parked
+    (and does nothing otherwise: the waiter checks its condition again before it parks)."""
+
+    __slots__ = ("_fut",)
+
+    def __init__(self) -> None:
+        self._fut: asyncio.Future[None] | None = None
+
+    async def wait(self) -> None:
+        fut = self._fut = asyncio.get_running_loop().create_future()
+        try:
+            await fut
+        finally:
+            self._fut = None
+
+    def set(self) -> None:
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+
 class Mailbox(Generic[T]):
-    __slots__ = ("_capacity", "_closed", "_items", "_reader", "_writer")
+    __slots__ = ("_capacity", "_closed", "_item_ready", "_items", "_room_ready")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:
@@ -35,8 +57,8 @@ class Mailbox(Generic[T]):
         self._items: deque[T] = deque()
         self._capacity = capacity
         self._closed = False
-        self._reader: asyncio.Future[None] | None = None  # the receiver waiting for an item
-        self._writer: asyncio.Future[None] | None = None  # a sender waiting for room
+        self._item_ready = Wakeup()  # the receiver, waiting for an item
+        self._room_ready = Wakeup()  # a sender, waiting for room
 
     def __len__(self) -> int:
         return len(self._items)
@@ -51,41 +73,26 @@ class Mailbox(Generic[T]):
         if len(self._items) >= self._capacity:
             raise anyio.WouldBlock
         self._items.append(item)
-        reader = self._reader
-        if reader is not None and not reader.done():
-            reader.set_result(None)
+        self._item_ready.set()
 
     async def send(self, item: T) -> None:
         while len(self._items) >= self._capacity and not self._closed:
-            fut = self._writer = asyncio.get_running_loop().create_future()
-            try:
-                await fut
-            finally:
-                self._writer = None
+            await self._room_ready.wait()
         self.send_nowait(item)
 
     def receive_nowait(self) -> T:
         if self._items:
             item = self._items.popleft()
-            if self._writer is not None:
-                _wake(self._writer)
+            self._room_ready.set()
             return item
         if self._closed:
             raise anyio.EndOfStream
         raise anyio.WouldBlock
 
     async def receive(self) -> T:
-        while not self._items:
-            if self._closed:
-                raise anyio.EndOfStream
-            fut = self._reader = asyncio.get_running_loop().create_future()
-            try:
-                await fut
-            finally:
-                self._reader = None
-        item = self._items.popleft()
-        _wake(self._writer)
-        return item
+        while not self._items and not self._closed:
+            await self._item_ready.wait()
+        return self.receive_nowait()
 
     def __aiter__(self) -> Mailbox[T]:
         return self
@@ -99,10 +106,5 @@ class Mailbox(Generic[T]):
     def close(self) -> None:
         """No more sends; the reader gets what is queued, then the end."""
         self._closed = True
-        _wake(self._reader)
-        _wake(self._writer)
-
-
-def _wake(fut: asyncio.Future[None] | None) -> None:
-    if fut is not None and not fut.done():
-        fut.set_result(None)
+        self._item_ready.set()
+        self._room_ready.set()

@@ -23,6 +23,8 @@ from typing import Any
 import anyio
 from anyio.abc import ByteStream, SocketAttribute
 
+from core.server.mailbox import Wakeup
+
 READ_HIGH_WATER = 1 << 20
 
 
@@ -34,7 +36,7 @@ class TcpStream(ByteStream):
         self._eof = False
         self._error: BaseException | None = None
         self._closed = False
-        self._reader: asyncio.Future[None] | None = None
+        self._data_ready = Wakeup()
         self._writable = asyncio.Event()
         self._writable.set()
         self._reading_paused = False
@@ -47,19 +49,14 @@ class TcpStream(ByteStream):
         if self._queued > READ_HIGH_WATER and not self._reading_paused:
             self._reading_paused = True
             self._transport.pause_reading()
-        self._wake()
+        self._data_ready.set()
 
     def _end(self, exc: BaseException | None) -> None:
         self._eof = True
         if exc is not None and self._error is None:
             self._error = exc
         self._writable.set()  # a sender waiting for room learns the connection is gone
-        self._wake()
-
-    def _wake(self) -> None:
-        fut = self._reader
-        if fut is not None and not fut.done():
-            fut.set_result(None)
+        self._data_ready.set()
 
     # -- ByteStream
 
@@ -76,11 +73,7 @@ class TcpStream(ByteStream):
                 if self._error is not None:
                     raise anyio.BrokenResourceError from self._error
                 raise anyio.EndOfStream
-            fut = self._reader = asyncio.get_running_loop().create_future()
-            try:
-                await fut
-            finally:
-                self._reader = None
+            await self._data_ready.wait()
         chunk = self._chunks.popleft()
         if len(chunk) > max_bytes:
             chunk, rest = chunk[:max_bytes], chunk[max_bytes:]
@@ -111,7 +104,7 @@ class TcpStream(ByteStream):
             return
         self._closed = True
         self._transport.close()
-        self._wake()
+        self._data_ready.set()
         await anyio.lowlevel.checkpoint()
 
     @property
