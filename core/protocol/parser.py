@@ -38,6 +38,16 @@ def _split_exact(line: bytes) -> list[bytes]:
     return [a for a in line.replace(b"\t", b" ").replace(b"\r", b" ").split(b" ") if a]
 
 
+def _optional_reply(args: list[bytes], n: int, without: int, at: int) -> str | None:
+    """The reply argument of a PUB/HPUB/MSG/HMSG line: absent with ``without`` arguments, at index
+    ``at`` with one more; any other count is a parse error."""
+    if n == without:
+        return None
+    if n == without + 1:
+        return _text(args[at])
+    raise ProtocolError(None)
+
+
 def _size(token: bytes) -> int:
     if len(token) > _MAX_SIZE_DIGITS or not token.isdigit():
         raise ProtocolError(None)
@@ -248,12 +258,7 @@ class ServerParser(_Parser):
         if op == b"PUB":
             if not _separated(line, 3):
                 raise ProtocolError(UNKNOWN_OP)
-            if n == 3:
-                reply = None
-            elif n == 4:
-                reply = _text(args[2])
-            else:
-                raise ProtocolError(None)
+            reply = _optional_reply(args, n, 3, 2)
             size = _size(args[-1])
             if size > self.max_payload:
                 raise ProtocolError(MAX_PAYLOAD)
@@ -261,12 +266,7 @@ class ServerParser(_Parser):
         if op == b"HPUB":
             if not _separated(line, 4):
                 raise ProtocolError(UNKNOWN_OP)
-            if n == 4:
-                reply = None
-            elif n == 5:
-                reply = _text(args[2])
-            else:
-                raise ProtocolError(None)
+            reply = _optional_reply(args, n, 4, 2)
             hdr = _size(args[-2])
             size = _size(args[-1])
             if hdr > size:
@@ -355,22 +355,12 @@ class ClientParser(_Parser):
         if op == b"MSG":
             if not _separated(line, 3):
                 raise ProtocolError(UNKNOWN_OP)
-            if n == 4:
-                reply = None
-            elif n == 5:
-                reply = _text(args[3])
-            else:
-                raise ProtocolError(None)
+            reply = _optional_reply(args, n, 4, 3)
             return (_size(args[-1]), _text(args[1]), _text(args[2]), reply, 0)
         if op == b"HMSG":
             if not _separated(line, 4):
                 raise ProtocolError(UNKNOWN_OP)
-            if n == 5:
-                reply = None
-            elif n == 6:
-                reply = _text(args[3])
-            else:
-                raise ProtocolError(None)
+            reply = _optional_reply(args, n, 5, 3)
             hdr = _size(args[-2])
             size = _size(args[-1])
             if hdr > size:
