@@ -50,6 +50,20 @@ log = logging.getLogger("leafjet.bridge.mqtt")
 
 
 @dataclass
+class _Backoff:
+    """Retry delays that double from ``reconnect_min`` up to ``reconnect_max``."""
+
+    __slots__ = ("_max", "delay")
+
+    def __init__(self, first: float, most: float) -> None:
+        self.delay = first  # the next sleep, for the log line before it
+        self._max = most
+
+    async def sleep(self) -> None:
+        await anyio.sleep(self.delay)
+        self.delay = min(self.delay * 2, self._max)
+
+
 class BridgeStats:
     """Counters a monitor (or a test) reads; written only on the event loop except where noted."""
 
@@ -118,7 +132,7 @@ class MqttBridge:
 
     async def _connect_nats(self) -> Any:
         cfg = self.config
-        delay = cfg.reconnect_min
+        backoff = _Backoff(cfg.reconnect_min, cfg.reconnect_max)
 
         async def on_error(e: Exception) -> None:
             if not self.nats_connected:
@@ -152,10 +166,9 @@ class MqttBridge:
                     self._who,
                     cfg.nats_url,
                     e or type(e).__name__,
-                    delay,
+                    backoff.delay,
                 )
-                await anyio.sleep(delay)
-                delay = min(delay * 2, cfg.reconnect_max)
+                await backoff.sleep()
                 continue
             self.nats_connected = True
             log.info("%s: connected to NATS %s", self._who, cfg.nats_url)
@@ -380,7 +393,7 @@ class MqttBridge:
     ) -> None:
         """Publish until JetStream acknowledges: retried with capped backoff, never given up."""
         cfg = self.config
-        delay = cfg.reconnect_min
+        backoff = _Backoff(cfg.reconnect_min, cfg.reconnect_max)
         attempt = 0
         while True:
             attempt += 1
@@ -418,10 +431,9 @@ class MqttBridge:
                     subject,
                     problem,
                     attempt,
-                    delay,
+                    backoff.delay,
                 )
-            await anyio.sleep(delay)
-            delay = min(delay * 2, cfg.reconnect_max)
+            await backoff.sleep()
 
     def _ack(self, item: InboundMessage) -> None:
         if item.qos == 0 or self._client is None:
@@ -440,7 +452,7 @@ class MqttBridge:
 
     async def _outbound_loop(self, route: OutboundRoute, js: Any, nc: Any) -> None:
         cfg = self.config
-        delay = cfg.reconnect_min
+        backoff = _Backoff(cfg.reconnect_min, cfg.reconnect_max)
         while True:
             try:
                 sub = await js.pull_subscribe(
@@ -463,10 +475,9 @@ class MqttBridge:
                     route.durable,
                     route.stream,
                     e or type(e).__name__,
-                    delay,
+                    backoff.delay,
                 )
-                await anyio.sleep(delay)
-                delay = min(delay * 2, cfg.reconnect_max)
+                await backoff.sleep()
         try:
             while True:
                 assert self._mqtt_up is not None
