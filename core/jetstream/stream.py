@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -91,7 +91,6 @@ class _Batch:
     outcomes: list[tuple[str | None, Any]] = field(default_factory=list)
     dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
     ttls: list[tuple[int, int]] = field(default_factory=list)  # (seq, expire ns)
-    subjects: set[str] = field(default_factory=set)
     last_msg_id: str | None = None
     removes: bool = False  # the batch also removes messages (rollup, per-subject limit)
 
@@ -305,6 +304,13 @@ class Stream:
                     # that publisher gets an error, the batch goes on.
                     log.exception("stream %s: deciding a publish on %s failed", self.name, msg.subject)
                     plan.outcomes.append((msg.reply, api_error("JSStreamStoreFailedF", err=str(e))))
+            cfg = self.config
+            if cfg.discard == "old" and 0 < cfg.max_msgs < run.msgs:
+                # max_msgs goes into the batch's own transaction: one commit (one fsync) per
+                # batch, not a second one after it to drop the oldest.
+                plan.ops.append(PurgeOp(keep=cfg.max_msgs))
+                run.msgs = cfg.max_msgs
+                plan.removes = True
         self._predicted = run
         # Later batches must see this batch's ids as duplicates even before it commits.
         self._dedup.update(plan.dedup)
@@ -347,7 +353,7 @@ class Stream:
             self._state = None
             if plan.removes:
                 self._removed_messages()
-            await self._enforce_limits(plan.subjects)
+            await self._enforce_limits()
             self.wake_consumers()
         self._send_outcomes(plan, flight.results or [])
 
@@ -399,7 +405,6 @@ class Stream:
         run.msgs += 1
         run.bytes += size + len(subject) + 16
         run.last_by_subject[subject] = seq
-        plan.subjects.add(subject)
         plan.outcomes.append((msg.reply, _Stored(seq, len(ops))))
         ops.append(op)
         return True
@@ -480,7 +485,6 @@ class Stream:
         run.last_seq += 1
         run.last_by_subject[msg.subject] = run.last_seq
         run.per_subject[msg.subject] = run.per_subject.get(msg.subject, 0) + 1
-        plan.subjects.add(msg.subject)
         if msg_id is not None:
             plan.dedup[msg_id] = (run.last_seq, now)
             plan.ops.append(SetMetaOp(_DEDUP_PREFIX + msg_id, f"{run.last_seq}:{now}".encode()))
@@ -522,8 +526,10 @@ class Stream:
         last = await self.store.last_by_subject(subject)
         return last.seq if last else 0
 
-    async def _enforce_limits(self, touched: set[str]) -> None:
-        """Discard-old limits: drop the oldest messages past max_msgs / max_bytes / per-subject."""
+    async def _enforce_limits(self, touched: Iterable[str] = ()) -> None:
+        """Discard-old limits: drop the oldest messages past max_bytes, and past max_msgs and
+        max_msgs_per_subject (for the ``touched`` subjects) when a batch has not already: a
+        publish batch puts those into its own transaction, a reconfigure relies on this."""
         cfg = self.config
         ops: list[Op] = []
         # discard "new" refuses per-subject overflow only with discard_new_per_subject (checked in

@@ -1393,10 +1393,7 @@ class SqliteStore:
             if op.keep is not None:
                 if op.keep >= w.msgs:
                     return 0
-                cutoff = conn.execute(
-                    "SELECT seq FROM msgs ORDER BY seq DESC LIMIT 1 OFFSET ?", (op.keep - 1,)
-                ).fetchone()[0]
-                return self._w_remove_where("seq < ?", (cutoff,))
+                return self._w_remove_where("seq < ?", (self._w_first_kept("", (), w.msgs, op.keep),))
             if op.up_to_seq is not None:
                 up = op.up_to_seq
                 n = self._w_remove_all() if up > w.last_seq else self._w_remove_where("seq < ?", (up,))
@@ -1413,14 +1410,24 @@ class SqliteStore:
             total = sum(self._w_count(s) for s in subjects)
             if op.keep >= total:
                 return 0
-            cutoff = conn.execute(
-                f"SELECT seq FROM msgs WHERE {IN_SUBJECTS} ORDER BY seq DESC LIMIT 1 OFFSET ?",
-                (js, op.keep - 1),
-            ).fetchone()[0]
+            cutoff = self._w_first_kept(f"WHERE {IN_SUBJECTS}", (js,), total, op.keep)
             return self._w_remove_where(f"{IN_SUBJECTS} AND seq < ?", (js, cutoff))
         if op.up_to_seq is not None:
             return self._w_remove_where(f"{IN_SUBJECTS} AND seq < ?", (js, op.up_to_seq))
         return self._w_remove_where(IN_SUBJECTS, (js,))
+
+    def _w_first_kept(self, where: str, params: tuple[Any, ...], total: int, keep: int) -> int:
+        """The oldest of the newest ``keep`` of ``total`` matching messages (0 < keep < total).
+
+        The index is walked from whichever end is nearer: a stream at its max_msgs drops a few
+        of many messages, and walking from the newest would step over all the kept ones."""
+        assert self._conn is not None
+        drop = total - keep
+        if drop <= keep:
+            sql = f"SELECT seq FROM msgs {where} ORDER BY seq LIMIT 1 OFFSET ?"
+            return int(self._conn.execute(sql, (*params, drop)).fetchone()[0])
+        sql = f"SELECT seq FROM msgs {where} ORDER BY seq DESC LIMIT 1 OFFSET ?"
+        return int(self._conn.execute(sql, (*params, keep - 1)).fetchone()[0])
 
     def _w_delete(self, op: DeleteOp) -> bool:
         conn = self._conn

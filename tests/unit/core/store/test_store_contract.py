@@ -211,6 +211,22 @@ async def test_purge_keep_leaves_the_newest_messages(h: StoreHarness) -> None:
     assert (st.first_seq, st.last_seq, st.msgs) == (3, 6, 2)
 
 
+async def test_purge_keep_counts_from_the_newest_whether_few_or_many_go(h: StoreHarness) -> None:
+    await fill(h.store, ["a", "b"] * 6)  # seqs 1..12: a on odd, b on even
+    await h.store.apply([DeleteOp(11), DeleteOp(4)])
+    assert await h.store.apply([PurgeOp(keep=8)]) == [2]  # few go: 1 and 2
+    assert await seqs(h.store) == [3, 5, 6, 7, 8, 9, 10, 12]
+    assert await h.store.apply([PurgeOp(keep=2)]) == [6]  # many go
+    assert await h.store.apply([PurgeOp(subject="a", keep=1)]) == [0]  # only 12 (b) and 10 (b) left
+    store = await h.reopen()
+    assert await seqs(store) == [10, 12]
+    await fill(store, ["a"] * 5)  # 13..17
+    assert await store.apply([PurgeOp(subject="a", keep=4)]) == [1]  # few of the subject go
+    assert await store.apply([PurgeOp(subject="a", keep=1)]) == [3]  # many go
+    store = await h.reopen()
+    assert await seqs(store) == [10, 12, 17]
+
+
 async def test_purge_up_to_seq_removes_below_it(h: StoreHarness) -> None:
     await fill(h.store, ["a", "b", "a", "b", "a"])
     assert await h.store.apply([PurgeOp(up_to_seq=3)]) == [2]
