@@ -436,11 +436,7 @@ class SqliteStore:
     # ---------------------------------------------------------------------------------- writes
 
     async def apply(self, ops: Sequence[Op]) -> list[Result]:
-        ops = tuple(ops)
-        if not ops:
-            self._check_open()
-            return []
-        return await self._submit(_APPLY, ops)
+        return await (await self.submit(ops))
 
     async def submit(self, ops: Sequence[Op]) -> Awaitable[list[Result]]:
         ops = tuple(ops)
@@ -454,18 +450,8 @@ class SqliteStore:
     ) -> tuple[int, int]:
         if ts is None:
             ts = self._clock()
-        ops = (Append(subject, headers, data, ts),)
-        if self._closed or self._fatal is not None or self._inflight >= self._max_pending:
-            res = await self._submit(_APPLY, ops)
-            return res[0], ts
-        # The hot path: _submit without the back-pressure and closed checks it just made.
-        fut = self._loop.create_future()  # type: ignore[union-attr]
-        with self._qlock:
-            if self._dead:
-                raise StoreClosed(f"{self._path}: store writer has stopped")
-            self._q.put(_Req(_APPLY, ops, fut))
-        self._inflight += 1
-        return (await fut)[0], ts
+        (seq,) = await self.apply((Append(subject, headers, data, ts),))
+        return seq, ts
 
     async def flush(self) -> None:
         """Wait for everything queued before this call, and make it durable (fsync the WAL in interval
@@ -860,7 +846,7 @@ class SqliteStore:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if self._sync == "interval":
-                self._w_sync_wal_of(conn)
+                self._sync_wal()
         except (sqlite3.Error, OSError) as e:
             self._stats.last_error = repr(e)
         finally:
@@ -1034,7 +1020,7 @@ class SqliteStore:
             value: Any = None
             if r.kind == _FLUSH:
                 if self._sync == "interval":
-                    self._w_sync_wal()
+                    self._sync_wal()
             elif r.kind == _LIMIT:
                 assert self._conn is not None
                 self._max_file_bytes = r.arg
@@ -1107,7 +1093,7 @@ class SqliteStore:
                         self._dirty_ckpt = False
                 if sync:
                     try:
-                        self._w_sync_wal_of(conn)
+                        self._sync_wal()
                     except OSError as e:
                         self._stats.last_error = repr(e)
                 if ckpt:
@@ -1118,11 +1104,8 @@ class SqliteStore:
             if conn is not None:
                 conn.close()
 
-    def _w_sync_wal(self) -> None:
-        if self._conn is not None:
-            self._w_sync_wal_of(self._conn)
-
-    def _w_sync_wal_of(self, conn: sqlite3.Connection) -> None:
+    def _sync_wal(self) -> None:
+        """Fsync the WAL file (interval mode: on the timer, on flush and on close)."""
         try:
             fd = os.open(self._wal, os.O_RDONLY)
         except FileNotFoundError:
