@@ -19,7 +19,7 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy
 from nats.js.errors import NotFoundError
 
-from tests.support.jsapi import api, connect
+from tests.support.jsapi import api, connect, jetstream
 from tests.support.servers import start_leafjet
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -126,8 +126,7 @@ async def eventually(probe, timeout: float = 5.0, interval: float = 0.05):
 
 
 async def test_create_with_the_name_in_the_subject_or_only_in_the_config(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=5)
         named = await create(nc, "S", {"durable_name": "D", "ack_policy": "explicit"})
         assert named["type"] == "io.nats.jetstream.api.v1.consumer_create_response"
@@ -162,13 +161,10 @@ async def test_create_with_the_name_in_the_subject_or_only_in_the_config(js_serv
             nc, "S", {"durable_name": "F", "filter_subject": "s.1"}, subject=f"{CREATE}.S.F.s.1"
         )
         assert filtered["config"]["filter_subject"] == "s.1" and filtered["num_pending"] == 2
-    finally:
-        await nc.close()
 
 
 async def test_legacy_durable_create(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=3)
         r = await api(
             nc,
@@ -178,13 +174,10 @@ async def test_legacy_durable_create(js_server):
         assert r["type"] == "io.nats.jetstream.api.v1.consumer_create_response"
         assert r["name"] == "OLD" and r["config"]["durable_name"] == "OLD" and r["num_pending"] == 3
         assert "inactive_threshold" not in r["config"]
-    finally:
-        await nc.close()
 
 
 async def test_nats_py_add_info_and_delete_consumer(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await make_stream(js, n=4)
         ci = await js.add_consumer("S", durable_name="PY", filter_subject="s.0", max_ack_pending=7)
         assert (ci.stream_name, ci.name, ci.num_pending) == ("S", "PY", 2)
@@ -197,13 +190,10 @@ async def test_nats_py_add_info_and_delete_consumer(js_server):
         assert (gone.value.err_code, gone.value.description) == (10014, "consumer not found")
         with pytest.raises(NotFoundError):
             await js.delete_consumer("S", "PY")
-    finally:
-        await nc.close()
 
 
 async def test_names_list_info_and_delete_by_raw_api(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=2)
         for name in ("C3", "A1", "B2"):
             assert "error" not in await create(nc, "S", {"durable_name": name, "ack_policy": "explicit"})
@@ -224,13 +214,10 @@ async def test_names_list_info_and_delete_by_raw_api(js_server):
         assert (await api(nc, "$JS.API.CONSUMER.NAMES.S"))["consumers"] == ["A1", "C3"]
         page = await api(nc, "$JS.API.CONSUMER.NAMES.S", {"offset": 1})
         assert (page["total"], page["offset"], page["consumers"]) == (2, 1, ["C3"])
-    finally:
-        await nc.close()
 
 
 async def test_editable_fields_are_updated_in_place(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=3)
         first = await create(nc, "S", {"durable_name": "U", "ack_policy": "explicit", "description": "one"})
         again = await create(nc, "S", {"durable_name": "U", "ack_policy": "explicit", "description": "one"})
@@ -260,8 +247,6 @@ async def test_editable_fields_are_updated_in_place(js_server):
         assert exists["error"] == {"code": 400, "err_code": 10148, "description": "consumer already exists"}
         missing = await create(nc, "S", {"durable_name": "NOPE", "ack_policy": "explicit"}, action="update")
         assert missing["error"] == {"code": 400, "err_code": 10149, "description": "consumer does not exist"}
-    finally:
-        await nc.close()
 
 
 @pytest.mark.parametrize(
@@ -274,20 +259,16 @@ async def test_editable_fields_are_updated_in_place(js_server):
     ids=["ack_policy", "deliver_policy", "pull_to_push"],
 )
 async def test_forbidden_edits_are_refused(js_server, change, description):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
         await create(nc, "S", {"durable_name": "U", "ack_policy": "explicit"})
         r = await create(nc, "S", {"durable_name": "U", "ack_policy": "explicit", **change})
         assert r["error"] == {"code": 500, "err_code": 10012, "description": description}
         assert (await js.consumer_info("S", "U")).config.ack_policy == AckPolicy.EXPLICIT
-    finally:
-        await nc.close()
 
 
 async def test_ephemeral_consumer_disappears_when_unused(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
         eph = await create(nc, "S", {"ack_policy": "explicit", "inactive_threshold": NS // 2})
         await create(nc, "S", {"durable_name": "KEEP", "ack_policy": "explicit"})
@@ -301,13 +282,10 @@ async def test_ephemeral_consumer_disappears_when_unused(js_server):
         assert (await api(nc, "$JS.API.CONSUMER.NAMES.S"))["consumers"] == ["KEEP"]
         r = await api(nc, f"$JS.API.CONSUMER.INFO.S.{eph['name']}")
         assert r["error"]["err_code"] == 10014
-    finally:
-        await nc.close()
 
 
 async def test_filter_subject_and_filter_subjects(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="F", subjects=["f.>"])
         for subj in ("f.a", "f.b", "f.c", "f.a", "f.b", "f.c"):
             await js.publish(subj, subj.encode())
@@ -321,8 +299,6 @@ async def test_filter_subject_and_filter_subjects(js_server):
         assert await drain(nc, "F", "MANY") == [1, 3, 4, 6]
         sub = await js.pull_subscribe("f.c", durable="PYF", stream="F")
         assert [m.data for m in await sub.fetch(5, timeout=1)] == [b"f.c", b"f.c"]
-    finally:
-        await nc.close()
 
 
 async def _start_time_of(nc, stream: str, seq: int) -> str:
@@ -341,8 +317,7 @@ async def _start_time_of(nc, stream: str, seq: int) -> str:
     ],
 )
 async def test_deliver_policies(js_server, policy, extra, expected):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="DP", subjects=["dp.*"])
         for subj in ("dp.a", "dp.b", "dp.a", "dp.b", "dp.c", "dp.a"):  # last per subject: b=4, c=5, a=6
             await js.publish(subj, b"x")
@@ -356,13 +331,10 @@ async def test_deliver_policies(js_server, policy, extra, expected):
         assert await drain(nc, "DP", "C") == expected
         await js.publish("dp.z", b"later")
         assert await drain(nc, "DP", "C") == [7], "every policy goes on with new messages"
-    finally:
-        await nc.close()
 
 
 async def test_counters_after_a_known_sequence_of_fetches_and_acks(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=10)
         sub = await js.pull_subscribe("s.>", durable="D", stream="S")
         assert await counters(js, "S", "D") == {
@@ -429,16 +401,13 @@ async def test_counters_after_a_known_sequence_of_fetches_and_acks(js_server):
             "num_redelivered": 0,
             "num_waiting": 0,
         }
-    finally:
-        await nc.close()
 
 
 # ---------------------------------------------------------------------------------------------- pull
 
 
 async def test_pull_subscribe_and_fetch(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await make_stream(js, n=5)
         sub = await js.pull_subscribe("s.>", durable="W", stream="S")
         first = await sub.fetch(3, timeout=2)
@@ -453,13 +422,10 @@ async def test_pull_subscribe_and_fetch(js_server):
             await sub.fetch(1, timeout=0.5)
         await js.publish("s.x", b"late")
         assert [m.data for m in await sub.fetch(1, timeout=2)] == [b"late"]
-    finally:
-        await nc.close()
 
 
 async def test_waiting_pull_gets_a_message_published_later(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js)
         await create(nc, "S", {"durable_name": "W", "ack_policy": "explicit"})
         inbox = nc.new_inbox()
@@ -475,13 +441,10 @@ async def test_waiting_pull_gets_a_message_published_later(js_server):
         assert (msg.subject, msg.data) == ("s.x", b"now")
         assert msg.reply.startswith("$JS.ACK.S.W.1.1.1.")
         assert (await js.consumer_info("S", "W")).num_waiting == 0
-    finally:
-        await nc.close()
 
 
 async def test_no_wait_pull_on_an_exhausted_consumer_gets_404(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=2)
         await create(nc, "S", {"durable_name": "NW", "ack_policy": "explicit"})
         got = await pull(nc, "S", "NW", {"batch": 5, "no_wait": True})
@@ -489,13 +452,10 @@ async def test_no_wait_pull_on_an_exhausted_consumer_gets_404(js_server):
         assert status(got[2]) == ("404", "No Messages") and got[2].data == b""
         got = await pull(nc, "S", "NW", {"batch": 5, "no_wait": True})
         assert len(got) == 1 and status(got[0]) == ("404", "No Messages")
-    finally:
-        await nc.close()
 
 
 async def test_expired_pull_gets_408_with_pending_headers(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
         await create(nc, "S", {"durable_name": "EX", "ack_policy": "explicit"})
         got = await pull(nc, "S", "EX", {"batch": 10, "expires": NS // 5})
@@ -511,13 +471,10 @@ async def test_expired_pull_gets_408_with_pending_headers(js_server):
         # a negative expiry has already passed
         got = await pull(nc, "S", "EX", {"batch": 1, "expires": -1})
         assert status(got[0]) == ("408", "Request Timeout")
-    finally:
-        await nc.close()
 
 
 async def test_max_bytes_pull(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js)
         for _ in range(5):
             await js.publish("s.x", b"x" * 100)
@@ -535,8 +492,6 @@ async def test_max_bytes_pull(js_server):
         assert status(tiny[0]) == ("409", "Message Size Exceeds MaxBytes")
         assert tiny[0].headers["Nats-Pending-Messages"] == "1"
         assert tiny[0].headers["Nats-Pending-Bytes"] == "10"
-    finally:
-        await nc.close()
 
 
 @pytest.mark.parametrize(
@@ -549,8 +504,7 @@ async def test_max_bytes_pull(js_server):
     ids=["max_batch", "max_expires", "max_bytes"],
 )
 async def test_pull_beyond_the_consumer_limits_gets_409(js_server, request_body, description):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=5)
         limits = {"max_batch": 3, "max_expires": 2 * NS, "max_bytes": 1000}
         r = await create(nc, "S", {"durable_name": "L", "ack_policy": "explicit", **limits})
@@ -558,13 +512,10 @@ async def test_pull_beyond_the_consumer_limits_gets_409(js_server, request_body,
         got = await pull(nc, "S", "L", request_body)
         assert len(got) == 1 and status(got[0]) == ("409", description)
         assert (await js.consumer_info("S", "L")).delivered.stream_seq == 0
-    finally:
-        await nc.close()
 
 
 async def test_exceeding_max_waiting_gets_409(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js)
         await create(nc, "S", {"durable_name": "MW", "ack_policy": "explicit", "max_waiting": 1})
         inbox = nc.new_inbox()
@@ -581,29 +532,21 @@ async def test_exceeding_max_waiting_gets_409(js_server):
         assert len(got) == 1 and status(got[0]) == ("409", "Exceeded MaxWaiting")
         await js.publish("s.x", b"for the first")
         assert (await held.next_msg(timeout=3)).data == b"for the first"
-    finally:
-        await nc.close()
 
 
 async def test_pull_on_a_push_consumer_gets_409(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
         await create(nc, "S", {"durable_name": "PU", "deliver_subject": "push.nobody"})
         got = await pull(nc, "S", "PU", {"batch": 1})
         assert len(got) == 1 and status(got[0]) == ("409", "Consumer is push based")
-    finally:
-        await nc.close()
 
 
 async def test_pull_on_a_missing_consumer_gets_no_responders(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
         got = await pull(nc, "S", "NOPE", {"batch": 1})
         assert len(got) == 1 and status(got[0])[0] == "503"
-    finally:
-        await nc.close()
 
 
 async def test_two_pull_subscribers_on_one_durable_get_distinct_messages(js_server):
@@ -627,8 +570,7 @@ async def test_two_pull_subscribers_on_one_durable_get_distinct_messages(js_serv
 
 
 async def test_long_pull_gets_idle_heartbeats(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
         await create(nc, "S", {"durable_name": "HB", "ack_policy": "explicit"})
         got = await pull(
@@ -641,8 +583,6 @@ async def test_long_pull_gets_idle_heartbeats(js_server):
         assert beats[0].data == b"" and not beats[0].reply
         assert status(got[-1]) == ("408", "Request Timeout")
         assert got[-1].headers["Nats-Pending-Messages"] == "9"
-    finally:
-        await nc.close()
 
 
 @pytest.mark.parametrize(
@@ -654,22 +594,18 @@ async def test_long_pull_gets_idle_heartbeats(js_server):
     ids=["over_half_expires", "without_expires"],
 )
 async def test_heartbeat_too_large_for_the_pull_gets_400(js_server, request_body):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
         await create(nc, "S", {"durable_name": "HB", "ack_policy": "explicit"})
         got = await pull(nc, "S", "HB", request_body)
         assert len(got) == 1 and status(got[0]) == ("400", "Bad Request - heartbeat value too large")
-    finally:
-        await nc.close()
 
 
 # ---------------------------------------------------------------------------------------------- push
 
 
 async def test_push_durable_subscription_delivers(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await make_stream(js, n=5)
         got: list[bytes] = []
         done = anyio.Event()
@@ -692,13 +628,10 @@ async def test_push_durable_subscription_delivers(js_server):
             return (await js.consumer_info("S", "PUSH")).ack_floor.stream_seq == 6
 
         await eventually(all_acked)
-    finally:
-        await nc.close()
 
 
 async def test_deliver_group_splits_messages_between_members(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await make_stream(js)
         seen: dict[str, list[int]] = {"a": [], "b": []}
 
@@ -721,13 +654,10 @@ async def test_deliver_group_splits_messages_between_members(js_server):
 
         await eventually(all_seen)
         assert sorted(seen["a"] + seen["b"]) == list(range(1, 41)), "each message went to one member"
-    finally:
-        await nc.close()
 
 
 async def test_flow_control_and_heartbeat_consumer_receives_everything(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await make_stream(js)
         payload = b"y" * 8000
         for _ in range(600):  # 4.8 MB: enough for the reference to ask for flow control
@@ -746,13 +676,10 @@ async def test_flow_control_and_heartbeat_consumer_receives_everything(js_server
         assert got == list(range(1, 601))
         ci = await sub.consumer_info()
         assert ci.config.flow_control is True and ci.config.idle_heartbeat == 0.5
-    finally:
-        await nc.close()
 
 
 async def test_flow_control_requests_and_idle_heartbeats_on_the_wire(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js)
         for _ in range(600):
             await js.publish("s.x", b"y" * 8000)
@@ -790,13 +717,10 @@ async def test_flow_control_requests_and_idle_heartbeats_on_the_wire(js_server):
                     await nc.publish(msg.headers["Nats-Consumer-Stalled"], b"")
         assert data == 600 and fc_requests
         assert msg.headers["Nats-Last-Consumer"] == "600" and msg.headers["Nats-Last-Stream"] == "600"
-    finally:
-        await nc.close()
 
 
 async def test_unanswered_flow_control_stalls_and_the_heartbeat_names_the_stall(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js)
         for _ in range(600):
             await js.publish("s.x", b"y" * 8000)
@@ -821,13 +745,10 @@ async def test_unanswered_flow_control_stalls_and_the_heartbeat_names_the_stall(
                     stalled.append(msg.headers["Nats-Consumer-Stalled"])
                     await nc.publish(stalled[-1], b"")  # answering the stalled request resumes delivery
         assert stalled and all(s.startswith("$JS.FC.S.ST.") for s in stalled)
-    finally:
-        await nc.close()
 
 
 async def test_ordered_consumer_receives_1000_messages_in_order(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await make_stream(js)
         for i in range(1000):
             await js.publish("s.x", b"%d" % i)
@@ -843,16 +764,13 @@ async def test_ordered_consumer_receives_1000_messages_in_order(js_server):
         with anyio.fail_after(10):
             await done.wait()
         assert got == [b"%d" % i for i in range(1000)]
-    finally:
-        await nc.close()
 
 
 # ---------------------------------------------------------------------------------------------- acks
 
 
 async def test_nak_redelivers_with_num_delivered_2(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=2)
         sub = await js.pull_subscribe("s.>", durable="N", stream="S")
         first = (await sub.fetch(1, timeout=2))[0]
@@ -868,13 +786,10 @@ async def test_nak_redelivers_with_num_delivered_2(js_server):
         await again.nak()
         got = await pull(nc, "S", "N", {"batch": 2, "expires": 2 * NS})
         assert sorted((m.data, m.metadata.num_delivered) for m in got) == [(b"m1", 3), (b"m2", 1)]
-    finally:
-        await nc.close()
 
 
 async def test_nak_with_delay_holds_the_redelivery_back(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=2)
         await create(nc, "S", {"durable_name": "ND", "ack_policy": "explicit"})
         first = (await pull(nc, "S", "ND", {"batch": 1}))[0]
@@ -886,13 +801,10 @@ async def test_nak_with_delay_holds_the_redelivery_back(js_server):
         again = await pull(nc, "S", "ND", {"batch": 1, "expires": 3 * NS})
         assert again[0].metadata.sequence.stream == 1 and again[0].metadata.num_delivered == 2
         assert time.monotonic() - start >= 0.8, "redelivered no earlier than the delay"
-    finally:
-        await nc.close()
 
 
 async def test_in_progress_extends_the_ack_wait(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
         await create(nc, "S", {"durable_name": "WPI", "ack_policy": "explicit", "ack_wait": NS // 2})
         msg = (await pull(nc, "S", "WPI", {"batch": 1}))[0]
@@ -904,13 +816,10 @@ async def test_in_progress_extends_the_ack_wait(js_server):
         await confirm(nc, msg)
         c = await counters(js, "S", "WPI")
         assert (c["num_redelivered"], c["num_ack_pending"], c["ack_floor"]) == (0, 0, (1, 1))
-    finally:
-        await nc.close()
 
 
 async def test_term_stops_redelivery(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=2)
         await create(nc, "S", {"durable_name": "T", "ack_policy": "explicit", "ack_wait": NS // 2})
         msg = (await pull(nc, "S", "T", {"batch": 1}))[0]
@@ -922,13 +831,10 @@ async def test_term_stops_redelivery(js_server):
         await confirm(nc, m2, b"+TERM bad payload")  # a reason after +TERM is allowed
         got = await pull(nc, "S", "T", {"batch": 5, "expires": NS})
         assert len(got) == 1 and status(got[0]) == ("408", "Request Timeout")
-    finally:
-        await nc.close()
 
 
 async def test_unacked_message_is_redelivered_after_ack_wait(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await make_stream(js, n=1)
         sub = await js.pull_subscribe("s.>", durable="AW", stream="S", config=ConsumerConfig(ack_wait=0.5))
         assert (await js.consumer_info("S", "AW")).config.ack_wait == 0.5
@@ -946,13 +852,10 @@ async def test_unacked_message_is_redelivered_after_ack_wait(js_server):
             0,
             0,
         )
-    finally:
-        await nc.close()
 
 
 async def test_backoff_spaces_the_redeliveries(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
         r = await create(
             nc,
@@ -974,13 +877,10 @@ async def test_backoff_spaces_the_redeliveries(js_server):
         assert times[2] - times[1] >= 0.5, "the second redelivery waits the second backoff"
         got = await pull(nc, "S", "BO", {"batch": 1, "expires": NS})
         assert status(got[0]) == ("408", "Request Timeout"), "max_deliver 3 ends it"
-    finally:
-        await nc.close()
 
 
 async def test_max_deliver_stops_redelivery_with_an_advisory(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
         advisories = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.S.MD")
         await create(
@@ -1011,13 +911,10 @@ async def test_max_deliver_stops_redelivery_with_an_advisory(js_server):
             "num_redelivered": 1,
             "num_waiting": 0,
         }
-    finally:
-        await nc.close()
 
 
 async def test_double_ack_is_confirmed_even_when_repeated(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=2)
         sub = await js.pull_subscribe("s.>", durable="DA", stream="S")
         msgs = await sub.fetch(2, timeout=2)
@@ -1028,13 +925,10 @@ async def test_double_ack_is_confirmed_even_when_repeated(js_server):
         again = await confirm(nc, msgs[0])  # acking an acked message is answered and changes nothing
         assert again.data == b""
         assert await counters(js, "S", "DA") == c
-    finally:
-        await nc.close()
 
 
 async def test_ack_policy_all_acks_everything_up_to_the_acked_message(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=4)
         await create(nc, "S", {"durable_name": "ALL", "ack_policy": "all"})
         got = await pull(nc, "S", "ALL", {"batch": 3})
@@ -1048,26 +942,20 @@ async def test_ack_policy_all_acks_everything_up_to_the_acked_message(js_server)
         await confirm(nc, nxt[0])
         c = await counters(js, "S", "ALL")
         assert (c["delivered"], c["ack_floor"], c["num_ack_pending"]) == ((4, 4), (4, 4), 0)
-    finally:
-        await nc.close()
 
 
 async def test_ack_policy_all_partial_ack(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=3)
         await create(nc, "S", {"durable_name": "AP", "ack_policy": "all"})
         got = await pull(nc, "S", "AP", {"batch": 3})
         await confirm(nc, got[1])
         c = await counters(js, "S", "AP")
         assert (c["delivered"], c["ack_floor"], c["num_ack_pending"]) == ((3, 3), (2, 2), 1)
-    finally:
-        await nc.close()
 
 
 async def test_ack_policy_none_needs_no_acks(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=3)
         r = await create(nc, "S", {"durable_name": "AN", "ack_policy": "none"})
         assert "ack_wait" not in r["config"] and "max_ack_pending" not in r["config"]
@@ -1082,8 +970,6 @@ async def test_ack_policy_none_needs_no_acks(js_server):
             "num_redelivered": 0,
             "num_waiting": 0,
         }
-    finally:
-        await nc.close()
 
 
 @pytest.mark.parametrize(
@@ -1110,8 +996,7 @@ async def test_ack_policy_none_needs_no_acks(js_server):
     ],
 )
 async def test_bad_acks_do_not_break_the_server(js_server, subject, body):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=3)
         await create(nc, "S", {"durable_name": "BAD", "ack_policy": "explicit"})
         first = (await pull(nc, "S", "BAD", {"batch": 1}))[0]
@@ -1125,16 +1010,13 @@ async def test_bad_acks_do_not_break_the_server(js_server, subject, body):
         assert (await js.publish("s.x", b"still fine")).seq == 4
         nak = body.startswith(b"-NAK")
         assert (await js.consumer_info("S", "BAD")).num_pending == (3 if nak else 2)
-    finally:
-        await nc.close()
 
 
 # ------------------------------------------------------------------------------------------ retention
 
 
 async def test_workqueue_stream_removes_a_message_on_ack(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await make_stream(js, "WQ", n=3, retention=RetentionPolicy.WORK_QUEUE)
         sub = await js.pull_subscribe("wq.>", durable="WORK", stream="WQ")
         msgs = await sub.fetch(3, timeout=2)
@@ -1154,8 +1036,6 @@ async def test_workqueue_stream_removes_a_message_on_ack(js_server):
             return (st.messages, st.first_seq, st.last_seq) == (0, 4, 3)
 
         await eventually(empty)
-    finally:
-        await nc.close()
 
 
 @pytest.mark.parametrize(
@@ -1175,19 +1055,15 @@ async def test_workqueue_stream_removes_a_message_on_ack(js_server):
     ids=["unfiltered", "overlapping_filter"],
 )
 async def test_workqueue_refuses_a_second_overlapping_consumer(js_server, second, err_code, description):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, "WQ", retention=RetentionPolicy.WORK_QUEUE)
         assert "error" not in await create(nc, "WQ", {"durable_name": "A", "ack_policy": "explicit"})
         r = await create(nc, "WQ", second)
         assert r["error"] == {"code": 400, "err_code": err_code, "description": description}
-    finally:
-        await nc.close()
 
 
 async def test_workqueue_consumer_rules(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, "WQ", retention=RetentionPolicy.WORK_QUEUE)
         r = await create(nc, "WQ", {"durable_name": "A", "ack_policy": "explicit", "filter_subject": "wq.a"})
         assert "error" not in r
@@ -1211,13 +1087,10 @@ async def test_workqueue_consumer_rules(js_server):
         )
         assert r["error"]["err_code"] == 10101
         assert r["error"]["description"] == "consumer must be deliver all on workqueue stream"
-    finally:
-        await nc.close()
 
 
 async def test_interest_stream_removes_a_message_once_every_consumer_acked(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await make_stream(js, "IN", retention=RetentionPolicy.INTEREST)
         a = await js.pull_subscribe("in.>", durable="A", stream="IN")
         b = await js.pull_subscribe("in.>", durable="B", stream="IN")
@@ -1241,16 +1114,13 @@ async def test_interest_stream_removes_a_message_once_every_consumer_acked(js_se
             return (await js.stream_info("IN")).state.messages == 0
 
         await eventually(none_left)
-    finally:
-        await nc.close()
 
 
 # ----------------------------------------------------------------------------------------- durability
 
 
 async def test_durable_consumer_state_survives_restart(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=6)
         sub = await js.pull_subscribe(
             "s.>", durable="DUR", stream="S", config=ConsumerConfig(description="keep")
@@ -1261,19 +1131,14 @@ async def test_durable_consumer_state_survives_restart(js_server):
         before = await counters(js, "S", "DUR")
         assert before["delivered"] == (4, 4) and before["ack_floor"] == (3, 3)
         assert (before["num_pending"], before["num_ack_pending"]) == (2, 1)
-    finally:
-        await nc.close()
     js_server.restart()
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         after = await counters(js, "S", "DUR")
         assert after["delivered"] == (4, 4) and after["ack_floor"] == (3, 3)
         assert (after["num_pending"], after["num_ack_pending"]) == (2, 1)
         ci = await js.consumer_info("S", "DUR")
         assert ci.config.description == "keep" and ci.config.durable_name == "DUR"
         assert await drain(nc, "S", "DUR") == [5, 6], "delivery resumes after the delivered sequence"
-    finally:
-        await nc.close()
 
 
 @pytest.mark.skipif(
@@ -1287,8 +1152,7 @@ async def test_acked_messages_are_not_redelivered_after_sigkill(tmp_path):
     """
     srv = start_leafjet(tmp_path)
     try:
-        nc, js = await connect(srv)
-        try:
+        async with jetstream(srv) as (_, js):
             await make_stream(js, n=10)
             # a short ack wait, so that message 6 (delivered, never acked) comes back soon after the restart
             sub = await js.pull_subscribe("s.>", durable="K", stream="S", config=ConsumerConfig(ack_wait=1.0))
@@ -1296,11 +1160,8 @@ async def test_acked_messages_are_not_redelivered_after_sigkill(tmp_path):
             assert [m.metadata.sequence.stream for m in msgs] == [1, 2, 3, 4, 5, 6]
             for m in msgs[:5]:
                 await m.ack_sync()  # confirmed: these must never come back
-        finally:
-            await nc.close()
         srv.restart(kill=True)  # SIGKILL, then start again on the same data
-        nc, js = await connect(srv)
-        try:
+        async with jetstream(srv) as (_, js):
             ci = await js.consumer_info("S", "K")
             assert (ci.ack_floor.consumer_seq, ci.ack_floor.stream_seq) == (5, 5), "confirmed acks survive"
             assert ci.delivered.stream_seq in (5, 6)
@@ -1317,8 +1178,6 @@ async def test_acked_messages_are_not_redelivered_after_sigkill(tmp_path):
                         await m.ack_sync()
             assert min(seen) == 6, f"acknowledged messages came back after the kill: {seen}"
             assert (await js.consumer_info("S", "K")).ack_floor.stream_seq == 10
-        finally:
-            await nc.close()
     finally:
         srv.stop()
 
@@ -1426,27 +1285,21 @@ async def test_acked_messages_are_not_redelivered_after_sigkill(tmp_path):
 async def test_bad_consumer_configs_get_the_reference_error(
     js_server, stream, config, subject, err_code, description
 ):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
         r = await create(nc, stream, config, subject=subject)
         assert r["type"] == "io.nats.jetstream.api.v1.consumer_create_response"
         assert r["error"]["err_code"] == err_code, r
         assert r["error"]["description"] == description
         assert r["error"]["code"] == (404 if err_code == 10059 else 400)
-    finally:
-        await nc.close()
 
 
 async def test_malformed_create_request_gets_10025(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js)
         r = await api(nc, f"{CREATE}.S.X", b"{nope")
         assert (r["error"]["code"], r["error"]["err_code"]) == (400, 10025)
         assert r["error"]["description"].startswith("invalid JSON")
-    finally:
-        await nc.close()
 
 
 @pytest.mark.parametrize(
@@ -1462,16 +1315,13 @@ async def test_malformed_create_request_gets_10025(js_server):
     ids=["info", "delete", "info_no_stream", "delete_no_stream", "names_no_stream", "list_no_stream"],
 )
 async def test_missing_consumer_or_stream(js_server, subject, err_code):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js)
         r = await api(nc, subject)
         assert r["error"]["code"] == 404 and r["error"]["err_code"] == err_code
         assert r["error"]["description"] == (
             "consumer not found" if err_code == 10014 else "stream not found"
         )
-    finally:
-        await nc.close()
 
 
 @pytest.mark.parametrize(
@@ -1496,8 +1346,7 @@ async def test_missing_consumer_or_stream(js_server, subject, err_code):
     ],
 )
 async def test_odd_pull_requests(js_server, request_body, expected):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=3)
         await create(nc, "S", {"durable_name": "O", "ack_policy": "explicit"})
         got = await pull(nc, "S", "O", request_body, want=3 if request_body == b"3" else None, timeout=0.5)
@@ -1511,5 +1360,3 @@ async def test_odd_pull_requests(js_server, request_body, expected):
                 assert [m.data for m in got] == [b"m1", b"m2", b"m3"]
         after = await pull(nc, "S", "O", {"batch": 10, "no_wait": True})
         assert status(after[-1]) == ("404", "No Messages"), "the consumer still serves pulls"
-    finally:
-        await nc.close()

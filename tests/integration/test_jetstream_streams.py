@@ -9,14 +9,13 @@ import pytest
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import APIError, BadRequestError, NoStreamResponseError, NotFoundError
 
-from tests.support.jsapi import api, connect
+from tests.support.jsapi import api, connect, jetstream
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
 async def test_create_publish_and_info(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         info = await js.add_stream(name="ORDERS", subjects=["orders.>"])
         assert info.config.name == "ORDERS"
         assert info.state.messages == 0 and info.state.last_seq == 0 and info.state.first_seq == 0
@@ -29,13 +28,10 @@ async def test_create_publish_and_info(js_server):
         assert info.config.storage == StorageType.FILE
         assert info.config.duplicate_window == 120.0
         assert info.config.num_replicas == 1
-    finally:
-        await nc.close()
 
 
 async def test_publish_without_reply_is_stored(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="S", subjects=["s.*"])
         await nc.publish("s.fire", b"and forget")
         await nc.flush()
@@ -43,24 +39,18 @@ async def test_publish_without_reply_is_stored(js_server):
             while (await js.stream_info("S")).state.messages != 1:
                 await anyio.sleep(0.02)
         assert (await js.get_msg("S", 1)).data == b"and forget"
-    finally:
-        await nc.close()
 
 
 async def test_jetstream_publish_to_a_subject_no_stream_captures_gets_no_responders(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         with pytest.raises(NoStreamResponseError):  # nats-py's name for no responders here
             await js.publish("nobody.captures.this", b"x")
-    finally:
-        await nc.close()
 
 
 async def test_a_publish_to_a_wildcard_subject_leaves_the_stream_working(js_server, server_kind):
     """ "w.*" routes to a stream on "w.>". The reference stores it as a subject; leafjet refuses it
     with an API error (a stored subject is literal). Either way the stream goes on serving."""
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="W", subjects=["w.>"])
         if server_kind == "reference":
             assert (await js.publish("w.*", b"x")).seq == 1
@@ -70,13 +60,10 @@ async def test_a_publish_to_a_wildcard_subject_leaves_the_stream_working(js_serv
             assert e.value.code == 503 and "invalid publish subject" in e.value.description
         ack = await js.publish("w.a", b"y")
         assert (await js.get_msg("W", ack.seq)).data == b"y"
-    finally:
-        await nc.close()
 
 
 async def test_duplicates_are_detected_by_msg_id(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="D", subjects=["d"])
         a1 = await js.publish("d", b"1", headers={"Nats-Msg-Id": "id-1"})
         a2 = await js.publish("d", b"1 again", headers={"Nats-Msg-Id": "id-1"})
@@ -85,32 +72,23 @@ async def test_duplicates_are_detected_by_msg_id(js_server):
         assert (a2.seq, a2.duplicate) == (1, True)
         assert (a3.seq, a3.duplicate) == (2, None)
         assert (await js.stream_info("D")).state.messages == 2
-    finally:
-        await nc.close()
 
 
 async def test_duplicate_tracking_survives_restart(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="D", subjects=["d"])
         await js.publish("d", b"1", headers={"Nats-Msg-Id": "keep-me"})
         await js.publish("d", b"2", headers={"Nats-Msg-Id": "other"})
-    finally:
-        await nc.close()
     js_server.restart()
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         ack = await js.publish("d", b"1", headers={"Nats-Msg-Id": "keep-me"})
         assert (ack.seq, ack.duplicate) == (1, True)
         fresh = await js.publish("d", b"3", headers={"Nats-Msg-Id": "new-one"})
         assert fresh.seq == 3
-    finally:
-        await nc.close()
 
 
 async def test_expected_headers(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="E", subjects=["e.*"])
         await js.publish("e.a", b"1", headers={"Nats-Msg-Id": "m1"})
         await js.publish("e.b", b"2")
@@ -131,13 +109,10 @@ async def test_expected_headers(js_server):
         with pytest.raises(APIError) as wrong_id:
             await js.publish("e.a", b"x", headers={"Nats-Expected-Last-Msg-Id": "nope"})
         assert wrong_id.value.err_code == 10070
-    finally:
-        await nc.close()
 
 
 async def test_max_msgs_discard_old_and_new(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="OLD", subjects=["old"], max_msgs=3)
         for i in range(5):
             await js.publish("old", str(i).encode())
@@ -150,13 +125,10 @@ async def test_max_msgs_discard_old_and_new(js_server):
             await js.publish("new", b"3")
         assert full.value.err_code == 10077
         assert full.value.description == "maximum messages exceeded"
-    finally:
-        await nc.close()
 
 
 async def test_max_msgs_per_subject_keeps_the_newest(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="P", subjects=["p.*"], max_msgs_per_subject=2)
         for i in range(4):
             await js.publish("p.a", f"a{i}".encode())
@@ -165,13 +137,10 @@ async def test_max_msgs_per_subject_keeps_the_newest(js_server):
         assert info.state.messages == 3
         assert info.state.subjects == {"p.a": 2, "p.b": 1}
         assert (await js.get_last_msg("P", "p.a")).data == b"a3"
-    finally:
-        await nc.close()
 
 
 async def test_max_bytes_discards_oldest(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="B", subjects=["b"], max_bytes=1000)
         for _ in range(20):
             await js.publish("b", b"x" * 100)
@@ -179,13 +148,10 @@ async def test_max_bytes_discards_oldest(js_server):
         assert st.bytes <= 1000
         assert st.last_seq == 20
         assert st.messages >= 5
-    finally:
-        await nc.close()
 
 
 async def test_purge_variants(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="PU", subjects=["pu.*"])
         for i in range(10):
             await js.publish(f"pu.{'a' if i % 2 else 'b'}", str(i).encode())
@@ -200,13 +166,10 @@ async def test_purge_variants(js_server):
         st = (await js.stream_info("PU")).state
         assert (st.messages, st.first_seq, st.last_seq) == (0, 11, 10)
         assert (await js.publish("pu.a", b"after")).seq == 11
-    finally:
-        await nc.close()
 
 
 async def test_get_and_delete_messages(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="G", subjects=["g.*"])
         await js.publish("g.a", b"one", headers={"X-Trace": "t1"})
         await js.publish("g.b", b"two")
@@ -224,13 +187,10 @@ async def test_get_and_delete_messages(js_server):
         with pytest.raises(APIError) as gone:
             await js.delete_msg("G", 2)
         assert (gone.value.err_code, gone.value.description) == (10043, "sequence 2 not found")
-    finally:
-        await nc.close()
 
 
 async def test_direct_get(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="DG", subjects=["dg.*"], allow_direct=True)
         await js.publish("dg.x", b"first")
         await js.publish("dg.y", b"second")
@@ -242,8 +202,6 @@ async def test_direct_get(js_server):
         assert reply.headers["Nats-Sequence"] == "2" and reply.headers["Nats-Stream"] == "DG"
         missing = await nc.request("$JS.API.DIRECT.GET.DG", json.dumps({"seq": 99}).encode(), timeout=5)
         assert missing.headers.get("Status") == "404"
-    finally:
-        await nc.close()
 
 
 async def test_direct_get_batch_ends_with_eob(js_server):
@@ -265,8 +223,7 @@ async def test_direct_get_batch_ends_with_eob(js_server):
 
 
 async def test_names_list_update_delete(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         for n in ("A1", "B2", "C3"):
             await js.add_stream(name=n, subjects=[f"{n.lower()}.>"])
         names = await api(nc, "$JS.API.STREAM.NAMES")
@@ -282,14 +239,11 @@ async def test_names_list_update_delete(js_server):
         with pytest.raises(NotFoundError):
             await js.stream_info("B2")
         assert (await api(nc, "$JS.API.STREAM.NAMES"))["total"] == 2
-    finally:
-        await nc.close()
 
 
 async def test_account_info_and_domain_in_acks(make_server):
     srv = make_server({"jetstream": {"domain": "edge1"}}, jetstream=True)
-    nc, js = await connect(srv)
-    try:
+    async with jetstream(srv) as (nc, js):
         await js.add_stream(name="X", subjects=["x"])
         ack = await js.publish("x", b"hello")
         assert ack.domain == "edge1"
@@ -298,33 +252,24 @@ async def test_account_info_and_domain_in_acks(make_server):
         assert info["streams"] == 1 and info["domain"] == "edge1"
         via_domain = await api(nc, "$JS.edge1.API.STREAM.INFO.X")
         assert via_domain["state"]["messages"] == 1
-    finally:
-        await nc.close()
 
 
 async def test_streams_and_messages_survive_restart(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="R", subjects=["r.>"], max_msgs_per_subject=5)
         for i in range(10):
             await js.publish(f"r.{i % 2}", str(i).encode())
-    finally:
-        await nc.close()
     js_server.restart()
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         info = await js.stream_info("R")
         assert (info.state.messages, info.state.last_seq) == (10, 10)
         assert info.config.max_msgs_per_subject == 5
         assert (await js.get_msg("R", 7)).data == b"6"
         assert (await js.publish("r.0", b"next")).seq == 11
-    finally:
-        await nc.close()
 
 
 async def test_max_age_expires_messages(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="AGE", subjects=["age"], max_age=1.0)
         await js.publish("age", b"short-lived")
         assert (await js.stream_info("AGE")).state.messages == 1
@@ -332,25 +277,19 @@ async def test_max_age_expires_messages(js_server):
             while (await js.stream_info("AGE")).state.messages:
                 await anyio.sleep(0.1)
         assert (await js.stream_info("AGE")).state.last_seq == 1
-    finally:
-        await nc.close()
 
 
 async def test_interest_stream_without_consumers_keeps_nothing(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="I", subjects=["i"], retention=RetentionPolicy.INTEREST)
         assert (await js.publish("i", b"1")).seq == 1
         assert (await js.publish("i", b"2")).seq == 2
         st = (await js.stream_info("I")).state
         assert (st.messages, st.last_seq) == (0, 2)
-    finally:
-        await nc.close()
 
 
 async def test_rollup_replaces_subject_history(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="RU", subjects=["ru.*"], allow_rollup_hdrs=True)
         for i in range(3):
             await js.publish("ru.a", str(i).encode())
@@ -362,8 +301,6 @@ async def test_rollup_replaces_subject_history(js_server):
         with pytest.raises(APIError) as refused:
             await js.publish("noru", b"x", headers={"Nats-Rollup": "all"})
         assert refused.value.err_code == 10111
-    finally:
-        await nc.close()
 
 
 # ------------------------------------------------------------------------------------------ bad input
@@ -410,8 +347,7 @@ async def test_invalid_stream_names_are_refused(js_server, name):
 
 
 async def test_overlapping_subjects_are_refused(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="O1", subjects=["o.>"])
         with pytest.raises(BadRequestError) as overlap:
             await js.add_stream(name="O2", subjects=["o.x.*"])
@@ -421,25 +357,19 @@ async def test_overlapping_subjects_are_refused(js_server):
         assert exists.value.err_code == 10058
         same = await js.add_stream(name="O1", subjects=["o.>"])
         assert same.config.name == "O1", "creating an identical stream again is accepted"
-    finally:
-        await nc.close()
 
 
 async def test_forbidden_update_is_refused(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="U", subjects=["u"])
         with pytest.raises(APIError) as storage:
             await js.update_stream(StreamConfig(name="U", subjects=["u"], storage=StorageType.MEMORY))
         assert storage.value.err_code == 10052
         assert storage.value.description == "stream configuration update can not change storage type"
-    finally:
-        await nc.close()
 
 
 async def test_deny_delete_and_deny_purge(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="DD", subjects=["dd"], deny_delete=True, deny_purge=True)
         await js.publish("dd", b"1")
         with pytest.raises(APIError) as no_delete:
@@ -448,46 +378,34 @@ async def test_deny_delete_and_deny_purge(js_server):
         with pytest.raises(APIError) as no_purge:
             await js.purge_stream("DD")
         assert no_purge.value.err_code == 10056 or no_purge.value.err_code == 10110
-    finally:
-        await nc.close()
 
 
 async def test_memory_storage_stream(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         info = await js.add_stream(name="MEM", subjects=["mem"], storage=StorageType.MEMORY)
         assert info.config.storage == StorageType.MEMORY
         await js.publish("mem", b"volatile")
         assert (await js.get_msg("MEM", 1)).data == b"volatile"
-    finally:
-        await nc.close()
 
 
 async def test_first_seq_starts_the_stream_there(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         info = await js.add_stream(name="FS", subjects=["fs"], first_seq=100)
         assert (info.state.first_seq, info.state.last_seq) == (100, 99)
         assert (await js.publish("fs", b"x")).seq == 100
-    finally:
-        await nc.close()
 
 
 async def test_max_msg_size_refuses_larger_messages(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(name="MS", subjects=["ms"], max_msg_size=64)
         await js.publish("ms", b"x" * 64)
         with pytest.raises(APIError) as too_big:
             await js.publish("ms", b"x" * 65)
         assert too_big.value.err_code == 10054
-    finally:
-        await nc.close()
 
 
 async def test_discard_new_per_subject(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.add_stream(
             name="DN",
             subjects=["dn.*"],
@@ -505,13 +423,10 @@ async def test_discard_new_per_subject(js_server):
         await js.publish("do.a", b"1")
         assert (await js.publish("do.a", b"2")).seq == 2
         assert (await js.stream_info("DO")).state.messages == 1
-    finally:
-        await nc.close()
 
 
 async def test_per_message_ttl(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="NOTTL", subjects=["nottl"])
         with pytest.raises(APIError) as disabled:
             await js.publish("nottl", b"x", headers={"Nats-TTL": "1s"})
@@ -525,13 +440,10 @@ async def test_per_message_ttl(js_server):
             while (await js.stream_info("TTL")).state.messages != 1:
                 await anyio.sleep(0.1)
         assert (await js.get_msg("TTL", 2)).data == b"long"
-    finally:
-        await nc.close()
 
 
 async def test_sealed_stream_refuses_writes_and_deletes(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="SE", subjects=["se"])
         await js.publish("se", b"1")
         sealed = await api(nc, "$JS.API.STREAM.UPDATE.SE", {"name": "SE", "subjects": ["se"], "sealed": True})
@@ -539,8 +451,6 @@ async def test_sealed_stream_refuses_writes_and_deletes(js_server):
         assert sealed["config"]["deny_delete"] is True and sealed["config"]["deny_purge"] is True
         r = await api(nc, "$JS.API.STREAM.MSG.DELETE.SE", {"seq": 1})
         assert r["error"]["err_code"] in (10057, 10109)
-    finally:
-        await nc.close()
 
 
 async def test_metadata_is_kept(js_server):
@@ -564,11 +474,8 @@ async def test_unknown_config_field_is_refused(js_server):
 
 
 async def test_stream_names_are_paged(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (nc, js):
         for i in range(5):
             await js.add_stream(name=f"PG{i}", subjects=[f"pg{i}"])
         page = await api(nc, "$JS.API.STREAM.NAMES", {"offset": 3})
         assert (page["total"], page["offset"], len(page["streams"])) == (5, 3, 2)
-    finally:
-        await nc.close()

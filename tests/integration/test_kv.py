@@ -20,14 +20,13 @@ from nats.js.errors import (
 )
 from nats.js.kv import KV_DEL, KV_PURGE
 
-from tests.support.jsapi import connect
+from tests.support.jsapi import jetstream
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
 async def test_bucket_is_a_stream_with_the_kv_shape(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.create_key_value(bucket="CFG", history=5, description="settings")
         info = await js.stream_info("KV_CFG")
         cfg = info.config
@@ -36,13 +35,10 @@ async def test_bucket_is_a_stream_with_the_kv_shape(js_server):
         assert cfg.allow_rollup_hdrs is True and cfg.deny_delete is True
         assert cfg.discard == DiscardPolicy.NEW and cfg.storage == StorageType.FILE
         assert cfg.description == "settings"
-    finally:
-        await nc.close()
 
 
 async def test_put_get_and_revisions(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="B", history=5)
         assert await kv.put("a", b"1") == 1
         assert await kv.put("b", b"2") == 2
@@ -57,26 +53,20 @@ async def test_put_get_and_revisions(js_server):
         assert await kv.put("dev.temp.1", b"21.5") == 4
         assert (await kv.get("dev.temp.1")).value == b"21.5"
         assert (await js.get_msg("KV_B", 4)).subject == "$KV.B.dev.temp.1"
-    finally:
-        await nc.close()
 
 
 async def test_key_value_binds_to_an_existing_bucket(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         await js.create_key_value(bucket="EXIST", history=2)
         kv = await js.key_value("EXIST")
         await kv.put("k", b"v")
         assert (await (await js.key_value("EXIST")).get("k")).value == b"v"
         with pytest.raises(BucketNotFoundError):
             await js.key_value("NOPE")
-    finally:
-        await nc.close()
 
 
 async def test_create_fails_when_the_key_exists(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="C", history=5)
         assert await kv.create("k", b"first") == 1
         with pytest.raises(KeyWrongLastSequenceError) as exists:
@@ -90,13 +80,10 @@ async def test_create_fails_when_the_key_exists(js_server):
         await kv.delete("k")
         assert await kv.create("k", b"again") == 3
         assert (await kv.get("k")).value == b"again"
-    finally:
-        await nc.close()
 
 
 async def test_update_with_the_expected_revision(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="U", history=5)
         rev = await kv.put("k", b"v1")
         await kv.put("other", b"x")  # another key's writes do not change k's last revision
@@ -108,13 +95,10 @@ async def test_update_with_the_expected_revision(js_server):
         assert (await kv.get("k")).value == b"v2"
         with pytest.raises(KeyWrongLastSequenceError):
             await kv.update("never", b"x", last=5)
-    finally:
-        await nc.close()
 
 
 async def test_delete_and_purge_leave_markers(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="D", history=5)
         await kv.put("del", b"1")
         await kv.put("del", b"2")
@@ -139,13 +123,10 @@ async def test_delete_and_purge_leave_markers(js_server):
         assert last.headers["KV-Operation"] == "PURGE" and last.headers["Nats-Rollup"] == "sub"
         st = (await js.stream_info("KV_D")).state
         assert (st.messages, st.last_seq) == (4, 6)  # del: 2 values + marker, pur: the marker only
-    finally:
-        await nc.close()
 
 
 async def test_keys_lists_live_keys_only(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="K", history=3)
         with pytest.raises(NoKeysError):
             await kv.keys()
@@ -155,13 +136,10 @@ async def test_keys_lists_live_keys_only(js_server):
         assert sorted(await kv.keys()) == ["a", "c"]
         await kv.purge("c")
         assert await kv.keys() == ["a"]
-    finally:
-        await nc.close()
 
 
 async def test_history_is_limited_by_the_bucket(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="H", history=5)
         for i in range(8):
             await kv.put("k", b"v%d" % i)
@@ -172,13 +150,10 @@ async def test_history_is_limited_by_the_bucket(js_server):
         assert all(e.key == "k" and e.bucket == "H" for e in history)
         with pytest.raises(NoKeysError):
             await kv.history("nothing")
-    finally:
-        await nc.close()
 
 
 async def test_watch_sends_the_current_values_then_live_updates(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="W", history=5)
         await kv.put("a", b"old")
         await kv.put("a", b"current")
@@ -203,13 +178,10 @@ async def test_watch_sends_the_current_values_then_live_updates(js_server):
         await kv.put("b", b"b2")
         assert (await one_key.updates(timeout=3)).value == b"b2", "a key watch sees only its key"
         await one_key.stop()
-    finally:
-        await nc.close()
 
 
 async def test_watch_on_an_empty_bucket_starts_with_none(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="E", history=1)
         watcher = await kv.watchall()
         assert await watcher.updates(timeout=3) is None
@@ -217,13 +189,10 @@ async def test_watch_on_an_empty_bucket_starts_with_none(js_server):
         entry = await watcher.updates(timeout=3)
         assert (entry.key, entry.value, entry.revision) == ("first", b"1", 1)
         await watcher.stop()
-    finally:
-        await nc.close()
 
 
 async def test_bucket_ttl_expires_keys(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="T", history=1, ttl=1.0)
         status = await kv.status()
         assert status.ttl == 1.0
@@ -242,13 +211,10 @@ async def test_bucket_ttl_expires_keys(js_server):
             while not await expired():
                 await anyio.sleep(0.1)
         assert (await kv.status()).values == 0
-    finally:
-        await nc.close()
 
 
 async def test_status_reports_the_bucket(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="ST", history=5)
         for i in range(3):
             await kv.put("k", b"%d" % i)
@@ -257,13 +223,10 @@ async def test_status_reports_the_bucket(js_server):
         assert (status.bucket, status.values, status.history) == ("ST", 4, 5)
         assert status.ttl in (None, 0, 0.0)
         assert status.stream_info.config.name == "KV_ST"
-    finally:
-        await nc.close()
 
 
 async def test_delete_bucket(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="GONE", history=1)
         await kv.put("k", b"v")
         assert await js.delete_key_value("GONE") is True
@@ -273,22 +236,16 @@ async def test_delete_bucket(js_server):
             await js.stream_info("KV_GONE")
         with pytest.raises(NotFoundError):
             await js.delete_key_value("GONE")
-    finally:
-        await nc.close()
 
 
 async def test_bucket_survives_restart(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="R", history=3)
         await kv.put("k", b"1")
         await kv.put("k", b"2")
         await kv.delete("gone")
-    finally:
-        await nc.close()
     js_server.restart()
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server) as (_, js):
         kv = await js.key_value("R")
         entry = await kv.get("k")
         assert (entry.value, entry.revision) == (b"2", 2)
@@ -296,5 +253,3 @@ async def test_bucket_survives_restart(js_server):
         with pytest.raises(KeyWrongLastSequenceError):
             await kv.create("k", b"again")
         assert await kv.put("k", b"3") == 4
-    finally:
-        await nc.close()

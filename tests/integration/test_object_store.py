@@ -14,6 +14,7 @@ import pytest
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 
 from tests.support.jsapi import connect as _connect
+from tests.support.jsapi import jetstream
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -30,20 +31,16 @@ def digest_of(data: bytes) -> str:
 
 
 async def test_bucket_is_a_stream_with_the_object_store_shape(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server, timeout=10) as (_, js):
         await js.create_object_store("FILES", description="blobs")
         cfg = (await js.stream_info("OBJ_FILES")).config
         assert cfg.subjects == ["$O.FILES.C.>", "$O.FILES.M.>"]
         assert cfg.allow_rollup_hdrs is True and cfg.allow_direct is True
         assert cfg.description == "blobs"
-    finally:
-        await nc.close()
 
 
 async def test_put_and_get_a_chunked_object(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server, timeout=10) as (_, js):
         obs = await js.create_object_store("BIG")
         data = os.urandom(BIG)
         info = await obs.put("firmware.bin", data)
@@ -61,13 +58,10 @@ async def test_put_and_get_a_chunked_object(js_server):
         name_token = base64.urlsafe_b64encode(b"firmware.bin").decode()
         assert meta.subject == f"$O.BIG.M.{name_token}"
         assert meta.headers["Nats-Rollup"] == "sub"
-    finally:
-        await nc.close()
 
 
 async def test_info_describes_the_object(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server, timeout=10) as (_, js):
         obs = await js.create_object_store("INFO")
         data = b"hello object store"
         await obs.put("greeting.txt", data)
@@ -78,13 +72,10 @@ async def test_info_describes_the_object(js_server):
         empty = await obs.put("empty", b"")
         assert (empty.size, empty.chunks) == (0, 0)
         assert (await obs.get("empty")).data == b""
-    finally:
-        await nc.close()
 
 
 async def test_list_objects(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server, timeout=10) as (_, js):
         obs = await js.create_object_store("LIST")
         with pytest.raises(NotFoundError):
             await obs.list()
@@ -93,13 +84,10 @@ async def test_list_objects(js_server):
         listed = await obs.list()
         assert sorted(i.name for i in listed) == ["a.txt", "b.txt", "c/d.txt"]
         assert {i.name: i.size for i in listed}["c/d.txt"] == 70
-    finally:
-        await nc.close()
 
 
 async def test_delete_an_object(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server, timeout=10) as (_, js):
         obs = await js.create_object_store("DEL")
         await obs.put("keep", b"k" * 10)
         await obs.put("drop", os.urandom(3 * CHUNK))
@@ -115,25 +103,19 @@ async def test_delete_an_object(js_server):
         assert st.messages == 3, "the chunks are purged; keep's chunk and both metadata remain"
         assert [i.name for i in await obs.list(ignore_deletes=True)] == ["keep"]
         assert (await obs.get("keep")).data == b"k" * 10
-    finally:
-        await nc.close()
 
 
 async def test_get_of_a_missing_object(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server, timeout=10) as (_, js):
         obs = await js.create_object_store("MISS")
         with pytest.raises(ObjectNotFoundError):
             await obs.get("nope")
         with pytest.raises(ObjectNotFoundError):
             await obs.get_info("nope")
-    finally:
-        await nc.close()
 
 
 async def test_a_second_put_replaces_the_object(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server, timeout=10) as (_, js):
         obs = await js.create_object_store("REP")
         first = await obs.put("cfg", os.urandom(2 * CHUNK + 5))
         second_data = b"v2" * 100
@@ -145,13 +127,10 @@ async def test_a_second_put_replaces_the_object(js_server):
         st = (await js.stream_info("OBJ_REP")).state
         assert st.messages == 2, "the old chunks are purged and the metadata rolled up"
         assert [i.name for i in await obs.list()] == ["cfg"]
-    finally:
-        await nc.close()
 
 
 async def test_bucket_status_and_delete(js_server):
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server, timeout=10) as (_, js):
         obs = await js.create_object_store("ST")
         await obs.put("x", b"x" * 1000)
         status = await obs.status()
@@ -159,8 +138,6 @@ async def test_bucket_status_and_delete(js_server):
         assert await js.delete_object_store("ST") is True
         with pytest.raises(NotFoundError):
             await js.object_store("ST")
-    finally:
-        await nc.close()
 
 
 async def test_object_survives_restart(js_server):
@@ -172,9 +149,6 @@ async def test_object_survives_restart(js_server):
     finally:
         await nc.close()
     js_server.restart()
-    nc, js = await connect(js_server)
-    try:
+    async with jetstream(js_server, timeout=10) as (nc, js):
         obs = await js.object_store("RS")
         assert (await obs.get("blob")).data == data
-    finally:
-        await nc.close()

@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from tests.mqtt import devices
-from tests.support.jsapi import connect
+from tests.support.jsapi import jetstream
 from tests.support.servers import start_leafjet
 
 pytestmark = [pytest.mark.mqtt, pytest.mark.anyio]
@@ -27,8 +27,7 @@ async def test_bridge_in_the_agent_config_stores_device_messages(mosquitto, tmp_
     }
     agent = start_leafjet(tmp_path / "agent", config)
     try:
-        nc, js = await connect(agent)
-        try:
+        async with jetstream(agent) as (_, js):
             await js.add_stream(name="PLANT", subjects=["mqtt.>"])
             msgs = [(f"plant/line{i % 3}/temp", b"%d" % i) for i in range(30)]
             # the bridge connects in the background: probe until its subscription is live
@@ -47,7 +46,5 @@ async def test_bridge_in_the_agent_config_stores_device_messages(mosquitto, tmp_
                     await anyio.sleep(0.05)
             last = await js.get_last_msg("PLANT", "mqtt.plant.line2.temp")
             assert last.data == b"29"
-        finally:
-            await nc.close()
     finally:
         assert agent.stop() == 0, "the agent with its bridge shuts down cleanly"

@@ -5,20 +5,15 @@ from __future__ import annotations
 import logging
 
 import anyio
-import nats
 import pytest
 
 from bridges.mqtt.messages import H_MSG_ID, H_QOS, H_REASON, H_TOPIC
 from tests.mqtt import devices
 from tests.mqtt.conftest import bridge_config, eventually, running_bridge
+from tests.support.jsapi import connect, jetstream
 from tests.support.servers import free_port
 
 pytestmark = [pytest.mark.mqtt, pytest.mark.anyio, pytest.mark.timeout(60)]
-
-
-async def connect(srv):
-    nc = await nats.connect(srv.url)
-    return nc, nc.jetstream(timeout=5)
 
 
 async def stored(js, stream: str) -> int:
@@ -26,8 +21,7 @@ async def stored(js, stream: str) -> int:
 
 
 async def test_qos1_messages_are_stored_with_topic_and_msg_id_headers(mosquitto, leafjet):
-    nc, js = await connect(leafjet)
-    try:
+    async with jetstream(leafjet) as (_, js):
         await js.add_stream(name="SENSORS", subjects=["mqtt.>"])
         async with running_bridge(bridge_config(mosquitto, leafjet.url)) as bridge:
             await eventually(lambda: bridge.stats.mqtt_connects, what="bridge connected")
@@ -50,13 +44,10 @@ async def test_qos1_messages_are_stored_with_topic_and_msg_id_headers(mosquitto,
             assert m.headers[H_QOS] == "1"
             assert m.headers[H_MSG_ID].startswith("mqtt-leafjet-test-bridge-")
         assert len({m.headers[H_MSG_ID] for m in got}) == len(msgs)
-    finally:
-        await nc.close()
 
 
 async def test_mqtt5_user_properties_and_content_type_become_headers(mosquitto, leafjet):
-    nc, js = await connect(leafjet)
-    try:
+    async with jetstream(leafjet) as (_, js):
         await js.add_stream(name="SENSORS", subjects=["mqtt.>"])
         async with running_bridge(bridge_config(mosquitto, leafjet.url)) as bridge:
             await eventually(lambda: bridge.stats.mqtt_connects, what="bridge connected")
@@ -75,8 +66,6 @@ async def test_mqtt5_user_properties_and_content_type_become_headers(mosquitto, 
         assert m.headers["site"] == "plant-1" and m.headers["unit"] == "celsius"
         assert m.headers["Content-Type"] == "application/json"
         assert m.headers[H_MSG_ID] != "forged"
-    finally:
-        await nc.close()
 
 
 async def test_outbound_command_is_delivered_at_qos1_and_acked_after_puback(mosquitto, leafjet):
@@ -112,8 +101,7 @@ async def test_outbound_command_is_delivered_at_qos1_and_acked_after_puback(mosq
 
 
 async def test_unmappable_topics_go_to_the_dead_letter_subject(mosquitto, leafjet, caplog):
-    nc, js = await connect(leafjet)
-    try:
+    async with jetstream(leafjet) as (_, js):
         await js.add_stream(name="SENSORS", subjects=["mqtt.sensors.>"])
         await js.add_stream(name="DEAD", subjects=["mqtt.dead_letter"])
         async with running_bridge(bridge_config(mosquitto, leafjet.url)) as bridge:
@@ -130,13 +118,10 @@ async def test_unmappable_topics_go_to_the_dead_letter_subject(mosquitto, leafje
         assert sorted(m.data for m in dead) == [b"1", b"2"]
         assert (await js.get_msg("SENSORS", 1)).data == b"3"
         assert "sensors/has space" in caplog.text and "dead-letter" in caplog.text
-    finally:
-        await nc.close()
 
 
 async def test_oversized_payload_is_rejected_counted_and_acknowledged(mosquitto, leafjet, caplog):
-    nc, js = await connect(leafjet)
-    try:
+    async with jetstream(leafjet) as (_, js):
         await js.add_stream(name="SENSORS", subjects=["mqtt.>"])
         async with running_bridge(bridge_config(mosquitto, leafjet.url, max_payload=1000)) as bridge:
             await eventually(lambda: bridge.stats.mqtt_connects, what="bridge connected")
@@ -146,14 +131,11 @@ async def test_oversized_payload_is_rejected_counted_and_acknowledged(mosquitto,
             assert bridge.stats.oversized == 1
         assert await stored(js, "SENSORS") == 1
         assert "exceeds max_payload 1000" in caplog.text
-    finally:
-        await nc.close()
 
 
 async def test_broker_unreachable_then_started_later(make_mosquitto, leafjet, caplog):
     broker = make_mosquitto(start=False)
-    nc, js = await connect(leafjet)
-    try:
+    async with jetstream(leafjet) as (_, js):
         await js.add_stream(name="SENSORS", subjects=["mqtt.>"])
         async with running_bridge(bridge_config(broker, leafjet.url)) as bridge:
             await eventually(lambda: bridge.stats.mqtt_connect_failures >= 2, what="retries")
@@ -162,14 +144,11 @@ async def test_broker_unreachable_then_started_later(make_mosquitto, leafjet, ca
             await anyio.to_thread.run_sync(lambda: devices.publish(broker.port, [("sensors/late", b"hi")]))
             await eventually(lambda: bridge.stats.stored == 1, what="stored")
         assert "cannot reach the broker" in caplog.text
-    finally:
-        await nc.close()
 
 
 async def test_wrong_credentials_are_reported_and_retried(make_mosquitto, leafjet, caplog):
     broker = make_mosquitto(users={"bridge": "right"})
-    nc, js = await connect(leafjet)
-    try:
+    async with jetstream(leafjet) as (_, js):
         await js.add_stream(name="SENSORS", subjects=["mqtt.>"])
         cfg = bridge_config(broker, leafjet.url, username="bridge", password="wrong")
         with caplog.at_level(logging.WARNING, logger="leafjet.bridge.mqtt"):
@@ -181,8 +160,6 @@ async def test_wrong_credentials_are_reported_and_retried(make_mosquitto, leafje
         cfg = bridge_config(broker, leafjet.url, username="bridge", password="right")
         async with running_bridge(cfg) as bridge:
             await eventually(lambda: bridge.stats.mqtt_connects, what="connected with the right password")
-    finally:
-        await nc.close()
 
 
 async def test_nats_unreachable_is_retried(mosquitto, tmp_path):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import nats
@@ -12,6 +14,16 @@ async def connect(srv: Any, timeout: float = 5.0) -> tuple[Any, Any]:
     """A nats-py connection to ``srv`` and its JetStream context."""
     nc = await nats.connect(srv.url)
     return nc, nc.jetstream(timeout=timeout)
+
+
+@asynccontextmanager
+async def jetstream(srv: Any, timeout: float = 5.0) -> AsyncIterator[tuple[Any, Any]]:
+    """``connect`` for the length of a block: ``async with jetstream(srv) as (nc, js):``."""
+    nc, js = await connect(srv, timeout)
+    try:
+        yield nc, js
+    finally:
+        await nc.close()
 
 
 async def api(nc: Any, subject: str, body: dict | bytes | None = None) -> dict:
