@@ -300,6 +300,11 @@ class Consumer:
             while self.waiting:
                 if not self._room():
                     break
+                waiter = self.waiting[0]
+                if self._can_deliver_run(waiter):
+                    if not await self._deliver_run(waiter, now):
+                        break  # nothing (more) to deliver
+                    continue
                 msg = await self._next_message()
                 if msg is None:
                     break
@@ -357,6 +362,85 @@ class Consumer:
         elif self.config.idle_heartbeat and now - self._last_push_ns >= self.config.idle_heartbeat:
             self._heartbeat()
             self._last_push_ns = now
+
+    def _can_deliver_run(self, waiter: PullWaiter) -> bool:
+        """Whether ``_deliver_run`` may serve this pull request: only new messages in sequence
+        order from the read-ahead, no byte budget to weigh per message, nothing to pace."""
+        return (
+            not waiter.max_bytes
+            and not self.redeliver
+            and not self.initial
+            and len(self.filters) <= 1
+            and not self.config.headers_only
+            and self.config.replay_policy != "original"
+        )
+
+    async def _deliver_run(self, waiter: PullWaiter, now: int) -> int:
+        """Deliver a run of read-ahead messages to the first pull request in one go; how many.
+
+        The same outcome as a message at a time through ``_next_message``/``_send`` (sequences,
+        pending entries and timers, ack subjects, counters), for the common pull: the request's
+        inbox is matched once for the run instead of once per message, and no coroutine is made
+        per message. A fetch of 500 spent most of its server CPU on that per-message machinery.
+        """
+        buffer = self._buffer
+        if not buffer:
+            filters = self.filters
+            buffer.extend(
+                await self.stream.store.range(
+                    self.next_sseq, limit=READ_AHEAD, subject_filter=filters[0] if filters else None
+                )
+            )
+            if not buffer:
+                return 0  # nothing stored yet
+            if not self.waiting or self.waiting[0] is not waiter:
+                self.wake()  # the request went away while we read: look again at once
+                return 0
+        n = min(waiter.batch - waiter.delivered, len(buffer))
+        ack_none = self.ack_none
+        limit = self.config.max_ack_pending
+        if not ack_none and limit > 0:
+            n = min(n, limit - len(self.pending))
+        if n <= 0:
+            return 0
+        first = buffer[0]
+        self.next_sseq = first.seq + 1
+        remaining = await self._pending_after(first)  # counts the stream once per round
+        if not buffer or buffer[0] is not first or not self.waiting or self.waiting[0] is not waiter:
+            self.next_sseq = first.seq  # the stream removed messages meanwhile: start over
+            self.wake()
+            return 0
+        now_wall = time.time_ns()
+        wait_ns = 0 if ack_none else self._ack_wait(1)
+        pending, timers = self.pending, self._timers
+        prefix = f"$JS.ACK.{self.stream.name}.{self.name}.1."
+        dseq, token = self.dseq, self._timer_seq
+        out = []
+        m = first
+        for i in range(n):
+            m = buffer.popleft()
+            dseq += 1
+            if i:
+                remaining = remaining - 1 if remaining > 0 else 0
+            if not ack_none:
+                token += 1
+                pending[m.seq] = Pending(dseq, 1, now_wall, token)
+                heapq.heappush(timers, (now_wall + wait_ns, m.seq, token))
+            out.append((m.subject, f"{prefix}{m.seq}.{dseq}.{m.ts}.{remaining}", m.headers, m.data))
+        self.dseq, self._timer_seq, self._remaining = dseq, token, remaining
+        self.next_sseq = m.seq + 1
+        if m.seq > self.last_delivered_sseq:
+            self.last_delivered_sseq = m.seq
+        if ack_none:
+            self.ack_floor_dseq, self.ack_floor_sseq = dseq, max(self.ack_floor_sseq, m.seq)
+        self.last_active_ns = now_wall
+        self._dirty = True
+        self.stream.account.publish_many(waiter.reply, out)
+        waiter.delivered += n
+        waiter.last_sent = now
+        if waiter.delivered >= waiter.batch:
+            self.waiting.pop(0)
+        return n
 
     def _peek_pending(self, msg: StoredMsg) -> int:
         """What _pending_after will return for msg, without counting it (an estimate for sizing)."""
@@ -735,11 +819,15 @@ class Consumer:
 
     async def num_pending(self) -> int:
         store = self.stream.store
+        st = await self.stream.state()
+        if st.num_deleted == 0 and (
+            not self.filters or sum([await store.msgs_for_subject(f) for f in self.filters]) == st.msgs
+        ):
+            # No gaps, and every message matches the filters (the usual filter: the stream's own
+            # subject): arithmetic instead of counting rows (a COUNT is O(stream) in SQLite).
+            # Filters never overlap, so their counts add up.
+            return max(st.last_seq - max(self.next_sseq, st.first_seq) + 1, 0) + len(self.initial)
         if not self.filters:
-            st = await self.stream.state()
-            if st.num_deleted == 0:
-                # No gaps: arithmetic instead of counting rows (a COUNT is O(stream) in SQLite).
-                return max(st.last_seq - max(self.next_sseq, st.first_seq) + 1, 0) + len(self.initial)
             n = await store.num_pending(self.next_sseq)
         else:
             n = sum([await store.num_pending(self.next_sseq, f) for f in self.filters])

@@ -93,6 +93,28 @@ class Account:
             count += 1
         return count
 
+    def publish_many(self, route: str, msgs: list[tuple[str, str | None, bytes | None, bytes]]) -> None:
+        """``publish(subject, reply, headers, payload, route=route)`` for each of ``msgs``, in order,
+        with ``route`` matched once: JetStream hands a pull request a run of messages at a time."""
+        result = self.sublist.match(route)
+        if any(s.max_msgs is not None for s in result.plain) or any(
+            s.max_msgs is not None for _q, members in result.queues for s in members
+        ):
+            # a subscription that ends after N messages must see the run one message at a time
+            for subject, reply, headers, payload in msgs:
+                self.publish(subject, reply, headers, payload, route=route)
+            return
+        for sub in result.plain:
+            if sub.deny_filter is not None and not sub.deny_filter(route):
+                continue
+            deliver = sub.receiver.deliver
+            for subject, reply, headers, payload in msgs:
+                deliver(sub, subject, reply, headers, payload)
+        for _queue, members in result.queues:
+            for subject, reply, headers, payload in msgs:
+                sub = members[0] if len(members) == 1 else random.choice(members)
+                sub.receiver.deliver(sub, subject, reply, headers, payload)
+
 
 class AccountRegistry:
     def __init__(self, names: tuple[str, ...] = ()) -> None:

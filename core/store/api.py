@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 from core.errors import StoreError
 from core.subjects import is_valid_literal_subject, is_valid_subject
@@ -86,9 +86,12 @@ def normalize_filter(subject_filter: str | None) -> str | None:
 # --------------------------------------------------------------------------------------------- data
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMsg:
-    """One stored message. ``ts`` is wall-clock nanoseconds since the epoch."""
+class StoredMsg(NamedTuple):
+    """One stored message. ``ts`` is wall-clock nanoseconds since the epoch.
+
+    Immutable, like the operations; a NamedTuple rather than a frozen dataclass because reads
+    make one per message delivered, and a frozen dataclass costs about 2.5x as much to build.
+    """
 
     seq: int
     subject: str

@@ -403,6 +403,25 @@ async def test_counters_after_a_known_sequence_of_fetches_and_acks(js_server):
         }
 
 
+async def test_pending_counts_in_ack_subjects_with_a_filter_that_stops_covering_the_stream(js_server):
+    """num_pending in the ack subject and in the info, for a filter that first matches every
+    message of the stream and then, after a publish on another subject, no longer does."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js)
+        for _ in range(4):
+            await js.publish("s.a", b"a")
+        await create(nc, "S", {"durable_name": "F", "filter_subject": "s.a", "ack_policy": "none"})
+        got = await pull(nc, "S", "F", {"batch": 2})
+        assert [m.metadata.num_pending for m in got] == [3, 2]
+        await js.publish("s.b", b"b")
+        await js.publish("s.a", b"a")
+        assert (await js.consumer_info("S", "F")).num_pending == 3
+        got = await pull(nc, "S", "F", {"batch": 5, "no_wait": True})
+        assert [m.metadata.num_pending for m in got[:-1]] == [2, 1, 0]
+        assert [m.metadata.sequence.stream for m in got[:-1]] == [3, 4, 6]
+        assert (await js.consumer_info("S", "F")).num_pending == 0
+
+
 # ---------------------------------------------------------------------------------------------- pull
 
 

@@ -1,0 +1,59 @@
+"""Account routing: publish_many delivers exactly what a publish per message would."""
+
+from __future__ import annotations
+
+from core.server.accounts import Account, Subscription
+
+
+class Recorder:
+    """A receiver that records deliveries and, like a client connection, drops a subscription
+    once it has had ``max_msgs`` messages."""
+
+    echo = True
+
+    def __init__(self, account: Account, log: list) -> None:
+        self.account = account
+        self.log = log
+
+    def deliver(self, sub, subject, reply, headers, payload) -> None:
+        self.log.append((sub.sid, subject, reply, headers, payload))
+        sub.delivered += 1
+        if sub.max_msgs is not None and sub.delivered >= sub.max_msgs:
+            self.account.unsubscribe(sub)
+
+
+def _account(log: list, max_msgs: int | None = None) -> Account:
+    acc = Account("A")
+    rec = Recorder(acc, log)
+    for sid, subject, queue in (("1", "inbox.x", None), ("2", "inbox.*", None), ("3", "inbox.x", "q")):
+        sub = Subscription(rec, subject, queue, sid)
+        if sid == "1":
+            sub.max_msgs = max_msgs
+        if sid == "2":
+            sub.deny_filter = lambda subject: subject != "inbox.x"  # denied on this subject
+        acc.subscribe(sub)
+    return acc
+
+
+MSGS = [(f"s.{i}", f"$JS.ACK.{i}", b"h" if i % 2 else None, b"%d" % i) for i in range(6)]
+
+
+def test_publish_many_matches_one_publish_per_message():
+    one, many = [], []
+    acc = _account(one)
+    for subject, reply, headers, payload in MSGS:
+        acc.publish(subject, reply, headers, payload, route="inbox.x")
+    _account(many).publish_many("inbox.x", MSGS)
+    assert sorted(many) == sorted(one)
+    assert [m for m in many if m[0] == "1"] == [("1", *m) for m in MSGS], "in order, per subscription"
+    assert not [m for m in many if m[0] == "2"], "the deny filter applies"
+
+
+def test_publish_many_stops_a_subscription_at_its_max_msgs():
+    one, many = [], []
+    acc = _account(one, max_msgs=2)
+    for subject, reply, headers, payload in MSGS:
+        acc.publish(subject, reply, headers, payload, route="inbox.x")
+    _account(many, max_msgs=2).publish_many("inbox.x", MSGS)
+    assert many == one
+    assert [m[4] for m in many if m[0] == "1"] == [b"0", b"1"]
