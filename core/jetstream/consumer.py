@@ -342,6 +342,13 @@ class Consumer:
             return
         sent = 0
         while self._room() and not self._fc_stalled():
+            if self._can_deliver_run():
+                n = await self._push_run()
+                if not n:
+                    break
+                sent += n
+                await anyio.sleep(0)  # let others (and acks) run during a long catch-up
+                continue
             msg = await self._next_message()
             if msg is None:
                 break
@@ -363,26 +370,25 @@ class Consumer:
             self._heartbeat()
             self._last_push_ns = now
 
-    def _can_deliver_run(self, waiter: PullWaiter) -> bool:
-        """Whether ``_deliver_run`` may serve this pull request: only new messages in sequence
-        order from the read-ahead, no byte budget to weigh per message, nothing to pace."""
+    def _can_deliver_run(self, waiter: PullWaiter | None = None) -> bool:
+        """Whether a run (``_deliver_run``, ``_push_run``) may deliver next: only new messages in
+        sequence order from the read-ahead, no byte budget of a pull request to weigh per
+        message, nothing to pace."""
+        cfg = self.config
         return (
-            not waiter.max_bytes
+            not (waiter is not None and waiter.max_bytes)
             and not self.redeliver
             and not self.initial
             and len(self.filters) <= 1
-            and not self.config.headers_only
-            and self.config.replay_policy != "original"
+            and not cfg.headers_only
+            and cfg.replay_policy != "original"
+            and not (cfg.rate_limit_bps > 0 and not self.is_pull)
         )
 
-    async def _deliver_run(self, waiter: PullWaiter, now: int) -> int:
-        """Deliver a run of read-ahead messages to the first pull request in one go; how many.
-
-        The same outcome as a message at a time through ``_next_message``/``_send`` (sequences,
-        pending entries and timers, ack subjects, counters), for the common pull: the request's
-        inbox is matched once for the run instead of once per message, and no coroutine is made
-        per message. A fetch of 500 spent most of its server CPU on that per-message machinery.
-        """
+    async def _run_start(self) -> bool:
+        """Make the read-ahead hold the next messages and count what is left to deliver; False
+        when there is nothing to deliver now (nothing stored, or the stream removed messages
+        while we counted: then the consumer is woken to look again)."""
         buffer = self._buffer
         if not buffer:
             filters = self.filters
@@ -392,41 +398,55 @@ class Consumer:
                 )
             )
             if not buffer:
-                return 0  # nothing stored yet
-            if not self.waiting or self.waiting[0] is not waiter:
-                self.wake()  # the request went away while we read: look again at once
-                return 0
-        n = min(waiter.batch - waiter.delivered, len(buffer))
-        ack_none = self.ack_none
-        limit = self.config.max_ack_pending
-        if not ack_none and limit > 0:
-            n = min(n, limit - len(self.pending))
-        if n <= 0:
-            return 0
-        first = buffer[0]
+                return False
+        first, at = buffer[0], self.next_sseq
         self.next_sseq = first.seq + 1
         remaining = await self._pending_after(first)  # counts the stream once per round
-        if not buffer or buffer[0] is not first or not self.waiting or self.waiting[0] is not waiter:
-            self.next_sseq = first.seq  # the stream removed messages meanwhile: start over
-            self.wake()
-            return 0
+        self.next_sseq = at  # _run_take moves it past what it takes
+        if not buffer or buffer[0] is not first:
+            self.wake()  # the stream removed messages meanwhile: start over
+            return False
+        self._remaining = remaining + 1  # _run_take counts the first message down again
+        return True
+
+    def _run_take(self, n: int, out: list[tuple[str, str, bytes | None, bytes]]) -> bool:
+        """Take up to ``n`` read-ahead messages as delivered and add their (subject, ack subject,
+        headers, data) to ``out``: the same sequences, pending entries, timers and counters as
+        ``_next_message`` and ``_send`` a message at a time, without a coroutine or a route
+        lookup per message. With flow control it stops after a message that makes a request
+        due (True: the caller sends the run so far, then the request) or fills the window."""
+        buffer = self._buffer
+        n = min(n, len(buffer))
+        if n <= 0:
+            return False
+        ack_none = self.ack_none
+        fc = self.config.flow_control and not self.is_pull
         now_wall = time.time_ns()
-        wait_ns = 0 if ack_none else self._ack_wait(1)
+        due = now_wall + (0 if ack_none else self._ack_wait(1))
         pending, timers = self.pending, self._timers
         prefix = f"$JS.ACK.{self.stream.name}.{self.name}.1."
-        dseq, token = self.dseq, self._timer_seq
-        out = []
-        m = first
-        for i in range(n):
+        dseq, token, remaining = self.dseq, self._timer_seq, self._remaining
+        request_due = False
+        m = buffer[0]
+        for _ in range(n):
             m = buffer.popleft()
             dseq += 1
-            if i:
-                remaining = remaining - 1 if remaining > 0 else 0
+            remaining = remaining - 1 if remaining > 0 else 0
             if not ack_none:
                 token += 1
                 pending[m.seq] = Pending(dseq, 1, now_wall, token)
-                heapq.heappush(timers, (now_wall + wait_ns, m.seq, token))
+                heapq.heappush(timers, (due, m.seq, token))
             out.append((m.subject, f"{prefix}{m.seq}.{dseq}.{m.ts}.{remaining}", m.headers, m.data))
+            if fc:
+                size = len(m.data) + (len(m.headers) if m.headers else 0) + len(m.subject)
+                self._fc_pending_bytes += size
+                if self._fc_reply is None and self._fc_pending_bytes > self._fc_window // 2:
+                    request_due = True
+                    break
+                if self._fc_reply is not None and self._fc_pending_bytes - self._fc_size >= self._fc_window:
+                    self._fc_size += size
+                if self._fc_stalled():
+                    break
         self.dseq, self._timer_seq, self._remaining = dseq, token, remaining
         self.next_sseq = m.seq + 1
         if m.seq > self.last_delivered_sseq:
@@ -435,12 +455,56 @@ class Consumer:
             self.ack_floor_dseq, self.ack_floor_sseq = dseq, max(self.ack_floor_sseq, m.seq)
         self.last_active_ns = now_wall
         self._dirty = True
+        return request_due
+
+    def _run_room(self, n: int) -> int:
+        """``n`` capped by max_ack_pending."""
+        limit = self.config.max_ack_pending
+        if not self.ack_none and limit > 0:
+            return min(n, limit - len(self.pending))
+        return n
+
+    async def _deliver_run(self, waiter: PullWaiter, now: int) -> int:
+        """Deliver a run of read-ahead messages to the first pull request in one go; how many.
+
+        For the common pull the request's inbox is matched once for the run, and no coroutine
+        is made per message: a fetch of 500 spent most of its server CPU on that per-message
+        machinery."""
+        if not await self._run_start():
+            return 0
+        if not self.waiting or self.waiting[0] is not waiter:
+            self.wake()  # the request went away while we counted: look again at once
+            return 0
+        out: list[tuple[str, str, bytes | None, bytes]] = []
+        self._run_take(self._run_room(waiter.batch - waiter.delivered), out)
+        if not out:
+            return 0
         self.stream.account.publish_many(waiter.reply, out)
-        waiter.delivered += n
+        waiter.delivered += len(out)
         waiter.last_sent = now
         if waiter.delivered >= waiter.batch:
             self.waiting.pop(0)
-        return n
+        return len(out)
+
+    async def _push_run(self) -> int:
+        """Deliver up to 256 read-ahead messages to the deliver subject, with the flow-control
+        requests between them where a message at a time would have sent them; how many."""
+        if not await self._run_start():
+            return 0
+        to = self.config.deliver_subject
+        publish_many = self.stream.account.publish_many
+        sent = 0
+        while self._buffer and sent < 256 and self._room() and not self._fc_stalled():
+            out: list[tuple[str, str, bytes | None, bytes]] = []
+            request_due = self._run_take(self._run_room(256 - sent), out)
+            if out:
+                publish_many(to, out)
+                sent += len(out)
+            if request_due:
+                self._flow_control_request()
+            elif not out:
+                break
+        return sent
 
     def _peek_pending(self, msg: StoredMsg) -> int:
         """What _pending_after will return for msg, without counting it (an estimate for sizing)."""
