@@ -68,6 +68,9 @@ SMALL_FANOUT = 256
 """A wildcard filter matching at most this many subjects is served by per-subject index lookups; a
 broader one by a sequence-ordered scan with a SQL match function."""
 MAX_BATCH_OPS = 20_000
+# The largest call committed on the loop's thread (see SqliteStore._commit_inline): a publish
+# batch of a few messages, a KV put with its purge, a consumer's state.
+INLINE_MAX_OPS = 16
 OFFLOAD_DECODE_BYTES = 256 << 10
 POINT_READ_BUSY_MS = 20
 """How long a point read on the event loop waits for a busy database before it goes through aiosqlite."""
@@ -221,6 +224,13 @@ class SqliteStore:
         self._subj_ver = 0  # bumped when the set of subjects changes
         self._q: queue.SimpleQueue[_Req] = queue.SimpleQueue()
         self._qlock = threading.Lock()  # orders "enqueue" against "writer gone"
+        # Held while the writing connection is in use: by the writer thread for a batch, by the
+        # loop for an inline commit, by the housekeeping thread for a TRUNCATE checkpoint.
+        self._wlock = threading.RLock()  # re-entered by a recovery that reconnects
+        # Small batches commit on the loop's thread when the writer is idle and a COMMIT does
+        # not fsync (see submit).
+        self._inline = sync == "interval"
+        self._inline_spent = False  # an inline commit ran in this turn of the event loop
         self._dead = False
         self._fatal: StoreError | None = None
         self._stats = _Stats()
@@ -399,6 +409,9 @@ class SqliteStore:
         self._inflight += 1
         return fut
 
+    def _inline_turn_over(self) -> None:
+        self._inline_spent = False
+
     def _post(
         self, items: list[tuple[asyncio.Future[Any] | None, Any, BaseException | None]], n: int
     ) -> None:
@@ -443,7 +456,51 @@ class SqliteStore:
         if not ops:
             self._check_open()
             return _resolved([])
+        if self._inline and self._inflight == 0 and len(ops) <= INLINE_MAX_OPS:
+            done = self._commit_inline(ops)
+            if done is not None:
+                return done
         return await self._enqueue(_APPLY, ops)
+
+    def _commit_inline(self, ops: tuple[Op, ...]) -> asyncio.Future[Any] | None:
+        """Commit a small call on the loop's thread; its resolved future, or None (use the queue).
+
+        Only with ``sync="interval"``, where a COMMIT writes to the OS and does not fsync (tens
+        of microseconds for a few rows), and only while nothing is queued or running on the
+        writer (``_inflight == 0`` and ``_wlock`` free), so calls still apply in the order they
+        were made. A lone publish, KV put or consumer-state write then costs no thread hand-over:
+        the round trip to the writer thread and back (a futex wake, the GIL passing back and
+        forth, an eventfd wake of the loop) took longer than the commit itself. The loop waits
+        for the commit instead, as it does for the point reads.
+
+        At most one call per turn of the event loop commits inline: the others of a burst (many
+        tasks appending at once) go to the writer and are group-committed together."""
+        self._check_open()
+        if self._inline_spent or not self._wlock.acquire(blocking=False):
+            return None  # this turn had its inline commit, or the writer has the connection
+        try:
+            if self._dead or self._conn is None:
+                return None
+            req = _Req(_APPLY, ops, None)
+            try:
+                ((_r, value, exc),) = self._w_transact([req])
+            except BaseException as e:  # the connection could not be recovered: as on the writer
+                fatal = StoreError(f"{self._path}: store writer failed: {e!r}")
+                fatal.__cause__ = e
+                self._fatal = fatal
+                self._put_stop()
+                raise _fresh(fatal) from e
+        finally:
+            self._wlock.release()
+        assert self._loop is not None
+        self._inline_spent = True
+        self._loop.call_soon(self._inline_turn_over)
+        fut = self._loop.create_future()
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(value)
+        return fut
 
     async def append(
         self, subject: str, headers: bytes | None, data: bytes, ts: int | None = None
@@ -839,7 +896,8 @@ class SqliteStore:
         self._post([(self._exited, None, None)], 0)
 
     def _w_close_conn(self) -> None:
-        conn, self._conn = self._conn, None
+        with self._wlock:
+            conn, self._conn = self._conn, None
         if conn is None:
             return
         try:
@@ -991,29 +1049,37 @@ class SqliteStore:
         q = self._q
         while True:
             first = q.get()
-            self._w_batch = batch = [first]
-            nops = len(first.ops)
-            while nops < MAX_BATCH_OPS:
-                try:
-                    r = q.get_nowait()
-                except queue.Empty:
-                    break
-                batch.append(r)
-                nops += len(r.ops) or 1
-            applies: list[_Req] = []
-            for i, r in enumerate(batch):
-                if r.kind == _APPLY:
-                    applies.append(r)
-                    continue
-                if applies:
-                    self._w_commit(applies)
-                    applies = []
-                if r.kind == _STOP:
-                    self._resolve([(x, None, StoreClosed("store is closed")) for x in batch[i:]])
+            with self._wlock:
+                if not self._w_batch_run(first):
                     return
-                self._w_control(r)
+
+    def _w_batch_run(self, first: _Req) -> bool:
+        """Take what is queued after ``first`` as one batch and run it; False after a stop."""
+        q = self._q
+        self._w_batch = batch = [first]
+        nops = len(first.ops)
+        while nops < MAX_BATCH_OPS:
+            try:
+                r = q.get_nowait()
+            except queue.Empty:
+                break
+            batch.append(r)
+            nops += len(r.ops) or 1
+        applies: list[_Req] = []
+        for i, r in enumerate(batch):
+            if r.kind == _APPLY:
+                applies.append(r)
+                continue
             if applies:
                 self._w_commit(applies)
+                applies = []
+            if r.kind == _STOP:
+                self._resolve([(x, None, StoreClosed("store is closed")) for x in batch[i:]])
+                return False
+            self._w_control(r)
+        if applies:
+            self._w_commit(applies)
+        return True
 
     def _w_control(self, r: _Req) -> None:
         try:
@@ -1125,8 +1191,11 @@ class SqliteStore:
             self._stats.checkpoints += 1
             if self._wal.exists() and self._wal.stat().st_size > self._wal_brake:
                 conn.execute("PRAGMA busy_timeout = 200")
+                # A TRUNCATE checkpoint blocks writers while it runs: holding the writer lock
+                # keeps inline commits from waiting for it on the loop's thread.
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                    with self._wlock:
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 finally:
                     conn.execute("PRAGMA busy_timeout = 5000")
                 self._stats.wal_truncations += 1
@@ -1136,6 +1205,11 @@ class SqliteStore:
     # -- the batch
 
     def _w_commit(self, reqs: list[_Req]) -> None:
+        self._resolve(self._w_transact(reqs))
+
+    def _w_transact(self, reqs: list[_Req]) -> list[tuple[_Req, Any, BaseException | None]]:
+        """Run the calls in one transaction; their outcomes (the caller resolves them). Whoever
+        calls this holds ``_wlock``."""
         conn = self._conn
         assert conn is not None
         self._delta = {}
@@ -1154,8 +1228,7 @@ class SqliteStore:
             conn.execute(schema.UPDATE_STATE, (w.first_seq, w.last_seq, w.last_ts, w.msgs, w.nbytes))
             conn.execute("COMMIT")
         except Exception as e:
-            self._w_fail(reqs, e)
-            return
+            return self._w_fail(reqs, e)
         self._w_publish()
         s = self._stats
         s.commits += 1
@@ -1163,7 +1236,7 @@ class SqliteStore:
         s.ops += nops
         s.max_batch = max(s.max_batch, len(reqs))
         self._bg_due(time.monotonic())
-        self._resolve(out)
+        return out
 
     def _w_publish(self) -> None:
         changed = False
@@ -1185,8 +1258,8 @@ class SqliteStore:
             self._pub = self._w.copy()
         self._delta = {}
 
-    def _w_fail(self, reqs: list[_Req], e: Exception) -> None:
-        """The batch's transaction failed: roll back, forget its effects, fail every call of it."""
+    def _w_fail(self, reqs: list[_Req], e: Exception) -> list[tuple[_Req, Any, BaseException | None]]:
+        """The batch's transaction failed: roll back, forget its effects; every call of it fails."""
         conn = self._conn
         assert conn is not None
         try:
@@ -1207,8 +1280,8 @@ class SqliteStore:
         else:
             err = StoreError(f"{self._path}: write failed; nothing of the batch was stored: {e}")
         err.__cause__ = e
-        self._resolve([(r, None, _fresh(err)) for r in reqs])
         self._w_recover()
+        return [(r, None, _fresh(err)) for r in reqs]
 
     def _w_recover(self) -> None:
         """After a failed batch, make sure the connection is usable and the counters match the file (a

@@ -1,6 +1,6 @@
 """Child process for the process-kill durability test (not a test module).
 
-    python -m tests.unit.core.store._kill_writer <db-path> <round>
+    python -m tests.unit.core.store._kill_writer <db-path> <round> [always|interval]
 
 Appends forever in concurrent groups of 25 and prints ``<seq> <payload>`` for every acknowledged append,
 flushing stdout after each group -- so every line the parent reads was acknowledged before it was printed.
@@ -16,8 +16,8 @@ import anyio
 from core.store import SqliteStore
 
 
-async def main(path: str, rnd: str) -> None:
-    store = await SqliteStore.open(path, sync="always")
+async def main(path: str, rnd: str, sync: str) -> None:
+    store = await SqliteStore.open(path, sync=sync)  # type: ignore[arg-type]
     print("ready", flush=True)
     i = 0
     while True:
@@ -29,4 +29,4 @@ async def main(path: str, rnd: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1], sys.argv[2])
+    anyio.run(main, sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "always")

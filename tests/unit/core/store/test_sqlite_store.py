@@ -127,16 +127,19 @@ def _read_acks(proc: subprocess.Popen[bytes], want: int, timeout: float) -> list
     return acks
 
 
-def test_acked_message_survives_process_kill(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sync", ["always", "interval"])
+def test_acked_message_survives_process_kill(tmp_path: Path, sync: str) -> None:
     """A child appends in a storm and prints each acknowledged sequence; SIGKILL it mid-storm, several
-    rounds on the same file; every printed sequence must be stored with its payload, none reused."""
+    rounds on the same file; every printed sequence must be stored with its payload, none reused.
+    (With sync="interval" an acknowledgement means written to the OS: it survives a process kill,
+    not a power cut; there, each group's first append commits on the loop, the rest on the writer.)"""
     db = tmp_path / "kill.db"
     rng = random.Random(7)
     acked: dict[int, str] = {}
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for rnd in range(4):
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.unit.core.store._kill_writer", str(db), f"r{rnd}"],
+            [sys.executable, "-m", "tests.unit.core.store._kill_writer", str(db), f"r{rnd}", sync],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
@@ -171,6 +174,31 @@ def test_acked_message_survives_process_kill(tmp_path: Path) -> None:
             await store.close()
 
     anyio.run(check, backend="asyncio")
+
+
+async def test_interval_mode_commits_a_lone_call_on_the_loop_and_keeps_the_order(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db", sync="interval")
+    try:
+        first = await store.submit([Append("a", None, b"1", 1)])
+        assert first.done(), "a lone call with the writer idle is committed when submit returns"
+        second = await store.submit([Append("a", None, b"2", 2)])
+        assert not second.done(), "the rest of the same turn of the loop goes to the writer"
+        third = await store.submit([Append("a", None, b"3", 3)])
+        assert [await first, await second, await third] == [[1], [2], [3]]
+        await anyio.sleep(0)
+        assert (await store.submit([Append("a", None, b"4", 4)])).done(), "the writer is idle again"
+        big = [Append("a", None, b"5", 5)] * 17
+        assert not (await store.submit(big)).done(), "a large call goes to the writer"
+    finally:
+        await store.close()
+    store = await SqliteStore.open(tmp_path / "s.db", sync="always")
+    try:
+        assert [m.data for m in await store.range(1, limit=5)] == [b"1", b"2", b"3", b"4", b"5"]
+        lone = await store.submit([Append("a", None, b"x", 6)])
+        assert not lone.done(), "with sync=always every commit (an fsync) runs on the writer"
+        assert await lone == [22]
+    finally:
+        await store.close()
 
 
 async def test_close_drains_queued_appends(tmp_path: Path) -> None:
