@@ -32,6 +32,7 @@ from core.protocol.events import Connect, Ping, Pong, Pub, Sub, Unsub
 from core.protocol.parser import ServerParser
 from core.server.accounts import Account, Subscription
 from core.server.auth import PermissionChecker, Principal
+from core.server.tcp import TcpStream
 
 if TYPE_CHECKING:
     from core.server.server import Server
@@ -222,6 +223,9 @@ class ClientConnection:
         stream = self.stream
         deadline = self.cfg.write_deadline
         clock = asyncio.get_running_loop().time  # the clock anyio's deadlines use on asyncio
+        # A plain TCP connection whose transport takes the bytes at once needs no deadline:
+        # arming and disarming one (a timer on the loop) cost a tenth of a request's CPU.
+        try_send = stream.try_send if isinstance(stream, TcpStream) else None
         while True:
             if not self._out:
                 self._drained.set()
@@ -236,6 +240,8 @@ class ClientConnection:
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
             self._out.clear()
             self._pending = 0
+            if try_send is not None and try_send(data):
+                continue
             guard.deadline = clock() + deadline
             try:
                 await stream.send(data)

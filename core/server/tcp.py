@@ -84,6 +84,14 @@ class TcpStream(ByteStream):
             self._transport.resume_reading()
         return chunk
 
+    def try_send(self, item: bytes) -> bool:
+        """Hand ``item`` to the transport now if that cannot block (the transport is not paused
+        and the connection is healthy); False leaves it to ``send``, which waits or raises."""
+        if self._closed or self._eof or not self._writable.is_set() or self._transport.is_closing():
+            return False
+        self._transport.write(item)
+        return True
+
     async def send(self, item: bytes) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
