@@ -212,7 +212,12 @@ class Stream:
                                 flight.commit = await self.store.submit(flight.plan.ops)
                             except StoreError as e:
                                 flight.error = e
-                    await flights.send(flight)
+                    if self._inflight == 1 and (flight.commit is None or _done(flight.commit)):
+                        # Nothing ahead of it and already committed (the store committed it
+                        # inline): answer now instead of handing it to the second stage.
+                        await self._settle(flight)
+                    else:
+                        await flights.send(flight)
             finally:
                 flights.close()
             await self.drain()
@@ -321,17 +326,21 @@ class Stream:
 
     async def _complete(self, flights: Mailbox[_Flight]) -> None:
         async for flight in flights:
-            if flight.commit is not None:
-                try:
-                    flight.results = await flight.commit
-                except StoreError as e:
-                    flight.error = e
+            await self._settle(flight)
+
+    async def _settle(self, flight: _Flight) -> None:
+        """Wait for a flight's commit, then answer its publishers (in admission order)."""
+        if flight.commit is not None:
             try:
-                await self._finish(flight)
-            finally:
-                self._inflight -= 1
-                if self._inflight == 0:
-                    self._idle.set()
+                flight.results = await flight.commit
+            except StoreError as e:
+                flight.error = e
+        try:
+            await self._finish(flight)
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
 
     async def _finish(self, flight: _Flight) -> None:
         plan = flight.plan
@@ -665,6 +674,10 @@ class _Flight:
     commit: Awaitable[list[Any]] | None = None  # the store's answer, when the batch has operations
     results: list[Any] | None = None
     error: StoreError | None = None
+
+
+def _done(commit: Awaitable[list[Any]]) -> bool:
+    return isinstance(commit, asyncio.Future) and commit.done()
 
 
 def _int(value: str) -> int:

@@ -1461,16 +1461,19 @@ class SqliteStore:
         subjects = self._w_subjects(filt)
         if not subjects:
             return 0
-        js = json.dumps(subjects)
+        # One subject (a KV put's history limit, a rollup): a plain index lookup, not json_each.
+        where, arg = (
+            ("subject = ?", subjects[0]) if len(subjects) == 1 else (IN_SUBJECTS, json.dumps(subjects))
+        )
         if op.keep is not None:
             total = sum(self._w_count(s) for s in subjects)
             if op.keep >= total:
                 return 0
-            cutoff = self._w_first_kept(f"WHERE {IN_SUBJECTS}", (js,), total, op.keep)
-            return self._w_remove_where(f"{IN_SUBJECTS} AND seq < ?", (js, cutoff))
+            cutoff = self._w_first_kept(f"WHERE {where}", (arg,), total, op.keep)
+            return self._w_remove_where(f"{where} AND seq < ?", (arg, cutoff))
         if op.up_to_seq is not None:
-            return self._w_remove_where(f"{IN_SUBJECTS} AND seq < ?", (js, op.up_to_seq))
-        return self._w_remove_where(IN_SUBJECTS, (js,))
+            return self._w_remove_where(f"{where} AND seq < ?", (arg, op.up_to_seq))
+        return self._w_remove_where(where, (arg,))
 
     def _w_first_kept(self, where: str, params: tuple[Any, ...], total: int, keep: int) -> int:
         """The oldest of the newest ``keep`` of ``total`` matching messages (0 < keep < total).
