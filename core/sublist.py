@@ -81,6 +81,11 @@ class _Node:
         return not (self.nodes or self.psubs or self.qsubs) and self.pwc is None and self.fwc is None
 
 
+# JetStream ack subjects carry the delivery's sequences, so each is published once: caching
+# their matches only evicted the entries worth keeping.
+_UNCACHED_PREFIX = "$JS.ACK."
+
+
 class Sublist(Generic[T]):
     """Subscriptions indexed by subject, with queue groups and a literal-subject match cache."""
 
@@ -212,6 +217,8 @@ class Sublist(Generic[T]):
             self._hits += 1
             return cached
         result = self._match_uncached(subject)
+        if subject.startswith(_UNCACHED_PREFIX):
+            return result  # an ack subject names one delivery: it is never matched again
         cache = self._cache
         if len(cache) >= self._cache_max:
             # Evict the oldest quarter in one sweep: popping one entry at a time from the front

@@ -186,6 +186,19 @@ def test_cache_is_bounded() -> None:
         assert sl.cache_count() <= 64
 
 
+def test_ack_subjects_are_matched_but_never_cached() -> None:
+    sl: Sublist[S] = Sublist(cache_size=8)
+    acks, other = S("acks"), S("other")
+    sl.insert("$JS.ACK.S.C.>", None, acks)
+    sl.insert("orders.new", None, other)
+    assert plain_set(sl.match("orders.new")) == {other}
+    for i in range(20):
+        assert plain_set(sl.match(f"$JS.ACK.S.C.1.{i}.{i}.1700000000000000000.0")) == {acks}
+    assert sl.cache_count() == 1, "only the repeated subject is cached"
+    sl.remove("$JS.ACK.S.C.>", None, acks)
+    assert not sl.match("$JS.ACK.S.C.1.1.1.1700000000000000000.0")
+
+
 def test_invalid_subjects_are_rejected_on_insert() -> None:
     sl: Sublist[S] = Sublist()
     for bad in ("", "foo..bar", "foo.>.bar", "foo bar", ".foo", "foo."):
