@@ -123,9 +123,12 @@ class Consumer:
         return sum(1 for p in self.pending.values() if p.deliveries > 1) + len(self.maxed)
 
     def _arm(self, sseq: int, p: Pending, delay_ns: int) -> None:
+        self._arm_at(sseq, p, time.time_ns() + delay_ns)
+
+    def _arm_at(self, sseq: int, p: Pending, due_ns: int) -> None:
         self._timer_seq += 1
         p.timer = self._timer_seq
-        heapq.heappush(self._timers, (time.time_ns() + delay_ns, sseq, p.timer))
+        heapq.heappush(self._timers, (due_ns, sseq, p.timer))
 
     @property
     def is_pull(self) -> bool:
@@ -355,13 +358,8 @@ class Consumer:
             await self._pace(msg)
             self._send(msg, self.config.deliver_subject, await self._pending_after(msg))
             sent += 1
-            if self.config.flow_control:
-                size = _msg_size(msg)
-                self._fc_pending_bytes += size
-                if self._fc_reply is None and self._fc_pending_bytes > self._fc_window // 2:
-                    self._flow_control_request()
-                elif self._fc_reply is not None and self._fc_pending_bytes - self._fc_size >= self._fc_window:
-                    self._fc_size += size
+            if self.config.flow_control and self._fc_account(_msg_size(msg)):
+                self._flow_control_request()
             if sent % 256 == 0:
                 await anyio.sleep(0)  # let others (and acks) run during a long catch-up
         if sent:
@@ -385,28 +383,35 @@ class Consumer:
             and not (cfg.rate_limit_bps > 0 and not self.is_pull)
         )
 
+    async def _read_ahead(self) -> bool:
+        """Whether the read-ahead holds messages, after one store query if it was empty (one
+        query serves many deliveries). With at most one filter; the stream clears the buffer
+        whenever it removes messages (purge, delete, expiry, limits)."""
+        if not self._buffer:
+            filters = self.filters
+            self._buffer.extend(
+                await self.stream.store.range(
+                    self.next_sseq, limit=READ_AHEAD, subject_filter=filters[0] if filters else None
+                )
+            )
+        return bool(self._buffer)
+
     async def _run_start(self) -> bool:
         """Make the read-ahead hold the next messages and count what is left to deliver; False
         when there is nothing to deliver now (nothing stored, or the stream removed messages
         while we counted: then the consumer is woken to look again)."""
         buffer = self._buffer
-        if not buffer:
-            filters = self.filters
-            buffer.extend(
-                await self.stream.store.range(
-                    self.next_sseq, limit=READ_AHEAD, subject_filter=filters[0] if filters else None
-                )
-            )
-            if not buffer:
-                return False
-        first, at = buffer[0], self.next_sseq
-        self.next_sseq = first.seq + 1
-        remaining = await self._pending_after(first)  # counts the stream once per round
-        self.next_sseq = at  # _run_take moves it past what it takes
-        if not buffer or buffer[0] is not first:
-            self.wake()  # the stream removed messages meanwhile: start over
+        if not await self._read_ahead():
             return False
-        self._remaining = remaining + 1  # _run_take counts the first message down again
+        if self._remaining < 0:
+            # Once per round: what is left to deliver, the first buffered message included
+            # (nothing before it matches); _run_take counts it down per message taken.
+            first = buffer[0]
+            self._remaining = await self.num_pending()
+            if not buffer or buffer[0] is not first:
+                self._remaining = -1
+                self.wake()  # the stream removed messages meanwhile: start over
+                return False
         return True
 
     def _run_take(self, n: int, out: list[tuple[str, str, bytes | None, bytes]]) -> bool:
@@ -423,9 +428,9 @@ class Consumer:
         fc = self.config.flow_control and not self.is_pull
         now_wall = time.time_ns()
         due = now_wall + (0 if ack_none else self._ack_wait(1))
-        pending, timers = self.pending, self._timers
-        prefix = f"$JS.ACK.{self.stream.name}.{self.name}.1."
-        dseq, token, remaining = self.dseq, self._timer_seq, self._remaining
+        pending = self.pending
+        prefix = self._ack_prefix()
+        dseq, remaining = self.dseq, self._remaining
         request_due = False
         m = buffer[0]
         for _ in range(n):
@@ -433,21 +438,16 @@ class Consumer:
             dseq += 1
             remaining = remaining - 1 if remaining > 0 else 0
             if not ack_none:
-                token += 1
-                pending[m.seq] = Pending(dseq, 1, now_wall, token)
-                heapq.heappush(timers, (due, m.seq, token))
-            out.append((m.subject, f"{prefix}{m.seq}.{dseq}.{m.ts}.{remaining}", m.headers, m.data))
+                pending[m.seq] = p = Pending(dseq, 1, now_wall)
+                self._arm_at(m.seq, p, due)
+            out.append((m.subject, _ack_subject(prefix, 1, m.seq, dseq, m.ts, remaining), m.headers, m.data))
             if fc:
-                size = len(m.data) + (len(m.headers) if m.headers else 0) + len(m.subject)
-                self._fc_pending_bytes += size
-                if self._fc_reply is None and self._fc_pending_bytes > self._fc_window // 2:
+                if self._fc_account(_msg_size(m)):
                     request_due = True
                     break
-                if self._fc_reply is not None and self._fc_pending_bytes - self._fc_size >= self._fc_window:
-                    self._fc_size += size
                 if self._fc_stalled():
                     break
-        self.dseq, self._timer_seq, self._remaining = dseq, token, remaining
+        self.dseq, self._remaining = dseq, remaining
         self.next_sseq = m.seq + 1
         if m.seq > self.last_delivered_sseq:
             self.last_delivered_sseq = m.seq
@@ -515,10 +515,10 @@ class Consumer:
     def _reply_subject(self, msg: StoredMsg, pending_after: int) -> str:
         p = self.pending.get(msg.seq)
         deliveries = p.deliveries + 1 if p is not None else 1
-        return (
-            f"$JS.ACK.{self.stream.name}.{self.name}.{deliveries}.{msg.seq}.{self.dseq + 1}."
-            f"{msg.ts}.{pending_after}"
-        )
+        return _ack_subject(self._ack_prefix(), deliveries, msg.seq, self.dseq + 1, msg.ts, pending_after)
+
+    def _ack_prefix(self) -> str:
+        return f"$JS.ACK.{self.stream.name}.{self.name}."
 
     async def _pace(self, msg: StoredMsg) -> None:
         """replay_policy "original" keeps the stored spacing; rate_limit_bps caps push bandwidth."""
@@ -570,11 +570,7 @@ class Consumer:
         return False
 
     def _room(self) -> bool:
-        return (
-            self.ack_none
-            or self.config.max_ack_pending <= 0
-            or len(self.pending) < self.config.max_ack_pending
-        )
+        return self._run_room(1) > 0
 
     async def _next_message(self) -> StoredMsg | None:
         store = self.stream.store
@@ -594,16 +590,8 @@ class Consumer:
                 return m
         filters = self.filters
         if len(filters) <= 1:
-            # Read ahead: one store query serves many deliveries. The stream clears the buffer
-            # whenever it removes messages (purge, delete, expiry, limits).
-            if not self._buffer:
-                self._buffer.extend(
-                    await store.range(
-                        self.next_sseq, limit=READ_AHEAD, subject_filter=filters[0] if filters else None
-                    )
-                )
-                if not self._buffer:
-                    return None
+            if not await self._read_ahead():
+                return None
             m = self._buffer.popleft()
         else:
             candidates = [await store.first_after(self.next_sseq, f) for f in filters]
@@ -651,10 +639,7 @@ class Consumer:
         else:
             self.ack_floor_dseq, self.ack_floor_sseq = self.dseq, max(self.ack_floor_sseq, msg.seq)
         self._dirty = True
-        reply = (
-            f"$JS.ACK.{self.stream.name}.{self.name}.{deliveries}.{msg.seq}.{self.dseq}."
-            f"{msg.ts}.{pending_after}"
-        )
+        reply = _ack_subject(self._ack_prefix(), deliveries, msg.seq, self.dseq, msg.ts, pending_after)
         headers, payload = msg.headers, msg.data
         if self.config.headers_only:
             items = list(parse_headers(headers).items) if headers else []
@@ -697,6 +682,15 @@ class Consumer:
             encode_headers(items, status=100, description="Idle Heartbeat"),
             b"",
         )
+
+    def _fc_account(self, size: int) -> bool:
+        """Count a delivered message against the flow-control window; True when a request is due."""
+        self._fc_pending_bytes += size
+        if self._fc_reply is None:
+            return self._fc_pending_bytes > self._fc_window // 2
+        if self._fc_pending_bytes - self._fc_size >= self._fc_window:
+            self._fc_size += size
+        return False
 
     def _fc_stalled(self) -> bool:
         return self.config.flow_control and self._fc_pending_bytes > self._fc_window
@@ -926,6 +920,12 @@ def consumer_filters(cfg: ConsumerConfig) -> list[str]:
     if cfg.filter_subject and cfg.filter_subject != ">":
         return [cfg.filter_subject]
     return []
+
+
+def _ack_subject(prefix: str, deliveries: int, sseq: int, dseq: int, ts: int, pending: int) -> str:
+    """The reply subject of a delivery: ``$JS.ACK.<stream>.<consumer>.`` (the prefix), then
+    deliveries, stream sequence, consumer sequence, timestamp and pending count, as the reference."""
+    return f"{prefix}{deliveries}.{sseq}.{dseq}.{ts}.{pending}"
 
 
 def _msg_size(m: StoredMsg) -> int:

@@ -165,9 +165,13 @@ def _fresh(err: BaseException) -> BaseException:
     return e
 
 
-def _resolved(value: Any) -> asyncio.Future[Any]:
+def _resolved(value: Any, exc: BaseException | None = None) -> asyncio.Future[Any]:
+    """A future that already holds ``value`` (or raises ``exc``)."""
     fut = asyncio.get_running_loop().create_future()
-    fut.set_result(value)
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(value)
     return fut
 
 
@@ -485,22 +489,15 @@ class SqliteStore:
             try:
                 ((_r, value, exc),) = self._w_transact([req])
             except BaseException as e:  # the connection could not be recovered: as on the writer
-                fatal = StoreError(f"{self._path}: store writer failed: {e!r}")
-                fatal.__cause__ = e
-                self._fatal = fatal
+                self._fatal = self._writer_failed(e)
                 self._put_stop()
-                raise _fresh(fatal) from e
+                raise _fresh(self._fatal) from e
         finally:
             self._wlock.release()
         assert self._loop is not None
         self._inline_spent = True
         self._loop.call_soon(self._inline_turn_over)
-        fut = self._loop.create_future()
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(value)
-        return fut
+        return _resolved(value, exc)
 
     async def append(
         self, subject: str, headers: bytes | None, data: bytes, ts: int | None = None
@@ -871,14 +868,18 @@ class SqliteStore:
         try:
             self._w_loop()
         except BaseException as e:  # a bug, or a connection that cannot be recovered
-            fatal = StoreError(f"{self._path}: store writer failed: {e!r}")
-            fatal.__cause__ = e
-            self._fatal = fatal
+            fatal = self._fatal = self._writer_failed(e)
             self._resolve([(r, None, _fresh(fatal)) for r in self._w_batch])
         finally:
             self._bg_halt()
             self._w_close_conn()
             self._w_exit()
+
+    def _writer_failed(self, e: BaseException) -> StoreError:
+        """The store's fatal error after the writing connection failed beyond recovery."""
+        fatal = StoreError(f"{self._path}: store writer failed: {e!r}")
+        fatal.__cause__ = e
+        return fatal
 
     def _w_exit(self) -> None:
         with self._qlock:
