@@ -181,14 +181,15 @@ def start_reference(
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([str(NATS_SERVER), "-c", str(cfg_path)], stdout=log, stderr=subprocess.STDOUT)
 
+    listening = f"Listening for client connections on 127.0.0.1:{port}"
+
     def ready() -> bool:
+        # The server's own word, as for leafjet: a TCP connect could be answered by something
+        # else on the port (or by the probe's own socket), before this process listens.
         if proc.poll() is not None:
             raise RuntimeError(f"nats-server exited with {proc.returncode}: {log_path.read_text()}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return True
-        except OSError:
-            return False
+        text = log_path.read_text(errors="replace")
+        return listening in text and "Server is ready" in text
 
     try:
         wait_until(ready, timeout, what="nats-server to be ready")
