@@ -15,6 +15,9 @@ invalidate only what the changed subject can match:
 - a wildcard subject starting with a wildcard (``*.x``, ``>``) may match anything: the cache
   is cleared.
 
+JetStream ack subjects, one per delivery, are cached once per stream and consumer instead
+(see ``_ACK_PREFIX``).
+
 Scanning was chosen over clearing on every wildcard change because clients subscribe a
 wildcard reply inbox per connection (``_INBOX.<id>.*``); with clear-all every connect would
 send the next few thousand publishes down the uncached path.
@@ -81,15 +84,38 @@ class _Node:
         return not (self.nodes or self.psubs or self.qsubs) and self.pwc is None and self.fwc is None
 
 
-# JetStream ack subjects carry the delivery's sequences, so each is published once: caching
-# their matches only evicted the entries worth keeping.
-_UNCACHED_PREFIX = "$JS.ACK."
+# JetStream ack subjects ($JS.ACK.<stream>.<consumer>.<delivery's sequences...>) are each
+# published once: caching them whole only evicted the entries worth keeping, and walking the
+# trie for every ack was a tenth of an acknowledged message's server CPU. Every subscription
+# that can match them either ends in ">" within the first five tokens or is "deep" (more tokens
+# than that, no early ">"); without deep ones, every ack subject of five or more tokens that
+# shares the first four has the same match, cached once under "$JS.ACK.<stream>.<consumer>.".
+_ACK_PREFIX = "$JS.ACK."
+_ACK_KEY_TOKENS = 4
+
+
+def _is_deep_ack_pattern(subject: str) -> bool:
+    """Whether a subscription could tell two ack subjects with the same first four tokens apart."""
+    toks = subject.split(".")
+    if len(toks) <= _ACK_KEY_TOKENS or ">" in toks[: _ACK_KEY_TOKENS + 1]:
+        return False
+    return toks[0] in ("$JS", "*") and toks[1] in ("ACK", "*")
 
 
 class Sublist(Generic[T]):
     """Subscriptions indexed by subject, with queue groups and a literal-subject match cache."""
 
-    __slots__ = ("_cache", "_cache_max", "_count", "_hits", "_inserts", "_matches", "_removes", "_root")
+    __slots__ = (
+        "_ack_deep",
+        "_cache",
+        "_cache_max",
+        "_count",
+        "_hits",
+        "_inserts",
+        "_matches",
+        "_removes",
+        "_root",
+    )
 
     def __init__(self, cache_size: int = DEFAULT_CACHE_SIZE) -> None:
         if cache_size < 1:
@@ -102,6 +128,7 @@ class Sublist(Generic[T]):
         self._hits = 0
         self._inserts = 0
         self._removes = 0
+        self._ack_deep = 0  # deep ack patterns indexed (see _ACK_PREFIX): ack matches go uncached
 
     # ------------------------------------------------------------------ changes
 
@@ -140,6 +167,11 @@ class Sublist(Generic[T]):
         members[sub] = None
         self._count += 1
         self._inserts += 1
+        if _is_deep_ack_pattern(subject):
+            self._ack_deep += 1
+            # the ack entries cached per consumer no longer hold for every delivery
+            for k in [k for k in self._cache if k.startswith(_ACK_PREFIX)]:
+                del self._cache[k]
         self._invalidate(subject)
 
     def remove(self, subject: str, queue: str | None, sub: T) -> bool:
@@ -171,6 +203,8 @@ class Sublist(Generic[T]):
             del node.qsubs[queue]
         self._count -= 1
         self._removes += 1
+        if _is_deep_ack_pattern(subject):
+            self._ack_deep -= 1
         # Prune from the leaf up so that churning subjects (reply inboxes) leave no residue.
         child = node
         for parent, tok in reversed(path):
@@ -216,16 +250,30 @@ class Sublist(Generic[T]):
         if cached is not None:
             self._hits += 1
             return cached
-        result = self._match_uncached(subject)
-        if subject.startswith(_UNCACHED_PREFIX):
-            return result  # an ack subject names one delivery: it is never matched again
+        if subject.startswith(_ACK_PREFIX):
+            return self._match_ack(subject)
+        return self._remember(subject, self._match_uncached(subject))
+
+    def _match_ack(self, subject: str) -> SublistResult[T]:
+        """An ack subject's match, cached once per stream and consumer (see ``_ACK_PREFIX``)."""
+        parts = subject.split(".", _ACK_KEY_TOKENS)
+        if self._ack_deep or len(parts) <= _ACK_KEY_TOKENS:
+            return self._match_uncached(subject)
+        key = subject[: len(subject) - len(parts[_ACK_KEY_TOKENS])]  # "$JS.ACK.<stream>.<consumer>."
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._hits += 1
+            return cached
+        return self._remember(key, self._match_uncached(subject))
+
+    def _remember(self, key: str, result: SublistResult[T]) -> SublistResult[T]:
         cache = self._cache
         if len(cache) >= self._cache_max:
             # Evict the oldest quarter in one sweep: popping one entry at a time from the front
             # of a dict costs a scan over the deleted slots on every eviction.
             for k in list(islice(cache, (self._cache_max >> 2) or 1)):
                 del cache[k]
-        cache[subject] = result
+        cache[key] = result
         return result
 
     def _match_uncached(self, subject: str) -> SublistResult[T]:

@@ -186,7 +186,7 @@ def test_cache_is_bounded() -> None:
         assert sl.cache_count() <= 64
 
 
-def test_ack_subjects_are_matched_but_never_cached() -> None:
+def test_ack_subjects_are_cached_once_per_consumer() -> None:
     sl: Sublist[S] = Sublist(cache_size=8)
     acks, other = S("acks"), S("other")
     sl.insert("$JS.ACK.S.C.>", None, acks)
@@ -194,9 +194,22 @@ def test_ack_subjects_are_matched_but_never_cached() -> None:
     assert plain_set(sl.match("orders.new")) == {other}
     for i in range(20):
         assert plain_set(sl.match(f"$JS.ACK.S.C.1.{i}.{i}.1700000000000000000.0")) == {acks}
-    assert sl.cache_count() == 1, "only the repeated subject is cached"
+    assert sl.cache_count() == 2, "orders.new and one entry for every ack of S/C"
+    assert sl.stats().cache_hits == 19
     sl.remove("$JS.ACK.S.C.>", None, acks)
     assert not sl.match("$JS.ACK.S.C.1.1.1.1700000000000000000.0")
+
+
+def test_a_deep_ack_pattern_turns_the_per_consumer_ack_cache_off() -> None:
+    sl: Sublist[S] = Sublist()
+    acks, one = S("acks"), S("one delivery")
+    sl.insert("$JS.ACK.S.C.>", None, acks)
+    assert plain_set(sl.match("$JS.ACK.S.C.1.5.5.1.0")) == {acks}
+    sl.insert("$JS.ACK.S.C.1.7.*.*.*", None, one)  # tells deliveries 5 and 7 apart
+    assert plain_set(sl.match("$JS.ACK.S.C.1.5.5.1.0")) == {acks}
+    assert plain_set(sl.match("$JS.ACK.S.C.1.7.7.1.0")) == {acks, one}
+    sl.remove("$JS.ACK.S.C.1.7.*.*.*", None, one)
+    assert plain_set(sl.match("$JS.ACK.S.C.1.7.7.1.0")) == {acks}
 
 
 def test_invalid_subjects_are_rejected_on_insert() -> None:
@@ -274,3 +287,52 @@ def test_match_agrees_with_a_brute_force_scan(ops: list, probes: list[str]) -> N
     for p in probes:
         check(p)
         check(p)  # the cached answer too
+
+
+_ACK_TOKENS = st.sampled_from(["$JS", "ACK", "a", "b"])
+_ack_literal = st.builds(
+    lambda stream, consumer, rest: ".".join(["$JS", "ACK", stream, consumer, *rest]),
+    st.sampled_from(["a", "b"]),
+    st.sampled_from(["a", "b"]),
+    st.lists(st.sampled_from(["a", "b", "1"]), min_size=0, max_size=4),
+)
+
+
+@st.composite
+def _ack_pattern(draw: st.DrawFn) -> str:
+    toks = draw(st.lists(st.one_of(_ACK_TOKENS, st.just("*")), min_size=1, max_size=7))
+    if draw(st.booleans()):
+        toks[-1] = ">"
+    return ".".join(toks)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["insert", "remove", "match"]), _ack_pattern(), st.integers(0, 3), _ack_literal),
+        max_size=40,
+    ),
+    st.lists(_ack_literal, min_size=1, max_size=10),
+)
+def test_ack_subject_matches_agree_with_a_brute_force_scan(ops: list, probes: list[str]) -> None:
+    """The per-consumer ack cache against every kind of pattern that can reach ack subjects."""
+    sl: Sublist[S] = Sublist(cache_size=8)
+    objs = [S(str(i)) for i in range(4)]
+    model: set[tuple[str, S]] = set()
+
+    def check(subject: str) -> None:
+        want = sorted(id(o) for (p, o) in model if subjects.match(p, subject))
+        assert sorted(map(id, sl.match(subject).plain)) == want, subject
+
+    for kind, pattern, idx, literal in ops:
+        if kind == "insert":
+            sl.insert(pattern, None, objs[idx])
+            model.add((pattern, objs[idx]))
+        elif kind == "remove":
+            sl.remove(pattern, None, objs[idx])
+            model.discard((pattern, objs[idx]))
+        else:
+            check(literal)
+    for p in probes:
+        check(p)
+        check(p)
