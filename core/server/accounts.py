@@ -23,6 +23,10 @@ class Receiver(Protocol):
         self, sub: Subscription, subject: str, reply: str | None, headers: bytes | None, payload: bytes
     ) -> None: ...
 
+    def deliver_many(self, sub: Subscription, msgs: list[tuple[str, str | None, bytes | None, bytes]]) -> None:
+        """``deliver`` of each ``(subject, reply, headers, payload)``, in order."""
+        ...
+
 
 class Subscription:
     """One SUB of one receiver. Identity-hashed: two SUBs on the same subject are two entries."""
@@ -107,9 +111,7 @@ class Account:
         for sub in result.plain:
             if sub.deny_filter is not None and not sub.deny_filter(route):
                 continue
-            deliver = sub.receiver.deliver
-            for subject, reply, headers, payload in msgs:
-                deliver(sub, subject, reply, headers, payload)
+            sub.receiver.deliver_many(sub, msgs)
         for _queue, members in result.queues:
             for subject, reply, headers, payload in msgs:
                 sub = members[0] if len(members) == 1 else random.choice(members)

@@ -290,14 +290,35 @@ class ClientConnection:
             return
         if headers is not None and not self.headers:
             headers = None  # a client that did not ask for headers gets the payload only
-        data = encoder.encode_msg(subject, sub.sid, reply, payload, headers)
+        if not self._buffer_delivery(encoder.encode_msg(subject, sub.sid, reply, payload, headers)):
+            return
+        sub.delivered += 1
+        if sub.max_msgs is not None and sub.delivered >= sub.max_msgs:
+            self._unsubscribe(sub)
+
+    def deliver_many(self, sub: Subscription, msgs: list[tuple[str, str | None, bytes | None, bytes]]) -> None:
+        """``deliver`` of each ``(subject, reply, headers, payload)``, in order, as one buffer entry
+        (a JetStream run to one inbox). A run that overflows max_pending closes the client as
+        ``deliver`` would: that drops everything buffered, the run's first messages included."""
+        if sub.max_msgs is not None:  # it may end within the run
+            for subject, reply, headers, payload in msgs:
+                self.deliver(sub, subject, reply, headers, payload)
+            return
+        if self.state is not State.CONNECTED or not msgs:
+            return
+        if self._buffer_delivery(encoder.encode_msgs(sub.sid, msgs, self.headers)):
+            sub.delivered += len(msgs)
+
+    def _buffer_delivery(self, data: bytes) -> bool:
+        """Buffer ``data`` for the writer; False, and the client closed as a slow consumer, when
+        it would take the buffer past max_pending."""
         size = len(data)
         if self._pending + size > self.cfg.max_pending:
             self.server.stats.slow_consumers += 1
             self._out.clear()
             self._pending = 0
             self.close("slow consumer: max_pending exceeded", "Slow Consumer")
-            return
+            return False
         self._out.append(data)
         self._pending += size
         if self._pending > self._high_water:
@@ -306,9 +327,7 @@ class ClientConnection:
             self._wake.set()
             if self._drained.is_set():
                 self._drained.clear()
-        sub.delivered += 1
-        if sub.max_msgs is not None and sub.delivered >= sub.max_msgs:
-            self._unsubscribe(sub)
+        return True
 
     # ------------------------------------------------------------------ inbound ops
 

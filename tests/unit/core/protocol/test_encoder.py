@@ -87,6 +87,17 @@ def test_msg_head_is_the_control_line_of_encode_msg(reply: str | None, payload: 
     assert head + (headers or b"") + payload + b"\r\n" == encode_msg("foo", "1", reply, payload, headers)
 
 
+def test_encode_msgs_is_encode_msg_of_each_joined():
+    msgs = [
+        ("a.b", None, None, b"one"),
+        ("a.c", "$JS.ACK.S.C.1.2.2.0.0", b"NATS/1.0\r\nK: v\r\n\r\n", b"two"),
+        ("f\udcffo", "r\u00e9", None, b""),
+    ]
+    assert encoder.encode_msgs("9", msgs) == b"".join(encode_msg(s, "9", r, p, h) for s, r, h, p in msgs)
+    # a client that did not ask for headers gets the payloads only
+    assert encoder.encode_msgs("9", msgs, headers=False) == b"".join(encode_msg(s, "9", r, p) for s, r, _h, p in msgs)
+
+
 def test_msg_round_trips_through_client_parser():
     cases = [
         Msg("foo.bar", "1", None, b"hello", None),
