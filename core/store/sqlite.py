@@ -79,6 +79,10 @@ COLS = "seq, subject, hdr, data, ts, flags"
 IN_SUBJECTS = "subject IN (SELECT value FROM json_each(?))"
 
 INSERT_CHUNK = 64
+# A purge that keeps the newest N and drops at most this many (a KV put's history limit, a
+# stream at max_msgs) deletes the oldest in one statement that returns them, instead of finding
+# the cut, summing the dropped rows and deleting them in three.
+RETURNING_MAX = 256
 _INSERT_CHUNK_SQL = schema.INSERT_MSG + ", (?, ?, ?, ?, ?, ?, ?)" * (INSERT_CHUNK - 1)
 
 _APPLY, _FLUSH, _LIMIT, _STOP = range(4)
@@ -1428,6 +1432,21 @@ class SqliteStore:
         self._first_dirty = True
         return n
 
+    def _w_remove_returning(self, where: str, params: tuple[Any, ...]) -> int:
+        """``_w_remove_where`` for a few rows: one DELETE that returns what it removed."""
+        conn = self._conn
+        assert conn is not None
+        rows = conn.execute(f"DELETE FROM msgs WHERE {where} RETURNING seq, subject, size", params).fetchall()
+        w, delta = self._w, self._delta
+        first = w.first_seq
+        for seq, subject, size in rows:
+            delta[subject] = delta.get(subject, 0) - 1
+            w.nbytes -= size
+            if seq == first:
+                self._first_dirty = True
+        w.msgs -= len(rows)
+        return len(rows)
+
     def _w_remove_all(self) -> int:
         w = self._w
         n = w.msgs
@@ -1450,6 +1469,9 @@ class SqliteStore:
             if op.keep is not None:
                 if op.keep >= w.msgs:
                     return 0
+                if w.msgs - op.keep <= RETURNING_MAX:
+                    oldest = "SELECT seq FROM msgs ORDER BY seq LIMIT ?"
+                    return self._w_remove_returning(f"seq IN ({oldest})", (w.msgs - op.keep,))
                 return self._w_remove_where("seq < ?", (self._w_first_kept("", (), w.msgs, op.keep),))
             if op.up_to_seq is not None:
                 up = op.up_to_seq
@@ -1470,6 +1492,9 @@ class SqliteStore:
             total = sum(self._w_count(s) for s in subjects)
             if op.keep >= total:
                 return 0
+            if total - op.keep <= RETURNING_MAX:
+                oldest = f"SELECT seq FROM msgs WHERE {where} ORDER BY seq LIMIT ?"
+                return self._w_remove_returning(f"seq IN ({oldest})", (arg, total - op.keep))
             cutoff = self._w_first_kept(f"WHERE {where}", (arg,), total, op.keep)
             return self._w_remove_where(f"{where} AND seq < ?", (arg, cutoff))
         if op.up_to_seq is not None:

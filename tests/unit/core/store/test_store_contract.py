@@ -227,6 +227,19 @@ async def test_purge_keep_counts_from_the_newest_whether_few_or_many_go(h: Store
     assert await seqs(store) == [10, 12, 17]
 
 
+async def test_purge_keep_dropping_hundreds_keeps_the_counts(h: StoreHarness) -> None:
+    # past the few-rows path of the SQLite store (RETURNING_MAX), for the stream and one subject
+    await fill(h.store, ["a", "b"] * 300)  # seqs 1..600: a on odd, b on even
+    await h.store.apply([DeleteOp(599)])
+    assert await h.store.apply([PurgeOp(subject="a", keep=5)]) == [294]
+    assert await h.store.apply([PurgeOp(keep=250)]) == [55]  # b 2..110
+    store = await h.reopen()
+    st = await store.state()
+    assert (st.msgs, st.first_seq, st.last_seq) == (250, 112, 600)
+    assert await store.subjects_state() == {"a": 5, "b": 245}
+    assert st.bytes == sum(msg_size(m.subject, m.headers, m.data) for m in await store.range(1, limit=1000))
+
+
 async def test_purge_up_to_seq_removes_below_it(h: StoreHarness) -> None:
     await fill(h.store, ["a", "b", "a", "b", "a"])
     assert await h.store.apply([PurgeOp(up_to_seq=3)]) == [2]
