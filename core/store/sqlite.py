@@ -83,6 +83,8 @@ INSERT_CHUNK = 64
 # stream at max_msgs) deletes the oldest in one statement that returns them, instead of finding
 # the cut, summing the dropped rows and deleting them in three.
 RETURNING_MAX = 256
+LAST_CACHE_SUBJECTS = 4096  # literal subjects whose newest message is kept (see SqliteStore._last)
+LAST_CACHE_MSG_BYTES = 64 << 10  # a larger message is read from the file every time
 _INSERT_CHUNK_SQL = schema.INSERT_MSG + ", (?, ?, ?, ?, ?, ?, ?)" * (INSERT_CHUNK - 1)
 
 _APPLY, _FLUSH, _LIMIT, _STOP = range(4)
@@ -226,10 +228,15 @@ class SqliteStore:
         self._key = os.path.realpath(path)
 
         # Shared between the loop and the writer thread.
-        self._lock = threading.Lock()  # guards _subj, _pub, _subj_ver
+        self._lock = threading.Lock()  # guards _subj, _pub, _subj_ver, _last, _last_ver
         self._subj: dict[str, int] = {}  # committed per-subject counts (mutated by the writer only)
         self._pub = _Counters(1, 0, 0, 0, 0, 0)  # committed counters (replaced, never mutated)
         self._subj_ver = 0  # bumped when the set of subjects changes
+        # The newest message of recently asked literal subjects (a KV get asks for one key again and
+        # again): filled by reads, emptied of a subject by any commit that adds or removes one of
+        # its messages. A read fills only if no commit touched messages while it ran (_last_ver).
+        self._last: dict[str, StoredMsg | None] = {}
+        self._last_ver = 0
         self._q: queue.SimpleQueue[_Req] = queue.SimpleQueue()
         self._qlock = threading.Lock()  # orders "enqueue" against "writer gone"
         # Held while the writing connection is in use: by the writer thread for a batch, by the
@@ -618,9 +625,7 @@ class SqliteStore:
         if filt is None:
             return await self._point_one(f"SELECT {COLS} FROM msgs ORDER BY seq DESC LIMIT 1", ())
         if not has_wildcard(filt):
-            return await self._point_one(
-                f"SELECT {COLS} FROM msgs WHERE subject = ? ORDER BY seq DESC LIMIT 1", (filt,)
-            )
+            return await self._last_of(filt)
         subjects, last = self._subjects_for(filt)
         if not subjects:
             return None
@@ -633,6 +638,25 @@ class SqliteStore:
         return await self._one(
             f"SELECT {COLS} FROM msgs WHERE lj_match(?, subject) ORDER BY seq DESC LIMIT 1", (filt,)
         )
+
+    async def _last_of(self, subject: str) -> StoredMsg | None:
+        """The newest message on a literal subject, from ``_last`` when a read already found it."""
+        with self._lock:
+            if subject in self._last:
+                return self._last[subject]
+            if subject not in self._subj:
+                return None
+            ver = self._last_ver
+        found = await self._point_one(
+            f"SELECT {COLS} FROM msgs WHERE subject = ? ORDER BY seq DESC LIMIT 1", (subject,)
+        )
+        if found is None or len(found.data) + len(found.headers or b"") <= LAST_CACHE_MSG_BYTES:
+            with self._lock:
+                if self._last_ver == ver:  # no commit changed messages meanwhile: still the newest
+                    if len(self._last) >= LAST_CACHE_SUBJECTS:
+                        del self._last[next(iter(self._last))]
+                    self._last[subject] = found
+        return found
 
     async def first_after(self, seq: int, subject_filter: str | None = None) -> StoredMsg | None:
         filt = normalize_filter(subject_filter)
@@ -1042,6 +1066,8 @@ class SqliteStore:
             self._subj = counts
             self._pub = w.copy()
             self._subj_ver += 1
+            self._last.clear()
+            self._last_ver += 1
         self._w = w
         if heal:
             conn.execute("BEGIN IMMEDIATE")
@@ -1260,6 +1286,12 @@ class SqliteStore:
                     changed = True
             if changed:
                 self._subj_ver += 1
+            if self._delta:
+                self._last_ver += 1
+                last = self._last
+                if last:
+                    for s in self._delta:
+                        last.pop(s, None)
             self._pub = self._w.copy()
         self._delta = {}
 

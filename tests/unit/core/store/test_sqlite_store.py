@@ -201,6 +201,29 @@ async def test_interval_mode_commits_a_lone_call_on_the_loop_and_keeps_the_order
         await store.close()
 
 
+async def test_a_newest_message_read_across_a_commit_is_not_remembered(tmp_path: Path) -> None:
+    """last_by_subject remembers what it read (SqliteStore._last), unless a commit changed the
+    messages while the read ran: the answer may be stale by then. Here the commit is made to land
+    between the query and its return, which a writer thread can otherwise do at any time."""
+    store = await SqliteStore.open(tmp_path / "s.db")
+    try:
+        await store.append("kv.k", None, b"old")
+        query = store._point_one
+
+        async def query_then_commit(sql, params):  # type: ignore[no-untyped-def]
+            found = await query(sql, params)
+            await store.append("kv.k", None, b"new")
+            return found
+
+        store._point_one = query_then_commit  # type: ignore[method-assign]
+        assert (await store.last_by_subject("kv.k")).data == b"old"  # type: ignore[union-attr]
+        store._point_one = query  # type: ignore[method-assign]
+        assert (await store.last_by_subject("kv.k")).data == b"new"  # type: ignore[union-attr]
+        assert (await store.last_by_subject("kv.k")).data == b"new"  # type: ignore[union-attr]
+    finally:
+        await store.close()
+
+
 async def test_close_drains_queued_appends(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "s.db")
     done: list[int] = []

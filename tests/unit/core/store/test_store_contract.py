@@ -85,6 +85,31 @@ async def test_new_stream_is_empty_with_first_seq_after_last(h: StoreHarness) ->
     assert await h.store.range(1) == []
 
 
+async def test_last_by_subject_follows_every_change_of_the_subject(h: StoreHarness) -> None:
+    # asked again after each change: a store that remembers answers must forget the stale ones
+    async def last(subject: str = "kv.k") -> int | None:
+        m = await h.store.last_by_subject(subject)
+        return None if m is None else m.seq
+
+    assert await last() is None
+    await fill(h.store, ["kv.k", "kv.j"])
+    assert (await last(), await last()) == (1, 1)
+    await fill(h.store, ["kv.k"])
+    assert await last() == 3
+    await h.store.apply([DeleteOp(3)])
+    assert await last() == 1
+    await fill(h.store, ["kv.k", "kv.k"])
+    await h.store.apply([PurgeOp(subject="kv.k", keep=1)])
+    assert await last() == 5
+    await h.store.apply([PurgeOp(subject="kv.k")])
+    assert (await last(), await last("kv.j")) == (None, 2)
+    await fill(h.store, ["kv.k"])
+    await h.store.apply([PurgeOp(keep=1)])
+    assert (await last(), await last("kv.j")) == (6, None)
+    await h.reopen()
+    assert await last() == 6
+
+
 async def test_last_by_subject_with_literal_and_wildcard_filters(h: StoreHarness) -> None:
     await fill(h.store, ["a.b.c", "a.x.c", "a.b.d", "b.b.c", "a.b.c", "a.y"])
     store = await h.reopen()
