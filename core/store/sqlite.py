@@ -83,8 +83,10 @@ INSERT_CHUNK = 64
 # stream at max_msgs) deletes the oldest in one statement that returns them, instead of finding
 # the cut, summing the dropped rows and deleting them in three.
 RETURNING_MAX = 256
-LAST_CACHE_SUBJECTS = 4096  # literal subjects whose newest message is kept (see SqliteStore._last)
-LAST_CACHE_MSG_BYTES = 64 << 10  # a larger message is read from the file every time
+# The newest messages of literal subjects kept per store (see SqliteStore._last): an edge device
+# may hold many streams, so the budget is small. A message over 1/16 of it is never kept.
+LAST_CACHE_BYTES = 1 << 20
+_LAST_ENTRY_OVERHEAD = 256  # about what a dict slot, the key and a StoredMsg cost beyond the bytes
 _INSERT_CHUNK_SQL = schema.INSERT_MSG + ", (?, ?, ?, ?, ?, ?, ?)" * (INSERT_CHUNK - 1)
 
 _APPLY, _FLUSH, _LIMIT, _STOP = range(4)
@@ -228,14 +230,15 @@ class SqliteStore:
         self._key = os.path.realpath(path)
 
         # Shared between the loop and the writer thread.
-        self._lock = threading.Lock()  # guards _subj, _pub, _subj_ver, _last, _last_ver
+        self._lock = threading.Lock()  # guards _subj, _pub, _subj_ver, _last, _last_bytes, _last_ver
         self._subj: dict[str, int] = {}  # committed per-subject counts (mutated by the writer only)
         self._pub = _Counters(1, 0, 0, 0, 0, 0)  # committed counters (replaced, never mutated)
         self._subj_ver = 0  # bumped when the set of subjects changes
         # The newest message of recently asked literal subjects (a KV get asks for one key again and
         # again): filled by reads, emptied of a subject by any commit that adds or removes one of
         # its messages. A read fills only if no commit touched messages while it ran (_last_ver).
-        self._last: dict[str, StoredMsg | None] = {}
+        self._last: dict[str, tuple[StoredMsg | None, int]] = {}  # subject -> (message, cost)
+        self._last_bytes = 0
         self._last_ver = 0
         self._q: queue.SimpleQueue[_Req] = queue.SimpleQueue()
         self._qlock = threading.Lock()  # orders "enqueue" against "writer gone"
@@ -642,20 +645,27 @@ class SqliteStore:
     async def _last_of(self, subject: str) -> StoredMsg | None:
         """The newest message on a literal subject, from ``_last`` when a read already found it."""
         with self._lock:
-            if subject in self._last:
-                return self._last[subject]
+            hit = self._last.get(subject)
+            if hit is not None:
+                return hit[0]
             if subject not in self._subj:
                 return None
             ver = self._last_ver
         found = await self._point_one(
             f"SELECT {COLS} FROM msgs WHERE subject = ? ORDER BY seq DESC LIMIT 1", (subject,)
         )
-        if found is None or len(found.data) + len(found.headers or b"") <= LAST_CACHE_MSG_BYTES:
+        cost = _LAST_ENTRY_OVERHEAD + len(subject)
+        if found is not None:
+            cost += len(found.data) + len(found.headers or b"")
+        if cost <= LAST_CACHE_BYTES >> 4:
             with self._lock:
-                if self._last_ver == ver:  # no commit changed messages meanwhile: still the newest
-                    if len(self._last) >= LAST_CACHE_SUBJECTS:
-                        del self._last[next(iter(self._last))]
-                    self._last[subject] = found
+                if self._last_ver == ver and subject not in self._last:
+                    # no commit changed messages while we read: the answer is still the newest
+                    last = self._last
+                    while last and self._last_bytes + cost > LAST_CACHE_BYTES:
+                        self._last_bytes -= last.pop(next(iter(last)))[1]
+                    last[subject] = (found, cost)
+                    self._last_bytes += cost
         return found
 
     async def first_after(self, seq: int, subject_filter: str | None = None) -> StoredMsg | None:
@@ -1067,6 +1077,7 @@ class SqliteStore:
             self._pub = w.copy()
             self._subj_ver += 1
             self._last.clear()
+            self._last_bytes = 0
             self._last_ver += 1
         self._w = w
         if heal:
@@ -1291,7 +1302,9 @@ class SqliteStore:
                 last = self._last
                 if last:
                     for s in self._delta:
-                        last.pop(s, None)
+                        gone = last.pop(s, None)
+                        if gone is not None:
+                            self._last_bytes -= gone[1]
             self._pub = self._w.copy()
         self._delta = {}
 

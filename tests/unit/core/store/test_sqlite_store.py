@@ -224,6 +224,25 @@ async def test_a_newest_message_read_across_a_commit_is_not_remembered(tmp_path:
         await store.close()
 
 
+async def test_remembered_newest_messages_stay_within_their_byte_budget(tmp_path: Path) -> None:
+    from core.store.sqlite import LAST_CACHE_BYTES
+
+    store = await SqliteStore.open(tmp_path / "s.db", sync="interval")
+    try:
+        value = b"v" * 10_000
+        n = LAST_CACHE_BYTES // len(value) * 2
+        await store.apply([Append(f"kv.{i}", None, value + b"%d" % i, 1) for i in range(n)])
+        await store.append("kv.big", None, b"b" * LAST_CACHE_BYTES, 1)
+        for _ in range(2):
+            for i in range(n):
+                assert (await store.last_by_subject(f"kv.{i}")).data == value + b"%d" % i  # type: ignore[union-attr]
+            assert (await store.last_by_subject("kv.big")).data == b"b" * LAST_CACHE_BYTES  # type: ignore[union-attr]
+            assert 0 < store._last_bytes <= LAST_CACHE_BYTES
+            assert "kv.big" not in store._last, "a message over 1/16 of the budget is never kept"
+    finally:
+        await store.close()
+
+
 async def test_close_drains_queued_appends(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "s.db")
     done: list[int] = []
