@@ -15,8 +15,8 @@ invalidate only what the changed subject can match:
 - a wildcard subject starting with a wildcard (``*.x``, ``>``) may match anything: the cache
   is cleared.
 
-JetStream ack subjects, one per delivery, are cached once per stream and consumer instead
-(see ``_ACK_PREFIX``).
+JetStream ack subjects and request reply inboxes, each published about once, are cached per
+consumer or per client instead (see ``_Family``).
 
 Scanning was chosen over clearing on every wildcard change because clients subscribe a
 wildcard reply inbox per connection (``_INBOX.<id>.*``); with clear-all every connect would
@@ -84,29 +84,47 @@ class _Node:
         return not (self.nodes or self.psubs or self.qsubs) and self.pwc is None and self.fwc is None
 
 
-# JetStream ack subjects ($JS.ACK.<stream>.<consumer>.<delivery's sequences...>) are each
-# published once: caching them whole only evicted the entries worth keeping, and walking the
-# trie for every ack was a tenth of an acknowledged message's server CPU. Every subscription
-# that can match them either ends in ">" within the first five tokens or is "deep" (more tokens
-# than that, no early ">"); without deep ones, every ack subject of five or more tokens that
-# shares the first four has the same match, cached once under "$JS.ACK.<stream>.<consumer>.".
-_ACK_PREFIX = "$JS.ACK."
-_ACK_KEY_TOKENS = 4
+@dataclass(frozen=True, slots=True)
+class _Family:
+    """Subjects that are each published about once, so caching them whole only evicts the entries
+    worth keeping, while walking the trie for every one is a real share of a message's CPU.
 
+    Every subscription that can reach them has, past the family's first ``key_tokens`` tokens,
+    only wildcards (``*``, ``>``) -- unless it is "deep" (a literal token there). Without deep
+    subscriptions two such subjects with the same first ``key_tokens`` tokens and the same number
+    of tokens have the same match, cached once under the first tokens followed by ``*``s.
+    """
 
-def _is_deep_ack_pattern(subject: str) -> bool:
-    """Whether a subscription could tell two ack subjects with the same first four tokens apart."""
-    toks = subject.split(".")
-    if len(toks) <= _ACK_KEY_TOKENS or ">" in toks[: _ACK_KEY_TOKENS + 1]:
+    prefix: str  # the family's literal first tokens and a dot
+    key_tokens: int
+    cache_whole_when_deep: bool  # with deep subscriptions: cache each subject (True) or none
+
+    def is_deep(self, pattern: str) -> bool:
+        """Whether ``pattern`` could tell two of the family's subjects with the same key apart."""
+        fixed = self.prefix.split(".")[:-1]
+        for i, tok in enumerate(pattern.split(".")):
+            if tok == ">":
+                return False
+            if i < len(fixed) and tok != "*" and tok != fixed[i]:
+                return False  # it never matches the family
+            if i >= self.key_tokens and tok != "*":
+                return True
         return False
-    return toks[0] in ("$JS", "*") and toks[1] in ("ACK", "*")
+
+
+_FAMILIES = (
+    # $JS.ACK.<stream>.<consumer>.<delivery's sequences...>: one per delivered message
+    _Family("$JS.ACK.", 4, False),
+    # _INBOX.<client>.<request>: a request's reply inbox (nats-py and nats.go subscribe _INBOX.<client>.*)
+    _Family("_INBOX.", 2, True),
+)
 
 
 class Sublist(Generic[T]):
     """Subscriptions indexed by subject, with queue groups and a literal-subject match cache."""
 
     __slots__ = (
-        "_ack_deep",
+        "_deep",
         "_cache",
         "_cache_max",
         "_count",
@@ -128,7 +146,7 @@ class Sublist(Generic[T]):
         self._hits = 0
         self._inserts = 0
         self._removes = 0
-        self._ack_deep = 0  # deep ack patterns indexed (see _ACK_PREFIX): ack matches go uncached
+        self._deep = [0] * len(_FAMILIES)  # deep subscriptions indexed, per family (see _Family)
 
     # ------------------------------------------------------------------ changes
 
@@ -167,11 +185,12 @@ class Sublist(Generic[T]):
         members[sub] = None
         self._count += 1
         self._inserts += 1
-        if _is_deep_ack_pattern(subject):
-            self._ack_deep += 1
-            # the ack entries cached per consumer no longer hold for every delivery
-            for k in [k for k in self._cache if k.startswith(_ACK_PREFIX)]:
-                del self._cache[k]
+        for i, fam in enumerate(_FAMILIES):
+            if fam.is_deep(subject):
+                self._deep[i] += 1
+                # the family's entries cached per key may no longer hold for every subject
+                for k in [k for k in self._cache if k.startswith(fam.prefix)]:
+                    del self._cache[k]
         self._invalidate(subject)
 
     def remove(self, subject: str, queue: str | None, sub: T) -> bool:
@@ -203,8 +222,9 @@ class Sublist(Generic[T]):
             del node.qsubs[queue]
         self._count -= 1
         self._removes += 1
-        if _is_deep_ack_pattern(subject):
-            self._ack_deep -= 1
+        for i, fam in enumerate(_FAMILIES):
+            if fam.is_deep(subject):
+                self._deep[i] -= 1
         # Prune from the leaf up so that churning subjects (reply inboxes) leave no residue.
         child = node
         for parent, tok in reversed(path):
@@ -250,16 +270,19 @@ class Sublist(Generic[T]):
         if cached is not None:
             self._hits += 1
             return cached
-        if subject.startswith(_ACK_PREFIX):
-            return self._match_ack(subject)
+        for i, fam in enumerate(_FAMILIES):
+            if subject.startswith(fam.prefix):
+                return self._match_family(subject, fam, self._deep[i])
         return self._remember(subject, self._match_uncached(subject))
 
-    def _match_ack(self, subject: str) -> SublistResult[T]:
-        """An ack subject's match, cached once per stream and consumer (see ``_ACK_PREFIX``)."""
-        parts = subject.split(".", _ACK_KEY_TOKENS)
-        if self._ack_deep or len(parts) <= _ACK_KEY_TOKENS:
-            return self._match_uncached(subject)
-        key = subject[: len(subject) - len(parts[_ACK_KEY_TOKENS])]  # "$JS.ACK.<stream>.<consumer>."
+    def _match_family(self, subject: str, fam: _Family, deep: int) -> SublistResult[T]:
+        """A family's subject's match, cached once per key (see ``_Family``)."""
+        toks = subject.split(".")
+        n = fam.key_tokens
+        if deep or len(toks) <= n:
+            result = self._match_uncached(subject)
+            return self._remember(subject, result) if fam.cache_whole_when_deep else result
+        key = ".".join(toks[:n]) + ".*" * (len(toks) - n)
         cached = self._cache.get(key)
         if cached is not None:
             self._hits += 1

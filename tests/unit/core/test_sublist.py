@@ -200,6 +200,20 @@ def test_ack_subjects_are_cached_once_per_consumer() -> None:
     assert not sl.match("$JS.ACK.S.C.1.1.1.1700000000000000000.0")
 
 
+def test_reply_inboxes_are_cached_once_per_client() -> None:
+    sl: Sublist[S] = Sublist(cache_size=8)
+    mux = S("mux")
+    sl.insert("_INBOX.abc.*", None, mux)
+    for i in range(20):
+        assert plain_set(sl.match(f"_INBOX.abc.{i}")) == {mux}
+    assert not sl.match("_INBOX.abc.1.2"), "one token more is another key"
+    assert sl.cache_count() == 2
+    one = S("one request")
+    sl.insert("_INBOX.abc.7", None, one)  # deep: the old style, a subscription per request
+    assert plain_set(sl.match("_INBOX.abc.7")) == {mux, one}
+    assert plain_set(sl.match("_INBOX.abc.8")) == {mux}
+
+
 def test_a_deep_ack_pattern_turns_the_per_consumer_ack_cache_off() -> None:
     sl: Sublist[S] = Sublist()
     acks, one = S("acks"), S("one delivery")
@@ -289,18 +303,25 @@ def test_match_agrees_with_a_brute_force_scan(ops: list, probes: list[str]) -> N
         check(p)  # the cached answer too
 
 
-_ACK_TOKENS = st.sampled_from(["$JS", "ACK", "a", "b"])
-_ack_literal = st.builds(
-    lambda stream, consumer, rest: ".".join(["$JS", "ACK", stream, consumer, *rest]),
-    st.sampled_from(["a", "b"]),
-    st.sampled_from(["a", "b"]),
-    st.lists(st.sampled_from(["a", "b", "1"]), min_size=0, max_size=4),
+_FAMILY_TOKENS = st.sampled_from(["$JS", "ACK", "_INBOX", "a", "b"])
+_family_literal = st.one_of(
+    st.builds(  # an ack subject: $JS.ACK.<stream>.<consumer>.<tokens...>
+        lambda stream, consumer, rest: ".".join(["$JS", "ACK", stream, consumer, *rest]),
+        st.sampled_from(["a", "b"]),
+        st.sampled_from(["a", "b"]),
+        st.lists(st.sampled_from(["a", "b", "1"]), min_size=0, max_size=4),
+    ),
+    st.builds(  # a reply inbox: _INBOX.<client>.<tokens...>
+        lambda client, rest: ".".join(["_INBOX", client, *rest]),
+        st.sampled_from(["a", "b"]),
+        st.lists(st.sampled_from(["a", "b", "1"]), min_size=0, max_size=3),
+    ),
 )
 
 
 @st.composite
-def _ack_pattern(draw: st.DrawFn) -> str:
-    toks = draw(st.lists(st.one_of(_ACK_TOKENS, st.just("*")), min_size=1, max_size=7))
+def _family_pattern(draw: st.DrawFn) -> str:
+    toks = draw(st.lists(st.one_of(_FAMILY_TOKENS, st.just("*")), min_size=1, max_size=7))
     if draw(st.booleans()):
         toks[-1] = ">"
     return ".".join(toks)
@@ -309,13 +330,14 @@ def _ack_pattern(draw: st.DrawFn) -> str:
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["insert", "remove", "match"]), _ack_pattern(), st.integers(0, 3), _ack_literal),
+        st.tuples(st.sampled_from(["insert", "remove", "match"]), _family_pattern(), st.integers(0, 3), _family_literal),
         max_size=40,
     ),
-    st.lists(_ack_literal, min_size=1, max_size=10),
+    st.lists(_family_literal, min_size=1, max_size=10),
 )
-def test_ack_subject_matches_agree_with_a_brute_force_scan(ops: list, probes: list[str]) -> None:
-    """The per-consumer ack cache against every kind of pattern that can reach ack subjects."""
+def test_ack_and_inbox_matches_agree_with_a_brute_force_scan(ops: list, probes: list[str]) -> None:
+    """The per-key caches of ack subjects and reply inboxes against every kind of pattern that
+    can reach them."""
     sl: Sublist[S] = Sublist(cache_size=8)
     objs = [S(str(i)) for i in range(4)]
     model: set[tuple[str, S]] = set()
