@@ -40,6 +40,24 @@ async def _connect(url: str, **kw):
     return nc
 
 
+async def _first_delivery(srv, sub, publish):
+    """``publish()``, then the first message ``sub`` receives.
+
+    The reference now and then (about 1 run in 15 here) does not deliver the first message
+    published after another connection's flushed SUB, with a permissions-restricted client on
+    either side; a second publish arrives. Against it the publish is tried up to three times;
+    leafjet must deliver the first."""
+    attempts = 3 if srv.kind == "reference" else 1
+    for attempt in range(attempts):
+        await publish()
+        try:
+            return await sub.next_msg(timeout=3)
+        except nats.errors.TimeoutError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def _refused(url: str, **kw) -> str:
     with pytest.raises(NatsError) as info:
         nc = await nats.connect(url, **NO_RETRY, **kw)
@@ -130,9 +148,12 @@ async def test_publish_permission_violation_is_reported_and_not_delivered(make_s
         await admin.flush()
         await dev.publish("cmd.reboot", b"nope")
         await dev.publish("telemetry.secret", b"nope")
-        await dev.publish("telemetry.ok", b"fine")
-        await dev.flush()
-        msg = await watch.next_msg(timeout=3)
+
+        async def publish() -> None:
+            await dev.publish("telemetry.ok", b"fine")
+            await dev.flush()
+
+        msg = await _first_delivery(srv, watch, publish)
         assert (msg.subject, msg.data) == ("telemetry.ok", b"fine")
         with anyio.fail_after(3):
             while len(dev.test_errors) < 2:
@@ -163,11 +184,14 @@ async def test_subscribe_permission_violation_is_reported_and_nothing_delivered(
         # a wildcard allowed overall still does not deliver the denied subject
         wide = await dev.subscribe("telemetry.*")
         await dev.flush()
-        await admin.publish("admin.events", b"x")
-        await admin.publish("telemetry.secret", b"hidden")
-        await admin.publish("telemetry.open", b"visible")
-        await admin.flush()
-        msg = await wide.next_msg(timeout=3)
+
+        async def publish() -> None:
+            await admin.publish("admin.events", b"x")
+            await admin.publish("telemetry.secret", b"hidden")
+            await admin.publish("telemetry.open", b"visible")
+            await admin.flush()
+
+        msg = await _first_delivery(srv, wide, publish)
         assert msg.subject == "telemetry.open"
         await anyio.sleep(0.2)
         assert wide.pending_msgs == 0 and forbidden.pending_msgs == 0
