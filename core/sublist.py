@@ -124,10 +124,10 @@ class Sublist(Generic[T]):
     """Subscriptions indexed by subject, with queue groups and a literal-subject match cache."""
 
     __slots__ = (
-        "_deep",
         "_cache",
         "_cache_max",
         "_count",
+        "_deep",
         "_hits",
         "_inserts",
         "_matches",

@@ -73,7 +73,9 @@ def encode_msg(
     return _join((head.encode("utf-8", "surrogateescape"), headers, payload, _CRLF))
 
 
-def encode_msgs(sid: str, msgs: list[tuple[str, str | None, bytes | None, bytes]], headers: bool = True) -> bytes:
+def encode_msgs(
+    sid: str, msgs: list[tuple[str, str | None, bytes | None, bytes]], headers: bool = True
+) -> bytes:
     """``encode_msg`` of each ``(subject, reply, headers, payload)`` for one subscription, joined
     into one buffer (half the cost per message of encoding them one by one). With ``headers``
     False the header blocks are dropped (a client that did not ask for headers)."""

@@ -23,7 +23,9 @@ class Receiver(Protocol):
         self, sub: Subscription, subject: str, reply: str | None, headers: bytes | None, payload: bytes
     ) -> None: ...
 
-    def deliver_many(self, sub: Subscription, msgs: list[tuple[str, str | None, bytes | None, bytes]]) -> None:
+    def deliver_many(
+        self, sub: Subscription, msgs: list[tuple[str, str | None, bytes | None, bytes]]
+    ) -> None:
         """``deliver`` of each ``(subject, reply, headers, payload)``, in order."""
         ...
 

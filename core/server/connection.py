@@ -296,7 +296,9 @@ class ClientConnection:
         if sub.max_msgs is not None and sub.delivered >= sub.max_msgs:
             self._unsubscribe(sub)
 
-    def deliver_many(self, sub: Subscription, msgs: list[tuple[str, str | None, bytes | None, bytes]]) -> None:
+    def deliver_many(
+        self, sub: Subscription, msgs: list[tuple[str, str | None, bytes | None, bytes]]
+    ) -> None:
         """``deliver`` of each ``(subject, reply, headers, payload)``, in order, as one buffer entry
         (a JetStream run to one inbox). A run that overflows max_pending closes the client as
         ``deliver`` would: that drops everything buffered, the run's first messages included."""

@@ -65,7 +65,9 @@ class InternalReceiver:
         except anyio.ClosedResourceError:
             pass
 
-    def deliver_many(self, sub: Subscription, msgs: list[tuple[str, str | None, bytes | None, bytes]]) -> None:
+    def deliver_many(
+        self, sub: Subscription, msgs: list[tuple[str, str | None, bytes | None, bytes]]
+    ) -> None:
         for subject, reply, headers, payload in msgs:
             self.deliver(sub, subject, reply, headers, payload)
 

@@ -330,7 +330,12 @@ def _family_pattern(draw: st.DrawFn) -> str:
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["insert", "remove", "match"]), _family_pattern(), st.integers(0, 3), _family_literal),
+        st.tuples(
+            st.sampled_from(["insert", "remove", "match"]),
+            _family_pattern(),
+            st.integers(0, 3),
+            _family_literal,
+        ),
         max_size=40,
     ),
     st.lists(_family_literal, min_size=1, max_size=10),

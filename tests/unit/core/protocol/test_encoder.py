@@ -95,7 +95,9 @@ def test_encode_msgs_is_encode_msg_of_each_joined():
     ]
     assert encoder.encode_msgs("9", msgs) == b"".join(encode_msg(s, "9", r, p, h) for s, r, h, p in msgs)
     # a client that did not ask for headers gets the payloads only
-    assert encoder.encode_msgs("9", msgs, headers=False) == b"".join(encode_msg(s, "9", r, p) for s, r, _h, p in msgs)
+    assert encoder.encode_msgs("9", msgs, headers=False) == b"".join(
+        encode_msg(s, "9", r, p) for s, r, _h, p in msgs
+    )
 
 
 def test_msg_round_trips_through_client_parser():
