@@ -84,7 +84,6 @@ class _Node:
         return not (self.nodes or self.psubs or self.qsubs) and self.pwc is None and self.fwc is None
 
 
-@dataclass(frozen=True, slots=True)
 class _Family:
     """Subjects that are each published about once, so caching them whole only evicts the entries
     worth keeping, while walking the trie for every one is a real share of a message's CPU.
@@ -95,13 +94,17 @@ class _Family:
     of tokens have the same match, cached once under the first tokens followed by ``*``s.
     """
 
-    prefix: str  # the family's literal first tokens and a dot
-    key_tokens: int
-    cache_whole_when_deep: bool  # with deep subscriptions: cache each subject (True) or none
+    __slots__ = ("cache_whole_when_deep", "fixed", "key_tokens", "prefix")
+
+    def __init__(self, fixed: tuple[str, ...], key_tokens: int, cache_whole_when_deep: bool) -> None:
+        self.fixed = fixed  # the family's literal first tokens
+        self.prefix = ".".join(fixed) + "."
+        self.key_tokens = key_tokens
+        self.cache_whole_when_deep = cache_whole_when_deep  # with deep subscriptions: each, or none
 
     def is_deep(self, pattern: str) -> bool:
         """Whether ``pattern`` could tell two of the family's subjects with the same key apart."""
-        fixed = self.prefix.split(".")[:-1]
+        fixed = self.fixed
         for i, tok in enumerate(pattern.split(".")):
             if tok == ">":
                 return False
@@ -114,9 +117,9 @@ class _Family:
 
 _FAMILIES = (
     # $JS.ACK.<stream>.<consumer>.<delivery's sequences...>: one per delivered message
-    _Family("$JS.ACK.", 4, False),
+    _Family(("$JS", "ACK"), 4, False),
     # _INBOX.<client>.<request>: a request's reply inbox (nats-py and nats.go subscribe _INBOX.<client>.*)
-    _Family("_INBOX.", 2, True),
+    _Family(("_INBOX",), 2, True),
 )
 
 

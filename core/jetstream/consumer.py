@@ -449,12 +449,7 @@ class Consumer:
                     break
         self.dseq, self._remaining = dseq, remaining
         self.next_sseq = m.seq + 1
-        if m.seq > self.last_delivered_sseq:
-            self.last_delivered_sseq = m.seq
-        if ack_none:
-            self.ack_floor_dseq, self.ack_floor_sseq = dseq, max(self.ack_floor_sseq, m.seq)
-        self.last_active_ns = now_wall
-        self._dirty = True
+        self._delivered_up_to(m.seq, now_wall)
         return request_due
 
     def _run_room(self, n: int) -> int:
@@ -631,14 +626,9 @@ class Consumer:
             deliveries = 1
             if not self.ack_none:
                 self.pending[msg.seq] = p = Pending(self.dseq, 1, now)
-        if msg.seq > self.last_delivered_sseq:
-            self.last_delivered_sseq = msg.seq
-        self.last_active_ns = now
         if p is not None:
             self._arm(msg.seq, p, self._ack_wait(deliveries))
-        else:
-            self.ack_floor_dseq, self.ack_floor_sseq = self.dseq, max(self.ack_floor_sseq, msg.seq)
-        self._dirty = True
+        self._delivered_up_to(msg.seq, now)
         reply = _ack_subject(self._ack_prefix(), deliveries, msg.seq, self.dseq, msg.ts, pending_after)
         headers, payload = msg.headers, msg.data
         if self.config.headers_only:
@@ -646,6 +636,16 @@ class Consumer:
             items.append(("Nats-Msg-Size", str(len(msg.data))))
             headers, payload = encode_headers(items), b""
         self.stream.account.publish(msg.subject, reply, headers, payload, route=to)
+
+    def _delivered_up_to(self, sseq: int, now: int) -> None:
+        """What every delivery (``_send``, ``_run_take``) records after the consumer sequence
+        moved to ``self.dseq`` with stream sequence ``sseq``: with ack none, that is the floor."""
+        if sseq > self.last_delivered_sseq:
+            self.last_delivered_sseq = sseq
+        if self.ack_none:
+            self.ack_floor_dseq, self.ack_floor_sseq = self.dseq, max(self.ack_floor_sseq, sseq)
+        self.last_active_ns = now
+        self._dirty = True
 
     def _ack_wait(self, deliveries: int) -> int:
         backoff = self.config.backoff

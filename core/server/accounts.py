@@ -26,7 +26,9 @@ class Receiver(Protocol):
     def deliver_many(
         self, sub: Subscription, msgs: list[tuple[str, str | None, bytes | None, bytes]]
     ) -> None:
-        """``deliver`` of each ``(subject, reply, headers, payload)``, in order."""
+        """``deliver`` of each ``(subject, reply, headers, payload)``, in order. The router calls
+        it only for a subscription without a message limit (``max_msgs``): one that may end
+        within the run gets the messages one publish at a time."""
         ...
 
 

@@ -302,10 +302,6 @@ class ClientConnection:
         """``deliver`` of each ``(subject, reply, headers, payload)``, in order, as one buffer entry
         (a JetStream run to one inbox). A run that overflows max_pending closes the client as
         ``deliver`` would: that drops everything buffered, the run's first messages included."""
-        if sub.max_msgs is not None:  # it may end within the run
-            for subject, reply, headers, payload in msgs:
-                self.deliver(sub, subject, reply, headers, payload)
-            return
         if self.state is not State.CONNECTED or not msgs:
             return
         if self._buffer_delivery(encoder.encode_msgs(sub.sid, msgs, self.headers)):

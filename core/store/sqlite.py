@@ -1283,8 +1283,14 @@ class SqliteStore:
     def _w_publish(self) -> None:
         changed = False
         with self._lock:
-            subj = self._subj
+            subj, last = self._subj, self._last
+            if self._delta:
+                self._last_ver += 1
             for s, d in self._delta.items():
+                if last:  # a subject with messages added or removed (d may be 0: one of each)
+                    gone = last.pop(s, None)
+                    if gone is not None:
+                        self._last_bytes -= gone[1]
                 if not d:
                     continue
                 n = subj.get(s, 0) + d
@@ -1297,14 +1303,6 @@ class SqliteStore:
                     changed = True
             if changed:
                 self._subj_ver += 1
-            if self._delta:
-                self._last_ver += 1
-                last = self._last
-                if last:
-                    for s in self._delta:
-                        gone = last.pop(s, None)
-                        if gone is not None:
-                            self._last_bytes -= gone[1]
             self._pub = self._w.copy()
         self._delta = {}
 
@@ -1514,10 +1512,7 @@ class SqliteStore:
             if op.keep is not None:
                 if op.keep >= w.msgs:
                     return 0
-                if w.msgs - op.keep <= RETURNING_MAX:
-                    oldest = "SELECT seq FROM msgs ORDER BY seq LIMIT ?"
-                    return self._w_remove_returning(f"seq IN ({oldest})", (w.msgs - op.keep,))
-                return self._w_remove_where("seq < ?", (self._w_first_kept("", (), w.msgs, op.keep),))
+                return self._w_keep_newest("", (), w.msgs, op.keep)
             if op.up_to_seq is not None:
                 up = op.up_to_seq
                 n = self._w_remove_all() if up > w.last_seq else self._w_remove_where("seq < ?", (up,))
@@ -1537,14 +1532,22 @@ class SqliteStore:
             total = sum(self._w_count(s) for s in subjects)
             if op.keep >= total:
                 return 0
-            if total - op.keep <= RETURNING_MAX:
-                oldest = f"SELECT seq FROM msgs WHERE {where} ORDER BY seq LIMIT ?"
-                return self._w_remove_returning(f"seq IN ({oldest})", (arg, total - op.keep))
-            cutoff = self._w_first_kept(f"WHERE {where}", (arg,), total, op.keep)
-            return self._w_remove_where(f"{where} AND seq < ?", (arg, cutoff))
+            return self._w_keep_newest(where, (arg,), total, op.keep)
         if op.up_to_seq is not None:
             return self._w_remove_where(f"{where} AND seq < ?", (arg, op.up_to_seq))
         return self._w_remove_where(where, (arg,))
+
+    def _w_keep_newest(self, cond: str, params: tuple[Any, ...], total: int, keep: int) -> int:
+        """Remove all but the newest ``keep`` of the ``total`` messages matching ``cond`` (a SQL
+        condition, "" for every message; 0 < keep < total). A few go in one DELETE that returns
+        them; many by finding the first kept one, then deleting below it."""
+        where = f"WHERE {cond}" if cond else ""
+        drop = total - keep
+        if drop <= RETURNING_MAX:
+            oldest = f"SELECT seq FROM msgs {where} ORDER BY seq LIMIT ?"
+            return self._w_remove_returning(f"seq IN ({oldest})", (*params, drop))
+        cutoff = self._w_first_kept(where, params, total, keep)
+        return self._w_remove_where(f"{cond} AND seq < ?" if cond else "seq < ?", (*params, cutoff))
 
     def _w_first_kept(self, where: str, params: tuple[Any, ...], total: int, keep: int) -> int:
         """The oldest of the newest ``keep`` of ``total`` matching messages (0 < keep < total).
