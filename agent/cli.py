@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from core.errors import ConfigError, StartupError
 
@@ -27,7 +28,7 @@ _OVERRIDES = {
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 too; keep the message to one line
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 too; keep the message to one line
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)

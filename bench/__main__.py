@@ -91,7 +91,7 @@ def core_matrix(args: argparse.Namespace) -> int:
     return 0
 
 
-JS_SERVERS = (  # column -> (kind, config)
+JS_SERVERS: tuple[tuple[str, tuple[str, dict[str, Any]]], ...] = (  # column -> (kind, config)
     ("reference", ("reference", {})),
     ("leafjet(always)", ("leafjet", {"jetstream": {"sync": "always"}})),
     ("leafjet(interval)", ("leafjet", {"jetstream": {"sync": "interval"}})),

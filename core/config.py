@@ -13,7 +13,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Self
 
 from core.errors import ConfigError
 from core.server.auth import AuthConfig, Permission, Permissions, User, hash_password
@@ -37,6 +37,9 @@ _SIZE_UNITS = {
     "gb": 1 << 30,
     "gib": 1 << 30,
 }
+
+SyncMode = Literal["always", "interval"]
+SYNC_MODES: tuple[SyncMode, ...] = ("always", "interval")
 
 
 def parse_duration(value: Any, path: str) -> float:
@@ -74,7 +77,7 @@ class JetStreamConfig:
     enabled: bool = True
     store_dir: str = ""
     domain: str | None = None
-    sync: str = "always"  # "always": ack after fsync; "interval": fsync every sync_interval
+    sync: SyncMode = "always"  # "always": ack after fsync; "interval": fsync every sync_interval
     sync_interval: float = 1.0
     max_memory: int = -1
     max_file: int = -1
@@ -122,8 +125,10 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 # dict -> typed config. Each reader pops the keys it knows; what is left is an unknown key.
 
 
-class _Table:
-    """A TOML table being read: typed getters that name the dotted path of a bad value."""
+class ConfigTable:
+    """A TOML table being read: typed getters that name the dotted path of a bad value. Each getter
+    pops its key, so ``done`` can name a key nobody asked for (the bridges' configs read theirs with
+    it too)."""
 
     def __init__(self, data: Any, path: str) -> None:
         if not isinstance(data, dict):
@@ -137,19 +142,19 @@ class _Table:
     def take(self, key: str, default: Any = None) -> Any:
         return self.data.pop(key, default)
 
-    def str(self, key: str, default: str | None = None) -> str | None:
+    def string(self, key: str, default: str | None = None) -> str | None:
         v = self.take(key, default)
         if v is not None and not isinstance(v, str):
             raise ConfigError(self.at(key), f"expected a string, got {v!r}")
         return v
 
-    def bool(self, key: str, default: bool) -> bool:
+    def flag(self, key: str, default: bool) -> bool:
         v = self.take(key, default)
         if not isinstance(v, bool):
             raise ConfigError(self.at(key), f"expected true or false, got {v!r}")
         return v
 
-    def int(self, key: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
+    def integer(self, key: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
         v = self.take(key, default)
         if isinstance(v, bool) or not isinstance(v, int):
             raise ConfigError(self.at(key), f"expected an integer, got {v!r}")
@@ -172,6 +177,15 @@ class _Table:
             raise ConfigError(self.at(key), f"expected a string or a list of strings, got {v!r}")
         return tuple(v)
 
+    def tables(self, key: str) -> list[Self]:
+        """An array of tables (a single table counts as an array of one)."""
+        v = self.take(key, [])
+        if isinstance(v, dict):
+            v = [v]
+        if not isinstance(v, list):
+            raise ConfigError(self.at(key), f"expected an array of tables, got {type(v).__name__}")
+        return [type(self)(x, f"{self.at(key)}[{i}]") for i, x in enumerate(v)]
+
     def done(self) -> None:
         if self.data:
             key = sorted(self.data)[0]
@@ -179,23 +193,23 @@ class _Table:
 
 
 def config_from_dict(data: dict[str, Any], *, base_dir: Path | None = None) -> ServerConfig:
-    t = _Table(data, "")
+    t = ConfigTable(data, "")
     d = ServerConfig()
-    host = t.str("host", None) or t.str("listen", None) or d.host
-    port = t.int("port", d.port, maximum=65535)
+    host = t.string("host", None) or t.string("listen", None) or d.host
+    port = t.integer("port", d.port, maximum=65535)
     cfg = ServerConfig(
         host=host,
         port=port,
-        server_name=t.str("server_name", "") or "",
+        server_name=t.string("server_name", "") or "",
         max_payload=t.size("max_payload", d.max_payload),
         max_control_line=t.size("max_control_line", d.max_control_line),
         max_pending=t.size("max_pending", d.max_pending),
-        max_connections=t.int("max_connections", d.max_connections, minimum=1),
+        max_connections=t.integer("max_connections", d.max_connections, minimum=1),
         ping_interval=t.duration("ping_interval", d.ping_interval),
-        ping_max=t.int("ping_max", d.ping_max, minimum=1),
+        ping_max=t.integer("ping_max", d.ping_max, minimum=1),
         write_deadline=t.duration("write_deadline", d.write_deadline),
         shutdown_timeout=t.duration("shutdown_timeout", d.shutdown_timeout),
-        data_dir=t.str("data_dir", "") or "",
+        data_dir=t.string("data_dir", "") or "",
         auth=_read_auth(t),
         tls=_read_tls(t.take("tls"), base_dir) if "tls" in t.data else None,
         jetstream=_read_jetstream(t.take("jetstream", {})),
@@ -213,11 +227,11 @@ def _resolve(path: str | None, base_dir: Path | None) -> str | None:
 
 
 def _read_tls(data: Any, base_dir: Path | None) -> TLSConfig:
-    t = _Table(data, "tls")
-    cert = _resolve(t.str("cert_file"), base_dir)
-    key = _resolve(t.str("key_file"), base_dir)
-    ca = _resolve(t.str("ca_file"), base_dir)
-    verify = t.bool("verify", False)
+    t = ConfigTable(data, "tls")
+    cert = _resolve(t.string("cert_file"), base_dir)
+    key = _resolve(t.string("key_file"), base_dir)
+    ca = _resolve(t.string("ca_file"), base_dir)
+    verify = t.flag("verify", False)
     timeout = t.duration("timeout", 2.0)
     t.done()
     if not cert or not key:
@@ -233,24 +247,25 @@ def _read_tls(data: Any, base_dir: Path | None) -> TLSConfig:
 def _read_jetstream(data: Any) -> JetStreamConfig:
     if isinstance(data, bool):
         return JetStreamConfig(enabled=data)
-    t = _Table(data, "jetstream")
+    t = ConfigTable(data, "jetstream")
     d = JetStreamConfig()
-    domain = t.str("domain")
+    domain = t.string("domain")
     if domain is not None and (not domain or not re.fullmatch(r"[A-Za-z0-9_-]+", domain)):
         raise ConfigError("jetstream.domain", f"invalid domain name {domain!r}")
-    sync = t.str("sync", d.sync)
-    if sync not in ("always", "interval"):
-        raise ConfigError("jetstream.sync", f'expected "always" or "interval", got {sync!r}')
+    raw_sync = t.string("sync", d.sync)
+    sync = next((mode for mode in SYNC_MODES if mode == raw_sync), None)
+    if sync is None:
+        raise ConfigError("jetstream.sync", f'expected "always" or "interval", got {raw_sync!r}')
     js = JetStreamConfig(
-        enabled=t.bool("enabled", True),
-        store_dir=t.str("store_dir", "") or "",
+        enabled=t.flag("enabled", True),
+        store_dir=t.string("store_dir", "") or "",
         domain=domain,
         sync=sync,
         sync_interval=t.duration("sync_interval", d.sync_interval),
         max_memory=t.size("max_memory_store", 1 << 62) if "max_memory_store" in t.data else -1,
         max_file=t.size("max_file_store", 1 << 62) if "max_file_store" in t.data else -1,
-        key=t.str("key"),
-        cipher=(t.str("cipher", d.cipher) or d.cipher).lower(),
+        key=t.string("key"),
+        cipher=(t.string("cipher", d.cipher) or d.cipher).lower(),
     )
     if js.cipher not in ("chachapoly", "aes"):
         raise ConfigError("jetstream.cipher", f'expected "chachapoly" or "aes", got {js.cipher!r}')
@@ -263,15 +278,15 @@ def _read_jetstream(data: Any) -> JetStreamConfig:
 def _read_permission(data: Any, path: str) -> Permission:
     # The reference allows a bare subject or list as shorthand for "allow".
     if isinstance(data, str | list):
-        return Permission(allow=_Table({"allow": data}, path).str_list("allow"))
-    t = _Table(data, path)
+        return Permission(allow=ConfigTable({"allow": data}, path).str_list("allow"))
+    t = ConfigTable(data, path)
     perm = Permission(allow=t.str_list("allow"), deny=t.str_list("deny"))
     t.done()
     return perm
 
 
 def _read_permissions(data: Any, path: str) -> Permissions:
-    t = _Table(data, path)
+    t = ConfigTable(data, path)
     pub = _read_permission(t.take("publish"), t.at("publish")) if "publish" in t.data else Permission()
     sub = _read_permission(t.take("subscribe"), t.at("subscribe")) if "subscribe" in t.data else Permission()
     t.take("allow_responses")  # accepted for compatibility; responses are not restricted separately
@@ -280,10 +295,10 @@ def _read_permissions(data: Any, path: str) -> Permissions:
 
 
 def _read_user(data: Any, path: str, account: str) -> User:
-    t = _Table(data, path)
-    name = t.str("user")
-    password = t.str("password")
-    nkey = t.str("nkey")
+    t = ConfigTable(data, path)
+    name = t.string("user")
+    password = t.string("password")
+    nkey = t.string("nkey")
     perms = (
         _read_permissions(t.take("permissions"), t.at("permissions"))
         if "permissions" in t.data
@@ -306,16 +321,16 @@ def _read_user(data: Any, path: str, account: str) -> User:
     )
 
 
-def _read_auth(root: _Table) -> AuthConfig:
+def _read_auth(root: ConfigTable) -> AuthConfig:
     users: list[User] = []
     token: str | None = None
     timeout = 2.0
     account_names: list[str] = []
     if "authorization" in root.data:
-        t = _Table(root.take("authorization"), "authorization")
-        token = t.str("token")
+        t = ConfigTable(root.take("authorization"), "authorization")
+        token = t.string("token")
         timeout = t.duration("timeout", timeout)
-        single_user, single_pass = t.str("user"), t.str("password")
+        single_user, single_pass = t.string("user"), t.string("password")
         if single_user is not None or single_pass is not None:
             users.append(
                 _read_user({"user": single_user, "password": single_pass}, "authorization", GLOBAL_ACCOUNT)
@@ -324,12 +339,12 @@ def _read_auth(root: _Table) -> AuthConfig:
             users.append(_read_user(u, f"authorization.users[{i}]", GLOBAL_ACCOUNT))
         t.done()
     if "accounts" in root.data:
-        accounts = _Table(root.take("accounts"), "accounts")
+        accounts = ConfigTable(root.take("accounts"), "accounts")
         for name in list(accounts.data):
             apath = accounts.at(name)
             if not re.fullmatch(r"[A-Za-z0-9_$-]+", name):
                 raise ConfigError(apath, "invalid account name")
-            a = _Table(accounts.take(name), apath)
+            a = ConfigTable(accounts.take(name), apath)
             for i, u in enumerate(_as_list(a.take("users", []), a.at("users"))):
                 users.append(_read_user(u, f"{apath}.users[{i}]", name))
             a.take("jetstream")  # per-account JetStream limits: accepted, all accounts get JetStream

@@ -177,6 +177,7 @@ class Sublist(Generic[T]):
                 if nxt is None:
                     nxt = node.nodes[tok] = _Node()
             node = nxt
+        members: dict | None
         if queue is None:
             members = node.psubs
         else:
@@ -212,6 +213,7 @@ class Sublist(Generic[T]):
             if node is None:
                 return False
         assert node is not None
+        members: dict | None
         if queue is None:
             members = node.psubs
         else:

@@ -21,7 +21,7 @@ import queue
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -83,9 +83,6 @@ class BridgeStats:
     mqtt_refusals: int = 0  # paho thread: CONNACK with a failure reason (credentials, ...)
     mqtt_connect_failures: int = 0  # paho thread: TCP/TLS connect failed
     nats_connect_failures: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 class MqttBridge:
@@ -316,7 +313,7 @@ class MqttBridge:
                 # Unacknowledged, the broker resends it only on a new connection: force one.
                 log.error("%s: inbound queue full; reconnecting so the broker redelivers", self._who)
                 sock = client.socket()
-                if sock is not None:
+                if isinstance(sock, socket.socket):  # TCP or TLS (we open no websockets)
                     with contextlib.suppress(OSError):
                         sock.shutdown(socket.SHUT_RDWR)
             return

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from core.config import parse_duration, parse_size
+from core.config import ConfigTable
 from core.errors import ConfigError
 from core.subjects import is_valid_literal_subject
 
@@ -118,60 +118,16 @@ class MqttBridgeConfig:
             raise ConfigError("inbound", "a bridge needs at least one inbound or outbound route")
 
 
-class _Table:
-    def __init__(self, data: Any, path: str) -> None:
-        if not isinstance(data, dict):
-            raise ConfigError(path, f"expected a table, got {type(data).__name__}")
-        self.data, self.path = dict(data), path
-
-    def at(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def str(self, key: str, default: str | None = None) -> str | None:
-        v = self.data.pop(key, default)
-        if v is not None and not isinstance(v, str):
-            raise ConfigError(self.at(key), f"expected a string, got {v!r}")
-        return v
-
-    def bool(self, key: str, default: bool) -> bool:
-        v = self.data.pop(key, default)
-        if not isinstance(v, bool):
-            raise ConfigError(self.at(key), f"expected true or false, got {v!r}")
-        return v
-
-    def int(self, key: str, default: int, lo: int, hi: int) -> int:
-        v = self.data.pop(key, default)
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ConfigError(self.at(key), f"expected an integer, got {v!r}")
-        if not lo <= v <= hi:
-            raise ConfigError(self.at(key), f"must be between {lo} and {hi}, got {v}")
-        return v
-
-    def duration(self, key: str, default: float) -> float:
-        return parse_duration(self.data.pop(key), self.at(key)) if key in self.data else default
-
-    def size(self, key: str, default: int) -> int:
-        return parse_size(self.data.pop(key), self.at(key)) if key in self.data else default
-
-    def tables(self, key: str) -> list[_Table]:
-        v = self.data.pop(key, [])
-        if isinstance(v, dict):
-            v = [v]
-        if not isinstance(v, list):
-            raise ConfigError(self.at(key), f"expected an array of tables, got {type(v).__name__}")
-        return [_Table(x, f"{self.at(key)}[{i}]") for i, x in enumerate(v)]
+class _Table(ConfigTable):
+    """``ConfigTable`` with the bridge's subject fields."""
 
     def subject(self, key: str, default: str | None, *, allow_empty: bool = False) -> str:
-        v = self.str(key, default)
+        v = self.string(key, default)
         if v is None:
             raise ConfigError(self.at(key), "required")
         if not (allow_empty and v == "") and not is_valid_literal_subject(v):
             raise ConfigError(self.at(key), f"not a valid literal NATS subject: {v!r}")
         return v
-
-    def done(self) -> None:
-        if self.data:
-            raise ConfigError(self.at(sorted(self.data)[0]), "unknown field")
 
 
 def _resolve(path: str | None, base_dir: Path | None) -> str | None:
@@ -183,11 +139,11 @@ def _resolve(path: str | None, base_dir: Path | None) -> str | None:
 def _read_tls(t: _Table, base_dir: Path | None) -> MqttTLS:
     files = {}
     for key in ("ca_file", "cert_file", "key_file"):
-        p = _resolve(t.str(key), base_dir)
+        p = _resolve(t.string(key), base_dir)
         if p is not None and not Path(p).is_file():
             raise ConfigError(t.at(key), f"file not found: {p}")
         files[key] = p
-    tls = MqttTLS(**files, insecure=t.bool("insecure", False))
+    tls = MqttTLS(**files, insecure=t.flag("insecure", False))
     t.done()
     if (tls.cert_file is None) != (tls.key_file is None):
         raise ConfigError(t.at("cert_file"), "cert_file and key_file go together")
@@ -195,7 +151,7 @@ def _read_tls(t: _Table, base_dir: Path | None) -> MqttTLS:
 
 
 def _read_inbound(t: _Table) -> InboundRoute:
-    flt = t.str("filter")
+    flt = t.string("filter")
     if flt is None:
         raise ConfigError(t.at("filter"), "required")
     try:
@@ -204,19 +160,19 @@ def _read_inbound(t: _Table) -> InboundRoute:
         raise ConfigError(t.at("filter"), f"invalid MQTT topic filter {flt!r}: {e}") from None
     route = InboundRoute(
         filter=flt,
-        qos=t.int("qos", 1, 0, 2),
+        qos=t.integer("qos", 1, minimum=0, maximum=2),
         subject_prefix=t.subject("subject_prefix", "mqtt", allow_empty=True),
-        stream=t.str("stream"),
+        stream=t.string("stream"),
     )
     t.done()
     return route
 
 
 def _read_outbound(t: _Table, default_durable: str) -> OutboundRoute:
-    stream = t.str("stream")
+    stream = t.string("stream")
     if not stream:
         raise ConfigError(t.at("stream"), "required")
-    topic_prefix = t.str("topic_prefix", "") or ""
+    topic_prefix = t.string("topic_prefix", "") or ""
     if topic_prefix:
         try:
             validate_topic_name(topic_prefix)
@@ -225,11 +181,11 @@ def _read_outbound(t: _Table, default_durable: str) -> OutboundRoute:
     route = OutboundRoute(
         stream=stream,
         subject_prefix=t.subject("subject_prefix", None),
-        durable=t.str("durable", default_durable) or default_durable,
+        durable=t.string("durable", default_durable) or default_durable,
         topic_prefix=topic_prefix,
-        qos=t.int("qos", 1, 0, 2),
-        retain=t.bool("retain", False),
-        batch=t.int("batch", 64, 1, 10_000),
+        qos=t.integer("qos", 1, minimum=0, maximum=2),
+        retain=t.flag("retain", False),
+        batch=t.integer("batch", 64, minimum=1, maximum=10_000),
         ack_wait=t.duration("ack_wait", 30.0),
     )
     t.done()
@@ -237,8 +193,8 @@ def _read_outbound(t: _Table, default_durable: str) -> OutboundRoute:
 
 
 def bridge_from_table(t: _Table, base_dir: Path | None = None) -> MqttBridgeConfig:
-    name = t.str("name", "mqtt") or "mqtt"
-    url = t.str("url")
+    name = t.string("name", "mqtt") or "mqtt"
+    url = t.string("url")
     if not url:
         raise ConfigError(t.at("url"), "required")
     parts = urlsplit(url)
@@ -252,7 +208,7 @@ def bridge_from_table(t: _Table, base_dir: Path | None = None) -> MqttBridgeConf
     proto = t.data.pop("protocol", "5")
     if str(proto) not in _PROTOCOLS:
         raise ConfigError(t.at("protocol"), f'expected "3.1.1" or "5", got {proto!r}')
-    client_id = t.str("client_id", f"leafjet-{name}") or ""
+    client_id = t.string("client_id", f"leafjet-{name}") or ""
     if not client_id:
         raise ConfigError(t.at("client_id"), "must not be empty (a persistent session needs a fixed id)")
     tls = _read_tls(_Table(t.data.pop("tls"), t.at("tls")), base_dir) if "tls" in t.data else None
@@ -263,22 +219,22 @@ def bridge_from_table(t: _Table, base_dir: Path | None = None) -> MqttBridgeConf
     outbound = tuple(
         _read_outbound(x, f"{client_id}-{i}".replace(".", "_")) for i, x in enumerate(outbound_tables)
     )
-    fields = dict(
+    fields: dict[str, Any] = dict(
         name=name,
         host=parts.hostname,
         port=port,
         use_tls=use_tls,
         protocol=_PROTOCOLS[str(proto)],
         client_id=client_id,
-        clean_session=t.bool("clean_session", False),
+        clean_session=t.flag("clean_session", False),
         session_expiry=t.duration("session_expiry", 86400.0),
-        keepalive=t.int("keepalive", 30, 1, 65535),
-        username=t.str("username", parts.username),
-        password=t.str("password", parts.password),
+        keepalive=t.integer("keepalive", 30, minimum=1, maximum=65535),
+        username=t.string("username", parts.username),
+        password=t.string("password", parts.password),
         tls=tls,
-        nats_url=t.str("nats_url", "nats://127.0.0.1:4222") or "",
+        nats_url=t.string("nats_url", "nats://127.0.0.1:4222") or "",
         max_payload=t.size("max_payload", 1 << 20),
-        max_inflight=t.int("max_inflight", 256, 1, 65535),
+        max_inflight=t.integer("max_inflight", 256, minimum=1, maximum=65535),
         dead_letter_subject=t.subject("dead_letter_subject", "mqtt.dead_letter"),
         ack_timeout=t.duration("ack_timeout", 5.0),
         reconnect_min=t.duration("reconnect_min", 0.5),

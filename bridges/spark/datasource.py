@@ -121,13 +121,13 @@ class LeafjetBatchReader(DataSourceReader):
         self.fields = json_fields(schema)
         self.names = [f.name for f in schema.fields]
 
-    def partitions(self) -> list[RangePartition]:  # type: ignore[override]
+    def partitions(self) -> list[RangePartition]:
         _info, first, last = resolve_range(self.opts)
         ranges = split_range(first, last, self.opts.num_partitions, self.opts.min_partition_size)
         parts = [RangePartition(self.opts, lo, hi) for lo, hi in ranges]
         return parts or [RangePartition(self.opts, 1, 0)]  # an empty range reads nothing
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         yield from read_partition(partition, self.fields, self.names)
 
@@ -172,13 +172,13 @@ class LeafjetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = min(end, begin + limit.max_rows)
         return {self.opts.stream: max(begin, end)}
 
-    def partitions(self, start: dict, end: dict) -> list[RangePartition]:  # type: ignore[override]
+    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
         ranges = split_range(
             self._seq(start) + 1, self._seq(end), self.opts.num_partitions, self.opts.min_partition_size
         )
         return [RangePartition(self.opts, lo, hi) for lo, hi in ranges]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         yield from read_partition(partition, self.fields, self.names)
 

@@ -532,11 +532,11 @@ class Consumer:
             rate = bps / 8
             burst = self.stream.config.max_msg_size if self.stream.config.max_msg_size > 0 else 1 << 20
             need = min(_msg_size(msg), burst)
-            now = time.monotonic()
+            clock = time.monotonic()
             if self._rate_tokens is None:
-                self._rate_tokens, self._rate_at = float(burst), now
-            self._rate_tokens = min(burst, self._rate_tokens + (now - self._rate_at) * rate)
-            self._rate_at = now
+                self._rate_tokens, self._rate_at = float(burst), clock
+            self._rate_tokens = min(burst, self._rate_tokens + (clock - self._rate_at) * rate)
+            self._rate_at = clock
             if self._rate_tokens < need:
                 await anyio.sleep((need - self._rate_tokens) / rate)
                 self._rate_tokens, self._rate_at = float(need), time.monotonic()
@@ -778,7 +778,7 @@ class Consumer:
         """Commit the consumer's state (and any messages its acks remove) in one store call."""
         if self._interest_candidates:
             candidates, self._interest_candidates = self._interest_candidates, []
-            removals = [*removals, *await self.stream.interest_done(candidates, self)]
+            removals = [*(removals or ()), *await self.stream.interest_done(candidates, self)]
         ops: list[Any] = [DeleteOp(s) for s in removals or ()]
         if self._dirty or ops:
             ops.append(SetMetaOp(state_key(self.name), self.state_json()))

@@ -1057,8 +1057,8 @@ def check_consumer_update(
 
 def _sequence_info(seqs: tuple[int, int, int | None] | tuple[int, int]) -> dict[str, Any]:
     d: dict[str, Any] = {"consumer_seq": seqs[0], "stream_seq": seqs[1]}
-    if len(seqs) > 2 and seqs[2]:  # type: ignore[misc]
-        d["last_active"] = rfc3339_nano(seqs[2])  # type: ignore[misc]
+    if len(seqs) > 2 and seqs[2]:
+        d["last_active"] = rfc3339_nano(seqs[2])
     return d
 
 

@@ -378,7 +378,7 @@ class Stream:
             if not reply:
                 continue
             if type(outcome) is _Stored:  # the common case first
-                index = outcome.index
+                index = outcome.op_index
                 publish(reply, None, None, ack(int(results[index]) if index >= 0 else outcome.seq))
             elif type(outcome) is _Dup:
                 publish(reply, None, None, ack(outcome.seq, duplicate=True))
@@ -663,7 +663,7 @@ class _Stored(NamedTuple):
     """
 
     seq: int
-    index: int
+    op_index: int
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ same bytes. The encoders do not validate subjects or sids: the caller has alread
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 PING = b"PING\r\n"
@@ -74,7 +75,7 @@ def encode_msg(
 
 
 def encode_msgs(
-    sid: str, msgs: list[tuple[str, str | None, bytes | None, bytes]], headers: bool = True
+    sid: str, msgs: Sequence[tuple[str, str | None, bytes | None, bytes]], headers: bool = True
 ) -> bytes:
     """``encode_msg`` of each ``(subject, reply, headers, payload)`` for one subscription, joined
     into one buffer (half the cost per message of encoding them one by one). With ``headers``

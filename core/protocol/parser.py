@@ -241,10 +241,10 @@ class ServerParser(_Parser):
         n = len(args)
         if line[:4] == b"PUB " and (n == 3 or n == 4):
             # The form every client library writes, kept short: it is most of the traffic.
-            size = args[-1]
-            if len(size) > _MAX_SIZE_DIGITS or not size.isdigit():
+            digits = args[-1]
+            if len(digits) > _MAX_SIZE_DIGITS or not digits.isdigit():
                 raise ProtocolError(None)
-            size = int(size)
+            size = int(digits)
             if size > self.max_payload:
                 raise ProtocolError(MAX_PAYLOAD)
             subject = args[1].decode("utf-8", "surrogateescape")

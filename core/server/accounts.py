@@ -9,6 +9,7 @@ as a slow consumer (see connection.py).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from core.sublist import Sublist
@@ -24,7 +25,7 @@ class Receiver(Protocol):
     ) -> None: ...
 
     def deliver_many(
-        self, sub: Subscription, msgs: list[tuple[str, str | None, bytes | None, bytes]]
+        self, sub: Subscription, msgs: Sequence[tuple[str, str | None, bytes | None, bytes]]
     ) -> None:
         """``deliver`` of each ``(subject, reply, headers, payload)``, in order. The router calls
         it only for a subscription without a message limit (``max_msgs``): one that may end
@@ -46,7 +47,7 @@ class Subscription:
         self.delivered = 0
         # Set when the subscription is a wildcard that overlaps the owner's subscribe-deny list:
         # each message is then checked against the deny list before delivery.
-        self.deny_filter = None
+        self.deny_filter: Callable[[str], bool] | None = None
 
     def __repr__(self) -> str:
         return f"Subscription({self.subject!r}, queue={self.queue!r}, sid={self.sid!r})"
@@ -101,7 +102,7 @@ class Account:
             count += 1
         return count
 
-    def publish_many(self, route: str, msgs: list[tuple[str, str | None, bytes | None, bytes]]) -> None:
+    def publish_many(self, route: str, msgs: Sequence[tuple[str, str | None, bytes | None, bytes]]) -> None:
         """``publish(subject, reply, headers, payload, route=route)`` for each of ``msgs``, in order,
         with ``route`` matched once: JetStream hands a pull request a run of messages at a time."""
         result = self.sublist.match(route)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -297,7 +298,7 @@ class ClientConnection:
             self._unsubscribe(sub)
 
     def deliver_many(
-        self, sub: Subscription, msgs: list[tuple[str, str | None, bytes | None, bytes]]
+        self, sub: Subscription, msgs: Sequence[tuple[str, str | None, bytes | None, bytes]]
     ) -> None:
         """``deliver`` of each ``(subject, reply, headers, payload)``, in order, as one buffer entry
         (a JetStream run to one inbox). A run that overflows max_pending closes the client as

@@ -9,6 +9,7 @@ a JetStream publisher then gets no acknowledgement and retries.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import anyio
@@ -66,7 +67,7 @@ class InternalReceiver:
             pass
 
     def deliver_many(
-        self, sub: Subscription, msgs: list[tuple[str, str | None, bytes | None, bytes]]
+        self, sub: Subscription, msgs: Sequence[tuple[str, str | None, bytes | None, bytes]]
     ) -> None:
         for subject, reply, headers, payload in msgs:
             self.deliver(sub, subject, reply, headers, payload)

@@ -159,7 +159,7 @@ class _Protocol(asyncio.Protocol):
         self._stream._writable.set()
 
 
-async def listen(host: str, port: int, accept: Callable[[TcpStream], None]) -> asyncio.AbstractServer:
+async def listen(host: str, port: int, accept: Callable[[TcpStream], None]) -> asyncio.Server:
     """Listen on host:port; ``accept`` is called (on the loop) with each new connection's stream."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: _Protocol(accept), host, port, reuse_address=True)

@@ -294,23 +294,21 @@ def check_ops(ops: Sequence[Op], last_seq: int) -> None:
     """
     last = last_seq
     for op in ops:
-        cls = op.__class__
-        if cls is Append:
-            seq = op.seq  # type: ignore[union-attr]
-            if seq is None:
+        if isinstance(op, Append):
+            if op.seq is None:
                 last += 1
-            elif seq <= last:
-                raise SequenceMismatch(seq, last)
+            elif op.seq <= last:
+                raise SequenceMismatch(op.seq, last)
             else:
-                last = seq
-        elif cls is SkipOp:
-            last = max(last, op.seq)  # type: ignore[union-attr]
-        elif cls is PurgeOp:
-            if op.subject is None or op.subject == ">":  # type: ignore[union-attr]
-                up = op.up_to_seq  # type: ignore[union-attr]
+                last = op.seq
+        elif isinstance(op, SkipOp):
+            last = max(last, op.seq)
+        elif isinstance(op, PurgeOp):
+            if op.subject is None or op.subject == ">":
+                up = op.up_to_seq
                 if up is not None and up > last + 1:
                     last = up - 1
-        elif cls not in OP_TYPES:
+        elif op.__class__ not in OP_TYPES:
             raise InvalidOperation(f"not a store operation: {op!r}")
 
 

@@ -283,10 +283,10 @@ def snapshot_ops(snap: Snapshot) -> list[Op]:
 async def decode_chunks(chunks: AsyncIterator[bytes] | Iterable[bytes]) -> Snapshot:
     dec = SnapshotDecoder()
     if hasattr(chunks, "__aiter__"):
-        async for c in chunks:  # type: ignore[union-attr]
+        async for c in chunks:
             dec.feed(c)
     else:
-        for c in chunks:  # type: ignore[union-attr]
+        for c in chunks:
             dec.feed(c)
     return dec.finish()
 

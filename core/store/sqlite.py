@@ -441,7 +441,7 @@ class SqliteStore:
 
     def _resolve(self, outcomes: list[tuple[_Req, Any, BaseException | None]]) -> None:
         """Writer thread: post the outcomes of requests not resolved yet (each request exactly once)."""
-        items = []
+        items: list[tuple[asyncio.Future[Any] | None, Any, BaseException | None]] = []
         for r, value, exc in outcomes:
             if not r.done and r.fut is not None:
                 r.done = True
@@ -519,6 +519,7 @@ class SqliteStore:
         if ts is None:
             ts = self._clock()
         (seq,) = await self.apply((Append(subject, headers, data, ts),))
+        assert isinstance(seq, int)  # an Append's result is its sequence
         return seq, ts
 
     async def flush(self) -> None:
@@ -705,6 +706,7 @@ class SqliteStore:
         if limit <= 0 or end < start:
             self._check_open()
             return []
+        params: tuple[Any, ...]
         if filt is None:
             sql, params = "WHERE seq >= ? AND seq <= ?", (start, end)
         elif not has_wildcard(filt):
@@ -826,8 +828,8 @@ class SqliteStore:
         try:
             await conn.execute_fetchall("PRAGMA query_only = ON")
             await conn.execute_fetchall("BEGIN")
-            first_seq, last_seq, last_ts, msgs, _ = (await conn.execute_fetchall(schema.SELECT_STATE))[0]
-            metas = await conn.execute_fetchall("SELECT key, value FROM meta ORDER BY key")
+            (first_seq, last_seq, last_ts, msgs, _), *_rest = await conn.execute_fetchall(schema.SELECT_STATE)
+            metas = list(await conn.execute_fetchall("SELECT key, value FROM meta ORDER BY key"))
             header = SnapshotHeader(first_seq if msgs else last_seq + 1, last_seq, last_ts, msgs, len(metas))
             enc = SnapshotEncoder(header)
             after = 0
@@ -880,9 +882,9 @@ class SqliteStore:
                 if self._exited is not None:
                     await asyncio.shield(self._exited)
             if scope.cancelled_caught:
-                conn = self._conn
-                if conn is not None:
-                    conn.interrupt()  # thread-safe; aborts the statement the writer is stuck in
+                writer = self._conn
+                if writer is not None:
+                    writer.interrupt()  # thread-safe; aborts the statement the writer is stuck in
                 raise StoreError(f"{self._path}: close timed out after {timeout}s with writes still pending")
 
     # ============================================================================ writer thread
@@ -1383,7 +1385,7 @@ class SqliteStore:
         for r in reqs:
             ops = r.ops
             nops += len(ops)
-            if len(ops) == 1 and ops[0].__class__ is Append and ops[0].seq is None:  # type: ignore[union-attr]
+            if len(ops) == 1 and ops[0].__class__ is Append and ops[0].seq is None:
                 simple = True
             else:
                 w.last_seq = last
@@ -1396,10 +1398,10 @@ class SqliteStore:
             res: list[Result] = []
             for op in ops:
                 if op.__class__ is Append:
-                    seq = op.seq  # type: ignore[union-attr]
+                    seq = op.seq
                     if seq is None:
                         seq = last + 1
-                    subject, hdr, data, ts = op.subject, op.headers, op.data, op.ts  # type: ignore[union-attr]
+                    subject, hdr, data, ts = op.subject, op.headers, op.data, op.ts
                     size = (len(subject) if subject.isascii() else len(subject.encode())) + len(data) + 16
                     if hdr:
                         size += len(hdr)

@@ -142,13 +142,14 @@ def start_leafjet(
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, cwd=REPO, env=env)
-    assert proc.stdout is not None
-    os.set_blocking(proc.stdout.fileno(), False)
+    out = proc.stdout
+    assert out is not None
+    os.set_blocking(out.fileno(), False)
     buf = b""
 
     def ready() -> int | None:
         nonlocal buf
-        chunk = proc.stdout.read()
+        chunk = out.read()
         if chunk:
             buf += chunk
         m = READY.search(buf.decode(errors="replace"))
