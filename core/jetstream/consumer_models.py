@@ -170,7 +170,7 @@ def _go_quote(s: str) -> str:
 class _GoTime(_T):
     go = "time.Time"
 
-    def decode(self, v, path, root, strict):
+    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
         if v is None:
             return _ABSENT
         if not isinstance(v, str):
@@ -187,7 +187,7 @@ class _Choice(_T):
     def __init__(self, mapping: Mapping[str, str], message: Callable[[str], str]) -> None:
         self.mapping, self.message = dict(mapping), message
 
-    def decode(self, v, path, root, strict):
+    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
         if isinstance(v, str) and v in self.mapping:
             return self.mapping[v]
         raise _DecodeError(self.message(_raw_text(v)))

@@ -145,7 +145,7 @@ class _Str(_T):
     go = "string"
     zero = ""
 
-    def decode(self, v, path, root, strict):
+    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
         if v is None:
             return _ABSENT
         if not isinstance(v, str):
@@ -157,7 +157,7 @@ class _Bool(_T):
     go = "bool"
     zero = False
 
-    def decode(self, v, path, root, strict):
+    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
         if v is None:
             return _ABSENT
         if not isinstance(v, bool):
@@ -171,7 +171,7 @@ class _Int(_T):
         self.lo, self.hi = bounds
         self.zero = 0
 
-    def decode(self, v, path, root, strict):
+    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
         if v is None:
             return _ABSENT
         kind = _json_kind(v)
@@ -186,7 +186,7 @@ class _Slice(_T):
     def __init__(self, elem: _T, go: str) -> None:
         self.elem, self.go = elem, go
 
-    def decode(self, v, path, root, strict):
+    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
         if v is None:
             return _ABSENT
         if not isinstance(v, list):
@@ -201,7 +201,7 @@ class _Slice(_T):
 class _StrMap(_T):
     go = "map[string]string"
 
-    def decode(self, v, path, root, strict):
+    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
         if v is None:
             return _ABSENT
         if not isinstance(v, dict):
@@ -223,7 +223,7 @@ class _Enum(_T):
     def __init__(self, values: Iterable[str], *, fold: bool = False, empty_as: str | None = None) -> None:
         self.values, self.fold, self.empty_as = tuple(values), fold, empty_as
 
-    def decode(self, v, path, root, strict):
+    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
         if isinstance(v, str):
             s = v.lower() if self.fold else v
             if s in self.values:
@@ -236,7 +236,7 @@ class _Enum(_T):
 class _Compression(_T):
     go = "string"
 
-    def decode(self, v, path, root, strict):
+    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
         if v is not None and not isinstance(v, str):
             raise _DecodeError(f"json: cannot unmarshal {_json_kind(v)} into Go value of type string")
         if v not in COMPRESSIONS:
@@ -247,7 +247,7 @@ class _Compression(_T):
 class _Time(_T):
     go = "time.Time"
 
-    def decode(self, v, path, root, strict):
+    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
         if v is None:
             return _ABSENT
         if not isinstance(v, str):
@@ -266,7 +266,7 @@ class _Struct(_T):
         self.folded = {k.casefold(): k for k in spec}
         self.shape = shape
 
-    def decode(self, v, path, root, strict):
+    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
         if v is None:
             return _ABSENT
         if not isinstance(v, dict):

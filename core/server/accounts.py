@@ -9,7 +9,7 @@ as a slow consumer (see connection.py).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from core.sublist import Sublist
@@ -135,5 +135,5 @@ class AccountRegistry:
             acc = self._accounts[name] = Account(name)
         return acc
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Account]:
         return iter(self._accounts.values())
