@@ -210,7 +210,10 @@ class Consumer:
             self._arm(int(key), p, max(ts + self._ack_wait(deliveries) - now, 0))
 
     def subscribe(self) -> None:
-        self.acks.subscribe(f"$JS.ACK.{self.stream.name}.{self.name}.>")
+        if not self.ack_none:
+            # As the reference: an ack-none consumer has no ack subscription, so an ack sent
+            # with a reply gets no responders and a +NXT asks for nothing.
+            self.acks.subscribe(f"$JS.ACK.{self.stream.name}.{self.name}.>")
         if self.config.flow_control:
             self.acks.subscribe(f"$JS.FC.{self.stream.name}.{self.name}.>")
 
@@ -274,18 +277,31 @@ class Consumer:
         if changed:
             self.redeliver.sort()
 
-    def _max_deliveries_reached(self, sseq: int, p: Pending) -> None:
+    def _advisory(self, kind: str, event: str, sseq: int, p: Pending, **extra: Any) -> None:
+        """Publish a consumer advisory (``$JS.EVENT.ADVISORY.CONSUMER.<kind>.<stream>.<consumer>``)."""
         body = {
-            "type": "io.nats.jetstream.advisory.v1.max_deliver",
+            "type": f"io.nats.jetstream.advisory.v1.{event}",
             "id": f"{self.name}-{sseq}-{p.deliveries}",
             "timestamp": rfc3339_nano(time.time_ns()),
             "stream": self.stream.name,
             "consumer": self.name,
             "stream_seq": sseq,
             "deliveries": p.deliveries,
+            **extra,
         }
-        subject = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{self.stream.name}.{self.name}"
+        if self.stream.domain:
+            body["domain"] = self.stream.domain
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{self.stream.name}.{self.name}"
         self.stream.account.publish(subject, None, None, json.dumps(body).encode())
+
+    def _terminated_advisory(self, sseq: int, p: Pending, reason: str) -> None:
+        extra: dict[str, Any] = {"consumer_seq": p.dseq}
+        if reason:
+            extra["reason"] = reason
+        self._advisory("MSG_TERMINATED", "terminated", sseq, p, **extra)
+
+    def _max_deliveries_reached(self, sseq: int, p: Pending) -> None:
+        self._advisory("MAX_DELIVERIES", "max_deliver", sseq, p)
         del self.pending[sseq]
         self.maxed.add(sseq)
         self._dirty = True
@@ -820,11 +836,12 @@ class Consumer:
             if p is not None and sseq not in self.redeliver:
                 self._arm(sseq, p, self._ack_wait(p.deliveries))  # the older timer goes stale
         elif kind == b"+TER":
-            if self.pending.pop(sseq, None) is not None:
-                self._dirty = True
-                self._floor_stale = True  # recomputed once per ack batch
-                if self.stream.config.retention == "workqueue":
-                    removals.append(sseq)
+            # As the reference: a termination is an acknowledgement (so with ack_policy all it
+            # acknowledges everything up to the message), plus an advisory.
+            p = self.pending.get(sseq)
+            self._ack(sseq, removals)
+            if p is not None:
+                self._terminated_advisory(sseq, p, body[5:].strip().decode(errors="replace"))
         else:
             return
         if msg.reply:

@@ -852,6 +852,38 @@ async def test_term_stops_redelivery(js_server):
         assert len(got) == 1 and status(got[0]) == ("408", "Request Timeout")
 
 
+async def test_term_is_an_ack_with_an_advisory(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=3)
+        advisories = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.S.T")
+        await create(nc, "S", {"durable_name": "T", "ack_policy": "all"})
+        got = await pull(nc, "S", "T", {"batch": 3})
+        await confirm(nc, got[2], b"+TERM done with it")
+        c = await counters(js, "S", "T")
+        assert (c["ack_floor"], c["num_ack_pending"]) == ((3, 3), 0), "with ack all, +TERM acks all below"
+        event = json.loads((await advisories.next_msg(timeout=5)).data)
+        assert event["type"] == "io.nats.jetstream.advisory.v1.terminated"
+        assert (event["stream"], event["consumer"], event["stream_seq"], event["consumer_seq"]) == (
+            "S",
+            "T",
+            3,
+            3,
+        )
+        assert (event["deliveries"], event["reason"]) == (1, "done with it")
+
+
+async def test_an_ack_none_consumer_has_no_ack_subscription(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=3)
+        await create(nc, "S", {"durable_name": "AN", "ack_policy": "none"})
+        got = await pull(nc, "S", "AN", {"batch": 1})
+        for body in (b"+ACK", b"+NXT"):
+            with pytest.raises(nats.errors.NoRespondersError):
+                await nc.request(got[0].reply, body, timeout=5)
+        c = await counters(js, "S", "AN")
+        assert (c["delivered"], c["num_pending"]) == ((1, 1), 2), "the +NXT delivered nothing"
+
+
 async def test_unacked_message_is_redelivered_after_ack_wait(js_server):
     async with jetstream(js_server) as (_, js):
         await make_stream(js, n=1)
