@@ -625,8 +625,23 @@ class Consumer:
             self.initial.insert(0, msg.seq)
 
     def invalidate_reads(self) -> None:
-        """The stream removed messages: what was read ahead may be gone."""
+        """The stream removed messages, or the filters changed: what was read ahead may be gone."""
         self._buffer.clear()
+
+    def reconfigure(self, config: ConsumerConfig) -> None:
+        """Take an update's config (already checked against the old one), as the reference does:
+        new filters apply from the next undelivered message on, and a new ack wait or backoff
+        applies to the messages pending now, counted from their last delivery."""
+        old, self.config = self.config, config
+        filters = consumer_filters(config)
+        if filters != self.filters:
+            self.filters = filters
+            self.invalidate_reads()
+        if (old.ack_wait, old.backoff) != (config.ack_wait, config.backoff):
+            for sseq, p in self.pending.items():
+                if sseq not in self.redeliver:
+                    self._arm_at(sseq, p, p.ts + self._ack_wait(p.deliveries))
+        self.wake()
 
     def _send(self, msg: StoredMsg, to: str, pending_after: int) -> None:
         now = time.time_ns()

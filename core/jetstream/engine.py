@@ -27,7 +27,7 @@ from core.api_errors import ApiError, api_error
 from core.config import JetStreamConfig
 from core.errors import StartupError, StoreError
 from core.jetstream import api
-from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, consumer_filters, state_key
+from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
 from core.jetstream.consumer_models import ConsumerConfig
 from core.jetstream.models import StreamConfig
 from core.jetstream.stream import Stream
@@ -205,8 +205,7 @@ class JetStream:
         return consumer
 
     async def update_consumer(self, stream: Stream, consumer: Consumer, cfg: ConsumerConfig) -> None:
-        consumer.config = cfg
-        consumer.filters = consumer_filters(cfg)
+        consumer.reconfigure(cfg)
         body = json.dumps(
             {"name": consumer.name, "config": cfg.to_json(), "created": consumer.created_ns}
         ).encode()

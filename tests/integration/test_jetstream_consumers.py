@@ -249,6 +249,30 @@ async def test_editable_fields_are_updated_in_place(js_server):
         assert missing["error"] == {"code": 400, "err_code": 10149, "description": "consumer does not exist"}
 
 
+async def test_an_updated_filter_applies_from_the_next_undelivered_message(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="S", subjects=["s.>"])
+        for subject in ("s.a", "s.b", "s.a", "s.b", "s.a", "s.b"):
+            await js.publish(subject, b"x")
+        cfg = {"durable_name": "C", "ack_policy": "explicit", "filter_subject": "s.a"}
+        await create(nc, "S", cfg)
+        assert [m.metadata.sequence.stream for m in await pull(nc, "S", "C", {"batch": 1})] == [1]
+        updated = await create(nc, "S", {**cfg, "filter_subject": "s.b"}, action="update")
+        assert updated["num_pending"] == 3
+        assert await drain(nc, "S", "C") == [2, 4, 6], "nothing of the old filter is still handed out"
+
+
+async def test_an_updated_ack_wait_applies_to_pending_messages(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=1)
+        cfg = {"durable_name": "C", "ack_policy": "explicit", "ack_wait": 60 * NS}
+        await create(nc, "S", cfg)
+        assert len(await pull(nc, "S", "C", {"batch": 1})) == 1
+        await create(nc, "S", {**cfg, "ack_wait": NS // 2}, action="update")
+        got = await pull(nc, "S", "C", {"batch": 1, "expires": 4 * NS})
+        assert [(m.metadata.sequence.stream, m.metadata.num_delivered) for m in got] == [(1, 2)]
+
+
 @pytest.mark.parametrize(
     ("change", "description"),
     [
