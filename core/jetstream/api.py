@@ -416,6 +416,8 @@ def _consumer(stream: Stream, name: str) -> Consumer:
 
 
 async def _consumer_info(js: JetStream, consumer: Consumer) -> dict[str, Any]:
+    if consumer.is_pull:
+        consumer.expire_waiters(time.monotonic_ns())  # num_waiting counts live requests only
     return consumer_info_json(
         consumer.stream.name,
         consumer.name,
@@ -425,7 +427,7 @@ async def _consumer_info(js: JetStream, consumer: Consumer) -> dict[str, Any]:
         ack_floor=(consumer.ack_floor_dseq, consumer.ack_floor_sseq, consumer.last_ack_ns),
         num_ack_pending=len(consumer.pending),
         num_redelivered=consumer.num_redelivered,
-        num_waiting=len(consumer.waiting),
+        num_waiting=len(consumer.waiting),  # after expire_waiters above
         num_pending=await consumer.num_pending(),
         push_bound=consumer.has_interest() if not consumer.is_pull else False,
         cluster={"leader": js.server.name},

@@ -315,7 +315,7 @@ class Consumer:
         # clients read it from the ack subject (nats-py's KV watchers end their initial values on 0).
         self._remaining = -1
         if self.is_pull:
-            self._expire_waiters(now)
+            self.expire_waiters(now)
             while self.waiting:
                 if not self._room():
                     break
@@ -695,10 +695,17 @@ class Consumer:
             ("Nats-Pending-Bytes", str(max(w.max_bytes - w.bytes, 0) if w.max_bytes else 0)),
         )
 
-    def _expire_waiters(self, now: int) -> None:
-        for w in [w for w in self.waiting if w.expires_at and w.expires_at <= now]:
-            self.waiting.remove(w)
-            self._status(w.reply, 408, "Request Timeout", self._pending_headers(w))
+    def expire_waiters(self, now: int) -> None:
+        """End the pull requests that expired (with a 408), and drop, as the reference does,
+        those whose requester is gone: nobody subscribes to the reply subject any more, so
+        messages sent there would only sit pending until their ack wait ran out."""
+        match = self.stream.account.sublist.match
+        for w in list(self.waiting):
+            if w.expires_at and w.expires_at <= now:
+                self.waiting.remove(w)
+                self._status(w.reply, 408, "Request Timeout", self._pending_headers(w))
+            elif not match(w.reply):
+                self.waiting.remove(w)
 
     def _last_headers(self) -> tuple[tuple[str, str], ...]:
         return (("Nats-Last-Consumer", str(self.dseq)), ("Nats-Last-Stream", str(self.last_delivered_sseq)))

@@ -467,6 +467,27 @@ async def test_pull_subscribe_and_fetch(js_server):
         assert [m.data for m in await sub.fetch(1, timeout=2)] == [b"late"]
 
 
+async def test_a_pull_request_whose_requester_left_is_dropped(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js)
+        await create(nc, "S", {"durable_name": "W", "ack_policy": "explicit"})
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.W", b'{"batch": 5}', reply=inbox)
+
+        async def waiting() -> bool:
+            return (await js.consumer_info("S", "W")).num_waiting == 1
+
+        await eventually(waiting)
+        await sub.unsubscribe()
+        await nc.flush()
+        for i in range(3):
+            await js.publish("s.x", b"m%d" % i)
+        c = await counters(js, "S", "W")
+        assert (c["delivered"], c["num_ack_pending"], c["num_waiting"]) == ((0, 0), 0, 0)
+        assert await drain(nc, "S", "W") == [1, 2, 3], "nothing was handed to the requester that left"
+
+
 async def test_waiting_pull_gets_a_message_published_later(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js)
