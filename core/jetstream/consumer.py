@@ -232,6 +232,8 @@ class Consumer:
                     self._wake = anyio.Event()
                     try:
                         await self._deliver_available()
+                        if self._interest_candidates:
+                            await self.persist()  # ack none: what it delivered may go now
                     except Exception:
                         log.exception("consumer %s/%s: delivery failed", self.stream.name, self.name)
                     with anyio.move_on_after(self._next_wake_in()):
@@ -448,6 +450,7 @@ class Consumer:
         prefix = self._ack_prefix()
         dseq, remaining = self.dseq, self._remaining
         request_due = False
+        done_on_delivery = self._interest_candidates if self.stream.config.retention == "interest" else None
         m = buffer[0]
         for _ in range(n):
             m = buffer.popleft()
@@ -456,6 +459,8 @@ class Consumer:
             if not ack_none:
                 pending[m.seq] = p = Pending(dseq, 1, now_wall)
                 self._arm_at(m.seq, p, due)
+            elif done_on_delivery is not None:
+                done_on_delivery.append(m.seq)  # delivered is done, without an ack
             out.append((m.subject, _ack_subject(prefix, 1, m.seq, dseq, m.ts, remaining), m.headers, m.data))
             if fc:
                 if self._fc_account(_msg_size(m)):
@@ -657,6 +662,8 @@ class Consumer:
             deliveries = 1
             if not self.ack_none:
                 self.pending[msg.seq] = p = Pending(self.dseq, 1, now)
+            elif self.stream.config.retention == "interest":
+                self._interest_candidates.append(msg.seq)  # delivered is done, without an ack
         if p is not None:
             self._arm(msg.seq, p, self._ack_wait(deliveries))
         self._delivered_up_to(msg.seq, now)

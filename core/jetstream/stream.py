@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
+from core import subjects
 from core.api_errors import ApiError, api_error
 from core.errors import StoreError
 from core.jetstream.gotime import rfc3339_nano
@@ -144,6 +145,13 @@ class Stream:
         await self.store.apply(ops)
         if any(type(op) is DeleteOp for op in ops):
             self._state = None
+
+    def _has_interest(self, subject: str) -> bool:
+        """Whether a consumer would deliver a message on ``subject`` (interest retention)."""
+        return any(
+            not c.filters or any(subjects.match(f, subject) for f in c.filters)
+            for c in self.consumers.values()
+        )
 
     async def interest_done(self, seqs: list[int], acked_by: Consumer) -> list[int]:
         """Of the messages ``acked_by`` just acknowledged, those every consumer is done with."""
@@ -393,7 +401,7 @@ class Stream:
             not cfg.sealed
             and cfg.discard == "old"
             and cfg.max_msgs_per_subject <= 0
-            and (cfg.retention != "interest" or self.consumer_count > 0)
+            and (cfg.retention != "interest" or any(not c.filters for c in self.consumers.values()))
         )
 
     def _decide_plain(self, msg: InboundMsg, plan: _Batch, run: _Running) -> bool:
@@ -477,9 +485,9 @@ class Stream:
                     raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
         now = time.time_ns()
         index = len(plan.ops)
-        appended = not (cfg.retention == "interest" and self.consumer_count == 0)
+        appended = cfg.retention != "interest" or self._has_interest(msg.subject)
         if not appended:
-            # Nobody is interested: the publish gets a sequence, the stream keeps nothing.
+            # No consumer's filter takes it: the publish gets a sequence, the stream keeps nothing.
             plan.ops.append(SkipOp(run.last_seq + 1, now))
         else:
             try:

@@ -1212,6 +1212,33 @@ async def test_interest_stream_removes_a_message_once_every_consumer_acked(js_se
         await eventually(none_left)
 
 
+async def test_interest_stream_keeps_only_what_a_consumer_filter_takes(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, "IN", retention=RetentionPolicy.INTEREST)
+        await create(nc, "IN", {"durable_name": "A", "ack_policy": "explicit", "filter_subject": "in.a"})
+        ack = await js.publish("in.b", b"nobody filters this")
+        st = (await js.stream_info("IN")).state
+        assert (ack.seq, st.messages, st.first_seq, st.last_seq) == (1, 0, 2, 1)
+        await js.publish("in.a", b"A takes this")
+        assert (await js.stream_info("IN")).state.messages == 1
+
+
+async def test_interest_stream_drops_what_an_ack_none_consumer_delivered(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, "IN", retention=RetentionPolicy.INTEREST)
+        await create(nc, "IN", {"durable_name": "N", "ack_policy": "none"})
+        await js.publish("in.x", b"1")
+        await js.publish("in.x", b"2")
+        assert (await js.stream_info("IN")).state.messages == 2
+        assert len(await pull(nc, "IN", "N", {"batch": 2})) == 2
+
+        async def none_left() -> bool:
+            st = (await js.stream_info("IN")).state
+            return (st.messages, st.first_seq) == (0, 3)
+
+        await eventually(none_left)
+
+
 # ----------------------------------------------------------------------------------------- durability
 
 
