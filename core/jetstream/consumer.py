@@ -319,14 +319,16 @@ class Consumer:
         if self.is_pull:
             self.expire_waiters(now)
             while self.waiting:
-                if not self._room():
+                # max_ack_pending bounds new deliveries; redeliveries (already pending) still go
+                room = self._room()
+                if not room and not self.redeliver:
                     break
                 waiter = self.waiting[0]
-                if self._can_deliver_run(waiter):
+                if room and self._can_deliver_run(waiter):
                     if not await self._deliver_run(waiter, now):
                         break  # nothing (more) to deliver
                     continue
-                msg = await self._next_message()
+                msg = await self._next_message(new=room)
                 if msg is None:
                     break
                 waiter = self.waiting[0]
@@ -362,15 +364,18 @@ class Consumer:
         if not self._has_push_interest():
             return
         sent = 0
-        while self._room() and not self._fc_stalled():
-            if self._can_deliver_run():
+        while not self._fc_stalled():
+            room = self._room()  # as for pull: max_ack_pending bounds new deliveries only
+            if not room and not self.redeliver:
+                break
+            if room and self._can_deliver_run():
                 n = await self._push_run()
                 if not n:
                     break
                 sent += n
                 await anyio.sleep(0)  # let others (and acks) run during a long catch-up
                 continue
-            msg = await self._next_message()
+            msg = await self._next_message(new=room)
             if msg is None:
                 break
             await self._pace(msg)
@@ -588,7 +593,8 @@ class Consumer:
     def _room(self) -> bool:
         return self._run_room(1) > 0
 
-    async def _next_message(self) -> StoredMsg | None:
+    async def _next_message(self, new: bool = True) -> StoredMsg | None:
+        """The next message to deliver: a redelivery first, else (if ``new``) the next new one."""
         store = self.stream.store
         while self.redeliver:
             sseq = self.redeliver.pop(0)
@@ -600,6 +606,8 @@ class Consumer:
                 self._advance_floor()
                 continue
             return m
+        if not new:
+            return None
         while self.initial:
             m = await store.get(self.initial.pop(0))
             if m is not None:

@@ -929,6 +929,20 @@ async def test_an_ack_none_consumer_has_no_ack_subscription(js_server):
         assert (c["delivered"], c["num_pending"]) == ((1, 1), 2), "the +NXT delivered nothing"
 
 
+@pytest.mark.parametrize("how", ["ack_wait", "nak"])
+async def test_max_ack_pending_does_not_hold_back_redeliveries(js_server, how):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=3)
+        await create(
+            nc, "S", {"durable_name": "C", "ack_policy": "explicit", "max_ack_pending": 1, "ack_wait": NS}
+        )
+        (first,) = await pull(nc, "S", "C", {"batch": 1, "expires": NS // 2})
+        if how == "nak":
+            await confirm(nc, first, b"-NAK")
+        got = await pull(nc, "S", "C", {"batch": 1, "expires": 3 * NS})
+        assert [(m.metadata.sequence.stream, m.metadata.num_delivered) for m in got] == [(1, 2)]
+
+
 async def test_unacked_message_is_redelivered_after_ack_wait(js_server):
     async with jetstream(js_server) as (_, js):
         await make_stream(js, n=1)
