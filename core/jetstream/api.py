@@ -416,6 +416,7 @@ def _consumer(stream: Stream, name: str) -> Consumer:
 
 
 async def _consumer_info(js: JetStream, consumer: Consumer) -> dict[str, Any]:
+    await consumer.settle_removals()  # counters after the stream's latest deletes and purges
     if consumer.is_pull:
         consumer.expire_waiters(time.monotonic_ns())  # num_waiting counts live requests only
     return consumer_info_json(

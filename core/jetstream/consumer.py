@@ -15,6 +15,7 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,7 @@ class Pending:
     deliveries: int
     ts: int
     timer: int = 0  # token of the live redelivery timer; older heap entries are stale
+    subject: str | None = None  # the message's (None when restored from saved state)
 
 
 class Consumer:
@@ -109,6 +111,10 @@ class Consumer:
         self.last_interest_ns = time.monotonic_ns()
         self._remaining = -1
         self._interest_candidates: list[int] = []
+        # messages the stream removed, noted by messages_removed until settle_removals runs
+        self._removals = False
+        self._removed_seqs: set[int] = set()
+        self._removed_subjects: set[str] = set()
         self._buffer: deque[StoredMsg] = deque()  # read-ahead of the next messages to deliver
         self._floor_stale = False
         self._replay_origin: tuple[int, int] | None = None  # (monotonic ns, stored ts) of the first replayed
@@ -231,6 +237,7 @@ class Consumer:
                 while not self.deleted:
                     self._wake = anyio.Event()
                     try:
+                        await self.settle_removals()
                         await self._deliver_available()
                         if self._interest_candidates:
                             await self.persist()  # ack none: what it delivered may go now
@@ -462,7 +469,7 @@ class Consumer:
             dseq += 1
             remaining = remaining - 1 if remaining > 0 else 0
             if not ack_none:
-                pending[m.seq] = p = Pending(dseq, 1, now_wall)
+                pending[m.seq] = p = Pending(dseq, 1, now_wall, 0, m.subject)
                 self._arm_at(m.seq, p, due)
             elif done_on_delivery is not None:
                 done_on_delivery.append(m.seq)  # delivered is done, without an ack
@@ -641,6 +648,55 @@ class Consumer:
         """The stream removed messages, or the filters changed: what was read ahead may be gone."""
         self._buffer.clear()
 
+    def messages_removed(self, seqs: Iterable[int] = (), subjects: Iterable[str] = ()) -> None:
+        """The stream removed messages (a delete, a purge, a limit, an expiry): everything below
+        its first sequence, and ``seqs``, and some of those on ``subjects`` (filters) that it
+        cannot name. The read-ahead goes now; the rest waits for ``settle_removals``."""
+        self._buffer.clear()
+        self._removed_seqs.update(seqs)
+        self._removed_subjects.update(subjects)
+        self._removals = True
+        self.wake()
+
+    async def settle_removals(self) -> None:
+        """Apply what ``messages_removed`` noted, as the reference does: a pending message the
+        stream removed counts as acknowledged (so with ack_policy all, so does everything below
+        it), one that had reached max_deliver is forgotten, and a last_per_subject start that
+        went is dropped. Messages on a noted subject are looked up only if pending here."""
+        if not self._removals:
+            return
+        seqs, subject_filters = self._removed_seqs, self._removed_subjects
+        self._removals, self._removed_seqs, self._removed_subjects = False, set(), set()
+        held = [*self.pending, *self.maxed]
+        if not held and not self.initial:
+            return
+        first = (await self.stream.state()).first_seq
+        self.initial = [s for s in self.initial if s >= first and s not in seqs]
+        store = self.stream.store
+        gone: set[int] = set()
+        for s in held:
+            if s < first or s in seqs:
+                gone.add(s)
+            elif subject_filters:
+                p = self.pending.get(s)
+                subject = p.subject if p is not None else None
+                may_be_gone = subject is None or any(subjects.match(f, subject) for f in subject_filters)
+                if may_be_gone and await store.get(s) is None:
+                    gone.add(s)
+        if not gone:
+            return
+        removals: list[int] = []  # workqueue: messages an ack-all acknowledged on the way
+        for s in sorted(gone):
+            if s in self.pending:
+                self._ack(s, removals)
+            elif s in self.maxed:
+                self.maxed.discard(s)
+                self._dirty = True
+        self.redeliver = [s for s in self.redeliver if s in self.pending]
+        self._floor_stale = False
+        self._advance_floor()
+        await self.persist([s for s in removals if s not in gone])
+
     def reconfigure(self, config: ConsumerConfig) -> None:
         """Take an update's config (already checked against the old one), as the reference does:
         new filters apply from the next undelivered message on, and a new ack wait or backoff
@@ -669,7 +725,7 @@ class Consumer:
             self.dseq += 1
             deliveries = 1
             if not self.ack_none:
-                self.pending[msg.seq] = p = Pending(self.dseq, 1, now)
+                self.pending[msg.seq] = p = Pending(self.dseq, 1, now, 0, msg.subject)
             elif self.stream.config.retention == "interest":
                 self._interest_candidates.append(msg.seq)  # delivered is done, without an ack
         if p is not None:
@@ -946,10 +1002,14 @@ class Consumer:
         return n + len(self.initial)
 
     def purged(self, first_seq: int) -> None:
-        """The stream dropped messages: forget pending ones below its new first sequence."""
+        """The stream was purged up to ``first_seq``: forget what it held below (pending
+        messages, those that reached max_deliver, last_per_subject starts), and move the
+        delivered position up to it, as the reference does."""
         self._buffer.clear()
         for s in [s for s in self.pending if s < first_seq]:
             del self.pending[s]
+        self.maxed = {s for s in self.maxed if s >= first_seq}
+        self.initial = [s for s in self.initial if s >= first_seq]
         self.redeliver = [s for s in self.redeliver if s in self.pending]
         if self.next_sseq < first_seq:
             self.next_sseq = first_seq

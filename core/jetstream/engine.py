@@ -213,6 +213,7 @@ class JetStream:
         consumer.wake()
 
     async def delete_consumer(self, stream: Stream, consumer: Consumer) -> None:
+        """Remove a consumer; the caller holds ``stream.lock``."""
         consumer.close()
         stream.consumers.pop(consumer.name, None)
         scope = self._consumer_scopes.pop((stream.account.name, stream.name, consumer.name), None)
@@ -221,6 +222,7 @@ class JetStream:
         await stream.apply_consumer_ops(
             [DelMetaOp(config_key(consumer.name)), DelMetaOp(state_key(consumer.name))]
         )
+        await stream.recheck_interest()
 
     async def _reap_inactive(self) -> None:
         """Ephemeral consumers go away after inactive_threshold without interest (the reference's rule)."""

@@ -94,6 +94,7 @@ class _Batch:
     ttls: list[tuple[int, int]] = field(default_factory=list)  # (seq, expire ns)
     last_msg_id: str | None = None
     removes: bool = False  # the batch also removes messages (rollup, per-subject limit)
+    removed_subjects: set[str] = field(default_factory=set)  # where it removes inside the stream
 
 
 class Stream:
@@ -132,11 +133,14 @@ class Stream:
         for c in self.consumers.values():
             c.wake()
 
-    def _removed_messages(self) -> None:
-        """Messages went away (delete, expiry, limits): consumers must not serve stale read-ahead."""
+    def _removed_messages(self, seqs: Iterable[int] = (), subjects: Iterable[str] = ()) -> None:
+        """Messages went away (delete, expiry, limits): all below the new first sequence, and
+        ``seqs``, and some on ``subjects``. Consumers drop their read-ahead and settle their
+        pending ones (``Consumer.messages_removed``)."""
         self._state = None
+        seqs, subjects = tuple(seqs), tuple(subjects)
         for c in self.consumers.values():
-            c.invalidate_reads()
+            c.messages_removed(seqs, subjects)
 
     async def apply_consumer_ops(self, ops: list[Op]) -> None:
         """Consumer state and the deletions acks cause (workqueue, interest) go to the same store."""
@@ -152,6 +156,24 @@ class Stream:
             not c.filters or any(subjects.match(f, subject) for f in c.filters)
             for c in self.consumers.values()
         )
+
+    async def recheck_interest(self) -> None:
+        """After a consumer went away, with interest retention: remove the messages no remaining
+        consumer still needs (with no consumer left, all of them), as the reference does. The
+        caller holds the stream's lock (as for every consumer deletion)."""
+        if self.config.retention != "interest":
+            return
+        await self.drain()
+        consumers = list(self.consumers.values())
+        start = (await self.state()).first_seq
+        gone: list[int] = []
+        while chunk := await self.store.range(start, limit=1024):
+            gone.extend(m.seq for m in chunk if all(c.has_acked(m.seq, m.subject) for c in consumers))
+            start = chunk[-1].seq + 1
+        if gone:
+            self._predicted = None
+            await self.store.apply([DeleteOp(s) for s in gone])
+            self._removed_messages(seqs=gone)
 
     async def interest_done(self, seqs: list[int], acked_by: Consumer) -> list[int]:
         """Of the messages ``acked_by`` just acknowledged, those every consumer is done with."""
@@ -267,7 +289,7 @@ class Stream:
                 self._ttl.pop(seq, None)
             for mid in old_ids:
                 self._dedup.pop(mid, None)
-            self._removed_messages()
+            self._removed_messages(seqs=due)
 
     # ------------------------------------------------------------------ state
 
@@ -369,7 +391,7 @@ class Stream:
                 self._ttl[seq] = expire
             self._state = None
             if plan.removes:
-                self._removed_messages()
+                self._removed_messages(subjects=plan.removed_subjects)
             await self._enforce_limits()
             self.wake_consumers()
         self._send_outcomes(plan, flight.results or [])
@@ -513,6 +535,7 @@ class Stream:
         if rollup == "sub":
             plan.ops.append(PurgeOp(subject=msg.subject, up_to_seq=run.last_seq))
             plan.removes = True
+            plan.removed_subjects.add(msg.subject)
         elif rollup == "all":
             plan.ops.append(PurgeOp(up_to_seq=run.last_seq))
             plan.removes = True
@@ -528,6 +551,7 @@ class Stream:
             if committed + run.per_subject[msg.subject] > cfg.max_msgs_per_subject:
                 plan.ops.append(PurgeOp(subject=msg.subject, keep=cfg.max_msgs_per_subject))
                 plan.removes = True
+                plan.removed_subjects.add(msg.subject)
         plan.outcomes.append((msg.reply, _Stored(run.last_seq, index if appended else -1)))
 
     def _check_discard_new(self, run: _Running, size: int) -> None:
@@ -557,8 +581,10 @@ class Stream:
                     ops.append(PurgeOp(subject=subj, keep=cfg.max_msgs_per_subject))
         if ops:
             await self.store.apply(ops)
+            self._removed_messages(
+                subjects=[op.subject for op in ops if isinstance(op, PurgeOp) and op.subject]
+            )
             ops = []
-            self._removed_messages()
         if cfg.discard != "old" or (cfg.max_msgs <= 0 and cfg.max_bytes <= 0):
             return
         st = await self.state()
@@ -608,6 +634,8 @@ class Stream:
             first = (await self.state()).first_seq
             for c in self.consumers.values():
                 c.purged(first)
+                if subject is not None:
+                    c.messages_removed(subjects=(subject,))
             return int(purged or 0)
 
     async def delete_msg(self, seq: int, erase: bool) -> bool:
@@ -616,7 +644,7 @@ class Stream:
             self._predicted = None
             results = await self.store.apply([DeleteOp(seq, erase=erase), DelMetaOp(f"{_TTL_PREFIX}{seq}")])
             self._ttl.pop(seq, None)
-            self._removed_messages()
+            self._removed_messages(seqs=(seq,))
             return bool(results[0])
 
     async def get_msg(

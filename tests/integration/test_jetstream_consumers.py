@@ -1253,6 +1253,85 @@ async def test_interest_stream_drops_what_an_ack_none_consumer_delivered(js_serv
         await eventually(none_left)
 
 
+async def test_interest_stream_drops_what_only_a_deleted_consumer_still_needed(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, "IN", retention=RetentionPolicy.INTEREST)
+        await create(nc, "IN", {"durable_name": "A", "ack_policy": "explicit"})
+        await create(nc, "IN", {"durable_name": "B", "ack_policy": "explicit"})
+        for i in range(3):
+            await js.publish("in.x", b"%d" % i)
+        for m in await pull(nc, "IN", "A", {"batch": 3}):
+            await confirm(nc, m)
+        assert (await js.stream_info("IN")).state.messages == 3, "B still needs them"
+        await js.delete_consumer("IN", "B")
+
+        async def none_left() -> bool:
+            st = (await js.stream_info("IN")).state
+            return (st.messages, st.first_seq) == (0, 4)
+
+        await eventually(none_left)
+
+
+# ----------------------------------------------------------------------------------------- removals
+
+
+async def test_a_deleted_pending_message_counts_as_acknowledged(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=4)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        got = await pull(nc, "S", "C", {"batch": 3})
+        await confirm(nc, got[0])
+        await js.delete_msg("S", 2)
+        c = await counters(js, "S", "C")
+        assert (c["ack_floor"], c["num_ack_pending"]) == ((2, 2), 1)
+        await js.delete_msg("S", 3)
+        c = await counters(js, "S", "C")
+        assert (c["ack_floor"], c["num_ack_pending"], c["num_pending"]) == ((3, 3), 0, 1)
+
+
+async def test_purged_or_limited_pending_messages_are_no_longer_pending(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, "P", max_msgs_per_subject=2)
+        for subject in ("p.a", "p.b", "p.a", "p.b"):
+            await js.publish(subject, b"x")
+        await create(nc, "P", {"durable_name": "C", "ack_policy": "explicit"})
+        assert len(await pull(nc, "P", "C", {"batch": 4})) == 4
+        await js.purge_stream("P", subject="p.b")
+        assert (await counters(js, "P", "C"))["num_ack_pending"] == 2, "the purged p.b messages went"
+        await js.publish("p.a", b"x")  # the subject limit drops seq 1
+        c = await counters(js, "P", "C")
+        assert (c["num_ack_pending"], c["num_pending"]) == (1, 1)
+
+
+async def test_a_purge_releases_messages_that_reached_max_deliver(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=3)
+        await create(
+            nc, "S", {"durable_name": "C", "ack_policy": "explicit", "max_deliver": 1, "ack_wait": NS // 2}
+        )
+        assert len(await pull(nc, "S", "C", {"batch": 3})) == 3
+
+        async def all_maxed() -> bool:
+            return (await counters(js, "S", "C"))["num_ack_pending"] == 0
+
+        await eventually(all_maxed)
+        assert (await counters(js, "S", "C"))["ack_floor"] == (0, 0), "unacked, they hold the floor"
+        await js.purge_stream("S")
+        c = await counters(js, "S", "C")
+        assert (c["delivered"], c["ack_floor"], c["num_redelivered"]) == ((3, 3), (3, 3), 0)
+
+
+async def test_a_purge_drops_undelivered_last_per_subject_starts(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="S", subjects=["s.>"])
+        for subject in ("s.a", "s.b", "s.a", "s.c"):
+            await js.publish(subject, b"x")
+        cfg = {"durable_name": "C", "ack_policy": "explicit", "deliver_policy": "last_per_subject"}
+        assert (await create(nc, "S", {**cfg, "filter_subject": "s.>"}))["num_pending"] == 3
+        await js.purge_stream("S")
+        assert (await counters(js, "S", "C"))["num_pending"] == 0
+
+
 # ----------------------------------------------------------------------------------------- durability
 
 
