@@ -14,16 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from core import subjects
 from core.api_errors import ApiError, api_error
-from core.jetstream.consumer import Consumer, PullWaiter
+from core.jetstream.consumer import Consumer
 from core.jetstream.consumer_models import (
-    PullRequestError,
     consumer_info_json,
     consumer_list_json,
     consumer_names_json,
-    go_duration,
     parse_consumers_request,
     parse_create_request,
-    parse_pull_request,
     resolve_create,
 )
 from core.jetstream.gotime import rfc3339_nano
@@ -514,32 +511,7 @@ async def consumer_next(js: JetStream, ajs: AccountJetStream, args: list[str], m
     if consumer is None:
         js.reply_raw(ajs, reply, NO_RESPONDERS, b"")
         return
-    if not consumer.is_pull:
-        js.reply_raw(ajs, reply, status_headers(409, "Consumer is push based"), b"")
-        return
-    try:
-        req = parse_pull_request(msg.payload)
-    except PullRequestError as e:
-        js.reply_raw(ajs, reply, status_headers(e.status, e.description), b"")
-        return
-    cfg = consumer.config
-    if cfg.max_batch > 0 and req.batch > cfg.max_batch:
-        js.reply_raw(ajs, reply, status_headers(409, f"Exceeded MaxRequestBatch of {cfg.max_batch}"), b"")
-        return
-    if cfg.max_expires > 0 and req.expires_ns > cfg.max_expires:
-        text = f"Exceeded MaxRequestExpires of {go_duration(cfg.max_expires)}"
-        js.reply_raw(ajs, reply, status_headers(409, text), b"")
-        return
-    if cfg.max_bytes > 0 and req.max_bytes > cfg.max_bytes:
-        js.reply_raw(ajs, reply, status_headers(409, f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}"), b"")
-        return
-    if req.expires_ns < 0:
-        js.reply_raw(ajs, reply, status_headers(408, "Request Timeout"), b"")
-        return
-    expires_at = time.monotonic_ns() + req.expires_ns if req.expires_ns > 0 else 0
-    consumer.add_waiter(
-        PullWaiter(reply, max(req.batch, 1), req.max_bytes, expires_at, req.no_wait, req.heartbeat_ns)
-    )
+    consumer.request_next(reply, msg.payload)
 
 
 # token path -> (handler, response type for errors, fewest and most name tokens after the path;

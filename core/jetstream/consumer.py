@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from core import subjects
-from core.jetstream.gotime import rfc3339_nano
+from core.jetstream.consumer_models import PullRequestError, parse_pull_request
+from core.jetstream.gotime import parse_go_duration, rfc3339_nano
 from core.protocol.headers import encode_headers, parse_headers
 from core.server.internal import InboundMsg, InternalReceiver
 from core.store.api import DeleteOp, SetMetaOp, StoredMsg
@@ -824,6 +825,22 @@ class Consumer:
 
     # ------------------------------------------------------------------ pull requests
 
+    def request_next(self, reply: str, body: bytes) -> None:
+        """A pull request (``CONSUMER.MSG.NEXT``, or what follows ``+NXT`` in an ack): queued, or
+        refused with the reference's status message to ``reply``."""
+        try:
+            req = parse_pull_request(body, self.config)
+        except PullRequestError as e:
+            self._status(reply, e.status, e.description)
+            return
+        if req.expires_ns < 0:
+            self._status(reply, 408, "Request Timeout")
+            return
+        expires_at = time.monotonic_ns() + req.expires_ns if req.expires_ns > 0 else 0
+        self.add_waiter(
+            PullWaiter(reply, max(req.batch, 1), req.max_bytes, expires_at, req.no_wait, req.heartbeat_ns)
+        )
+
     def add_waiter(self, w: PullWaiter) -> None:
         self.touch()
         if self.config.max_waiting and len(self.waiting) >= self.config.max_waiting:
@@ -902,43 +919,53 @@ class Consumer:
             sseq = int(tokens[7])
         else:
             return
-        body = msg.payload.strip()
-        kind = body[:4]
-        if not body or kind == b"+ACK" or kind == b"+NXT":
+        # The reference's reading of an ack body: exact words, except the kinds that take an
+        # argument (+NXT <request>, -NAK <delay>, +TERM <reason>), which match as prefixes.
+        body = msg.payload
+        if not body or body == b"+ACK" or body == b"+OK":
             self._ack(sseq, removals)
-            if kind == b"+NXT" and msg.reply:
-                self.add_waiter(PullWaiter(msg.reply, 1, 0, 0, False, 0))
-                return
-        elif kind == b"-NAK":
-            p = self.pending.get(sseq)
-            if p is not None:
-                delay = 0
-                rest = body[4:].strip()
-                if rest:
-                    try:
-                        delay = int(json.loads(rest).get("delay", 0))
-                    except (ValueError, AttributeError):
-                        delay = 0
-                if delay > 0:
-                    self._arm(sseq, p, delay)
-                elif sseq not in self.redeliver:
-                    self.redeliver.append(sseq)
-                    self.redeliver.sort()
-        elif kind == b"+WPI":
+        elif body.startswith(b"+NXT"):
+            self._ack(sseq, removals)
+            if msg.reply:
+                self.request_next(msg.reply, body[4:])
+            return  # the messages (or a status) are the answer
+        elif body.startswith(b"-NAK"):
+            self._nak(sseq, body[4:].strip())
+        elif body == b"+WPI":
             p = self.pending.get(sseq)
             if p is not None and sseq not in self.redeliver:
                 self._arm(sseq, p, self._ack_wait(p.deliveries))  # the older timer goes stale
-        elif kind == b"+TER":
+        elif body.startswith(b"+TERM"):
             # As the reference: a termination is an acknowledgement (so with ack_policy all it
             # acknowledges everything up to the message), plus an advisory.
             p = self.pending.get(sseq)
             self._ack(sseq, removals)
             if p is not None:
                 self._terminated_advisory(sseq, p, body[5:].strip().decode(errors="replace"))
-        else:
-            return
+        # anything else changes nothing, and is confirmed all the same (as the reference)
         if msg.reply:
             confirms.append(msg.reply)
+
+    def _nak(self, sseq: int, arg: bytes) -> None:
+        """-NAK: redeliver now (after the other NAKed ones), or after the delay given as JSON
+        (``{"delay": ns}``) or as a Go duration (``-NAK 2s``); a delay that does not parse is
+        a plain NAK, as in the reference."""
+        p = self.pending.get(sseq)
+        if p is None:
+            return
+        delay = 0
+        if arg:
+            try:
+                if arg[:1] == b"{":
+                    delay = int(json.loads(arg).get("delay", 0))
+                else:
+                    delay = parse_go_duration(arg.decode())
+            except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
+                delay = 0
+        if delay > 0:
+            self._arm(sseq, p, delay)
+        elif sseq not in self.redeliver:
+            self.redeliver.append(sseq)  # in NAK order, as the reference
 
     def _ack(self, sseq: int, removals: list[int]) -> None:
         if self.ack_none:

@@ -2,10 +2,13 @@
 
 One place for the RFC 3339 texts the API reads (``opt_start_time``, ``pause_until``) and writes
 (``created``, ``ts``, ``first_ts``, ``Nats-Time-Stamp``): Go's lenient parser with its error
-texts, and its ``MarshalJSON`` rendering (offset kept, fraction's trailing zeros trimmed).
+texts, and its ``MarshalJSON`` rendering (offset kept, fraction's trailing zeros trimmed). And
+``time.ParseDuration``, for the delays clients write as Go durations (``-NAK 2s``).
 """
 
 from __future__ import annotations
+
+import re
 
 _SECOND = 1_000_000_000
 _DIGITS = frozenset("0123456789")
@@ -180,3 +183,39 @@ def rfc3339_nano(ns: int | None) -> str:
     prints for the timestamps of an empty stream.
     """
     return format_go_time(ns) if ns else ZERO_TIME
+
+
+_DURATION_UNITS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,  # U+00B5 micro sign
+    "μs": 1_000,  # U+03BC Greek mu
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+_DURATION_PART = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]+)")
+
+
+def parse_go_duration(text: str) -> int:
+    """Nanoseconds of a duration written as Go's ``time.ParseDuration`` reads it: an optional
+    sign, then one or more decimal numbers each with a unit (``1h30m``, ``1.5s``, ``300ms``);
+    a lone ``0`` is zero. ``ValueError`` for anything else."""
+    s = text
+    sign = -1 if s[:1] == "-" else 1
+    if s[:1] in "+-":
+        s = s[1:]
+    if s == "0":
+        return 0
+    if not s:
+        raise ValueError(f"time: invalid duration {text!r}")
+    total, pos = 0, 0
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if m is None or not (m.group(1) or m.group(2)) or m.group(3) not in _DURATION_UNITS:
+            raise ValueError(f"time: invalid duration {text!r}")
+        whole, frac, unit = m.group(1) or "0", m.group(2) or "", _DURATION_UNITS[m.group(3)]
+        total += int(whole) * unit + (int(frac) * unit // 10 ** len(frac) if frac else 0)
+        pos = m.end()
+    return sign * total

@@ -897,6 +897,45 @@ async def test_term_stops_redelivery(js_server):
         assert len(got) == 1 and status(got[0]) == ("408", "Request Timeout")
 
 
+@pytest.mark.parametrize(
+    ("body", "acked"),
+    [(b"+OK", True), (b"", True), (b"+ACKx", False), (b" +ACK", False), (b"+WPI x", False), (b"ACK", False)],
+)
+async def test_ack_bodies_are_read_as_the_reference_reads_them(js_server, body, acked):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=1)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        (msg,) = await pull(nc, "S", "C", {"batch": 1})
+        await confirm(nc, msg, body)  # every body sent with a reply is confirmed
+        assert (await counters(js, "S", "C"))["num_ack_pending"] == (0 if acked else 1)
+
+
+async def test_nak_takes_a_go_duration_and_next_takes_a_batch(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=4)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        (first,) = await pull(nc, "S", "C", {"batch": 1})
+        await confirm(nc, first, b"-NAK 2s")
+        (second,) = await pull(nc, "S", "C", {"batch": 1, "no_wait": True})
+        assert second.metadata.sequence.stream == 2, "the NAKed message waits out its delay"
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish(second.reply, b'+NXT {"batch":2}', reply=inbox)
+        got = [await sub.next_msg(timeout=5) for _ in range(2)]
+        assert [m.metadata.sequence.stream for m in got] == [3, 4]
+
+
+async def test_naked_messages_come_back_in_nak_order(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=3)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        got = await pull(nc, "S", "C", {"batch": 3})
+        await confirm(nc, got[1], b"-NAK")
+        await confirm(nc, got[0], b"-NAK")
+        again = await pull(nc, "S", "C", {"batch": 2})
+        assert [(m.metadata.sequence.stream, m.metadata.sequence.consumer) for m in again] == [(2, 4), (1, 5)]
+
+
 async def test_term_is_an_ack_with_an_advisory(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=3)

@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.api_errors import ApiError, api_error
-from core.jetstream.gotime import parse_rfc3339, rfc3339_nano
+from core.jetstream.gotime import parse_go_duration, parse_rfc3339, rfc3339_nano
 from core.jetstream.models import (
     StreamConfig,
     api_response,
@@ -742,3 +742,29 @@ def test_error_response_envelope():
         "type": "io.nats.jetstream.api.v1.stream_info_response",
         "error": {"code": 404, "err_code": 10059, "description": "stream not found"},
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        ("2s", 2_000_000_000),
+        ("1.5s", 1_500_000_000),
+        ("1h30m", 5_400_000_000_000),
+        ("300ms", 300_000_000),
+        ("10us", 10_000),
+        ("10µs", 10_000),
+        (".5s", 500_000_000),
+        ("1.s", 1_000_000_000),
+        ("0", 0),
+        ("-1m", -60_000_000_000),
+        ("+7ns", 7),
+    ],
+)
+def test_go_durations_parse_as_go_reads_them(text, ns):
+    assert parse_go_duration(text) == ns
+
+
+@pytest.mark.parametrize("text", ["", "1", "s", ".s", "1x", "1s2", "1..5s", "-", "1 s"])
+def test_what_go_refuses_as_a_duration_is_refused(text):
+    with pytest.raises(ValueError):
+        parse_go_duration(text)
