@@ -511,7 +511,7 @@ async def consumer_next(js: JetStream, ajs: AccountJetStream, args: list[str], m
     if consumer is None:
         js.reply_raw(ajs, reply, NO_RESPONDERS, b"")
         return
-    consumer.request_next(reply, msg.payload)
+    await consumer.request_next(reply, msg.payload)
 
 
 # token path -> (handler, response type for errors, fewest and most name tokens after the path;

@@ -112,6 +112,7 @@ class Consumer:
         self.last_interest_ns = time.monotonic_ns()
         self._remaining = -1
         self._interest_candidates: list[int] = []
+        self._next_requests: list[tuple[str, bytes]] = []  # +NXT pull requests of an ack batch
         # messages the stream removed, noted by messages_removed until settle_removals runs
         self._removals = False
         self._removed_seqs: set[int] = set()
@@ -326,6 +327,7 @@ class Consumer:
         self._remaining = -1
         if self.is_pull:
             self.expire_waiters(now)
+            end_of_stream = False  # delivery stopped for want of messages, not for max_ack_pending
             while self.waiting:
                 # max_ack_pending bounds new deliveries; redeliveries (already pending) still go
                 room = self._room()
@@ -334,10 +336,12 @@ class Consumer:
                 waiter = self.waiting[0]
                 if room and self._can_deliver_run(waiter):
                     if not await self._deliver_run(waiter, now):
-                        break  # nothing (more) to deliver
+                        end_of_stream = True  # nothing (more) to deliver
+                        break
                     continue
                 msg = await self._next_message(new=room)
                 if msg is None:
+                    end_of_stream = room
                     break
                 waiter = self.waiting[0]
                 # the reference's cost: subject + ack reply + headers + data
@@ -359,10 +363,11 @@ class Consumer:
                 waiter.last_sent = now
                 if waiter.delivered >= waiter.batch:
                     self.waiting.pop(0)
-            # no_wait requests that found nothing (more) end now
-            for w in [w for w in self.waiting if w.no_wait]:
-                self.waiting.remove(w)
-                self._status(w.reply, 404, "No Messages")
+            if end_of_stream:
+                # no_wait requests end here; one with an expiry only once it got something
+                for w in [w for w in self.waiting if w.no_wait and (not w.expires_at or w.delivered)]:
+                    self.waiting.remove(w)
+                    self._status(w.reply, 404, "No Messages")
             for w in self.waiting:
                 if w.heartbeat_ns and now - w.last_sent >= w.heartbeat_ns:
                     self._status(w.reply, 100, "Idle Heartbeat", self._last_headers())
@@ -825,9 +830,14 @@ class Consumer:
 
     # ------------------------------------------------------------------ pull requests
 
-    def request_next(self, reply: str, body: bytes) -> None:
+    async def request_next(self, reply: str, body: bytes) -> None:
         """A pull request (``CONSUMER.MSG.NEXT``, or what follows ``+NXT`` in an ack): queued, or
-        refused with the reference's status message to ``reply``."""
+        refused with the reference's status message to ``reply``.
+
+        A no_wait request, as in the reference: with nothing to deliver and no expiry it gets
+        404 at once; when the requests already waiting ask for more than there is, 408
+        "Requests Pending"; else it waits like any request, and ends with 404 once delivery
+        reached the end of the stream (with an expiry, only after it got something)."""
         try:
             req = parse_pull_request(body, self.config)
         except PullRequestError as e:
@@ -836,6 +846,16 @@ class Consumer:
         if req.expires_ns < 0:
             self._status(reply, 408, "Request Timeout")
             return
+        if req.no_wait:
+            available = await self.num_pending() + len(self.redeliver)
+            if available == 0 and req.expires_ns == 0:
+                self._status(reply, 404, "No Messages")
+                return
+            self.expire_waiters(time.monotonic_ns())
+            asked = sum(w.batch - w.delivered for w in self.waiting)
+            if 0 < available < asked:
+                self._status(reply, 408, "Requests Pending")
+                return
         expires_at = time.monotonic_ns() + req.expires_ns if req.expires_ns > 0 else 0
         self.add_waiter(
             PullWaiter(reply, max(req.batch, 1), req.max_bytes, expires_at, req.no_wait, req.heartbeat_ns)
@@ -844,7 +864,8 @@ class Consumer:
     def add_waiter(self, w: PullWaiter) -> None:
         self.touch()
         if self.config.max_waiting and len(self.waiting) >= self.config.max_waiting:
-            self._status(w.reply, 409, "Exceeded MaxWaiting")
+            if not w.heartbeat_ns:  # as the reference: a request with heartbeats is refused silently
+                self._status(w.reply, 409, "Exceeded MaxWaiting")
             return
         w.last_sent = time.monotonic_ns()
         self.waiting.append(w)
@@ -863,6 +884,7 @@ class Consumer:
                     break
             confirms: list[str] = []
             removals: list[int] = []
+            self._next_requests = []
             acks = 0
             for msg in batch:
                 if msg.subject.startswith("$JS.FC."):
@@ -888,6 +910,9 @@ class Consumer:
                 await self.persist(removals)
             for reply in confirms:
                 self.stream.account.publish(reply, None, None, b"")
+            requests, self._next_requests = self._next_requests, []
+            for reply, body in requests:  # +NXT, after the acks they came with
+                await self.request_next(reply, body)
             self.wake()
 
     async def _flusher(self) -> None:
@@ -927,7 +952,7 @@ class Consumer:
         elif body.startswith(b"+NXT"):
             self._ack(sseq, removals)
             if msg.reply:
-                self.request_next(msg.reply, body[4:])
+                self._next_requests.append((msg.reply, body[4:]))
             return  # the messages (or a status) are the answer
         elif body.startswith(b"-NAK"):
             self._nak(sseq, body[4:].strip())

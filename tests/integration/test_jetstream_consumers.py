@@ -594,8 +594,46 @@ async def test_exceeding_max_waiting_gets_409(js_server):
         await eventually(waiting)
         got = await pull(nc, "S", "MW", {"batch": 1, "expires": NS})
         assert len(got) == 1 and status(got[0]) == ("409", "Exceeded MaxWaiting")
+        got = await pull(nc, "S", "MW", {"batch": 1, "expires": NS, "idle_heartbeat": NS // 4}, timeout=1.5)
+        assert got == [], "a refused request that asked for heartbeats hears nothing"
         await js.publish("s.x", b"for the first")
         assert (await held.next_msg(timeout=3)).data == b"for the first"
+
+
+async def test_a_no_wait_request_at_max_ack_pending_waits_for_room(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=3)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit", "max_ack_pending": 1})
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.C", b'{"batch": 5, "no_wait": true}', reply=inbox)
+        first = await sub.next_msg(timeout=5)
+        assert first.metadata.sequence.stream == 1
+        assert (await counters(js, "S", "C"))["num_waiting"] == 1, "no 404: messages are there, room is not"
+        got = await pull(nc, "S", "C", {"batch": 5, "no_wait": True})
+        assert [status(m) for m in got] == [("408", "Requests Pending")], "the waiting request asks for more"
+        await confirm(nc, first)
+        assert (await sub.next_msg(timeout=5)).metadata.sequence.stream == 2
+
+
+async def test_a_no_wait_request_with_expires_waits_for_a_first_message(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        got = await pull(nc, "S", "C", {"batch": 3, "no_wait": True, "expires": NS // 2})
+        assert [status(m) for m in got] == [("408", "Request Timeout")]
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish(
+            "$JS.API.CONSUMER.MSG.NEXT.S.C",
+            b'{"batch": 3, "no_wait": true, "expires": 3000000000}',
+            reply=inbox,
+        )
+        await nc.flush()
+        await anyio.sleep(0.3)
+        await js.publish("s.x", b"late")
+        assert (await sub.next_msg(timeout=5)).data == b"late"
+        assert status(await sub.next_msg(timeout=5)) == ("404", "No Messages"), "then it ends at once"
 
 
 async def test_pull_on_a_push_consumer_gets_409(js_server):
