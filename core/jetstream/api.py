@@ -19,6 +19,7 @@ from core.jetstream.consumer_models import (
     consumer_info_json,
     consumer_list_json,
     consumer_names_json,
+    paged_error_json,
     parse_consumers_request,
     parse_create_request,
     resolve_create,
@@ -448,9 +449,12 @@ async def _create_consumer(
             consumer = stream.consumers[outcome.name]
             if outcome.config != consumer.config:
                 await js.update_consumer(stream, consumer, outcome.config)
+            info = await _consumer_info(js, consumer)
         else:
             consumer = await js.create_consumer(stream, outcome.name, outcome.config)
-    return api_response("consumer_create_response", await _consumer_info(js, consumer))
+            info = await _consumer_info(js, consumer)  # before it delivers anything
+            await js.start_consumer(stream, consumer)
+    return api_response("consumer_create_response", info)
 
 
 async def consumer_create(
@@ -498,7 +502,7 @@ async def consumer_list(
     # info (with its pending count) only for the page asked for, not for every consumer
     page = sorted(stream.consumers)[offset : offset + LIST_LIMIT]
     body = consumer_list_json([await _consumer_info(js, stream.consumers[n]) for n in page])
-    body.update(total=len(stream.consumers), offset=min(offset, len(stream.consumers)), missing=None)
+    body.update(total=len(stream.consumers), offset=min(offset, len(stream.consumers)))
     return api_response("consumer_list_response", body)
 
 
@@ -550,6 +554,9 @@ def route(path: list[str]) -> tuple[Handler, str, list[str]] | None:
     return None
 
 
+_PAGED_CONSUMER_RESPONSES = frozenset({"consumer_names_response", "consumer_list_response"})
+
+
 async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: InboundMsg) -> None:
     found = route(path)
     if found is None:
@@ -560,7 +567,10 @@ async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: I
     try:
         response = await handler(js, ajs, args, msg)
     except ApiError as e:
-        js.reply_json(ajs, msg, error_response(type_name, e))
+        body = error_response(type_name, e)
+        if type_name in _PAGED_CONSUMER_RESPONSES:
+            body.update(paged_error_json(e))  # the reference keeps the empty page in an error
+        js.reply_json(ajs, msg, body)
         raise
     if response is not None:
         js.reply_json(ajs, msg, response)

@@ -194,6 +194,9 @@ class JetStream:
         stream.consumers[consumer.name] = consumer
 
     async def create_consumer(self, stream: Stream, name: str, cfg: ConsumerConfig) -> Consumer:
+        """A new consumer, positioned and recorded but not delivering yet: the caller reads its
+        info for the create response, then calls ``start_consumer`` (as the reference answers
+        with the state before the first delivery)."""
         consumer = Consumer(stream, name, cfg, time.time_ns())
         await consumer.position_from_policy()
         # Ephemerals are recorded too: after a restart they come back and expire as usual.
@@ -201,8 +204,10 @@ class JetStream:
         await stream.apply_consumer_ops(
             [SetMetaOp(config_key(name), body), SetMetaOp(state_key(name), consumer.state_json())]
         )
-        await self._start_consumer(stream, consumer)
         return consumer
+
+    async def start_consumer(self, stream: Stream, consumer: Consumer) -> None:
+        await self._start_consumer(stream, consumer)
 
     async def update_consumer(self, stream: Stream, consumer: Consumer, cfg: ConsumerConfig) -> None:
         consumer.reconfigure(cfg)

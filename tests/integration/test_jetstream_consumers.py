@@ -216,6 +216,29 @@ async def test_names_list_info_and_delete_by_raw_api(js_server):
         assert (page["total"], page["offset"], page["consumers"]) == (2, 1, ["C3"])
 
 
+@pytest.mark.parametrize("kind", ["NAMES", "LIST"])
+async def test_names_and_list_errors_keep_an_empty_page(js_server, kind):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js)
+        bad = await api(nc, f"$JS.API.CONSUMER.{kind}.S", {"subject": "s.a"})
+        assert bad["error"]["err_code"] == 10025
+        assert (bad["total"], bad["offset"], bad["limit"], bad["consumers"]) == (0, 0, 0, [])
+        empty = await api(nc, "$JS.API.CONSUMER.LIST.S")
+        assert "missing" not in empty and empty["consumers"] == []
+
+
+async def test_the_create_response_shows_the_consumer_before_it_delivers(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="S", subjects=["s.>"])
+        for subject in ("s.a", "s.b", "s.a", "s.c"):
+            await js.publish(subject, b"x")
+        listener = await nc.subscribe("push.here")
+        cfg = {"durable_name": "P", "deliver_subject": "push.here", "ack_policy": "explicit"}
+        r = await create(nc, "S", {**cfg, "deliver_policy": "last_per_subject", "filter_subject": "s.>"})
+        assert (r["delivered"]["consumer_seq"], r["num_pending"], r["num_ack_pending"]) == (0, 3, 0)
+        assert len([await listener.next_msg(timeout=5) for _ in range(3)]) == 3
+
+
 async def test_editable_fields_are_updated_in_place(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=3)
