@@ -33,7 +33,7 @@ from core.jetstream.models import (
     error_response,
     stream_info_json,
 )
-from core.protocol.headers import encode_headers, status_headers
+from core.protocol.headers import encode_headers, no_responders_headers, status_headers
 from core.server.internal import InboundMsg
 from core.store.api import StoredMsg
 
@@ -47,7 +47,6 @@ NAMES_LIMIT = 1024
 LIST_LIMIT = 256
 SUBJECTS_LIMIT = 100_000
 DIRECT_BATCH_MAX = 1000
-NO_RESPONDERS = status_headers(503)
 
 
 def _body(msg: InboundMsg, *, required: bool = False) -> dict[str, Any]:
@@ -329,7 +328,7 @@ async def direct_get(js: JetStream, ajs: AccountJetStream, args: list[str], msg:
     assert reply is not None
     stream = ajs.streams.get(args[0])
     if stream is None or not stream.config.allow_direct:
-        js.reply_raw(ajs, reply, NO_RESPONDERS, b"")
+        js.reply_raw(ajs, reply, no_responders_headers(msg.subject), b"")
         return
     try:
         if len(args) > 1:  # DIRECT.GET.<stream>.<subject…>: last message on that subject
@@ -513,7 +512,7 @@ async def consumer_next(js: JetStream, ajs: AccountJetStream, args: list[str], m
     stream = ajs.streams.get(args[0])
     consumer = stream.consumers.get(args[1]) if stream is not None else None
     if consumer is None:
-        js.reply_raw(ajs, reply, NO_RESPONDERS, b"")
+        js.reply_raw(ajs, reply, no_responders_headers(msg.subject), b"")
         return
     await consumer.request_next(reply, msg.payload)
 
@@ -561,7 +560,7 @@ async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: I
     found = route(path)
     if found is None:
         # The reference has no responder for an unknown API subject.
-        js.reply_raw(ajs, msg.reply or "", NO_RESPONDERS, b"")
+        js.reply_raw(ajs, msg.reply or "", no_responders_headers(msg.subject), b"")
         return
     handler, type_name, args = found
     try:

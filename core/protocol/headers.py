@@ -126,6 +126,11 @@ def encode_headers(
     return "".join(parts).encode("utf-8", "surrogateescape")
 
 
+def no_responders_headers(subject: str) -> bytes:
+    """The 503 a requester gets when nobody answers ``subject`` (the reference names it)."""
+    return encode_headers((("Nats-Subject", subject),), status=503)
+
+
 def status_headers(code: int, description: str = "", items: Iterable[tuple[str, str]] = ()) -> bytes:
     """A status-only block such as ``NATS/1.0 503\\r\\n\\r\\n`` or ``NATS/1.0 404 No Messages...``."""
     return encode_headers(items, code, description)

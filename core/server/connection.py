@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("leafjet.client")
 
 _READ_SIZE = 65536
-_NO_RESPONDERS = hdrs.status_headers(503, "")
 
 
 class State(Enum):
@@ -432,7 +431,7 @@ class ClientConnection:
 
     def _no_responders(self, subject: str, reply: str) -> None:
         """A request nobody listens to: tell the requester with a 503 status on its reply subject."""
-        block = hdrs.encode_headers((("Nats-Subject", subject),), status=503)
+        block = hdrs.no_responders_headers(subject)
         for sub in self.subs.values():
             if subjects.match(sub.subject, reply):
                 self.deliver(sub, reply, None, block, b"")

@@ -672,6 +672,7 @@ async def test_pull_on_a_missing_consumer_gets_no_responders(js_server):
         await make_stream(js, n=1)
         got = await pull(nc, "S", "NOPE", {"batch": 1})
         assert len(got) == 1 and status(got[0])[0] == "503"
+        assert got[0].headers["Nats-Subject"] == "$JS.API.CONSUMER.MSG.NEXT.S.NOPE"
 
 
 async def test_two_pull_subscribers_on_one_durable_get_distinct_messages(js_server):
