@@ -344,8 +344,10 @@ class Consumer:
                     end_of_stream = room
                     break
                 waiter = self.waiting[0]
-                # the reference's cost: subject + ack reply + headers + data
-                size = _msg_size(msg) + len(self._reply_subject(msg, self._peek_pending(msg)))
+                # the reference's cost: subject + ack reply + headers + data, as delivered
+                headers, payload = self._delivered_form(msg)
+                size = len(msg.subject) + len(headers or b"") + len(payload)
+                size += len(self._reply_subject(msg, self._peek_pending(msg)))
                 if waiter.max_bytes and waiter.bytes + size > waiter.max_bytes:
                     self._status(
                         waiter.reply, 409, "Message Size Exceeds MaxBytes", self._pending_headers(waiter)
@@ -738,12 +740,17 @@ class Consumer:
             self._arm(msg.seq, p, self._ack_wait(deliveries))
         self._delivered_up_to(msg.seq, now)
         reply = _ack_subject(self._ack_prefix(), deliveries, msg.seq, self.dseq, msg.ts, pending_after)
-        headers, payload = msg.headers, msg.data
-        if self.config.headers_only:
-            items = list(parse_headers(headers).items) if headers else []
-            items.append(("Nats-Msg-Size", str(len(msg.data))))
-            headers, payload = encode_headers(items), b""
+        headers, payload = self._delivered_form(msg)
         self.stream.account.publish(msg.subject, reply, headers, payload, route=to)
+
+    def _delivered_form(self, msg: StoredMsg) -> tuple[bytes | None, bytes]:
+        """The headers and payload a delivery carries: with headers_only, the stored headers plus
+        Nats-Msg-Size and no payload."""
+        if not self.config.headers_only:
+            return msg.headers, msg.data
+        items = list(parse_headers(msg.headers).items) if msg.headers else []
+        items.append(("Nats-Msg-Size", str(len(msg.data))))
+        return encode_headers(items), b""
 
     def _delivered_up_to(self, sseq: int, now: int) -> None:
         """What every delivery (``_send``, ``_run_take``) records after the consumer sequence

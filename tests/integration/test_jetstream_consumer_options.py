@@ -27,6 +27,26 @@ async def test_headers_only_delivers_headers_and_the_size(js_server):
         await nc.close()
 
 
+async def test_headers_only_deliveries_cost_their_delivered_size_against_max_bytes(js_server):
+    nc = await nats.connect(js_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="HO", subjects=["ho.>"])
+        for _ in range(3):
+            await js.publish("ho.a", b"")
+        await js.add_consumer("HO", ConsumerConfig(durable_name="H", headers_only=True))
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.HO.H", b'{"batch": 5, "max_bytes": 100}', reply=inbox)
+        first, refusal = await sub.next_msg(timeout=5), await sub.next_msg(timeout=5)
+        # subject + ack subject + the headers block with Nats-Msg-Size (the payload is dropped):
+        # 74 bytes, so a second one does not fit in what is left of the 100
+        assert first.headers["Nats-Msg-Size"] == "0"
+        assert refusal.headers["Status"] == "409" and refusal.headers["Nats-Pending-Bytes"] == "26"
+    finally:
+        await nc.close()
+
+
 async def test_replay_original_keeps_the_stored_spacing(js_server):
     nc = await nats.connect(js_server.url)
     try:
