@@ -92,7 +92,7 @@ class _Batch:
     outcomes: list[tuple[str | None, Any]] = field(default_factory=list)
     dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
     ttls: list[tuple[int, int]] = field(default_factory=list)  # (seq, expire ns)
-    last_msg_id: str | None = None
+    last_msg_id: str | None = None  # of the batch's last stored publish ("" without one); None: none
     removes: bool = False  # the batch also removes messages (rollup, per-subject limit)
     removed_subjects: set[str] = field(default_factory=set)  # where it removes inside the stream
 
@@ -386,7 +386,8 @@ class Stream:
             self._send_outcomes(plan, [])
             return
         if plan.ops:
-            self._last_msg_id = plan.last_msg_id or self._last_msg_id
+            if plan.last_msg_id is not None:
+                self._last_msg_id = plan.last_msg_id
             for seq, expire in plan.ttls:
                 self._ttl[seq] = expire
             self._state = None
@@ -402,6 +403,8 @@ class Stream:
             await self._idle.wait()
 
     def _send_outcomes(self, plan: _Batch, results: list[Any]) -> None:
+        if self.config.no_ack:
+            return  # as the reference: such a stream answers no publish, not even with an error
         publish = self.account.publish
         ack = self._ack
         for reply, outcome in plan.outcomes:
@@ -444,6 +447,7 @@ class Stream:
         run.msgs += 1
         run.bytes += size + len(subject) + 16
         run.last_by_subject[subject] = seq
+        run.last_msg_id = plan.last_msg_id = ""  # a publish without Nats-Msg-Id clears it
         plan.outcomes.append((msg.reply, _Stored(seq, len(ops))))
         ops.append(op)
         return True
@@ -524,11 +528,11 @@ class Stream:
         run.last_seq += 1
         run.last_by_subject[msg.subject] = run.last_seq
         run.per_subject[msg.subject] = run.per_subject.get(msg.subject, 0) + 1
+        # as the reference: the last message id is the last stored message's, empty without one
+        run.last_msg_id = plan.last_msg_id = msg_id or ""
         if msg_id is not None:
             plan.dedup[msg_id] = (run.last_seq, now)
             plan.ops.append(SetMetaOp(_DEDUP_PREFIX + msg_id, f"{run.last_seq}:{now}".encode()))
-            run.last_msg_id = msg_id
-            plan.last_msg_id = msg_id
         if ttl_ns is not None:
             plan.ttls.append((run.last_seq, now + ttl_ns))
             plan.ops.append(SetMetaOp(f"{_TTL_PREFIX}{run.last_seq}", str(now + ttl_ns).encode()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import anyio
+import nats.errors
 import pytest
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import APIError, BadRequestError, NoStreamResponseError, NotFoundError
@@ -109,6 +110,24 @@ async def test_expected_headers(js_server):
         with pytest.raises(APIError) as wrong_id:
             await js.publish("e.a", b"x", headers={"Nats-Expected-Last-Msg-Id": "nope"})
         assert wrong_id.value.err_code == 10070
+
+
+async def test_a_publish_without_msg_id_clears_the_last_msg_id(js_server):
+    async with jetstream(js_server) as (_, js):
+        await js.add_stream(name="E", subjects=["e.*"])
+        await js.publish("e.a", b"1", headers={"Nats-Msg-Id": "m1"})
+        assert (await js.publish("e.a", b"2", headers={"Nats-Expected-Last-Msg-Id": "m1"})).seq == 2
+        with pytest.raises(APIError) as stale:
+            await js.publish("e.a", b"x", headers={"Nats-Expected-Last-Msg-Id": "m1"})
+        assert (stale.value.err_code, stale.value.description) == (10070, "wrong last msg ID: ")
+
+
+async def test_a_no_ack_stream_stores_without_answering(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await api(nc, "$JS.API.STREAM.CREATE.NA", {"name": "NA", "subjects": ["na"], "no_ack": True})
+        with pytest.raises(nats.errors.TimeoutError):
+            await nc.request("na", b"x", timeout=0.5)
+        assert (await js.stream_info("NA")).state.messages == 1
 
 
 async def test_max_msgs_discard_old_and_new(js_server):
