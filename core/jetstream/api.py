@@ -29,6 +29,7 @@ from core.jetstream.models import (
     StreamConfig,
     api_response,
     check_subject_overlap,
+    decode_api_body,
     decode_request,
     error_response,
     stream_info_json,
@@ -66,27 +67,20 @@ def _stream(ajs: AccountJetStream, name: str) -> Stream:
     return stream
 
 
-def _int_field(body: dict[str, Any], key: str, default: int = 0) -> int:
-    v = body.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise api_error("JSInvalidJSONErr")
-    return v
-
-
 async def _info(
     js: JetStream,
     stream: Stream,
     *,
-    subjects_filter: str | None = None,
+    subject_counts: dict[str, int] | None = None,
     deleted_details: bool = False,
     offset: int = 0,
 ) -> dict[str, Any]:
+    """A stream's info; with ``subject_counts`` (the matches of a subjects_filter) a page of them."""
     state = await stream.state(with_deleted=deleted_details)
     subj_counts = None
-    if subjects_filter:
-        counts = await stream.store.subjects_state(subjects_filter)
-        keys = sorted(counts)[offset : offset + SUBJECTS_LIMIT]
-        subj_counts = {k: counts[k] for k in keys}
+    if subject_counts is not None:
+        keys = sorted(subject_counts)[offset : offset + SUBJECTS_LIMIT]
+        subj_counts = {k: subject_counts[k] for k in keys}
     return stream_info_json(
         stream.config,
         stream.created_ns,
@@ -168,22 +162,17 @@ async def stream_update(
 async def stream_info(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
+    body = decode_api_body("stream_info", _body(msg))
     stream = _stream(ajs, args[0])
-    body = _body(msg)
-    filt = body.get("subjects_filter")
-    if filt is not None and (not isinstance(filt, str) or (filt and not subjects.is_valid_subject(filt))):
-        raise api_error("JSInvalidJSONErr")
+    filt = body.get("subjects_filter") or None
+    offset = max(body.get("offset", 0), 0)
+    # as the reference: a filter that is no valid subject matches nothing
+    counts = await stream.store.subjects_state(filt) if filt and subjects.is_valid_subject(filt) else None
     info = await _info(
-        js,
-        stream,
-        subjects_filter=filt or None,
-        deleted_details=bool(body.get("deleted_details")),
-        offset=_int_field(body, "offset"),
+        js, stream, subject_counts=counts, deleted_details=body.get("deleted_details", False), offset=offset
     )
-    if filt:
-        info["total"] = len(await stream.store.subjects_state(filt))
-        info["offset"] = _int_field(body, "offset")
-        info["limit"] = SUBJECTS_LIMIT
+    # the reference always pages the subjects; limit is 0 when none matched
+    info.update(total=len(counts or ()), offset=offset, limit=SUBJECTS_LIMIT if counts else 0)
     return api_response("stream_info_response", info)
 
 
@@ -199,8 +188,8 @@ def _matching_streams(ajs: AccountJetStream, body: dict[str, Any]) -> list[Strea
     filt = body.get("subject")
     streams = sorted(ajs.streams.values(), key=lambda s: s.name)
     if filt:
-        if not isinstance(filt, str) or not subjects.is_valid_subject(filt):
-            raise api_error("JSInvalidJSONErr")
+        if not subjects.is_valid_subject(filt):
+            return []  # as the reference: a filter that is no subject matches nothing
         streams = [s for s in streams if any(subjects.overlaps(filt, sub) for sub in s.config.subjects)]
     return streams
 
@@ -208,9 +197,9 @@ def _matching_streams(ajs: AccountJetStream, body: dict[str, Any]) -> list[Strea
 async def stream_names(
     js: JetStream, ajs: AccountJetStream, _args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
-    body = _body(msg)
-    offset = _int_field(body, "offset")
+    body = decode_api_body("stream_names", _body(msg))
     streams = _matching_streams(ajs, body)
+    offset = min(max(body.get("offset", 0), 0), len(streams))
     page = streams[offset : offset + NAMES_LIMIT]
     return api_response(
         "stream_names_response",
@@ -226,9 +215,9 @@ async def stream_names(
 async def stream_list(
     js: JetStream, ajs: AccountJetStream, _args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
-    body = _body(msg)
-    offset = _int_field(body, "offset")
+    body = decode_api_body("stream_list", _body(msg))
     streams = _matching_streams(ajs, body)
+    offset = min(max(body.get("offset", 0), 0), len(streams))
     page = streams[offset : offset + LIST_LIMIT]
     return api_response(
         "stream_list_response",
@@ -237,7 +226,6 @@ async def stream_list(
             "offset": offset,
             "limit": LIST_LIMIT,
             "streams": [await _info(js, s) for s in page],
-            "missing": None,
         },
     )
 
@@ -246,20 +234,17 @@ async def stream_purge(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
     stream = _stream(ajs, args[0])
-    body = _body(msg)
-    if stream.config.deny_purge:
-        raise api_error("JSStreamPurgeFailedF", err="stream purge not permitted")
+    body = decode_api_body("stream_purge", _body(msg))
+    # the reference's order: the request, then sealed, then deny_purge
+    filt, seq, keep = body.get("filter") or None, body.get("seq") or None, body.get("keep") or None
+    if seq is not None and keep is not None:
+        raise api_error("JSBadRequestErr")
     if stream.config.sealed:
         raise api_error("JSStreamSealedErr")
-    filt = body.get("filter") or None
-    seq = body.get("seq")
-    keep = body.get("keep")
-    if filt is not None and (not isinstance(filt, str) or not subjects.is_valid_subject(filt)):
-        raise api_error("JSStreamPurgeFailedF", err="invalid subject filter")
-    if seq is not None and keep:
-        raise api_error("JSStreamPurgeFailedF", err="sequence and keep can not both be set")
-    seq = _int_field(body, "seq") or None
-    keep = _int_field(body, "keep") or None
+    if stream.config.deny_purge:
+        raise api_error("JSStreamPurgeFailedF", err="stream purge not permitted")
+    if filt is not None and not subjects.is_valid_subject(filt):
+        return api_response("stream_purge_response", {"success": True, "purged": 0})  # matches nothing
     purged = await stream.purge(filt, seq, keep)
     return api_response("stream_purge_response", {"success": True, "purged": purged})
 
@@ -274,50 +259,59 @@ def _message_json(m: StoredMsg) -> dict[str, Any]:
     return out
 
 
-async def stream_msg_get(
-    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
-) -> dict[str, Any]:
-    stream = _stream(ajs, args[0])
-    body = _body(msg, required=True)
-    found = await _lookup(stream, body)
-    if found is None:
-        raise api_error("JSNoMessageFoundErr")
-    return api_response("stream_msg_get_response", {"message": _message_json(found)})
+def _check_get(body: dict[str, Any]) -> None:
+    """A get asks for one of: a sequence, the last on a subject, the next on a subject (from a
+    sequence); anything else is the reference's bad request."""
+    seq, last_by, next_by = body.get("seq", 0), body.get("last_by_subj"), body.get("next_by_subj")
+    if (seq and last_by) or (last_by and next_by) or not (seq or last_by or next_by):
+        raise api_error("JSBadRequestErr")
 
 
 async def _lookup(stream: Stream, body: dict[str, Any]) -> StoredMsg | None:
-    seq = body.get("seq")
-    last_by = body.get("last_by_subj")
-    next_by = body.get("next_by_subj")
-    if seq is not None:
-        seq = _int_field(body, "seq")
-    for v in (last_by, next_by):
-        if v is not None and (not isinstance(v, str) or not subjects.is_valid_subject(v)):
-            raise api_error("JSInvalidJSONErr")
-    if last_by is not None:
-        if seq is not None or next_by is not None:
-            raise api_error("JSBadRequestErr")
-        return await stream.get_msg(last_by_subject=last_by)
-    if next_by is not None:
-        return await stream.get_msg(seq=seq or 0, next_by_subject=next_by)
-    if seq is None:
-        raise api_error("JSBadRequestErr")
+    """The message a checked get asks for; a subject that is no subject matches nothing."""
+    seq, last_by, next_by = body.get("seq", 0), body.get("last_by_subj"), body.get("next_by_subj")
+    if last_by:
+        return await stream.get_msg(last_by_subject=last_by) if subjects.is_valid_subject(last_by) else None
+    if next_by:
+        return (
+            await stream.get_msg(seq=seq, next_by_subject=next_by)
+            if subjects.is_valid_subject(next_by)
+            else None
+        )
     return await stream.get_msg(seq=seq)
+
+
+async def stream_msg_get(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    body = decode_api_body("msg_get", _body(msg, required=True))
+    _check_get(body)  # as the reference, before the stream is looked up
+    found = await _lookup(_stream(ajs, args[0]), body)
+    if found is None:
+        raise api_error("JSNoMessageFoundErr")
+    return api_response("stream_msg_get_response", {"message": _message_json(found)})
 
 
 async def stream_msg_delete(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
     stream = _stream(ajs, args[0])
-    body = _body(msg, required=True)
-    if stream.config.deny_delete:
-        raise api_error("JSStreamMsgDeleteFailedF", err="message delete not permitted")
+    body = decode_api_body("msg_delete", _body(msg, required=True))
+    if "seq" not in body:
+        raise api_error("JSBadRequestErr")
     if stream.config.sealed:
         raise api_error("JSStreamSealedErr")
-    seq = _int_field(body, "seq")
-    if seq == 0:
-        raise api_error("JSInvalidJSONErr")
-    if not await stream.delete_msg(seq, erase=not body.get("no_erase", False)):
+    if stream.config.deny_delete:
+        raise api_error("JSStreamMsgDeleteFailedF", err="message delete not permitted")
+    seq = body.get("seq", 0)
+    if stream.config.storage == "file":
+        # The reference's file store tells a sequence outside the stream apart from a deleted one.
+        st = await stream.state()
+        if seq > st.last_seq:
+            raise api_error("JSStreamMsgDeleteFailedF", err="stream store EOF")
+        if seq < st.first_seq:
+            raise api_error("JSStreamMsgDeleteFailedF", err="no message found")
+    if seq == 0 or not await stream.delete_msg(seq, erase=not body.get("no_erase", False)):
         raise api_error("JSSequenceNotFoundErrF", seq=seq)
     return api_response("stream_msg_delete_response", {"success": True})
 
@@ -340,6 +334,8 @@ async def direct_get(js: JetStream, ajs: AccountJetStream, args: list[str], msg:
         if "multi_last" in body or "batch" in body:
             await _direct_batch(js, ajs, stream, reply, body)
             return
+        body = decode_api_body("msg_get", body)
+        _check_get(body)
         found = await _lookup(stream, body)
     except ApiError:
         js.reply_raw(ajs, reply, status_headers(408, "Bad Request"), b"")
@@ -567,8 +563,13 @@ async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: I
         response = await handler(js, ajs, args, msg)
     except ApiError as e:
         body = error_response(type_name, e)
+        # the reference's error replies keep the zero values of their response's other fields
         if type_name in _PAGED_CONSUMER_RESPONSES:
-            body.update(paged_error_json(e))  # the reference keeps the empty page in an error
+            body.update(paged_error_json(e))
+        elif type_name == "stream_info_response":
+            body.update(total=0, offset=0, limit=0)
+        elif type_name == "stream_purge_response":
+            body["purged"] = 0
         js.reply_json(ajs, msg, body)
         raise
     if response is not None:

@@ -482,6 +482,34 @@ def _go_syntax_error(e: json.JSONDecodeError, text: str) -> str:
     return f"invalid character {ch} {what} at offset {off}"
 
 
+_OFFSET, _U64 = _Int("int", _INT64), _Int("uint64", _UINT64)
+_API_REQUESTS = {
+    "stream_info": _Struct(
+        "server.JSApiStreamInfoRequest",
+        {"deleted_details": _BOOL, "subjects_filter": _STR, "offset": _OFFSET},
+    ),
+    "stream_names": _Struct("server.JSApiStreamNamesRequest", {"subject": _STR, "offset": _OFFSET}),
+    "stream_list": _Struct("server.JSApiStreamListRequest", {"subject": _STR, "offset": _OFFSET}),
+    "stream_purge": _Struct("server.JSApiStreamPurgeRequest", {"filter": _STR, "seq": _U64, "keep": _U64}),
+    "msg_get": _Struct(
+        "server.JSApiMsgGetRequest", {"seq": _U64, "last_by_subj": _STR, "next_by_subj": _STR}
+    ),
+    "msg_delete": _Struct("server.JSApiMsgDeleteRequest", {"seq": _U64, "no_erase": _BOOL}),
+}
+
+
+def decode_api_body(kind: str, body: Any) -> dict[str, Any]:
+    """A parsed request body (``decode_request``) read into the reference's request struct for
+    ``kind`` (a key of ``_API_REQUESTS``): the known fields with their Go types, unknown ones
+    ignored; a wrong type is ``JSInvalidJSONErr`` with Go's text."""
+    spec = _API_REQUESTS[kind]
+    try:
+        out = spec.decode(body, [], spec.go.removeprefix("server."), False)
+    except _DecodeError as e:
+        raise api_error("JSInvalidJSONErr", err=str(e)) from None
+    return {} if out is _ABSENT else out
+
+
 def _decode_stream_request(d: Any, strict: bool) -> dict[str, Any]:
     try:
         out = _STREAM_CONFIG_REQUEST.decode(d, [], "StreamConfigRequest", strict)

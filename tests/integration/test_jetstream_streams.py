@@ -353,6 +353,63 @@ async def test_bad_requests_get_the_reference_error(js_server, subject, body, er
         await nc.close()
 
 
+_SEQ_TYPE = "json: cannot unmarshal number -1 into Go struct field JSApiMsgGetRequest.seq of type uint64"
+
+
+@pytest.mark.parametrize(
+    ("subject", "body", "expected"),
+    [
+        ("STREAM.INFO.S", {"subjects_filter": "a..b"}, {"total": 0, "offset": 0, "limit": 0}),
+        ("STREAM.INFO.S", {"offset": -1}, {"total": 0, "offset": 0, "limit": 0}),
+        ("STREAM.NAMES", {"subject": "a..b"}, {"total": 0, "streams": None}),
+        ("STREAM.NAMES", {"offset": 10}, {"total": 1, "offset": 1}),
+        (
+            "STREAM.MSG.GET.S",
+            {"seq": -1},
+            {"error": {"code": 400, "err_code": 10025, "description": f"invalid JSON: {_SEQ_TYPE}"}},
+        ),
+        (
+            "STREAM.MSG.GET.S",
+            {"last_by_subj": "a..b"},
+            {"error": {"code": 404, "err_code": 10037, "description": "no message found"}},
+        ),
+        (
+            "STREAM.MSG.GET.NOPE",
+            {"seq": 0},
+            {"error": {"code": 400, "err_code": 10003, "description": "bad request"}},
+        ),
+        (
+            "STREAM.MSG.DELETE.S",
+            {},
+            {"error": {"code": 400, "err_code": 10003, "description": "bad request"}},
+        ),
+        (
+            "STREAM.MSG.DELETE.S",
+            {"seq": 0},
+            {"error": {"code": 500, "err_code": 10057, "description": "no message found"}},
+        ),
+        (
+            "STREAM.MSG.DELETE.S",
+            {"seq": 9},
+            {"error": {"code": 500, "err_code": 10057, "description": "stream store EOF"}},
+        ),
+        (
+            "STREAM.PURGE.S",
+            {"seq": 3, "keep": 1},
+            {"error": {"code": 400, "err_code": 10003, "description": "bad request"}, "purged": 0},
+        ),
+        ("STREAM.PURGE.S", {"filter": "a..b"}, {"success": True, "purged": 0}),
+    ],
+)
+async def test_requests_read_as_the_reference_reads_them(js_server, subject, body, expected):
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="S", subjects=["s.>"])
+        for _ in range(3):
+            await js.publish("s.a", b"x")
+        r = await api(nc, f"$JS.API.{subject}", body)
+        assert {k: r.get(k) for k in expected} == expected, r
+
+
 @pytest.mark.parametrize(
     "name", ["a.b", "a*", "a>", "a b", "x" * 300], ids=["dot", "star", "gt", "space", "long"]
 )
