@@ -112,6 +112,7 @@ class Stream:
         self._state: StreamState | None = None
         self._dedup: dict[str, tuple[int, int]] = {}
         self._last_msg_id: str | None = None
+        self._reconfigured = anyio.Event()  # wakes the housekeeping after a config update
         self._ttl: dict[int, int] = {}  # seq -> expire ns
         self._closed = False
         # the pipeline: batches admitted but not yet answered, and the state they predict
@@ -258,11 +259,13 @@ class Stream:
         self.receiver.close()
 
     async def _housekeeping(self) -> None:
-        interval = 1.0
-        if self.config.max_age:
-            interval = min(interval, max(0.05, self.config.max_age / 1e9 / 4))
         while True:
-            await anyio.sleep(interval)
+            interval = 1.0  # from the config of the moment: reconfigure wakes us to look again
+            if self.config.max_age:
+                interval = min(interval, max(0.05, self.config.max_age / 1e9 / 4))
+            self._reconfigured = anyio.Event()
+            with anyio.move_on_after(interval):
+                await self._reconfigured.wait()
             async with self.lock:
                 try:
                     await self._expire()
@@ -592,12 +595,13 @@ class Stream:
         if cfg.discard != "old" or (cfg.max_msgs <= 0 and cfg.max_bytes <= 0):
             return
         st = await self.state()
-        cut = 0
+        cut = cut_bytes = 0
         if cfg.max_msgs > 0 and st.msgs > cfg.max_msgs:
             oldest = await self.store.range(st.first_seq, limit=st.msgs - cfg.max_msgs)
-            cut = oldest[-1].seq + 1
-        if cfg.max_bytes > 0 and st.bytes > cfg.max_bytes:
-            excess, start = st.bytes - cfg.max_bytes, max(cut, st.first_seq)
+            cut, cut_bytes = oldest[-1].seq + 1, sum(m.size for m in oldest)
+        if cfg.max_bytes > 0 and st.bytes - cut_bytes > cfg.max_bytes:
+            # what max_msgs already cuts counts towards the bytes to drop
+            excess, start = st.bytes - cut_bytes - cfg.max_bytes, max(cut, st.first_seq)
             while excess > 0:
                 chunk = await self.store.range(start, limit=256)
                 if not chunk:
@@ -627,6 +631,9 @@ class Stream:
             self._state = None
             touched = set(await self.store.subjects_state(">")) if cfg.max_msgs_per_subject > 0 else set()
             await self._enforce_limits(touched)
+            await self._expire()  # a new max_age applies at once, as in the reference
+            self._reconfigured.set()
+            await self.recheck_interest()  # a stream turned to interest keeps what consumers need
 
     async def purge(self, subject: str | None, seq: int | None, keep: int | None) -> int:
         async with self.lock:

@@ -298,6 +298,44 @@ async def test_max_age_expires_messages(js_server):
         assert (await js.stream_info("AGE")).state.last_seq == 1
 
 
+async def test_an_update_applies_new_limits_at_once(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="U", subjects=["u.>"], storage=StorageType.MEMORY)  # its byte counts
+        for i in range(4):
+            await js.publish(f"u.{i}", b"x" * (10 * (i + 1)))
+        st = (await js.stream_info("U")).state
+        # max_msgs 3 drops the oldest; max_bytes drops one more, counting what max_msgs dropped
+        config = {
+            "name": "U",
+            "subjects": ["u.>"],
+            "storage": "memory",
+            "max_msgs": 3,
+            "max_bytes": st.bytes - 40,
+        }
+        r = await api(nc, "$JS.API.STREAM.UPDATE.U", config)
+        assert (r["state"]["messages"], r["state"]["first_seq"]) == (2, 3)
+        await anyio.sleep(1.2)
+        r = await api(nc, "$JS.API.STREAM.UPDATE.U", {**config, "max_age": 1_000_000_000})
+        assert (r["state"]["messages"], r["state"]["first_seq"]) == (0, 5), "older than max_age: gone"
+        r = await api(nc, "$JS.API.STREAM.UPDATE.U", {**config, "max_age": 300_000_000})
+        await js.publish("u.x", b"short-lived")
+        with anyio.fail_after(2):  # the update's max_age is in force, not the one the stream began with
+            while (await js.stream_info("U")).state.messages:
+                await anyio.sleep(0.05)
+
+
+async def test_a_stream_turned_to_interest_keeps_nothing_without_consumers(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="I", subjects=["i.>"], storage=StorageType.MEMORY)
+        await js.publish("i.a", b"1")
+        await js.publish("i.b", b"2")
+        config = {"name": "I", "subjects": ["i.>"], "storage": "memory", "retention": "interest"}
+        r = await api(nc, "$JS.API.STREAM.UPDATE.I", config)
+        assert "error" not in r, r
+        st = (await js.stream_info("I")).state
+        assert (st.messages, st.first_seq, st.last_seq) == (0, 3, 2)
+
+
 async def test_interest_stream_without_consumers_keeps_nothing(js_server):
     async with jetstream(js_server) as (_, js):
         await js.add_stream(name="I", subjects=["i"], retention=RetentionPolicy.INTEREST)
