@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ import anyio
 from core import subjects
 from core.api_errors import ApiError, api_error
 from core.errors import StoreError
-from core.jetstream.gotime import rfc3339_nano
+from core.jetstream.gotime import parse_go_duration, rfc3339_nano
 from core.protocol.headers import HeaderError, encode_headers, parse_headers
 from core.server.internal import InboundMsg, InternalReceiver
 from core.server.mailbox import Mailbox
@@ -57,27 +56,21 @@ MAX_BATCH = 256
 PIPELINE_DEPTH = 4
 _DEDUP_PREFIX = "dedup/"
 _TTL_PREFIX = "ttl/"
-_TTL_RE = re.compile(r"^\s*(\d+)\s*(ns|us|ms|s|m|h)?\s*$")
-_TTL_UNITS = {
-    "ns": 1,
-    "us": 1_000,
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-    None: 1_000_000_000,
-}
 
 
 def parse_ttl(value: str) -> int | None:
-    """Nats-TTL in ns: a Go-style duration or plain seconds; ``never`` means no expiry (None)."""
+    """Nats-TTL in ns, as the reference reads it: a Go duration (``90s``, ``1m30s``, ``1.5h``)
+    or whole seconds, at least one second; ``never`` means no expiry (None)."""
     v = value.strip()
     if v.lower() == "never":
         return None
-    m = _TTL_RE.match(v)
-    if not m:
-        raise ValueError(value)
-    ns = int(m.group(1)) * _TTL_UNITS[m.group(2)]
+    try:
+        ns = parse_go_duration(v)  # the reference keeps whole seconds of it
+        ns -= ns % 1_000_000_000
+    except ValueError:
+        if not v.isdigit():
+            raise ValueError(value) from None
+        ns = int(v) * 1_000_000_000
     if ns < 1_000_000_000:
         raise ValueError(value)  # the reference's minimum TTL is one second
     return ns
@@ -472,40 +465,49 @@ class Stream:
         ttl_ns = None
         rollup = None
         if hdr is not None:
+            # The reference's order of checks; an empty header counts as absent.
             expected_stream = hdr.get("Nats-Expected-Stream")
-            if expected_stream is not None and expected_stream != self.name:
+            if expected_stream and expected_stream != self.name:
                 raise api_error("JSStreamNotMatchErr")
+            ttl_hdr = hdr.get("Nats-TTL") or None
+            ttl_error = False
+            if ttl_hdr is not None:
+                try:
+                    ttl_ns = parse_ttl(ttl_hdr)
+                except ValueError:
+                    ttl_error = True  # reported after the other checks, as the reference does
+                if not ttl_error and not cfg.allow_msg_ttl:
+                    raise api_error("JSMessageTTLDisabledErr")
+            expected_subj = hdr.get("Nats-Expected-Last-Subject-Sequence")
+            subj_override = hdr.get("Nats-Expected-Last-Subject-Sequence-Subject")
+            if expected_subj:
+                last = await self._last_seq_for(subj_override or msg.subject, plan, run)
+                if _int(expected_subj) != last:
+                    raise api_error("JSStreamWrongLastSequenceErrF", seq=last)
+            elif subj_override:
+                raise api_error("JSStreamExpectedLastSeqPerSubjectInvalid")
+            expected_last = hdr.get("Nats-Expected-Last-Sequence")
+            if expected_last and _int(expected_last) != run.last_seq:
+                raise api_error("JSStreamWrongLastSequenceErrF", seq=run.last_seq)
             msg_id = hdr.get("Nats-Msg-Id") or None
             if msg_id is not None:
                 dup = plan.dedup.get(msg_id) or self._dedup.get(msg_id)
                 if dup is not None and time.time_ns() - dup[1] <= cfg.duplicate_window:
                     plan.outcomes.append((msg.reply, _Dup(dup[0])))
                     return
-            expected_last = hdr.get("Nats-Expected-Last-Sequence")
-            if expected_last is not None and _int(expected_last) != run.last_seq:
-                raise api_error("JSStreamWrongLastSequenceErrF", seq=run.last_seq)
             expected_id = hdr.get("Nats-Expected-Last-Msg-Id")
-            if expected_id is not None and expected_id != (run.last_msg_id or ""):
+            if expected_id and expected_id != (run.last_msg_id or ""):
                 raise api_error("JSStreamWrongLastMsgIDErrF", id=run.last_msg_id or "")
-            expected_subj = hdr.get("Nats-Expected-Last-Subject-Sequence")
-            if expected_subj is not None:
-                last = await self._last_seq_for(msg.subject, plan, run)
-                if _int(expected_subj) != last:
-                    raise api_error("JSStreamWrongLastSequenceErrF", seq=last)
-            rollup = hdr.get("Nats-Rollup")
+            rollup = (hdr.get("Nats-Rollup") or "").lower() or None
             if rollup is not None:
                 if not cfg.allow_rollup_hdrs:
                     raise api_error("JSStreamRollupFailedF", err="rollup not permitted")
                 if rollup not in ("sub", "all"):
-                    raise api_error("JSStreamRollupFailedF", err=f"rollup value invalid: {rollup}")
-            ttl_hdr = hdr.get("Nats-TTL")
-            if ttl_hdr is not None:
-                if not cfg.allow_msg_ttl:
-                    raise api_error("JSMessageTTLDisabledErr")
-                try:
-                    ttl_ns = parse_ttl(ttl_hdr)
-                except ValueError:
-                    raise api_error("JSMessageTTLInvalidErr") from None
+                    raise api_error(
+                        "JSStreamRollupFailedF", err=f"rollup value invalid: {json.dumps(rollup)}"
+                    )
+            if ttl_error:
+                raise api_error("JSMessageTTLInvalidErr")
         if cfg.discard == "new":
             self._check_discard_new(run, size + len(msg.subject) + 16)
             if cfg.discard_new_per_subject and cfg.max_msgs_per_subject > 0:

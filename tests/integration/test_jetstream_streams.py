@@ -556,6 +556,64 @@ async def test_per_message_ttl(js_server):
         assert (await js.get_msg("TTL", 2)).data == b"long"
 
 
+_WRONG_LAST = {"code": 400, "err_code": 10071, "description": "wrong last sequence: 1"}
+_TTL_OFF = {"code": 400, "err_code": 10166, "description": "per-message TTL is disabled"}
+_TTL_BAD = {"code": 400, "err_code": 10165, "description": "invalid per-message TTL"}
+
+
+@pytest.mark.parametrize(
+    ("stream", "headers", "expected"),
+    [
+        ("N", {"Nats-Msg-Id": "m1", "Nats-Expected-Last-Sequence": "5"}, _WRONG_LAST),  # before dedup
+        ("N", {"Nats-Msg-Id": "m1", "Nats-Expected-Last-Subject-Sequence": "5"}, _WRONG_LAST),
+        ("N", {"Nats-Msg-Id": "m1", "Nats-TTL": "5s"}, _TTL_OFF),
+        ("N", {"Nats-Expected-Last-Sequence": "5", "Nats-TTL": "5s"}, _TTL_OFF),
+        ("N", {"Nats-Expected-Last-Subject-Sequence": "9", "Nats-Expected-Last-Msg-Id": "zz"}, _WRONG_LAST),
+        ("N", {"Nats-TTL": "abc"}, _TTL_BAD),
+        ("N", {"Nats-Expected-Stream": ""}, 2),
+        (
+            "N",
+            {
+                "Nats-Expected-Last-Subject-Sequence": "1",
+                "Nats-Expected-Last-Subject-Sequence-Subject": "n.a",
+            },
+            2,
+        ),
+        (
+            "N",
+            {"Nats-Expected-Last-Subject-Sequence-Subject": "n.a"},
+            {
+                "code": 400,
+                "err_code": 10193,
+                "description": "missing sequence for expected last sequence per subject",
+            },
+        ),
+        ("T", {"Nats-TTL": "1m30s"}, 2),
+        ("T", {"Nats-TTL": "1.5s"}, 2),
+        ("T", {"Nats-TTL": "500ms"}, _TTL_BAD),
+        ("R", {"Nats-Rollup": "ALL"}, 2),
+        (
+            "R",
+            {"Nats-Rollup": "bad"},
+            {"code": 500, "err_code": 10111, "description": 'rollup value invalid: "bad"'},
+        ),
+    ],
+)
+async def test_publish_headers_are_checked_as_the_reference_checks_them(js_server, stream, headers, expected):
+    async with jetstream(js_server) as (nc, js):
+        extra = {"T": {"allow_msg_ttl": True}, "R": {"allow_rollup_hdrs": True}}.get(stream, {})
+        lower = stream.lower()
+        await api(
+            nc, f"$JS.API.STREAM.CREATE.{stream}", {"name": stream, "subjects": [f"{lower}.>"], **extra}
+        )
+        await js.publish(f"{lower}.a", b"first", headers={"Nats-Msg-Id": "m1"})
+        reply = json.loads((await nc.request(f"{lower}.a", b"x", headers=headers, timeout=5)).data)
+        if isinstance(expected, int):
+            assert reply == {"stream": stream, "seq": expected}
+        else:
+            assert reply["error"] == expected
+
+
 async def test_sealed_stream_refuses_writes_and_deletes(js_server):
     async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="SE", subjects=["se"])
