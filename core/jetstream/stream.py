@@ -509,11 +509,7 @@ class Stream:
             if ttl_error:
                 raise api_error("JSMessageTTLInvalidErr")
         if cfg.discard == "new":
-            self._check_discard_new(run, size + len(msg.subject) + 16)
-            if cfg.discard_new_per_subject and cfg.max_msgs_per_subject > 0:
-                have = await self.store.msgs_for_subject(msg.subject) + run.per_subject.get(msg.subject, 0)
-                if have >= cfg.max_msgs_per_subject:
-                    raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
+            await self._check_discard_new(run, msg.subject, size + len(msg.subject) + 16, rollup is not None)
         now = time.time_ns()
         index = len(plan.ops)
         appended = cfg.retention != "interest" or self._has_interest(msg.subject)
@@ -563,12 +559,30 @@ class Stream:
                 plan.removed_subjects.add(msg.subject)
         plan.outcomes.append((msg.reply, _Stored(run.last_seq, index if appended else -1)))
 
-    def _check_discard_new(self, run: _Running, size: int) -> None:
+    async def _check_discard_new(self, run: _Running, subject: str, size: int, rollup: bool) -> None:
+        """Discard new: refuse a publish the limits have no room for, as the reference does. A
+        subject at max_msgs_per_subject is refused with discard_new_per_subject (unless it is a
+        rollup); otherwise its oldest message makes room, so the stream does not grow in
+        messages, nor in bytes if that oldest one is at least as large."""
         cfg = self.config
-        if cfg.max_msgs > 0 and run.msgs >= cfg.max_msgs:
+        replaces = False
+        if cfg.max_msgs_per_subject > 0:
+            have = await self.store.msgs_for_subject(subject) + run.per_subject.get(subject, 0)
+            if have >= cfg.max_msgs_per_subject:
+                if cfg.discard_new_per_subject and not rollup:
+                    raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
+                replaces = True
+        if cfg.max_msgs > 0 and run.msgs >= cfg.max_msgs and not replaces:
             raise api_error("JSStreamStoreFailedF", err="maximum messages exceeded")
+        oldest = None
         if cfg.max_bytes > 0 and run.bytes + size > cfg.max_bytes:
-            raise api_error("JSStreamStoreFailedF", err="maximum bytes exceeded")
+            oldest = await self.store.first_after(0, subject) if replaces else None
+            if oldest is None or oldest.size < size:
+                raise api_error("JSStreamStoreFailedF", err="maximum bytes exceeded")
+        if replaces:  # what the batch's per-subject purge will take away
+            run.msgs -= 1
+            if oldest is not None:
+                run.bytes -= oldest.size
 
     async def _last_seq_for(self, subject: str, plan: _Batch, run: _Running) -> int:
         if subject in run.last_by_subject:

@@ -539,6 +539,21 @@ async def test_discard_new_per_subject(js_server):
         assert (await js.stream_info("DO")).state.messages == 1
 
 
+async def test_discard_new_takes_a_publish_that_only_replaces_a_message(js_server):
+    async with jetstream(js_server) as (_, js):
+        await js.add_stream(
+            name="M", subjects=["m.*"], max_msgs=2, max_msgs_per_subject=1, discard=DiscardPolicy.NEW
+        )
+        await js.publish("m.a", b"1")
+        await js.publish("m.b", b"1")
+        assert (await js.publish("m.a", b"2")).seq == 3, "m.a's old message makes room"
+        with pytest.raises(APIError) as refused:
+            await js.publish("m.c", b"1")
+        assert (refused.value.err_code, refused.value.description) == (10077, "maximum messages exceeded")
+        st = (await js.stream_info("M")).state
+        assert (st.messages, st.first_seq) == (2, 2)
+
+
 async def test_per_message_ttl(js_server):
     async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="NOTTL", subjects=["nottl"])
