@@ -537,6 +537,11 @@ class Stream:
         if ttl_ns is not None:
             plan.ttls.append((run.last_seq, now + ttl_ns))
             plan.ops.append(SetMetaOp(f"{_TTL_PREFIX}{run.last_seq}", str(now + ttl_ns).encode()))
+        if rollup and cfg.discard == "old" and 0 < cfg.max_msgs < run.msgs:
+            # as the reference: max_msgs applies as the message is stored, before its rollup
+            plan.ops.append(PurgeOp(keep=cfg.max_msgs))
+            run.msgs = cfg.max_msgs
+            plan.removes = True
         if rollup == "sub":
             plan.ops.append(PurgeOp(subject=msg.subject, up_to_seq=run.last_seq))
             plan.removes = True

@@ -345,6 +345,17 @@ async def test_interest_stream_without_consumers_keeps_nothing(js_server):
         assert (st.messages, st.last_seq) == (0, 2)
 
 
+async def test_a_rollup_on_a_full_stream_drops_the_oldest_first(js_server):
+    async with jetstream(js_server) as (_, js):
+        await js.add_stream(name="RM", subjects=["rm.*"], max_msgs=3, allow_rollup_hdrs=True)
+        for subject in ("rm.x", "rm.a", "rm.y"):
+            await js.publish(subject, b"1")
+        await js.publish("rm.a", b"2", headers={"Nats-Rollup": "sub"})
+        info = await js.stream_info("RM", subjects_filter=">")
+        assert (info.state.messages, info.state.first_seq) == (2, 3)
+        assert info.state.subjects == {"rm.a": 1, "rm.y": 1}
+
+
 async def test_rollup_replaces_subject_history(js_server):
     async with jetstream(js_server) as (_, js):
         await js.add_stream(name="RU", subjects=["ru.*"], allow_rollup_hdrs=True)
