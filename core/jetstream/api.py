@@ -98,19 +98,22 @@ async def _info(
 async def account_info(
     js: JetStream, ajs: AccountJetStream, _args: list[str], _msg: InboundMsg
 ) -> dict[str, Any]:
-    memory = storage = consumers = 0
+    memory = storage = consumers = reserved_memory = reserved_storage = 0
     for s in ajs.streams.values():
         st = await s.state()
+        reserved = max(s.config.max_bytes, 0)  # as the reference: what max_bytes sets aside
         if s.config.storage == "memory":
             memory += st.bytes
+            reserved_memory += reserved
         else:
             storage += st.bytes
+            reserved_storage += reserved
         consumers += s.consumer_count
     body: dict[str, Any] = {
         "memory": memory,
         "storage": storage,
-        "reserved_memory": 0,
-        "reserved_storage": 0,
+        "reserved_memory": reserved_memory,
+        "reserved_storage": reserved_storage,
         "streams": len(ajs.streams),
         "consumers": consumers,
         "limits": {
@@ -123,7 +126,9 @@ async def account_info(
             "storage_max_stream_bytes": -1,
             "max_bytes_required": False,
         },
-        "api": {"level": 1, "total": ajs.api_total, "errors": ajs.api_errors},
+        # total: the requests before this one, as the reference counts. level stays 1: leafjet
+        # has not the features of the reference's later API levels (counters, schedules, batches)
+        "api": {"level": 1, "total": ajs.api_total - 1, "errors": ajs.api_errors},
     }
     if js.domain:
         body["domain"] = js.domain
@@ -138,11 +143,11 @@ async def stream_create(
     existing = ajs.streams.get(name)
     if existing is not None:
         if existing.config.to_json() == cfg.to_json():
-            return api_response("stream_create_response", await _info(js, existing))
+            return api_response("stream_create_response", {**await _info(js, existing), "did_create": True})
         raise api_error("JSStreamNameExistErr")
     check_subject_overlap(cfg, (st.config for st in ajs.streams.values()))
     stream = await js.create_stream(ajs, cfg)
-    return api_response("stream_create_response", await _info(js, stream))
+    return api_response("stream_create_response", {**await _info(js, stream), "did_create": True})
 
 
 async def stream_update(

@@ -273,6 +273,22 @@ async def test_account_info_and_domain_in_acks(make_server):
         assert via_domain["state"]["messages"] == 1
 
 
+async def test_account_info_counts_reserved_bytes_and_api_requests(js_server):
+    async with jetstream(js_server) as (nc, _js):
+        config = {"name": "F", "subjects": ["f"], "max_bytes": 5000}
+        created = await api(nc, "$JS.API.STREAM.CREATE.F", config)
+        assert created["did_create"] is True
+        assert (await api(nc, "$JS.API.STREAM.CREATE.F", config))["did_create"] is True, (
+            "also when it existed"
+        )
+        m = {"name": "M", "subjects": ["m"], "max_bytes": 1000, "storage": "memory"}
+        await api(nc, "$JS.API.STREAM.CREATE.M", m)
+        await api(nc, "$JS.API.STREAM.INFO.NOPE")
+        info = await api(nc, "$JS.API.INFO")
+        assert (info["reserved_memory"], info["reserved_storage"]) == (1000, 5000)
+        assert (info["api"]["total"], info["api"]["errors"]) == (4, 1), "the requests before this one"
+
+
 async def test_streams_and_messages_survive_restart(js_server):
     async with jetstream(js_server) as (_, js):
         await js.add_stream(name="R", subjects=["r.>"], max_msgs_per_subject=5)
