@@ -336,6 +336,11 @@ async def direct_get(js: JetStream, ajs: AccountJetStream, args: list[str], msg:
             body: dict[str, Any] = {"last_by_subj": ".".join(args[1:])}
         else:
             body = _body(msg, required=True)
+        if not (
+            body.get("seq") or body.get("last_by_subj") or body.get("next_by_subj") or "multi_last" in body
+        ):
+            js.reply_raw(ajs, reply, status_headers(408, "Empty Request"), b"")
+            return
         if "multi_last" in body or "batch" in body:
             await _direct_batch(js, ajs, stream, reply, body)
             return
@@ -381,6 +386,9 @@ async def _direct_batch(
                     if best is not None:
                         seen[subj] = best
         hits = sorted(seen.values(), key=lambda m: m.seq)[:batch]
+        if not hits:
+            js.reply_raw(ajs, reply, status_headers(404, "No Results"), b"")
+            return
     else:
         seq = body.get("seq", 0) or 0
         filt = body.get("next_by_subj")
@@ -388,18 +396,22 @@ async def _direct_batch(
     if not hits:
         js.reply_raw(ajs, reply, status_headers(404, "Message Not Found"), b"")
         return
-    # Nats-Num-Pending: matching messages still after this one in the stream (ADR-31).
-    filt = None if "multi_last" in body else body.get("next_by_subj")
-    pending = await stream.store.num_pending(hits[0].seq, filt)
+    # Nats-Num-Pending: matching messages still after this one (for multi_last: in the answer);
+    # Nats-Last-Sequence: the previous message's sequence (ADR-31, as the reference).
+    if "multi_last" in body:
+        pending = len(hits)
+    else:
+        pending = await stream.store.num_pending(hits[0].seq, body.get("next_by_subj"))
+    previous = 0
     for m in hits:
         pending -= 1
-        extra = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(m.seq)))
+        extra = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(previous)))
         js.reply_raw(ajs, reply, stream.direct_headers(m, extra), m.data)
-    eob = encode_headers(
-        (("Nats-Num-Pending", str(max(pending, 0))), ("Nats-Last-Sequence", str(hits[-1].seq))),
-        status=204,
-        description="EOB",
-    )
+        previous = m.seq
+    eob_items = [("Nats-Num-Pending", str(max(pending, 0))), ("Nats-Last-Sequence", str(previous))]
+    if "multi_last" in body and body.get("up_to_seq"):
+        eob_items.append(("Nats-UpTo-Sequence", str(body["up_to_seq"])))
+    eob = encode_headers(eob_items, status=204, description="EOB")
     js.reply_raw(ajs, reply, eob, b"")
 
 

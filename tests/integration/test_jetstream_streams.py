@@ -236,7 +236,23 @@ async def test_direct_get_batch_ends_with_eob(js_server):
         got = [await sub.next_msg(timeout=5) for _ in range(4)]
         assert [m.data for m in got[:3]] == [b"1", b"2", b"3"]
         assert [m.headers["Nats-Num-Pending"] for m in got[:3]] == ["3", "2", "1"]
+        assert [m.headers["Nats-Last-Sequence"] for m in got] == ["0", "2", "3", "4"], "the one before"
         assert got[3].headers.get("Status") == "204"
+        await nc.publish(
+            "$JS.API.DIRECT.GET.DB", b'{"multi_last": ["db.1", "db.3"], "up_to_seq": 4}', reply=inbox
+        )
+        got = [await sub.next_msg(timeout=5) for _ in range(3)]
+        assert [m.headers.get("Nats-Num-Pending") for m in got] == ["1", "0", "0"], (
+            "what is left of the answer"
+        )
+        assert got[2].headers["Nats-UpTo-Sequence"] == "4"
+        for body, description in (
+            (b'{"multi_last": ["db.zz"]}', "No Results"),
+            (b'{"seq": 0}', "Empty Request"),
+        ):
+            await nc.publish("$JS.API.DIRECT.GET.DB", body, reply=inbox)
+            answer = await sub.next_msg(timeout=5)
+            assert answer.headers.get("Description") == description
     finally:
         await nc.close()
 
