@@ -441,7 +441,7 @@ class Stream:
         ops = plan.ops
         seq = run.last_seq = run.last_seq + 1
         run.msgs += 1
-        run.bytes += size + len(subject) + 16
+        run.bytes += self.store.size_of(subject, None, payload)
         run.last_by_subject[subject] = seq
         run.last_msg_id = plan.last_msg_id = ""  # a publish without Nats-Msg-Id clears it
         plan.outcomes.append((msg.reply, _Stored(seq, len(ops))))
@@ -509,7 +509,8 @@ class Stream:
             if ttl_error:
                 raise api_error("JSMessageTTLInvalidErr")
         if cfg.discard == "new":
-            await self._check_discard_new(run, msg.subject, size + len(msg.subject) + 16, rollup is not None)
+            stored_size = self.store.size_of(msg.subject, msg.headers, msg.payload)
+            await self._check_discard_new(run, msg.subject, stored_size, rollup is not None)
         now = time.time_ns()
         index = len(plan.ops)
         appended = cfg.retention != "interest" or self._has_interest(msg.subject)
@@ -525,7 +526,7 @@ class Stream:
                 err = f"invalid publish subject {msg.subject!r}"
                 raise api_error("JSStreamStoreFailedF", err=err) from None
             run.msgs += 1
-            run.bytes += size + len(msg.subject) + 16
+            run.bytes += self.store.size_of(msg.subject, msg.headers, msg.payload)
         run.last_seq += 1
         run.last_by_subject[msg.subject] = run.last_seq
         run.per_subject[msg.subject] = run.per_subject.get(msg.subject, 0) + 1
@@ -582,12 +583,16 @@ class Stream:
         oldest = None
         if cfg.max_bytes > 0 and run.bytes + size > cfg.max_bytes:
             oldest = await self.store.first_after(0, subject) if replaces else None
-            if oldest is None or oldest.size < size:
+            if oldest is None or self._size(oldest) < size:
                 raise api_error("JSStreamStoreFailedF", err="maximum bytes exceeded")
         if replaces:  # what the batch's per-subject purge will take away
             run.msgs -= 1
             if oldest is not None:
-                run.bytes -= oldest.size
+                run.bytes -= self._size(oldest)
+
+    def _size(self, m: StoredMsg) -> int:
+        """A stored message's size as the stream's store counts it in ``bytes``."""
+        return self.store.size_of(m.subject, m.headers, m.data)
 
     async def _last_seq_for(self, subject: str, plan: _Batch, run: _Running) -> int:
         if subject in run.last_by_subject:
@@ -619,7 +624,7 @@ class Stream:
         cut = cut_bytes = 0
         if cfg.max_msgs > 0 and st.msgs > cfg.max_msgs:
             oldest = await self.store.range(st.first_seq, limit=st.msgs - cfg.max_msgs)
-            cut, cut_bytes = oldest[-1].seq + 1, sum(m.size for m in oldest)
+            cut, cut_bytes = oldest[-1].seq + 1, sum(self._size(m) for m in oldest)
         if cfg.max_bytes > 0 and st.bytes - cut_bytes > cfg.max_bytes:
             # what max_msgs already cuts counts towards the bytes to drop
             excess, start = st.bytes - cut_bytes - cfg.max_bytes, max(cut, st.first_seq)
@@ -630,7 +635,7 @@ class Stream:
                 for m in chunk:
                     if cut and m.seq < cut:
                         continue
-                    excess -= m.size
+                    excess -= self._size(m)
                     cut = m.seq + 1
                     if excess <= 0:
                         break

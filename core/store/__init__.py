@@ -17,6 +17,7 @@ from core.store.api import (
     StoreFull,
     StreamState,
     StreamStore,
+    file_msg_size,
     msg_size,
 )
 from core.store.crypto import Cipher, CipherSpec
@@ -45,5 +46,6 @@ __all__ = [
     "StoredMsg",
     "StreamState",
     "StreamStore",
+    "file_msg_size",
     "msg_size",
 ]

@@ -8,8 +8,11 @@ operations reaches the same state. Reads never mutate.
 Sequence rules (the reference's): ``last_seq`` never moves back -- not after a purge, a delete or an
 expiry, and not across a restart; an empty stream reports ``first_seq == last_seq + 1``.
 
-Message size is counted the way the reference's memory store counts it:
-``len(subject) + len(headers) + len(data) + 16`` (subject in UTF-8 bytes; 16 = sequence + timestamp).
+Message size (``bytes`` in the state, what max_bytes limits) is counted the way the reference's
+store of the same kind counts it (subject in UTF-8 bytes): the memory store
+``len(subject) + len(headers) + len(data) + 16`` (``msg_size``); the file store, whose role the
+SQLite store plays, its record length ``len(subject) + len(data) + 30``, plus ``len(headers) + 4``
+with headers (``file_msg_size``). ``StreamStore.size_of`` says which a store uses.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from core.errors import StoreError
 from core.subjects import is_valid_literal_subject, is_valid_subject
 
 MSG_OVERHEAD = 16
+FILE_MSG_OVERHEAD = 30
 """Bytes added per message on top of subject, headers and data (sequence and timestamp)."""
 
 META_KEY_MAX = 1024
@@ -49,9 +53,17 @@ class StoreClosed(StoreError):
 
 
 def msg_size(subject: str, headers: bytes | None, data: bytes) -> int:
-    """The reference's per-message size: subject + headers + data + 16."""
+    """The reference's memory-store message size: subject + headers + data + 16."""
     n = len(subject) if subject.isascii() else len(subject.encode())
     return n + (len(headers) if headers else 0) + len(data) + MSG_OVERHEAD
+
+
+def file_msg_size(subject: str, headers: bytes | None, data: bytes) -> int:
+    """The reference's file-store message size, its record length: a 22-byte head (length,
+    sequence, time, subject length), the subject, a 4-byte header length and the headers if any,
+    the data, an 8-byte hash."""
+    n = len(subject) if subject.isascii() else len(subject.encode())
+    return n + len(data) + FILE_MSG_OVERHEAD + (len(headers) + 4 if headers else 0)
 
 
 def _int(name: str, value: object, minimum: int) -> None:
@@ -98,10 +110,6 @@ class StoredMsg(NamedTuple):
     headers: bytes | None
     data: bytes
     ts: int
-
-    @property
-    def size(self) -> int:
-        return msg_size(self.subject, self.headers, self.data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +326,10 @@ def check_ops(ops: Sequence[Op], last_seq: int) -> None:
 @runtime_checkable
 class StreamStore(Protocol):
     """What the stream layer needs from a store. Implementations: MemoryStore, SqliteStore."""
+
+    def size_of(self, subject: str, headers: bytes | None, data: bytes) -> int:
+        """A message's size as this store counts it in ``bytes`` (``msg_size`` or ``file_msg_size``)."""
+        ...
 
     async def apply(self, ops: Sequence[Op]) -> list[Result]:
         """Apply the operations atomically, in order; one result per operation. Returns after the

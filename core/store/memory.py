@@ -63,6 +63,8 @@ class MemoryStore:
 
     # ---------------------------------------------------------------------------------- mutation
 
+    size_of = staticmethod(msg_size)  # the reference's memory store's count
+
     async def apply(self, ops: Sequence[Op]) -> list[Result]:
         self._check_open()
         ops = list(ops)

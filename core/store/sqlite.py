@@ -56,6 +56,7 @@ from core.store.api import (
     StoreFull,
     StreamState,
     check_ops,
+    file_msg_size,
     make_state,
     normalize_filter,
 )
@@ -465,6 +466,9 @@ class SqliteStore:
             self._space = None
 
     # ---------------------------------------------------------------------------------- writes
+
+    # the reference's file store's count: the SQLite store plays its role
+    size_of = staticmethod(file_msg_size)
 
     async def apply(self, ops: Sequence[Op]) -> list[Result]:
         return await (await self.submit(ops))
@@ -1402,9 +1406,10 @@ class SqliteStore:
                     if seq is None:
                         seq = last + 1
                     subject, hdr, data, ts = op.subject, op.headers, op.data, op.ts
-                    size = (len(subject) if subject.isascii() else len(subject.encode())) + len(data) + 16
+                    # file_msg_size, inline: this loop runs once per stored message
+                    size = (len(subject) if subject.isascii() else len(subject.encode())) + len(data) + 30
                     if hdr:
-                        size += len(hdr)
+                        size += len(hdr) + 4
                     if plain:
                         rows.append((seq, subject, hdr, data, ts, size, 0))
                     else:

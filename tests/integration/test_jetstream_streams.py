@@ -31,6 +31,21 @@ async def test_create_publish_and_info(js_server):
         assert info.config.num_replicas == 1
 
 
+async def test_file_and_memory_streams_count_bytes_as_the_reference(js_server):
+    async with jetstream(js_server) as (_, js):
+        await js.add_stream(name="F", subjects=["f.*"], max_bytes=100)
+        await js.add_stream(name="M", subjects=["m.*"], storage=StorageType.MEMORY)
+        await js.publish("f.a", b"x" * 10)
+        await js.publish("m.a", b"x" * 10)
+        # the file store counts its record (30 bytes around subject and data), memory 16
+        assert (await js.stream_info("F")).state.bytes == 3 + 10 + 30
+        assert (await js.stream_info("M")).state.bytes == 3 + 10 + 16
+        for _ in range(3):
+            await js.publish("f.a", b"x" * 10)
+        st = (await js.stream_info("F")).state
+        assert (st.messages, st.bytes) == (2, 86), "max_bytes 100 holds two such records"
+
+
 async def test_publish_without_reply_is_stored(js_server):
     async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="S", subjects=["s.*"])

@@ -510,7 +510,7 @@ async def test_zstd_compression_round_trips_and_only_when_it_saves_space(tmp_pat
             ]
         )
         st = await store.state()
-        assert st.bytes == sum(m.size for m in await store.range(1))
+        assert st.bytes == sum(store.size_of(m.subject, m.headers, m.data) for m in await store.range(1))
     finally:
         await store.close()
     rows = raw_rows(db, "SELECT seq, flags, length(data) FROM msgs ORDER BY seq")
