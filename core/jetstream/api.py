@@ -154,11 +154,9 @@ async def stream_update(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
     name = args[0]
-    body = _body(msg)
+    new = StreamConfig.from_json(_body(msg), create=False, expected_name=name)  # first, as the reference
     stream = _stream(ajs, name)
-    cfg = StreamConfig.check_update(
-        stream.config, StreamConfig.from_json(body, create=False, expected_name=name)
-    )
+    cfg = StreamConfig.check_update(stream.config, new)
     check_subject_overlap(cfg, (st.config for st in ajs.streams.values()))
     await js.update_stream(ajs, stream, cfg)
     return api_response("stream_update_response", await _info(js, stream))

@@ -430,6 +430,7 @@ async def test_rollup_replaces_subject_history(js_server):
         ("$JS.API.STREAM.INFO.NOPE", None, 10059),
         ("$JS.API.STREAM.DELETE.NOPE", None, 10059),
         ("$JS.API.STREAM.MSG.GET.NOPE", {"seq": 1}, 10059),
+        ("$JS.API.STREAM.UPDATE.NOPE", {"name": "NOPE", "retention": "bogus"}, 10025),
     ],
     ids=[
         "malformed_json",
@@ -438,6 +439,7 @@ async def test_rollup_replaces_subject_history(js_server):
         "info_missing",
         "delete_missing",
         "get_from_missing",
+        "update_missing_with_a_bad_config",
     ],
 )
 async def test_bad_requests_get_the_reference_error(js_server, subject, body, err_code):
