@@ -185,6 +185,11 @@ async def test_interval_mode_commits_a_lone_call_on_the_loop_and_keeps_the_order
         assert not second.done(), "the rest of the same turn of the loop goes to the writer"
         third = await store.submit([Append("a", None, b"3", 3)])
         assert [await first, await second, await third] == [[1], [2], [3]]
+        # The writer thread posts the results before it lets go of the connection: under load
+        # the loop can see them first. Wait (bounded) for it to let go.
+        with anyio.fail_after(5):
+            while store._wlock.locked():
+                await anyio.sleep(0.001)
         await anyio.sleep(0)
         assert (await store.submit([Append("a", None, b"4", 4)])).done(), "the writer is idle again"
         big = [Append("a", None, b"5", 5)] * 17
