@@ -188,8 +188,9 @@ async def test_interval_mode_commits_a_lone_call_on_the_loop_and_keeps_the_order
         # The writer thread posts the results before it lets go of the connection: under load
         # the loop can see them first. Wait (bounded) for it to let go.
         with anyio.fail_after(5):
-            while store._wlock.locked():
+            while not store._wlock.acquire(blocking=False):
                 await anyio.sleep(0.001)
+            store._wlock.release()
         await anyio.sleep(0)
         assert (await store.submit([Append("a", None, b"4", 4)])).done(), "the writer is idle again"
         big = [Append("a", None, b"5", 5)] * 17
