@@ -490,18 +490,24 @@ async def test_pull_subscribe_and_fetch(js_server):
         assert [m.data for m in await sub.fetch(1, timeout=2)] == [b"late"]
 
 
+async def waiting_request(nc, js, body: bytes):
+    """An empty stream S with a pull consumer W, and a request ``body`` waiting on it; its inbox."""
+    await make_stream(js)
+    await create(nc, "S", {"durable_name": "W", "ack_policy": "explicit"})
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.W", body, reply=inbox)
+
+    async def waiting() -> bool:
+        return (await js.consumer_info("S", "W")).num_waiting == 1
+
+    await eventually(waiting)
+    return sub
+
+
 async def test_a_pull_request_whose_requester_left_is_dropped(js_server):
     async with jetstream(js_server) as (nc, js):
-        await make_stream(js)
-        await create(nc, "S", {"durable_name": "W", "ack_policy": "explicit"})
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
-        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.W", b'{"batch": 5}', reply=inbox)
-
-        async def waiting() -> bool:
-            return (await js.consumer_info("S", "W")).num_waiting == 1
-
-        await eventually(waiting)
+        sub = await waiting_request(nc, js, b'{"batch": 5}')
         await sub.unsubscribe()
         await nc.flush()
         for i in range(3):
@@ -513,16 +519,7 @@ async def test_a_pull_request_whose_requester_left_is_dropped(js_server):
 
 async def test_waiting_pull_gets_a_message_published_later(js_server):
     async with jetstream(js_server) as (nc, js):
-        await make_stream(js)
-        await create(nc, "S", {"durable_name": "W", "ack_policy": "explicit"})
-        inbox = nc.new_inbox()
-        sub = await nc.subscribe(inbox)
-        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.W", b'{"batch": 1, "expires": 5000000000}', reply=inbox)
-
-        async def waiting() -> bool:
-            return (await js.consumer_info("S", "W")).num_waiting == 1
-
-        await eventually(waiting)
+        sub = await waiting_request(nc, js, b'{"batch": 1, "expires": 5000000000}')
         await js.publish("s.x", b"now")
         msg = await sub.next_msg(timeout=3)
         assert (msg.subject, msg.data) == ("s.x", b"now")
@@ -1338,6 +1335,16 @@ async def test_interest_stream_keeps_only_what_a_consumer_filter_takes(js_server
         assert (await js.stream_info("IN")).state.messages == 1
 
 
+async def emptied(js, stream: str, first_seq: int) -> None:
+    """Wait until ``stream`` holds nothing and starts at ``first_seq``."""
+
+    async def empty() -> bool:
+        st = (await js.stream_info(stream)).state
+        return (st.messages, st.first_seq) == (0, first_seq)
+
+    await eventually(empty)
+
+
 async def test_interest_stream_drops_what_an_ack_none_consumer_delivered(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, "IN", retention=RetentionPolicy.INTEREST)
@@ -1346,12 +1353,7 @@ async def test_interest_stream_drops_what_an_ack_none_consumer_delivered(js_serv
         await js.publish("in.x", b"2")
         assert (await js.stream_info("IN")).state.messages == 2
         assert len(await pull(nc, "IN", "N", {"batch": 2})) == 2
-
-        async def none_left() -> bool:
-            st = (await js.stream_info("IN")).state
-            return (st.messages, st.first_seq) == (0, 3)
-
-        await eventually(none_left)
+        await emptied(js, "IN", first_seq=3)
 
 
 async def test_interest_stream_drops_what_only_a_deleted_consumer_still_needed(js_server):
@@ -1365,12 +1367,7 @@ async def test_interest_stream_drops_what_only_a_deleted_consumer_still_needed(j
             await confirm(nc, m)
         assert (await js.stream_info("IN")).state.messages == 3, "B still needs them"
         await js.delete_consumer("IN", "B")
-
-        async def none_left() -> bool:
-            st = (await js.stream_info("IN")).state
-            return (st.messages, st.first_seq) == (0, 4)
-
-        await eventually(none_left)
+        await emptied(js, "IN", first_seq=4)
 
 
 # ----------------------------------------------------------------------------------------- removals
