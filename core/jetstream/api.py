@@ -459,10 +459,10 @@ async def _create_consumer(
             consumer = stream.consumers[outcome.name]
             if outcome.config != consumer.config:
                 await js.update_consumer(stream, consumer, outcome.config)
-            info = await _consumer_info(js, consumer)
         else:
             consumer = await js.create_consumer(stream, outcome.name, outcome.config)
-            info = await _consumer_info(js, consumer)  # before it delivers anything
+        info = await _consumer_info(js, consumer)  # a new consumer: before it delivers anything
+        if not outcome.existing:
             await js.start_consumer(stream, consumer)
     return api_response("consumer_create_response", info)
 

@@ -112,7 +112,6 @@ class Consumer:
         self.last_interest_ns = time.monotonic_ns()
         self._remaining = -1
         self._interest_candidates: list[int] = []
-        self._next_requests: list[tuple[str, bytes]] = []  # +NXT pull requests of an ack batch
         # messages the stream removed, noted by messages_removed until settle_removals runs
         self._removals = False
         self._removed_seqs: set[int] = set()
@@ -345,7 +344,7 @@ class Consumer:
                     break
                 waiter = self.waiting[0]
                 # the reference's cost: subject + ack reply + headers + data, as delivered
-                headers, payload = self._delivered_form(msg)
+                form = headers, payload = self._delivered_form(msg)
                 size = len(msg.subject) + len(headers or b"") + len(payload)
                 size += len(self._reply_subject(msg, self._peek_pending(msg)))
                 if waiter.max_bytes and waiter.bytes + size > waiter.max_bytes:
@@ -359,7 +358,7 @@ class Consumer:
                 if not self.waiting or self.waiting[0] is not waiter:  # it expired while we paced
                     self._unread(msg)
                     continue
-                self._send(msg, waiter.reply, await self._pending_after(msg))
+                self._send(msg, waiter.reply, await self._pending_after(msg), form)
                 waiter.delivered += 1
                 waiter.bytes += size
                 waiter.last_sent = now
@@ -720,7 +719,10 @@ class Consumer:
                     self._arm_at(sseq, p, p.ts + self._ack_wait(p.deliveries))
         self.wake()
 
-    def _send(self, msg: StoredMsg, to: str, pending_after: int) -> None:
+    def _send(
+        self, msg: StoredMsg, to: str, pending_after: int, form: tuple[bytes | None, bytes] | None = None
+    ) -> None:
+        """Deliver ``msg`` to ``to``; ``form`` is its ``_delivered_form`` when the caller has it."""
         now = time.time_ns()
         p = self.pending.get(msg.seq)
         if p is not None:  # a redelivery keeps its consumer sequence slot count
@@ -740,7 +742,7 @@ class Consumer:
             self._arm(msg.seq, p, self._ack_wait(deliveries))
         self._delivered_up_to(msg.seq, now)
         reply = _ack_subject(self._ack_prefix(), deliveries, msg.seq, self.dseq, msg.ts, pending_after)
-        headers, payload = self._delivered_form(msg)
+        headers, payload = form if form is not None else self._delivered_form(msg)
         self.stream.account.publish(msg.subject, reply, headers, payload, route=to)
 
     def _delivered_form(self, msg: StoredMsg) -> tuple[bytes | None, bytes]:
@@ -891,7 +893,7 @@ class Consumer:
                     break
             confirms: list[str] = []
             removals: list[int] = []
-            self._next_requests = []
+            requests: list[tuple[str, bytes]] = []  # +NXT: (reply, pull request)
             acks = 0
             for msg in batch:
                 if msg.subject.startswith("$JS.FC."):
@@ -900,7 +902,7 @@ class Consumer:
                     continue
                 acks += 1
                 try:
-                    self._on_ack(msg, confirms, removals)
+                    self._on_ack(msg, confirms, removals, requests)
                 except Exception:
                     log.warning(
                         "consumer %s/%s: ignoring malformed ack on %s",
@@ -917,7 +919,6 @@ class Consumer:
                 await self.persist(removals)
             for reply in confirms:
                 self.stream.account.publish(reply, None, None, b"")
-            requests, self._next_requests = self._next_requests, []
             for reply, body in requests:  # +NXT, after the acks they came with
                 await self.request_next(reply, body)
             self.wake()
@@ -943,7 +944,9 @@ class Consumer:
             self._dirty = False
             await self.stream.apply_consumer_ops(ops)
 
-    def _on_ack(self, msg: InboundMsg, confirms: list[str], removals: list[int]) -> None:
+    def _on_ack(
+        self, msg: InboundMsg, confirms: list[str], removals: list[int], requests: list[tuple[str, bytes]]
+    ) -> None:
         tokens = msg.subject.split(".")
         if len(tokens) == 9:
             sseq = int(tokens[5])
@@ -959,7 +962,7 @@ class Consumer:
         elif body.startswith(b"+NXT"):
             self._ack(sseq, removals)
             if msg.reply:
-                self._next_requests.append((msg.reply, body[4:]))
+                requests.append((msg.reply, body[4:]))
             return  # the messages (or a status) are the answer
         elif body.startswith(b"-NAK"):
             self._nak(sseq, body[4:].strip())
@@ -1060,23 +1063,18 @@ class Consumer:
             n = sum([await store.num_pending(self.next_sseq, f) for f in self.filters])
         return n + len(self.initial)
 
-    def purged(self, first_seq: int) -> None:
-        """The stream was purged up to ``first_seq``: forget what it held below (pending
-        messages, those that reached max_deliver, last_per_subject starts), and move the
-        delivered position up to it, as the reference does."""
-        self._buffer.clear()
-        for s in [s for s in self.pending if s < first_seq]:
-            del self.pending[s]
-        self.maxed = {s for s in self.maxed if s >= first_seq}
-        self.initial = [s for s in self.initial if s >= first_seq]
-        self.redeliver = [s for s in self.redeliver if s in self.pending]
+    def purged(self, first_seq: int, subject_filter: str | None) -> None:
+        """The stream was purged: everything below ``first_seq`` went, and with a filter some
+        messages on ``subject_filter`` above it. The delivered position moves up to
+        ``first_seq``, as the reference does; what was pending or waiting to start is settled
+        like any removal (``messages_removed``)."""
         if self.next_sseq < first_seq:
             self.next_sseq = first_seq
         if self.last_delivered_sseq < first_seq - 1:
             self.last_delivered_sseq = first_seq - 1
         self._dirty = True
         self._advance_floor()
-        self.wake()
+        self.messages_removed(subjects=(subject_filter,) if subject_filter else ())
 
     def close(self) -> None:
         self.deleted = True

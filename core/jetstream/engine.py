@@ -178,9 +178,9 @@ class JetStream:
                 consumer.restore_state(state)
             else:
                 await consumer.position_from_policy()
-            await self._start_consumer(stream, consumer)
+            await self.start_consumer(stream, consumer)
 
-    async def _start_consumer(self, stream: Stream, consumer: Consumer) -> None:
+    async def start_consumer(self, stream: Stream, consumer: Consumer) -> None:
         assert self._tg is not None
         scope = anyio.CancelScope()
         self._consumer_scopes[(stream.account.name, stream.name, consumer.name)] = scope
@@ -205,9 +205,6 @@ class JetStream:
             [SetMetaOp(config_key(name), body), SetMetaOp(state_key(name), consumer.state_json())]
         )
         return consumer
-
-    async def start_consumer(self, stream: Stream, consumer: Consumer) -> None:
-        await self._start_consumer(stream, consumer)
 
     async def update_consumer(self, stream: Stream, consumer: Consumer, cfg: ConsumerConfig) -> None:
         consumer.reconfigure(cfg)

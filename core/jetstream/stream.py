@@ -508,8 +508,8 @@ class Stream:
                     )
             if ttl_error:
                 raise api_error("JSMessageTTLInvalidErr")
+        stored_size = self.store.size_of(msg.subject, msg.headers, msg.payload)
         if cfg.discard == "new":
-            stored_size = self.store.size_of(msg.subject, msg.headers, msg.payload)
             await self._check_discard_new(run, msg.subject, stored_size, rollup is not None)
         now = time.time_ns()
         index = len(plan.ops)
@@ -526,7 +526,7 @@ class Stream:
                 err = f"invalid publish subject {msg.subject!r}"
                 raise api_error("JSStreamStoreFailedF", err=err) from None
             run.msgs += 1
-            run.bytes += self.store.size_of(msg.subject, msg.headers, msg.payload)
+            run.bytes += stored_size
         run.last_seq += 1
         run.last_by_subject[msg.subject] = run.last_seq
         run.per_subject[msg.subject] = run.per_subject.get(msg.subject, 0) + 1
@@ -580,15 +580,15 @@ class Stream:
                 replaces = True
         if cfg.max_msgs > 0 and run.msgs >= cfg.max_msgs and not replaces:
             raise api_error("JSStreamStoreFailedF", err="maximum messages exceeded")
-        oldest = None
+        freed = 0  # bytes of the subject's oldest message, when we looked it up
         if cfg.max_bytes > 0 and run.bytes + size > cfg.max_bytes:
             oldest = await self.store.first_after(0, subject) if replaces else None
-            if oldest is None or self._size(oldest) < size:
+            freed = self._size(oldest) if oldest is not None else 0
+            if freed < size:
                 raise api_error("JSStreamStoreFailedF", err="maximum bytes exceeded")
         if replaces:  # what the batch's per-subject purge will take away
             run.msgs -= 1
-            if oldest is not None:
-                run.bytes -= self._size(oldest)
+            run.bytes -= freed
 
     def _size(self, m: StoredMsg) -> int:
         """A stored message's size as the stream's store counts it in ``bytes``."""
@@ -670,9 +670,7 @@ class Stream:
             self._state = None
             first = (await self.state()).first_seq
             for c in self.consumers.values():
-                c.purged(first)
-                if subject is not None:
-                    c.messages_removed(subjects=(subject,))
+                c.purged(first, subject)
             return int(purged or 0)
 
     async def delete_msg(self, seq: int, erase: bool) -> bool:

@@ -984,6 +984,20 @@ async def test_nak_takes_a_go_duration_and_next_takes_a_batch(js_server):
         assert [m.metadata.sequence.stream for m in got] == [3, 4]
 
 
+async def test_a_malformed_next_request_in_an_ack_gets_a_bad_request_status(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=2)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        (first,) = await pull(nc, "S", "C", {"batch": 1})
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish(first.reply, b"+NXT {not json", reply=inbox)
+        answer = await sub.next_msg(timeout=5)
+        code, description = status(answer)
+        assert code == "400" and description.startswith("Bad Request - "), (code, description)
+        assert (await counters(js, "S", "C"))["ack_floor"] == (1, 1), "the ack itself counts"
+
+
 async def test_naked_messages_come_back_in_nak_order(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=3)
