@@ -41,6 +41,7 @@ import anyio
 from core.errors import StoreError
 from core.store import schema
 from core.store.api import (
+    FILE_MSG_OVERHEAD,
     Append,
     DeleteOp,
     DelMetaOp,
@@ -1407,9 +1408,8 @@ class SqliteStore:
                         seq = last + 1
                     subject, hdr, data, ts = op.subject, op.headers, op.data, op.ts
                     # file_msg_size, inline: this loop runs once per stored message
-                    size = (len(subject) if subject.isascii() else len(subject.encode())) + len(data) + 30
-                    if hdr:
-                        size += len(hdr) + 4
+                    size = (len(subject) if subject.isascii() else len(subject.encode())) + len(data)
+                    size += FILE_MSG_OVERHEAD + (len(hdr) + 4 if hdr else 0)
                     if plain:
                         rows.append((seq, subject, hdr, data, ts, size, 0))
                     else:
