@@ -24,7 +24,7 @@ from core.jetstream.consumer_models import (
     parse_create_request,
     resolve_create,
 )
-from core.jetstream.gotime import rfc3339_nano
+from core.jetstream.gotime import parse_go_time, rfc3339_nano
 from core.jetstream.models import (
     StreamConfig,
     api_response,
@@ -32,6 +32,8 @@ from core.jetstream.models import (
     decode_api_body,
     decode_request,
     error_response,
+    is_empty_request,
+    is_json_object_or_array,
     stream_info_json,
 )
 from core.protocol.headers import encode_headers, no_responders_headers, status_headers
@@ -58,6 +60,19 @@ def _body(msg: InboundMsg, *, required: bool = False) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise api_error("JSInvalidJSONErr", err="json: cannot unmarshal into request")
     return body
+
+
+def _request(msg: InboundMsg, kind: str, *, required: bool = False) -> dict[str, Any]:
+    """The request body read into the reference's request struct ``kind``, as the reference
+    reads it: a required body (MSG.GET, MSG.DELETE) that is empty is a bad request; an optional
+    one (INFO, NAMES, LIST, PURGE) is read only when it is a JSON object or array, and anything
+    else counts as no body (a purge with a text body purges everything, as in the reference)."""
+    if required:
+        if is_empty_request(msg.payload):
+            raise api_error("JSBadRequestErr")
+    elif not is_json_object_or_array(msg.payload):
+        return {}
+    return decode_api_body(kind, decode_request(msg.payload))
 
 
 def _stream(ajs: AccountJetStream, name: str) -> Stream:
@@ -165,7 +180,7 @@ async def stream_update(
 async def stream_info(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
-    body = decode_api_body("stream_info", _body(msg))
+    body = _request(msg, "stream_info")
     stream = _stream(ajs, args[0])
     filt = body.get("subjects_filter") or None
     offset = max(body.get("offset", 0), 0)
@@ -200,7 +215,7 @@ def _matching_streams(ajs: AccountJetStream, body: dict[str, Any]) -> list[Strea
 async def stream_names(
     js: JetStream, ajs: AccountJetStream, _args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
-    body = decode_api_body("stream_names", _body(msg))
+    body = _request(msg, "stream_names")
     streams = _matching_streams(ajs, body)
     offset = min(max(body.get("offset", 0), 0), len(streams))
     page = streams[offset : offset + NAMES_LIMIT]
@@ -218,7 +233,7 @@ async def stream_names(
 async def stream_list(
     js: JetStream, ajs: AccountJetStream, _args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
-    body = decode_api_body("stream_list", _body(msg))
+    body = _request(msg, "stream_list")
     streams = _matching_streams(ajs, body)
     offset = min(max(body.get("offset", 0), 0), len(streams))
     page = streams[offset : offset + LIST_LIMIT]
@@ -237,7 +252,7 @@ async def stream_purge(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
     stream = _stream(ajs, args[0])
-    body = decode_api_body("stream_purge", _body(msg))
+    body = _request(msg, "stream_purge")
     # the reference's order: the request, then sealed, then deny_purge
     filt, seq, keep = body.get("filter") or None, body.get("seq") or None, body.get("keep") or None
     if seq is not None and keep is not None:
@@ -263,16 +278,20 @@ def _message_json(m: StoredMsg) -> dict[str, Any]:
 
 
 def _check_get(body: dict[str, Any]) -> None:
-    """A get asks for one of: a sequence, the last on a subject, the next on a subject (from a
-    sequence); anything else is the reference's bad request."""
+    """A get asks for one of: a sequence, the first at or after a time (``start_time``), the
+    last on a subject, the next on a subject (from a sequence or a time); anything else is the
+    reference's bad request."""
     seq, last_by, next_by = body.get("seq", 0), body.get("last_by_subj"), body.get("next_by_subj")
-    if (seq and last_by) or (last_by and next_by) or not (seq or last_by or next_by):
+    at = body.get("start_time")
+    if (seq and (last_by or at)) or (last_by and (next_by or at)) or not (seq or last_by or next_by or at):
         raise api_error("JSBadRequestErr")
 
 
 async def _lookup(stream: Stream, body: dict[str, Any]) -> StoredMsg | None:
     """The message a checked get asks for; a subject that is no subject matches nothing."""
     seq, last_by, next_by = body.get("seq", 0), body.get("last_by_subj"), body.get("next_by_subj")
+    if body.get("start_time"):
+        seq = await stream.seq_for_time(parse_go_time(body["start_time"])[0])
     if last_by:
         return await stream.get_msg(last_by_subject=last_by) if subjects.is_valid_subject(last_by) else None
     if next_by:
@@ -287,21 +306,23 @@ async def _lookup(stream: Stream, body: dict[str, Any]) -> StoredMsg | None:
 async def stream_msg_get(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
-    body = decode_api_body("msg_get", _body(msg, required=True))
+    body = _request(msg, "msg_get", required=True)
+    if body.get("batch", 0) > 0 or body.get("max_bytes", 0) > 0:
+        raise api_error("JSBadRequestErr")  # batches are for direct gets only
     _check_get(body)  # as the reference, before the stream is looked up
     found = await _lookup(_stream(ajs, args[0]), body)
     if found is None:
         raise api_error("JSNoMessageFoundErr")
+    if body.get("no_hdr"):
+        found = found._replace(headers=None)
     return api_response("stream_msg_get_response", {"message": _message_json(found)})
 
 
 async def stream_msg_delete(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
+    body = _request(msg, "msg_delete", required=True)  # as the reference, before the lookup
     stream = _stream(ajs, args[0])
-    body = decode_api_body("msg_delete", _body(msg, required=True))
-    if "seq" not in body:
-        raise api_error("JSBadRequestErr")
     if stream.config.sealed:
         raise api_error("JSStreamSealedErr")
     if stream.config.deny_delete:
@@ -335,14 +356,18 @@ async def direct_get(js: JetStream, ajs: AccountJetStream, args: list[str], msg:
         else:
             body = _body(msg, required=True)
         if not (
-            body.get("seq") or body.get("last_by_subj") or body.get("next_by_subj") or "multi_last" in body
+            body.get("seq")
+            or body.get("last_by_subj")
+            or body.get("next_by_subj")
+            or "multi_last" in body
+            or body.get("start_time")
         ):
             js.reply_raw(ajs, reply, status_headers(408, "Empty Request"), b"")
             return
         if "multi_last" in body or "batch" in body:
             await _direct_batch(js, ajs, stream, reply, body)
             return
-        body = decode_api_body("msg_get", body)
+        body = decode_api_body("msg_get", body, strict=False)  # direct gets are not strict
         _check_get(body)
         found = await _lookup(stream, body)
     except ApiError:
@@ -389,6 +414,11 @@ async def _direct_batch(
             return
     else:
         seq = body.get("seq", 0) or 0
+        if body.get("start_time"):
+            try:
+                seq = await stream.seq_for_time(parse_go_time(body["start_time"])[0])
+            except (TypeError, ValueError):
+                raise api_error("JSBadRequestErr") from None
         filt = body.get("next_by_subj")
         hits = await stream.store.range(max(seq, 1), limit=batch, subject_filter=filt)  # one query
     if not hits:

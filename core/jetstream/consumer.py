@@ -66,7 +66,7 @@ class PullWaiter:
 
 @dataclass(slots=True)
 class Pending:
-    dseq: int
+    dseq: int  # the first delivery's consumer sequence (redeliveries keep it)
     deliveries: int
     ts: int
     timer: int = 0  # token of the live redelivery timer; older heap entries are stale
@@ -146,49 +146,61 @@ class Consumer:
         return self.config.ack_policy == "none"
 
     async def position_from_policy(self) -> None:
-        """Where a new consumer starts, from its deliver policy (ADR-1 / the reference)."""
+        """Where a new consumer starts, from its deliver policy, by the reference's rules (its
+        starting sequence, ADR-1): clients see them as the floors a new consumer reports (ack
+        floor and delivered are the starting sequence - 1)."""
         cfg = self.config
+        store = self.stream.store
         st = await self.stream.state()
         policy = cfg.deliver_policy
+        start = 0
         if policy == "all":
-            self.next_sseq = st.first_seq
+            start = st.first_seq
         elif policy == "new":
-            self.next_sseq = st.last_seq + 1
+            start = st.last_seq + 1
         elif policy == "by_start_sequence":
-            self.next_sseq = max(cfg.opt_start_seq, 1)
+            start = cfg.opt_start_seq
         elif policy == "by_start_time":
-            self.next_sseq = await self._seq_for_time(cfg.opt_start_time or 0, st.first_seq)
+            start = await self.stream.seq_for_time(cfg.opt_start_time or 0)
+            if self.filters:
+                # as the reference: jump to the first message a filter takes when that is ahead
+                # (and not the stream's last), instead of walking up to it
+                ahead = st.last_seq
+                for f in self.filters:
+                    m = await store.first_after(st.first_seq, f)
+                    if m is not None and start <= m.seq < ahead:
+                        ahead = m.seq
+                if start < ahead < st.last_seq:
+                    start = ahead
         elif policy == "last":
-            last = None
-            for f in self.filters or [">"]:
-                m = await self.stream.store.last_by_subject(f)
-                if m is not None and (last is None or m.seq > last):
-                    last = m.seq
-            self.next_sseq = last if last is not None else st.last_seq + 1
+            if not self.filters:
+                start = st.last_seq
+            for f in self.filters:
+                m = await store.last_by_subject(f)
+                if m is not None and m.seq > start:
+                    start = m.seq
         elif policy == "last_per_subject":
-            seqs: set[int] = set()
-            for f in self.filters or [">"]:
-                for subj in await self.stream.store.subjects_state(f):
-                    m = await self.stream.store.last_by_subject(subj)
-                    if m is not None:
-                        seqs.add(m.seq)
-            self.initial = sorted(seqs)
-            self.next_sseq = st.last_seq + 1
-        if self.next_sseq < 1:
-            self.next_sseq = 1
-        self.ack_floor_sseq = (self.initial[0] if self.initial else self.next_sseq) - 1
-        self.last_delivered_sseq = self.ack_floor_sseq
-
-    async def _seq_for_time(self, ts: int, first: int) -> int:
-        start = first
-        while True:
-            chunk = await self.stream.store.range(start, limit=512)
-            if not chunk:
-                return start
-            for m in chunk:
-                if m.ts >= ts:
-                    return m.seq
-            start = chunk[-1].seq + 1
+            if self.stream.config.max_msgs_per_subject == 1:
+                start = st.first_seq  # every message is the last of its subject
+            else:
+                seqs: set[int] = set()
+                for f in self.filters or [">"]:
+                    for subj in await store.subjects_state(f):
+                        m = await store.last_by_subject(subj)
+                        if m is not None:
+                            seqs.add(m.seq)
+                self.initial = sorted(seqs)
+                start = self.initial[0] if self.initial else st.last_seq
+        explicit = policy == "by_start_sequence"
+        if st.msgs == 0 and st.last_seq == 0 and not explicit:
+            start = 1  # a stream that never held a message: only new ones
+        elif start > st.last_seq and not explicit:
+            start = st.last_seq + 1
+        elif start < st.first_seq:
+            start = st.first_seq  # what was there is gone
+        # last_per_subject delivers ``initial`` first, then what arrives after the last message
+        self.next_sseq = st.last_seq + 1 if self.initial else start
+        self.ack_floor_sseq = self.last_delivered_sseq = start - 1
 
     def state_json(self) -> bytes:
         return json.dumps(
@@ -287,16 +299,16 @@ class Consumer:
         if changed:
             self.redeliver.sort()
 
-    def _advisory(self, kind: str, event: str, sseq: int, p: Pending, **extra: Any) -> None:
+    def _advisory(self, kind: str, event: str, sseq: int, deliveries: int, **extra: Any) -> None:
         """Publish a consumer advisory (``$JS.EVENT.ADVISORY.CONSUMER.<kind>.<stream>.<consumer>``)."""
         body = {
             "type": f"io.nats.jetstream.advisory.v1.{event}",
-            "id": f"{self.name}-{sseq}-{p.deliveries}",
+            "id": f"{self.name}-{sseq}-{deliveries}",
             "timestamp": rfc3339_nano(time.time_ns()),
             "stream": self.stream.name,
             "consumer": self.name,
             "stream_seq": sseq,
-            "deliveries": p.deliveries,
+            "deliveries": deliveries,
             **extra,
         }
         if self.stream.domain:
@@ -304,14 +316,17 @@ class Consumer:
         subject = f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{self.stream.name}.{self.name}"
         self.stream.account.publish(subject, None, None, json.dumps(body).encode())
 
-    def _terminated_advisory(self, sseq: int, p: Pending, reason: str) -> None:
-        extra: dict[str, Any] = {"consumer_seq": p.dseq}
+    def _terminated_advisory(self, sseq: int, tokens: list[str], reason: str) -> None:
+        """MSG_TERMINATED, with the delivery count and consumer sequence of the delivery the
+        +TERM answered (from its ack subject ``tokens``), as the reference."""
+        base = 4 if len(tokens) == 9 else 6
+        extra: dict[str, Any] = {"consumer_seq": int(tokens[base + 2])}
         if reason:
             extra["reason"] = reason
-        self._advisory("MSG_TERMINATED", "terminated", sseq, p, **extra)
+        self._advisory("MSG_TERMINATED", "terminated", sseq, int(tokens[base]), **extra)
 
     def _max_deliveries_reached(self, sseq: int, p: Pending) -> None:
-        self._advisory("MAX_DELIVERIES", "max_deliver", sseq, p)
+        self._advisory("MAX_DELIVERIES", "max_deliver", sseq, p.deliveries)
         del self.pending[sseq]
         self.maxed.add(sseq)
         self._dirty = True
@@ -725,10 +740,10 @@ class Consumer:
         """Deliver ``msg`` to ``to``; ``form`` is its ``_delivered_form`` when the caller has it."""
         now = time.time_ns()
         p = self.pending.get(msg.seq)
-        if p is not None:  # a redelivery keeps its consumer sequence slot count
+        if p is not None:  # a redelivery: a new consumer sequence on the wire, but the pending
+            # record keeps the first one (the ack floor's consumer sequence), as the reference
             p.deliveries += 1
             self.dseq += 1
-            p.dseq = self.dseq
             p.ts = now
             deliveries = p.deliveries
         else:
@@ -973,10 +988,10 @@ class Consumer:
         elif body.startswith(b"+TERM"):
             # As the reference: a termination is an acknowledgement (so with ack_policy all it
             # acknowledges everything up to the message), plus an advisory.
-            p = self.pending.get(sseq)
+            was_pending = sseq in self.pending
             self._ack(sseq, removals)
-            if p is not None:
-                self._terminated_advisory(sseq, p, body[5:].strip().decode(errors="replace"))
+            if was_pending:
+                self._terminated_advisory(sseq, tokens, body[5:].strip().decode(errors="replace"))
         # anything else changes nothing, and is confirmed all the same (as the reference)
         if msg.reply:
             confirms.append(msg.reply)

@@ -64,6 +64,7 @@ from core.jetstream.models import (
     _Struct,
     _type_error,
     decode_request,
+    is_json_object_or_array,
     is_valid_asset_name,
 )
 from core.subjects import has_wildcard, is_subset, is_valid_subject, overlaps
@@ -1127,11 +1128,9 @@ def parse_consumers_request(body: bytes | str, *, strict: bool = True) -> int:
     Only a body starting with ``{`` or ``[`` is decoded (anything else is ignored, as by the
     reference); a bad one raises ``JSInvalidJSONErr``. Negative offsets count as 0.
     """
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes | bytearray) else body
-    stripped = text.lstrip(" \t\r\n")
-    if not stripped or stripped[0] not in "{[":
+    if not is_json_object_or_array(body):
         return 0
-    raw = _decode(_CONSUMERS_REQUEST, decode_request(text), "JSApiConsumersRequest", strict)
+    raw = _decode(_CONSUMERS_REQUEST, decode_request(body), "JSApiConsumersRequest", strict)
     return max(raw.get("offset", 0), 0)
 
 

@@ -492,19 +492,53 @@ _API_REQUESTS = {
     "stream_list": _Struct("server.JSApiStreamListRequest", {"subject": _STR, "offset": _OFFSET}),
     "stream_purge": _Struct("server.JSApiStreamPurgeRequest", {"filter": _STR, "seq": _U64, "keep": _U64}),
     "msg_get": _Struct(
-        "server.JSApiMsgGetRequest", {"seq": _U64, "last_by_subj": _STR, "next_by_subj": _STR}
+        "server.JSApiMsgGetRequest",
+        {
+            "seq": _U64,
+            "last_by_subj": _STR,
+            "next_by_subj": _STR,
+            "batch": _OFFSET,
+            "max_bytes": _OFFSET,
+            "start_time": _Time(),
+            "multi_last": _Slice(_STR, "[]string"),
+            "up_to_seq": _U64,
+            "up_to_time": _Time(),
+            "no_hdr": _BOOL,
+        },
     ),
     "msg_delete": _Struct("server.JSApiMsgDeleteRequest", {"seq": _U64, "no_erase": _BOOL}),
 }
 
 
-def decode_api_body(kind: str, body: Any) -> dict[str, Any]:
+def is_json_object_or_array(data: bytes | str) -> bool:
+    """Whether an optional request body (INFO, NAMES, LIST, PURGE) is read at all: the reference
+    reads it only when its first character after JSON whitespace is ``{`` or ``[``, and treats
+    anything else as no body."""
+    if isinstance(data, str):
+        return data.lstrip(" \t\r\n")[:1] in ("{", "[")
+    return data.lstrip(b" \t\r\n")[:1] in (b"{", b"[")
+
+
+def is_empty_request(data: bytes) -> bool:
+    """The reference's test for a missing body where one is required (MSG.GET, MSG.DELETE):
+    nothing, or a JSON object with no fields. Whitespace alone or ``null`` is not empty."""
+    if not data or data == b"{}":
+        return True
+    try:
+        v = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(v, dict) and not v
+
+
+def decode_api_body(kind: str, body: Any, *, strict: bool = True) -> dict[str, Any]:
     """A parsed request body (``decode_request``) read into the reference's request struct for
-    ``kind`` (a key of ``_API_REQUESTS``): the known fields with their Go types, unknown ones
-    ignored; a wrong type is ``JSInvalidJSONErr`` with Go's text."""
+    ``kind`` (a key of ``_API_REQUESTS``): the known fields with their Go types; a wrong type, or
+    an unknown field when ``strict`` (the reference's default for the JSON API, not for direct
+    gets), is ``JSInvalidJSONErr`` with Go's text."""
     spec = _API_REQUESTS[kind]
     try:
-        out = spec.decode(body, [], spec.go.removeprefix("server."), False)
+        out = spec.decode(body, [], spec.go.removeprefix("server."), strict)
     except _DecodeError as e:
         raise api_error("JSInvalidJSONErr", err=str(e)) from None
     return {} if out is _ABSENT else out

@@ -682,6 +682,22 @@ class Stream:
             self._removed_messages(seqs=(seq,))
             return bool(results[0])
 
+    async def seq_for_time(self, ts: int) -> int:
+        """The first stored sequence whose time is at or after ``ts`` (Unix ns), or the next
+        sequence when none is. A binary search over sequences (times grow with sequences, as
+        the reference also assumes): a few point reads, not a walk over the stream."""
+        st = await self.state()
+        lo, hi = st.first_seq, st.last_seq + 1
+        while lo < hi:  # the lowest sequence from which the first message is not older than ts
+            mid = (lo + hi) // 2
+            m = await self.store.first_after(mid)
+            if m is None or m.ts >= ts:
+                hi = mid
+            else:
+                lo = mid + 1
+        m = await self.store.first_after(lo)
+        return m.seq if m is not None else st.last_seq + 1
+
     async def get_msg(
         self, seq: int | None = None, last_by_subject: str | None = None, next_by_subject: str | None = None
     ) -> StoredMsg | None:

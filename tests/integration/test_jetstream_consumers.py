@@ -380,6 +380,39 @@ async def test_deliver_policies(js_server, policy, extra, expected):
         assert await drain(nc, "DP", "C") == [7], "every policy goes on with new messages"
 
 
+async def test_where_a_new_consumer_starts(js_server):
+    """The floors a new consumer reports (ack floor = delivered = its starting sequence - 1)
+    follow the reference's starting-sequence rules; what it then delivers is checked too."""
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="SF", subjects=["sf.>"])
+        for subj in ("sf.a", "sf.a", "sf.b", "sf.a", "sf.b"):
+            await js.publish(subj, b"x")
+        await js.add_stream(name="M1", subjects=["m1.>"], max_msgs_per_subject=1)
+        for subj in ("m1.a", "m1.b", "m1.a", "m1.c", "m1.b"):  # keeps 3 (a), 4 (c), 5 (b)
+            await js.publish(subj, b"x")
+
+        async def start(stream: str, name: str, config: dict) -> tuple[int, int, int, list[int]]:
+            r = await create(nc, stream, {"durable_name": name, "ack_policy": "none", **config})
+            floors = (r["ack_floor"]["stream_seq"], r["delivered"]["stream_seq"], r["num_pending"])
+            return (*floors, await drain(nc, stream, name))
+
+        at_2000 = {"deliver_policy": "by_start_time", "opt_start_time": "2000-01-01T00:00:00Z"}
+        assert await start("SF", "T", {**at_2000, "filter_subject": "sf.b"}) == (2, 2, 2, [3, 5])
+        lps = {"deliver_policy": "last_per_subject"}
+        assert await start("SF", "L0", {**lps, "filter_subject": "sf.zzz"}) == (4, 4, 0, [])
+        assert await start("SF", "L1", {"deliver_policy": "last", "filter_subject": "sf.zzz"}) == (
+            0,
+            0,
+            0,
+            [],
+        )
+        assert await start("M1", "P", {**lps, "filter_subject": "m1.b"}) == (2, 2, 1, [5])
+        assert await start("M1", "P2", {**lps, "filter_subject": "m1.>"}) == (2, 2, 3, [3, 4, 5])
+        await api(nc, "$JS.API.STREAM.PURGE.SF", {"keep": 2})  # first_seq 4
+        by_seq = {"deliver_policy": "by_start_sequence", "opt_start_seq": 2}
+        assert await start("SF", "Q", by_seq) == (3, 3, 2, [4, 5]), "a start below the first moves up"
+
+
 async def test_counters_after_a_known_sequence_of_fetches_and_acks(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=10)
@@ -1007,6 +1040,35 @@ async def test_naked_messages_come_back_in_nak_order(js_server):
         await confirm(nc, got[0], b"-NAK")
         again = await pull(nc, "S", "C", {"batch": 2})
         assert [(m.metadata.sequence.stream, m.metadata.sequence.consumer) for m in again] == [(2, 4), (1, 5)]
+
+
+async def test_the_ack_floor_counts_redelivered_messages_by_their_first_delivery(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=3)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        got = await pull(nc, "S", "C", {"batch": 3})
+        await confirm(nc, got[1], b"-NAK")
+        await confirm(nc, got[0], b"-NAK")
+        again = await pull(nc, "S", "C", {"batch": 2})  # stream 2 as consumer 4, stream 1 as 5
+        await confirm(nc, got[2], b"+ACK")
+        c = await counters(js, "S", "C")
+        assert (c["delivered"], c["ack_floor"]) == ((5, 3), (0, 0))
+        await confirm(nc, again[1], b"+ACK")  # stream 1: first delivered as consumer 1
+        c = await counters(js, "S", "C")
+        assert (c["ack_floor"], c["num_ack_pending"]) == ((1, 1), 1)
+
+
+async def test_term_of_a_redelivery_reports_that_delivery(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=2)
+        advisories = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.S.T")
+        await create(nc, "S", {"durable_name": "T", "ack_policy": "explicit"})
+        first = await pull(nc, "S", "T", {"batch": 2})
+        await confirm(nc, first[0], b"-NAK")
+        again = await pull(nc, "S", "T", {"batch": 1})
+        await confirm(nc, again[0], b"+TERM")
+        event = json.loads((await advisories.next_msg(timeout=5)).data)
+        assert (event["stream_seq"], event["consumer_seq"], event["deliveries"]) == (1, 3, 2)
 
 
 async def test_term_is_an_ack_with_an_advisory(js_server):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anyio
 import nats.errors
@@ -238,6 +239,47 @@ async def test_direct_get(js_server):
         assert missing.headers.get("Status") == "404"
 
 
+async def test_gets_by_start_time(js_server):
+    """``start_time`` asks for the first message stored at or after a time (with
+    ``next_by_subj``: the first on that subject); ``no_hdr`` leaves the headers out."""
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="GT", subjects=["gt.*"], allow_direct=True)
+        await js.publish("gt.a", b"1", headers={"H": "1"})
+        await js.publish("gt.b", b"2", headers={"H": "2"})
+        await js.publish("gt.a", b"3")
+        second = (await api(nc, "$JS.API.STREAM.MSG.GET.GT", {"seq": 2}))["message"]["time"]
+        later = "2100-01-01T00:00:00Z"
+
+        async def get(body: dict[str, Any]) -> Any:
+            r = await api(nc, "$JS.API.STREAM.MSG.GET.GT", body)
+            return r.get("error", {}).get("err_code") or (r["message"]["seq"], "hdrs" in r["message"])
+
+        assert await get({"start_time": "2000-01-01T00:00:00Z"}) == (1, True)
+        assert await get({"start_time": second}) == (2, True)
+        assert await get({"start_time": second, "next_by_subj": "gt.a"}) == (3, False)
+        assert await get({"start_time": later}) == 10037
+        assert await get({"seq": 2, "start_time": second}) == 10003, "a sequence and a time conflict"
+        assert await get({"seq": 1, "no_hdr": True}) == (1, False)
+
+        async def direct(body: dict[str, Any]) -> tuple[str | None, str | None]:
+            m = await nc.request("$JS.API.DIRECT.GET.GT", json.dumps(body).encode(), timeout=5)
+            return (m.headers or {}).get("Nats-Sequence"), (m.headers or {}).get("Status")
+
+        assert await direct({"start_time": second}) == ("2", None)
+        assert await direct({"start_time": later}) == (None, "404")
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish(
+            "$JS.API.DIRECT.GET.GT", json.dumps({"start_time": second, "batch": 5}).encode(), inbox
+        )
+        replies = [await sub.next_msg(timeout=5) for _ in range(3)]
+        assert [(m.headers.get("Nats-Sequence"), m.headers.get("Status")) for m in replies] == [
+            ("2", None),
+            ("3", None),
+            (None, "204"),
+        ]
+
+
 async def test_direct_get_batch_ends_with_eob(js_server):
     nc, _js = await connect(js_server)
     try:
@@ -452,6 +494,12 @@ async def test_bad_requests_get_the_reference_error(js_server, subject, body, er
 
 
 _SEQ_TYPE = "json: cannot unmarshal number -1 into Go struct field JSApiMsgGetRequest.seq of type uint64"
+_LIST, _GET, _DEL = (f"server.JSApi{t}Request" for t in ("StreamList", "MsgGet", "MsgDelete"))
+_BAD_REQUEST = {"code": 400, "err_code": 10003, "description": "bad request"}
+
+
+def _bad_json(err: str) -> dict[str, Any]:
+    return {"code": 400, "err_code": 10025, "description": f"invalid JSON: json: {err}"}
 
 
 @pytest.mark.parametrize(
@@ -497,6 +545,39 @@ _SEQ_TYPE = "json: cannot unmarshal number -1 into Go struct field JSApiMsgGetRe
             {"error": {"code": 400, "err_code": 10003, "description": "bad request"}, "purged": 0},
         ),
         ("STREAM.PURGE.S", {"filter": "a..b"}, {"success": True, "purged": 0}),
+        # an optional body is read only when it is a JSON object or array; other text is no body
+        ("STREAM.PURGE.S", b"garbage", {"success": True, "purged": 3}),
+        ("STREAM.INFO.S", b"7", {"error": None, "total": 0}),
+        ("STREAM.NAMES", b"  x{", {"error": None, "total": 1}),
+        (
+            "STREAM.LIST",
+            b"[1]",
+            {"error": _bad_json("cannot unmarshal array into Go value of type " + _LIST)},
+        ),
+        ("STREAM.INFO.S", {"bogus": 1}, {"error": _bad_json('unknown field "bogus"')}),
+        # a required body: empty is a bad request, anything else is decoded (strictly)
+        (
+            "STREAM.MSG.GET.S",
+            b"[1]",
+            {"error": _bad_json("cannot unmarshal array into Go value of type " + _GET)},
+        ),
+        ("STREAM.MSG.GET.S", {"seq": 1, "bogus": 1}, {"error": _bad_json('unknown field "bogus"')}),
+        ("STREAM.MSG.GET.S", {"seq": 1, "batch": 2}, {"error": _BAD_REQUEST}),
+        (
+            "STREAM.MSG.DELETE.S",
+            b" ",
+            {"error": {"code": 500, "err_code": 10057, "description": "no message found"}},
+        ),
+        (
+            "STREAM.MSG.DELETE.S",
+            {"no_erase": True},
+            {"error": {"code": 500, "err_code": 10057, "description": "no message found"}},
+        ),
+        (
+            "STREAM.MSG.DELETE.NOPE",
+            b"7",
+            {"error": _bad_json("cannot unmarshal number into Go value of type " + _DEL)},
+        ),
     ],
 )
 async def test_requests_read_as_the_reference_reads_them(js_server, subject, body, expected):
