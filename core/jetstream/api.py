@@ -104,6 +104,7 @@ async def _info(
         subjects=subj_counts,
         server_name=js.server.name,
         domain=js.domain,
+        first_seq_set=stream.first_seq_set,
     )
 
 

@@ -30,7 +30,7 @@ from core.jetstream import api
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
 from core.jetstream.consumer_models import ConsumerConfig
 from core.jetstream.models import StreamConfig
-from core.jetstream.stream import Stream
+from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
 from core.server.internal import InboundMsg, InternalReceiver
 from core.store.api import DelMetaOp, PurgeOp, SetMetaOp
 from core.store.memory import MemoryStore
@@ -255,9 +255,10 @@ class JetStream:
             store = await self._open_store(cfg, d)
         except StoreError as e:
             raise api_error("JSStreamCreateErrF", err=str(e)) from None
-        if cfg.first_seq > 1:
-            # An empty stream that starts at first_seq: last_seq moves to first_seq - 1.
-            await store.apply([PurgeOp(up_to_seq=cfg.first_seq)])
+        if cfg.first_seq > 0:
+            # An empty stream that starts at first_seq: last_seq moves to first_seq - 1, and
+            # it reports that first sequence (not 0) until its first message.
+            await store.apply([PurgeOp(up_to_seq=cfg.first_seq), SetMetaOp(FIRST_SEQ_SET_KEY, b"1")])
         created = time.time_ns()
         if cfg.storage != "memory":
             _write_atomic(d / "stream.json", {"config": cfg.to_json(), "created": created})

@@ -1333,7 +1333,9 @@ _STATE_ORDER = (
 )
 
 
-def _state_json(state: Any, consumer_count: int | None, subjects: Mapping[str, int] | None) -> dict[str, Any]:
+def _state_json(
+    state: Any, consumer_count: int | None, subjects: Mapping[str, int] | None, first_seq_set: bool = False
+) -> dict[str, Any]:
     if isinstance(state, Mapping):
         d = dict(state)
         if consumer_count is not None:
@@ -1344,11 +1346,13 @@ def _state_json(state: Any, consumer_count: int | None, subjects: Mapping[str, i
             k: v for k, v in d.items() if k not in _STATE_ORDER
         }
     # A store state object (msgs, bytes, first_seq, first_ts, last_seq, last_ts, num_subjects, ...).
-    # A stream that never held a message reports first_seq 0 (not last_seq + 1), as the reference.
+    # A stream that never held a message reports first_seq 0 (not last_seq + 1), as the reference,
+    # unless its first sequence was set (by a first_seq config or a purge).
+    never_started = state.last_seq == 0 and state.msgs == 0 and not first_seq_set
     return stream_state_json(
         messages=state.msgs,
         num_bytes=state.bytes,
-        first_seq=0 if state.last_seq == 0 and state.msgs == 0 else state.first_seq,
+        first_seq=0 if never_started else state.first_seq,
         first_ts=state.first_ts,
         last_seq=state.last_seq,
         last_ts=state.last_ts,
@@ -1376,6 +1380,7 @@ def stream_info_json(
     alternates: Iterable[Mapping[str, Any]] = (),
     server_version: str | None = None,
     api_level: int | None = None,
+    first_seq_set: bool = False,
 ) -> dict[str, Any]:
     """The reference's ``StreamInfo`` JSON (no ``type``; wrap it with ``api_response``).
 
@@ -1384,11 +1389,13 @@ def stream_info_json(
     for a ``subjects_filter`` request) override or add to it. ``server_name`` gives
     ``"cluster": {"leader": <server name>}`` as a single server reports it; ``cluster`` replaces
     that with a full cluster object. ``now_ns`` is the ``ts`` field (the wall clock if omitted).
+    ``first_seq_set``: the stream's first sequence was set before it held a message (an empty
+    stream then reports it, not 0).
     """
     d: dict[str, Any] = {
         "config": config.to_json(server_version=server_version, api_level=api_level),
         "created": rfc3339_nano(created_ns),
-        "state": _state_json(state, consumer_count, subjects),
+        "state": _state_json(state, consumer_count, subjects, first_seq_set),
     }
     if domain:
         d["domain"] = domain

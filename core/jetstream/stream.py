@@ -56,6 +56,10 @@ MAX_BATCH = 256
 PIPELINE_DEPTH = 4
 _DEDUP_PREFIX = "dedup/"
 _TTL_PREFIX = "ttl/"
+# Set (meta) when a stream's first sequence was fixed before it held a message: by a first_seq
+# in its config or by a purge. The reference reports first_seq 0 only for a stream that never
+# had one; without this key an empty stream cannot tell the two apart.
+FIRST_SEQ_SET_KEY = "first_seq_set"
 
 
 def parse_ttl(value: str) -> int | None:
@@ -114,6 +118,7 @@ class Stream:
         self._idle.set()
         self._predicted: _Running | None = None
         self._ack_prefix: bytes | None = None
+        self.first_seq_set = False  # see FIRST_SEQ_SET_KEY
 
     @property
     def name(self) -> str:
@@ -185,6 +190,7 @@ class Stream:
     async def load(self) -> None:
         """Rebuild the in-memory indexes (dedup window, TTLs) from the store's metadata."""
         self._state = await self.store.state()
+        self.first_seq_set = await self.store.meta_get(FIRST_SEQ_SET_KEY) is not None
         now = time.time_ns()
         window = self.config.duplicate_window
         stale: list[Op] = []
@@ -665,8 +671,11 @@ class Stream:
         async with self.lock:
             await self.drain()
             self._predicted = None
-            op = PurgeOp(subject=subject, up_to_seq=seq, keep=keep)
-            (purged,) = await self.store.apply([op])
+            ops: list[Op] = [PurgeOp(subject=subject, up_to_seq=seq, keep=keep)]
+            if subject is None and seq is None and keep is None and not self.first_seq_set:
+                ops.append(SetMetaOp(FIRST_SEQ_SET_KEY, b"1"))  # as the reference: now it has one
+            purged = (await self.store.apply(ops))[0]
+            self.first_seq_set = self.first_seq_set or len(ops) > 1
             self._state = None
             first = (await self.state()).first_seq
             for c in self.consumers.values():

@@ -170,6 +170,29 @@ async def test_compressed_stream_round_trips(tmp_path):
     ) < 20 * len(body), "compression should shrink repetitive payloads"
 
 
+async def test_a_set_first_sequence_survives_a_restart(tmp_path):
+    """An empty stream whose first sequence was set reports it after a restart too (not 0)."""
+    srv = start_leafjet(tmp_path)
+    try:
+        nc = await nats.connect(srv.url)
+        js = nc.jetstream()
+        await js.add_stream(name="P", subjects=["p"])
+        await js.purge_stream("P")
+        await js.add_stream(name="O", subjects=["o"])
+        await nc.close()
+    finally:
+        srv.stop()
+    srv = start_leafjet(tmp_path)
+    try:
+        nc = await nats.connect(srv.url)
+        js = nc.jetstream()
+        assert (await js.stream_info("P")).state.first_seq == 1
+        assert (await js.stream_info("O")).state.first_seq == 0
+        await nc.close()
+    finally:
+        srv.stop()
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 2 MiB tmpfs as the agent's data dir, to fill up for real (needs root, as CI has)."""

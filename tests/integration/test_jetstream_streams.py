@@ -650,6 +650,29 @@ async def test_first_seq_starts_the_stream_there(js_server):
         assert (await js.publish("fs", b"x")).seq == 100
 
 
+async def test_an_empty_stream_reports_first_seq_0_until_one_is_set(js_server):
+    """An empty stream reports first_seq 0 only while it never had a first sequence: a first_seq
+    in its config (even 1) or a purge of the whole stream sets one; a partial purge does not."""
+    async with jetstream(js_server) as (nc, js):
+
+        async def first_last(name: str) -> tuple[int, int]:
+            st = (await js.stream_info(name)).state
+            return st.first_seq, st.last_seq
+
+        await js.add_stream(name="E0", subjects=["e0"])
+        await api(nc, "$JS.API.STREAM.PURGE.E0", {"filter": "e0"})
+        assert await first_last("E0") == (0, 0), "a filtered purge sets nothing"
+        await api(nc, "$JS.API.STREAM.PURGE.E0", {"seq": 1})
+        assert await first_last("E0") == (0, 0), "nor does a purge up to a sequence"
+        await api(nc, "$JS.API.STREAM.PURGE.E0")
+        assert await first_last("E0") == (1, 0)
+        await js.add_stream(name="E1", subjects=["e1"], first_seq=1)
+        assert await first_last("E1") == (1, 0)
+        await js.publish("e1", b"x")
+        await js.purge_stream("E1")
+        assert await first_last("E1") == (2, 1)
+
+
 async def test_max_msg_size_refuses_larger_messages(js_server):
     async with jetstream(js_server) as (_, js):
         await js.add_stream(name="MS", subjects=["ms"], max_msg_size=64)
