@@ -22,6 +22,8 @@ from core.jetstream.consumer_models import (
     paged_error_json,
     parse_consumers_request,
     parse_create_request,
+    parse_pause_request,
+    pause_json,
     resolve_create,
 )
 from core.jetstream.gotime import parse_go_time, rfc3339_nano
@@ -527,6 +529,16 @@ async def consumer_delete(
     return api_response("consumer_delete_response", {"success": True})
 
 
+async def consumer_pause(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    until = parse_pause_request(msg.payload)  # as the reference, before the lookups
+    stream = _stream(ajs, args[0])
+    consumer = _consumer(stream, args[1])
+    await js.pause_consumer(stream, consumer, until)
+    return api_response("consumer_pause_response", pause_json(until, time.time_ns()))
+
+
 async def consumer_names(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
@@ -580,6 +592,7 @@ ROUTES: dict[tuple[str, ...], tuple[Handler, str, int, int | None]] = {
     ("CONSUMER", "NAMES"): (consumer_names, "consumer_names_response", 1, 1),
     ("CONSUMER", "LIST"): (consumer_list, "consumer_list_response", 1, 1),
     ("CONSUMER", "MSG", "NEXT"): (consumer_next, "consumer_next", 2, 2),
+    ("CONSUMER", "PAUSE"): (consumer_pause, "consumer_pause_response", 2, 2),
 }
 
 
@@ -616,6 +629,8 @@ async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: I
             body.update(total=0, offset=0, limit=0)
         elif type_name == "stream_purge_response":
             body["purged"] = 0
+        elif type_name == "consumer_pause_response":
+            body.update(pause_json(None, 0))
         js.reply_json(ajs, msg, body)
         raise
     if response is not None:

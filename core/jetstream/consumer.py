@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from core import subjects
-from core.jetstream.consumer_models import PullRequestError, parse_pull_request
-from core.jetstream.gotime import parse_go_duration, rfc3339_nano
+from core.jetstream.consumer_models import GO_ZERO_TIME_NS, PullRequestError, parse_pull_request
+from core.jetstream.gotime import format_go_time, parse_go_duration, rfc3339_nano
 from core.protocol.headers import encode_headers, parse_headers
 from core.server.internal import InboundMsg, InternalReceiver
 from core.store.api import DeleteOp, SetMetaOp, StoredMsg
@@ -121,6 +121,8 @@ class Consumer:
         self._replay_origin: tuple[int, int] | None = None  # (monotonic ns, stored ts) of the first replayed
         self._rate_tokens: float | None = None  # rate_limit_bps token bucket (bytes), filled at first use
         self._rate_at = 0.0
+        self._pause_ends: int | None = None  # a pause (pause_until, wall ns) whose end is still to advise
+        self._watch_pause()
 
     # ------------------------------------------------------------------ set-up
 
@@ -250,6 +252,7 @@ class Consumer:
                 while not self.deleted:
                     self._wake = anyio.Event()
                     try:
+                        self._pause_ended()
                         await self.settle_removals()
                         await self._deliver_available()
                         if self._interest_candidates:
@@ -269,6 +272,8 @@ class Consumer:
         due = 1.0
         if self._timers:
             due = min(due, max(0.0, (self._timers[0][0] - now_wall) / 1e9))
+        if self._pause_ends is not None:
+            due = min(due, max(0.0, (self._pause_ends - now_wall) / 1e9))
         for w in self.waiting:
             if w.expires_at:
                 due = min(due, max(0.0, (w.expires_at - now) / 1e9))
@@ -332,6 +337,53 @@ class Consumer:
         self._dirty = True
         self._advance_floor()
 
+    # ------------------------------------------------------------------ pause
+
+    def pause_left(self, now_ns: int | None = None) -> int:
+        """Nanoseconds left of a pause (``pause_until``, set at create or by CONSUMER.PAUSE); 0
+        when the consumer is not paused. A paused consumer delivers nothing: pull requests
+        wait (and expire, and get their heartbeats), push deliveries wait (heartbeats go on)."""
+        until = self.config.pause_until
+        if until is None:
+            return 0
+        return max(until - (time.time_ns() if now_ns is None else now_ns), 0)
+
+    def _watch_pause(self) -> None:
+        self._pause_ends = self.config.pause_until if self.pause_left() else None
+
+    def pause_changed(self) -> None:
+        """``pause_until`` changed (a consumer created paused, CONSUMER.PAUSE): the advisory,
+        and delivery resumes at the new time (at once, for no pause)."""
+        self.pause_advisory()
+        self._watch_pause()
+        self.wake()
+
+    def pause_advisory(self) -> None:
+        """``$JS.EVENT.ADVISORY.CONSUMER.PAUSE.<stream>.<consumer>``, as the reference sends it
+        when a pause is set or changed, and when one ends."""
+        now = time.time_ns()
+        body: dict[str, Any] = {
+            "type": "io.nats.jetstream.advisory.v1.consumer_pause",
+            "id": f"{self.name}-pause-{now}",
+            "timestamp": rfc3339_nano(now),
+            "stream": self.stream.name,
+            "consumer": self.name,
+            "paused": self.pause_left(now) > 0,
+            # Go's zero time when not paused (omitempty does not omit a time.Time)
+            "pause_until": format_go_time(
+                GO_ZERO_TIME_NS if self.config.pause_until is None else self.config.pause_until, 0
+            ),
+        }
+        if self.stream.domain:
+            body["domain"] = self.stream.domain
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.PAUSE.{self.stream.name}.{self.name}"
+        self.stream.account.publish(subject, None, None, json.dumps(body).encode())
+
+    def _pause_ended(self) -> None:
+        if self._pause_ends is not None and time.time_ns() >= self._pause_ends:
+            self._pause_ends = None
+            self.pause_advisory()
+
     # ------------------------------------------------------------------ delivery
 
     async def _deliver_available(self) -> None:
@@ -339,10 +391,11 @@ class Consumer:
         # Messages not yet delivered, counted once per round and counted down as they go out:
         # clients read it from the ack subject (nats-py's KV watchers end their initial values on 0).
         self._remaining = -1
+        paused = self.pause_left() > 0
         if self.is_pull:
             self.expire_waiters(now)
             end_of_stream = False  # delivery stopped for want of messages, not for max_ack_pending
-            while self.waiting:
+            while self.waiting and not paused:
                 # max_ack_pending bounds new deliveries; redeliveries (already pending) still go
                 room = self._room()
                 if not room and not self.redeliver:
@@ -393,7 +446,7 @@ class Consumer:
         if not self._has_push_interest():
             return
         sent = 0
-        while not self._fc_stalled():
+        while not paused and not self._fc_stalled():
             room = self._room()  # as for pull: max_ack_pending bounds new deliveries only
             if not room and not self.redeliver:
                 break
@@ -871,6 +924,9 @@ class Consumer:
             self._status(reply, 408, "Request Timeout")
             return
         if req.no_wait:
+            if self.pause_left():
+                self._status(reply, 404, "No Messages")  # as the reference: nothing while paused
+                return
             available = await self.num_pending() + len(self.redeliver)
             if available == 0 and req.expires_ns == 0:
                 self._status(reply, 404, "No Messages")

@@ -256,6 +256,7 @@ _CREATE_REQUEST = _Struct(
     },
 )
 _CONSUMERS_REQUEST = _Struct("server.JSApiConsumersRequest", {"offset": _GO_INT})
+_PAUSE_REQUEST = _Struct("server.JSApiConsumerPauseRequest", {"pause_until": _GoTime()})
 _PULL_REQUEST = _Struct(
     "",
     {
@@ -1134,6 +1135,36 @@ def parse_consumers_request(body: bytes | str, *, strict: bool = True) -> int:
     return max(raw.get("offset", 0), 0)
 
 
+def parse_pause_request(body: bytes, *, strict: bool = True) -> int | None:
+    """The ``pause_until`` (Unix ns) of a ``CONSUMER.PAUSE`` request; None for no pause (no
+    body, no field, or Go's zero time, which resume). Read like the other optional bodies: only
+    a JSON object or array is decoded; a bad one raises ``JSInvalidJSONErr``."""
+    if not is_json_object_or_array(body):
+        return None
+    raw = _decode(_PAUSE_REQUEST, decode_request(body), "JSApiConsumerPauseRequest", strict)
+    until = raw.get("pause_until")
+    return None if until is None or until[0] == GO_ZERO_TIME_NS else int(until[0])
+
+
+def paused_config(config: ConsumerConfig, until_ns: int | None) -> ConsumerConfig:
+    """``config`` after a ``CONSUMER.PAUSE``: ``pause_until`` in UTC (None: not paused) and the
+    stored required API level recomputed, as the reference does."""
+    c = {f.name: getattr(config, f.name) for f in fields(config)}
+    c.update(pause_until=until_ns, pause_until_offset=0)
+    _set_static_metadata(c)
+    return ConsumerConfig(**c)
+
+
+def pause_json(until_ns: int | None, now_ns: int) -> dict[str, Any]:
+    """The body of a ``CONSUMER.PAUSE`` response (no ``type``): ``paused``, ``pause_until`` (Go's
+    zero time when not set) and, while paused, ``pause_remaining``."""
+    until = GO_ZERO_TIME_NS if until_ns is None else until_ns
+    d: dict[str, Any] = {"paused": now_ns < until, "pause_until": format_go_time(until, 0)}
+    if now_ns < until:
+        d["pause_remaining"] = until - now_ns
+    return d
+
+
 def consumer_names_json(names: Iterable[str], offset: int = 0) -> dict[str, Any]:
     """The body of a consumer names response (no ``type``): sorted, paged by ``NAMES_LIMIT``."""
     ordered = sorted(names)
@@ -1349,6 +1380,9 @@ __all__ = [
     "paged_error_json",
     "parse_consumers_request",
     "parse_create_request",
+    "parse_pause_request",
     "parse_pull_request",
+    "pause_json",
+    "paused_config",
     "resolve_create",
 ]

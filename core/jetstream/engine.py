@@ -28,7 +28,7 @@ from core.config import JetStreamConfig
 from core.errors import StartupError, StoreError
 from core.jetstream import api
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
-from core.jetstream.consumer_models import ConsumerConfig
+from core.jetstream.consumer_models import ConsumerConfig, paused_config
 from core.jetstream.models import StreamConfig
 from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
 from core.server.internal import InboundMsg, InternalReceiver
@@ -204,6 +204,8 @@ class JetStream:
         await stream.apply_consumer_ops(
             [SetMetaOp(config_key(name), body), SetMetaOp(state_key(name), consumer.state_json())]
         )
+        if cfg.pause_until is not None:
+            consumer.pause_advisory()  # created paused, as the reference advises
         return consumer
 
     async def update_consumer(self, stream: Stream, consumer: Consumer, cfg: ConsumerConfig) -> None:
@@ -213,6 +215,15 @@ class JetStream:
         ).encode()
         await stream.apply_consumer_ops([SetMetaOp(config_key(consumer.name), body)])
         consumer.wake()
+
+    async def pause_consumer(self, stream: Stream, consumer: Consumer, until_ns: int | None) -> None:
+        """CONSUMER.PAUSE: pause delivery until ``until_ns`` (wall ns), or resume (None or a time
+        passed). The new pause_until is part of the stored config; a change is advised."""
+        cfg = paused_config(consumer.config, until_ns)
+        changed = cfg.pause_until != consumer.config.pause_until
+        await self.update_consumer(stream, consumer, cfg)
+        if changed:
+            consumer.pause_changed()
 
     async def delete_consumer(self, stream: Stream, consumer: Consumer) -> None:
         """Remove a consumer; the caller holds ``stream.lock``."""

@@ -1091,6 +1091,80 @@ async def test_term_is_an_ack_with_an_advisory(js_server):
         assert (event["deliveries"], event["reason"]) == (1, "done with it")
 
 
+def _rfc3339_in(seconds: float) -> str:
+    """The wall-clock time ``seconds`` from now, as RFC 3339 with microseconds."""
+    t = time.time() + seconds
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+
+
+async def test_pause_and_resume_a_consumer(js_server):
+    """CONSUMER.PAUSE (nats-py's pause_consumer/resume_consumer): a paused consumer delivers
+    nothing, resumes when asked or when its pause runs out, and advises each change."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=2)
+        advisories = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.PAUSE.S.C")
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        paused = await js.pause_consumer("S", "C", _rfc3339_in(60))
+        assert paused.paused and paused.pause_remaining
+        info = await api(nc, "$JS.API.CONSUMER.INFO.S.C")
+        assert info["paused"] and info["pause_remaining"] > 0 and info["config"]["pause_until"]
+        assert info["config"]["metadata"]["_nats.req.level"] == "1"
+        got = await pull(nc, "S", "C", {"batch": 1, "no_wait": True})
+        assert [status(m) for m in got] == [("404", "No Messages")], "nothing while paused"
+        resumed = await js.resume_consumer("S", "C")
+        assert not resumed.paused and resumed.pause_until == "1970-01-01T00:00:00Z"
+        assert await drain(nc, "S", "C") == [1, 2]
+        events = [json.loads((await advisories.next_msg(timeout=5)).data) for _ in range(2)]
+        assert [(e["type"], e["paused"]) for e in events] == [
+            ("io.nats.jetstream.advisory.v1.consumer_pause", True),
+            ("io.nats.jetstream.advisory.v1.consumer_pause", False),
+        ]
+        # a pause that runs out: a waiting request gets the message then, with an advisory
+        await js.publish("s.0", b"later")
+        await js.pause_consumer("S", "C", _rfc3339_in(1.5))
+        got = await pull(nc, "S", "C", {"batch": 1, "expires": 10 * NS}, want=1, timeout=10)
+        assert [m.metadata.sequence.stream for m in got] == [3]
+        events = [json.loads((await advisories.next_msg(timeout=5)).data) for _ in range(2)]
+        assert [e["paused"] for e in events] == [True, False]
+        # an empty body resumes too; errors keep the response's zero fields
+        r = await api(nc, "$JS.API.CONSUMER.PAUSE.S.C", b"")
+        assert (r["paused"], r["pause_until"]) == (False, "0001-01-01T00:00:00Z")
+        r = await api(nc, "$JS.API.CONSUMER.PAUSE.S.NOPE", {"pause_until": _rfc3339_in(60)})
+        assert (r["error"]["err_code"], r["paused"], r["pause_until"]) == (
+            10014,
+            False,
+            "0001-01-01T00:00:00Z",
+        )
+        r = await api(nc, "$JS.API.CONSUMER.PAUSE.S.C", {"pause_until": 5})
+        assert r["error"]["err_code"] == 10025
+
+
+async def test_a_consumer_created_paused_sends_heartbeats_until_it_resumes(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=2)
+        advisories = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.PAUSE.S.P")
+        sub = await nc.subscribe("dlv.p")
+        config = {
+            "durable_name": "P",
+            "deliver_subject": "dlv.p",
+            "ack_policy": "none",
+            "idle_heartbeat": NS // 5,
+            "pause_until": _rfc3339_in(2),
+        }
+        r = await create(nc, "S", config)
+        assert r["paused"]
+        first = await sub.next_msg(timeout=5)
+        assert status(first) == ("100", "Idle Heartbeat"), "paused: heartbeats, no messages"
+        seqs: list[int] = []
+        while len(seqs) < 2:
+            m = await sub.next_msg(timeout=10)
+            if not is_status(m):
+                seqs.append(m.metadata.sequence.stream)
+        assert seqs == [1, 2]
+        events = [json.loads((await advisories.next_msg(timeout=5)).data) for _ in range(2)]
+        assert [e["paused"] for e in events] == [True, False]
+
+
 async def test_an_ack_none_consumer_has_no_ack_subscription(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=3)

@@ -12,6 +12,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 
 import anyio
 import nats
@@ -188,6 +189,34 @@ async def test_a_set_first_sequence_survives_a_restart(tmp_path):
         js = nc.jetstream()
         assert (await js.stream_info("P")).state.first_seq == 1
         assert (await js.stream_info("O")).state.first_seq == 0
+        await nc.close()
+    finally:
+        srv.stop()
+
+
+async def test_a_paused_consumer_stays_paused_across_a_restart(tmp_path):
+    until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
+    srv = start_leafjet(tmp_path)
+    try:
+        nc = await nats.connect(srv.url)
+        js = nc.jetstream()
+        await js.add_stream(name="P", subjects=["p"])
+        await js.publish("p", b"x")
+        await js.pull_subscribe("p", durable="C", stream="P")
+        assert (await js.pause_consumer("P", "C", until)).paused
+        await nc.close()
+    finally:
+        srv.stop()
+    srv = start_leafjet(tmp_path)
+    try:
+        nc = await nats.connect(srv.url)
+        info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.P.C", b"", timeout=5)).data)
+        assert info["paused"] and info["config"]["pause_until"] == until
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.C", b'{"batch": 1, "no_wait": true}', reply=inbox)
+        reply = await sub.next_msg(timeout=5)
+        assert (reply.headers or {}).get("Status") == "404", "still paused: nothing delivered"
         await nc.close()
     finally:
         srv.stop()
