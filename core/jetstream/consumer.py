@@ -1079,6 +1079,10 @@ class Consumer:
         if self.config.ack_policy == "all":
             acked = [s for s in self.pending if s <= sseq]
             self.maxed = {s for s in self.maxed if s > sseq}
+            p = self.pending.get(sseq)
+            if p is not None and p.dseq > self.ack_floor_dseq:
+                # as the reference: the floor is the acknowledged message itself
+                self.ack_floor_sseq, self.ack_floor_dseq = sseq, p.dseq
         else:
             acked = [sseq] if sseq in self.pending else []
             if sseq in self.maxed:
@@ -1099,12 +1103,18 @@ class Consumer:
             self._interest_candidates.extend(acked)
 
     def _advance_floor(self) -> None:
+        """The ack floor: just below the lowest message still held, counted in its first
+        delivery's consumer sequence; everything delivered when nothing is held. As in the
+        reference, it moves only when its consumer sequence does (an ack that leaves the lowest
+        held message in place, such as one of a filtered consumer's later messages, moves
+        neither number)."""
         held = [*self.pending, *self.maxed]
         if held:
             low = min(held)
             if low in self.pending:
-                self.ack_floor_sseq = low - 1
-                self.ack_floor_dseq = self.pending[low].dseq - 1
+                dseq = self.pending[low].dseq - 1
+                if dseq > self.ack_floor_dseq:
+                    self.ack_floor_sseq, self.ack_floor_dseq = low - 1, dseq
             # a message that reached max_deliver holds the floor where it is
         else:
             self.ack_floor_sseq = self.last_delivered_sseq
@@ -1134,15 +1144,20 @@ class Consumer:
             n = sum([await store.num_pending(self.next_sseq, f) for f in self.filters])
         return n + len(self.initial)
 
-    def purged(self, first_seq: int, subject_filter: str | None) -> None:
-        """The stream was purged: everything below ``first_seq`` went, and with a filter some
-        messages on ``subject_filter`` above it. The delivered position moves up to
-        ``first_seq``, as the reference does; what was pending or waiting to start is settled
-        like any removal (``messages_removed``)."""
-        if self.next_sseq < first_seq:
-            self.next_sseq = first_seq
-        if self.last_delivered_sseq < first_seq - 1:
-            self.last_delivered_sseq = first_seq - 1
+    def purged(self, start: int, subject_filter: str | None) -> None:
+        """The stream was purged (of messages on ``subject_filter``, or of all): as the
+        reference, the delivered position and the ack floor move up to ``start`` (the first
+        message left that this purge concerned); pending messages below it count as
+        acknowledged. What else was pending or waiting to start and went is settled like any
+        removal (``messages_removed``)."""
+        if self.next_sseq < start:
+            self.next_sseq = start
+        if self.last_delivered_sseq < start - 1:
+            self.last_delivered_sseq = start - 1
+        if self.ack_floor_sseq < start - 1:
+            self.ack_floor_sseq = start - 1
+            below = [p.dseq for s, p in self.pending.items() if s < start]
+            self.ack_floor_dseq = max([self.ack_floor_dseq, *below])
         self._dirty = True
         self._advance_floor()
         self.messages_removed(subjects=(subject_filter,) if subject_filter else ())

@@ -677,9 +677,21 @@ class Stream:
             purged = (await self.store.apply(ops))[0]
             self.first_seq_set = self.first_seq_set or len(ops) > 1
             self._state = None
-            first = (await self.state()).first_seq
+            st = await self.state()
+            start = st.first_seq
+            if subject is not None:
+                m = await self.store.first_after(st.first_seq, subject)
+                start = m.seq if m is not None else st.last_seq + 1  # the first left on it
             for c in self.consumers.values():
-                c.purged(first, subject)
+                # As the reference: a consumer whose filters lie within the purged subject moves
+                # up to what is left on it; one that takes more than the purged subject (no
+                # filter, or a wider one) to the stream's first message; others keep theirs.
+                if subject is None or any(subjects.is_subset(f, subject) for f in c.filters):
+                    c.purged(start, subject)
+                elif not c.filters or any(subjects.is_subset(subject, f) for f in c.filters):
+                    c.purged(st.first_seq, subject)
+                else:
+                    c.messages_removed(subjects=(subject,))
             return int(purged or 0)
 
     async def delete_msg(self, seq: int, erase: bool) -> bool:

@@ -1058,6 +1058,61 @@ async def test_the_ack_floor_counts_redelivered_messages_by_their_first_delivery
         assert (c["ack_floor"], c["num_ack_pending"]) == ((1, 1), 1)
 
 
+async def test_the_ack_floor_waits_for_the_lowest_delivery(js_server):
+    """A filtered consumer's later delivery acked while its first is pending moves neither
+    number of the ack floor (it moves with the first delivery's ack)."""
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="F", subjects=["f.>"])
+        for subj in ("f.x", "f.x", "f.x", "f.c", "f.c"):  # f.c at 4 and 5
+            await js.publish(subj, b"m")
+        await create(nc, "F", {"durable_name": "C", "ack_policy": "explicit", "filter_subject": "f.c"})
+        got = await pull(nc, "F", "C", {"batch": 2})
+        await confirm(nc, got[1])
+        assert (await counters(js, "F", "C"))["ack_floor"] == (0, 0)
+        await confirm(nc, got[0])
+        assert (await counters(js, "F", "C"))["ack_floor"] == (2, 5)
+
+
+async def test_with_ack_all_a_removed_delivery_is_the_floor(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=5)
+        await api(nc, "$JS.API.STREAM.MSG.DELETE.S", {"seq": 4})
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "all"})
+        await pull(nc, "S", "C", {"batch": 4})  # stream 1, 2, 3, 5
+        await api(nc, "$JS.API.STREAM.MSG.DELETE.S", {"seq": 3})
+        c = await counters(js, "S", "C")
+        assert (c["ack_floor"], c["num_ack_pending"]) == ((3, 3), 1)
+
+
+async def test_a_filtered_purge_moves_the_consumers_it_concerns(js_server):
+    """A purge with a filter moves a consumer whose filter lies within it up to what is left
+    on it, one that takes more (no filter) up to the stream's first message, and leaves the
+    others where they are."""
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="P", subjects=["p.>"])
+        for subj in ("p.b", "p.c.e", "p.c.d"):
+            await js.publish(subj, b"m")
+        for name, filt in (("DISJOINT", "p.a"), ("WITHIN", "p.c.d"), ("ALL", None)):
+            config = {"durable_name": name, "ack_policy": "explicit", "deliver_policy": "new"}
+            await create(nc, "P", {**config, **({"filter_subject": filt} if filt else {})})
+        for subj in ("p.a", "p.b", "p.c.e", "p.c.d"):  # 4 to 7
+            await js.publish(subj, b"m")
+        r = await api(nc, "$JS.API.STREAM.PURGE.P", {"filter": "p.c.>", "keep": 1})  # 2, 3, 6 go
+        assert r["purged"] == 3
+        floors = {}
+        for name in ("DISJOINT", "WITHIN", "ALL"):
+            c = await counters(js, "P", name)
+            floors[name] = (c["delivered"][1], c["ack_floor"][1])
+        assert floors == {"DISJOINT": (3, 3), "WITHIN": (6, 6), "ALL": (3, 3)}
+        await js.add_stream(name="T", subjects=["t.>"])
+        for subj in ("t.c.e", "t.c.d", "t.b", "t.c.d"):
+            await js.publish(subj, b"m")
+        await create(nc, "T", {"durable_name": "D", "ack_policy": "explicit", "filter_subject": "t.a"})
+        await api(nc, "$JS.API.STREAM.PURGE.T", {"filter": "t.c.>", "keep": 1})  # first_seq 3
+        c = await counters(js, "T", "D")
+        assert (c["delivered"], c["ack_floor"]) == ((0, 0), (0, 0)), "a disjoint consumer stays"
+
+
 async def test_term_of_a_redelivery_reports_that_delivery(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=2)
