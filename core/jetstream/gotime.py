@@ -219,3 +219,15 @@ def parse_go_duration(text: str) -> int:
         total += int(whole) * unit + (int(frac) * unit // 10 ** len(frac) if frac else 0)
         pos = m.end()
     return sign * total
+
+
+def format_go_seconds(seconds: int) -> str:
+    """A whole number of seconds as Go's ``time.Duration.String`` writes it: ``1s``, ``1m0s``,
+    ``1h0m0s``."""
+    h, rest = divmod(seconds, 3600)
+    m, sec = divmod(rest, 60)
+    if h:
+        return f"{h}h{m}m{sec}s"
+    if m:
+        return f"{m}m{sec}s"
+    return f"{sec}s"

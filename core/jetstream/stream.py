@@ -26,7 +26,7 @@ import anyio
 from core import subjects
 from core.api_errors import ApiError, api_error
 from core.errors import StoreError
-from core.jetstream.gotime import parse_go_duration, rfc3339_nano
+from core.jetstream.gotime import format_go_seconds, parse_go_duration, rfc3339_nano
 from core.protocol.headers import HeaderError, encode_headers, parse_headers
 from core.server.internal import InboundMsg, InternalReceiver
 from core.server.mailbox import Mailbox
@@ -60,6 +60,18 @@ _TTL_PREFIX = "ttl/"
 # in its config or by a purge. The reference reports first_seq 0 only for a stream that never
 # had one; without this key an empty stream cannot tell the two apart.
 FIRST_SEQ_SET_KEY = "first_seq_set"
+_SECOND = 1_000_000_000
+
+
+def _is_delete_marker(headers: bytes | None) -> bool:
+    """A subject delete marker, or a KV purge marker: expiring one leaves no marker behind."""
+    if not headers:
+        return False
+    try:
+        h = parse_headers(headers)
+    except HeaderError:
+        return False
+    return h.get("Nats-Marker-Reason") is not None or h.get("KV-Operation") == "PURGE"
 
 
 def parse_ttl(value: str) -> int | None:
@@ -119,6 +131,8 @@ class Stream:
         self._predicted: _Running | None = None
         self._ack_prefix: bytes | None = None
         self.first_seq_set = False  # see FIRST_SEQ_SET_KEY
+        self._sdm_pending: dict[int, int] = {}  # seq -> when its delete marker was published
+        self._next_expiry_ns = 0  # when the housekeeper looks next (wall ns)
 
     @property
     def name(self) -> str:
@@ -262,6 +276,9 @@ class Stream:
             interval = 1.0  # from the config of the moment: reconfigure wakes us to look again
             if self.config.max_age:
                 interval = min(interval, max(0.05, self.config.max_age / 1e9 / 4))
+            if self._ttl:  # the next per-message TTL, on time (a new earlier one wakes us)
+                interval = min(interval, max(0.005, (min(self._ttl.values()) - time.time_ns()) / 1e9))
+            self._next_expiry_ns = time.time_ns() + int(interval * 1e9)
             self._reconfigured = anyio.Event()
             with anyio.move_on_after(interval):
                 await self._reconfigured.wait()
@@ -274,14 +291,17 @@ class Stream:
     async def _expire(self) -> None:
         now = time.time_ns()
         ops: list[Op] = []
-        if self.config.max_age:
-            st = await self.state()
-            if st.msgs and st.first_ts and st.first_ts < now - self.config.max_age:
-                ops.append(ExpireOp(now - self.config.max_age))
         due = [seq for seq, exp in self._ttl.items() if exp <= now]
-        for seq in due:
-            ops.append(DeleteOp(seq))
-            ops.append(DelMetaOp(f"{_TTL_PREFIX}{seq}"))
+        if self.config.subject_delete_marker_ttl >= _SECOND:
+            deleted = await self._expire_with_markers(now, due, ops)
+        else:
+            deleted = due
+            if self.config.max_age:
+                st = await self.state()
+                if st.msgs and st.first_ts and st.first_ts < now - self.config.max_age:
+                    ops.append(ExpireOp(now - self.config.max_age))
+            ops.extend(DeleteOp(seq) for seq in due)
+        ops.extend(DelMetaOp(f"{_TTL_PREFIX}{seq}") for seq in due)
         window = self.config.duplicate_window
         old_ids = [mid for mid, (_s, ts) in self._dedup.items() if now - ts > window]
         ops.extend(DelMetaOp(_DEDUP_PREFIX + mid) for mid in old_ids)
@@ -291,7 +311,51 @@ class Stream:
                 self._ttl.pop(seq, None)
             for mid in old_ids:
                 self._dedup.pop(mid, None)
-            self._removed_messages(seqs=due)
+            self._removed_messages(seqs=deleted)
+
+    async def _expire_with_markers(self, now: int, due: list[int], ops: list[Op]) -> list[int]:
+        """Expiry with subject delete markers (``subject_delete_marker_ttl``, ADR-43), as the
+        reference: a message that ages out (max_age) or whose TTL ran out is removed, except
+        when it is the last on its subject and no marker itself. Then a marker takes its place:
+        a message on the subject with ``Nats-Marker-Reason: MaxAge``, the marker TTL and a
+        subject rollup, published through the stream like any other. Adds the removals to
+        ``ops``; returns their sequences."""
+        expired: dict[int, StoredMsg] = {}
+        if self.config.max_age:
+            cutoff, start = now - self.config.max_age, (await self.state()).first_seq
+            while chunk := await self.store.range(start, limit=256):
+                old = [m for m in chunk if m.ts < cutoff]
+                expired.update((m.seq, m) for m in old)
+                if len(old) < len(chunk):
+                    break
+                start = chunk[-1].seq + 1
+        for seq in due:
+            if seq not in expired and (m := await self.store.get(seq)) is not None:
+                expired[seq] = m
+        self._sdm_pending = {s: t for s, t in self._sdm_pending.items() if now - t < 2 * _SECOND}
+        removed: list[int] = []
+        going: dict[str, int] = {}  # per subject, how many of its messages this pass removes
+        for seq in sorted(expired):
+            m = expired[seq]
+            if seq in self._sdm_pending:
+                continue  # its marker is on the way
+            left = await self.store.msgs_for_subject(m.subject) - going.get(m.subject, 0)
+            if left == 1 and not _is_delete_marker(m.headers):
+                self._sdm_pending[seq] = now
+                self._publish_marker(m.subject)
+            else:
+                going[m.subject] = going.get(m.subject, 0) + 1
+                removed.append(seq)
+                ops.append(DeleteOp(seq))
+        return removed
+
+    def _publish_marker(self, subject: str) -> None:
+        ttl = format_go_seconds(self.config.subject_delete_marker_ttl // _SECOND)
+        headers = encode_headers(
+            [("Nats-Marker-Reason", "MaxAge"), ("Nats-TTL", ttl), ("Nats-Rollup", "sub")]
+        )
+        if self.receiver.subs:  # into this stream's own queue: no core subscriber sees it
+            self.receiver.deliver(self.receiver.subs[0], subject, None, headers, b"")
 
     # ------------------------------------------------------------------ state
 
@@ -392,6 +456,8 @@ class Stream:
                 self._last_msg_id = plan.last_msg_id
             for seq, expire in plan.ttls:
                 self._ttl[seq] = expire
+                if expire < self._next_expiry_ns:
+                    self._reconfigured.set()  # due before the housekeeper would look: wake it
             self._state = None
             if plan.removes:
                 self._removed_messages(subjects=plan.removed_subjects)

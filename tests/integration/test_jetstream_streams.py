@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -385,6 +386,38 @@ async def test_max_age_expires_messages(js_server):
             while (await js.stream_info("AGE")).state.messages:
                 await anyio.sleep(0.1)
         assert (await js.stream_info("AGE")).state.last_seq == 1
+
+
+@pytest.mark.parametrize("how", ["max_age", "ttl"])
+async def test_subject_delete_markers_replace_the_last_message_of_a_subject(js_server, how):
+    """With subject_delete_marker_ttl, the last message of a subject that ages out (or whose
+    TTL runs out) leaves a marker behind, which itself goes after the marker TTL; a message
+    that is not the last of its subject just goes."""
+    config: dict[str, Any] = {"name": "M", "subjects": ["m.>"], "allow_msg_ttl": True}
+    config |= {"subject_delete_marker_ttl": 1_000_000_000, "allow_rollup_hdrs": True}
+    if how == "max_age":
+        config["max_age"] = 1_000_000_000
+    async with jetstream(js_server) as (nc, js):
+        assert "error" not in await api(nc, "$JS.API.STREAM.CREATE.M", config)
+        headers = {"Nats-TTL": "1s"} if how == "ttl" else None
+        for subject in ("m.a", "m.b", "m.b"):  # m.b: 2 is not the last of its subject, 3 is
+            await nc.request(subject, b"x", headers=headers, timeout=5)
+
+        async def newest_headers(subject: str) -> tuple[int, str]:
+            m = (await api(nc, "$JS.API.STREAM.MSG.GET.M", {"last_by_subj": subject}))["message"]
+            return m["seq"], base64.b64decode(m.get("hdrs", "")).decode()
+
+        with anyio.fail_after(10):
+            while not all(["Nats-Marker-Reason" in (await newest_headers(s))[1] for s in ("m.a", "m.b")]):
+                await anyio.sleep(0.05)
+        markers = [await newest_headers(s) for s in ("m.a", "m.b")]
+        assert sorted(seq for seq, _ in markers) == [4, 5]
+        for line in ("Nats-Marker-Reason: MaxAge", "Nats-TTL: 1s", "Nats-Rollup: sub"):
+            assert line in markers[0][1]
+        with anyio.fail_after(10):  # the markers go after their own TTL, and leave none behind
+            while (await js.stream_info("M")).state.messages:
+                await anyio.sleep(0.05)
+        assert (await js.stream_info("M")).state.last_seq == 5
 
 
 async def test_an_update_applies_new_limits_at_once(js_server):
