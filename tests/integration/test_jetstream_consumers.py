@@ -1031,7 +1031,9 @@ async def test_a_malformed_next_request_in_an_ack_gets_a_bad_request_status(js_s
         assert (await counters(js, "S", "C"))["ack_floor"] == (1, 1), "the ack itself counts"
 
 
-async def test_naked_messages_come_back_in_nak_order(js_server):
+async def test_naked_messages_come_back_in_nak_order_and_keep_their_first_delivery(js_server):
+    """NAKed messages are redelivered in NAK order, with new consumer sequences; the ack floor
+    counts them by their first delivery's."""
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=3)
         await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
@@ -1040,16 +1042,6 @@ async def test_naked_messages_come_back_in_nak_order(js_server):
         await confirm(nc, got[0], b"-NAK")
         again = await pull(nc, "S", "C", {"batch": 2})
         assert [(m.metadata.sequence.stream, m.metadata.sequence.consumer) for m in again] == [(2, 4), (1, 5)]
-
-
-async def test_the_ack_floor_counts_redelivered_messages_by_their_first_delivery(js_server):
-    async with jetstream(js_server) as (nc, js):
-        await make_stream(js, n=3)
-        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
-        got = await pull(nc, "S", "C", {"batch": 3})
-        await confirm(nc, got[1], b"-NAK")
-        await confirm(nc, got[0], b"-NAK")
-        again = await pull(nc, "S", "C", {"batch": 2})  # stream 2 as consumer 4, stream 1 as 5
         await confirm(nc, got[2], b"+ACK")
         c = await counters(js, "S", "C")
         assert (c["delivered"], c["ack_floor"]) == ((5, 3), (0, 0))

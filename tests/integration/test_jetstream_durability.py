@@ -171,45 +171,39 @@ async def test_compressed_stream_round_trips(tmp_path):
     ) < 20 * len(body), "compression should shrink repetitive payloads"
 
 
-async def test_a_set_first_sequence_survives_a_restart(tmp_path):
-    """An empty stream whose first sequence was set reports it after a restart too (not 0)."""
+@contextlib.asynccontextmanager
+async def agent(tmp_path):
+    """A leafjet agent on ``tmp_path`` and a nats-py connection to it, for one block."""
     srv = start_leafjet(tmp_path)
     try:
         nc = await nats.connect(srv.url)
-        js = nc.jetstream()
+        try:
+            yield nc, nc.jetstream()
+        finally:
+            await nc.close()
+    finally:
+        srv.stop()
+
+
+async def test_a_set_first_sequence_survives_a_restart(tmp_path):
+    """An empty stream whose first sequence was set reports it after a restart too (not 0)."""
+    async with agent(tmp_path) as (_nc, js):
         await js.add_stream(name="P", subjects=["p"])
         await js.purge_stream("P")
         await js.add_stream(name="O", subjects=["o"])
-        await nc.close()
-    finally:
-        srv.stop()
-    srv = start_leafjet(tmp_path)
-    try:
-        nc = await nats.connect(srv.url)
-        js = nc.jetstream()
+    async with agent(tmp_path) as (_nc, js):
         assert (await js.stream_info("P")).state.first_seq == 1
         assert (await js.stream_info("O")).state.first_seq == 0
-        await nc.close()
-    finally:
-        srv.stop()
 
 
 async def test_a_paused_consumer_stays_paused_across_a_restart(tmp_path):
     until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
-    srv = start_leafjet(tmp_path)
-    try:
-        nc = await nats.connect(srv.url)
-        js = nc.jetstream()
+    async with agent(tmp_path) as (_nc, js):
         await js.add_stream(name="P", subjects=["p"])
         await js.publish("p", b"x")
         await js.pull_subscribe("p", durable="C", stream="P")
         assert (await js.pause_consumer("P", "C", until)).paused
-        await nc.close()
-    finally:
-        srv.stop()
-    srv = start_leafjet(tmp_path)
-    try:
-        nc = await nats.connect(srv.url)
+    async with agent(tmp_path) as (nc, _js):
         info = json.loads((await nc.request("$JS.API.CONSUMER.INFO.P.C", b"", timeout=5)).data)
         assert info["paused"] and info["config"]["pause_until"] == until
         inbox = nc.new_inbox()
@@ -217,9 +211,6 @@ async def test_a_paused_consumer_stays_paused_across_a_restart(tmp_path):
         await nc.publish("$JS.API.CONSUMER.MSG.NEXT.P.C", b'{"batch": 1, "no_wait": true}', reply=inbox)
         reply = await sub.next_msg(timeout=5)
         assert (reply.headers or {}).get("Status") == "404", "still paused: nothing delivered"
-        await nc.close()
-    finally:
-        srv.stop()
 
 
 @pytest.fixture
