@@ -505,6 +505,10 @@ class ApiError(LeafjetError):
     ``str(err)`` is ``"<description> (<err_code>)"`` like the reference's ``ApiError.Error()``.
     """
 
+    # Whether the account's API error count takes it: not for the few refusals the reference
+    # sends as an ordinary response (a MSG.DELETE the store refuses).
+    counts_as_error = True
+
     def __init__(self, spec: ApiErrorSpec, **params: Any) -> None:
         self.spec = spec
         self.name = spec.name

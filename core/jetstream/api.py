@@ -146,7 +146,7 @@ async def account_info(
         },
         # total: the requests before this one, as the reference counts. level stays 1: leafjet
         # has not the features of the reference's later API levels (counters, schedules, batches)
-        "api": {"level": 1, "total": ajs.api_total - 1, "errors": ajs.api_errors},
+        "api": {"level": 1, "total": ajs.api_total, "errors": ajs.api_errors},
     }
     if js.domain:
         body["domain"] = js.domain
@@ -193,7 +193,9 @@ async def stream_info(
         js, stream, subject_counts=counts, deleted_details=body.get("deleted_details", False), offset=offset
     )
     # the reference always pages the subjects; limit is 0 when none matched
-    info.update(total=len(counts or ()), offset=offset, limit=SUBJECTS_LIMIT if counts else 0)
+    info.update(
+        total=len(counts or ()), offset=offset if counts else 0, limit=SUBJECTS_LIMIT if counts else 0
+    )
     return api_response("stream_info_response", info)
 
 
@@ -254,12 +256,12 @@ async def stream_list(
 async def stream_purge(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
-    stream = _stream(ajs, args[0])
     body = _request(msg, "stream_purge")
-    # the reference's order: the request, then sealed, then deny_purge
+    # the reference's order: the request, the stream, then sealed, then deny_purge
     filt, seq, keep = body.get("filter") or None, body.get("seq") or None, body.get("keep") or None
     if seq is not None and keep is not None:
         raise api_error("JSBadRequestErr")
+    stream = _stream(ajs, args[0])
     if stream.config.sealed:
         raise api_error("JSStreamSealedErr")
     if stream.config.deny_purge:
@@ -335,12 +337,19 @@ async def stream_msg_delete(
         # The reference's file store tells a sequence outside the stream apart from a deleted one.
         st = await stream.state()
         if seq > st.last_seq:
-            raise api_error("JSStreamMsgDeleteFailedF", err="stream store EOF")
+            raise _store_refusal(api_error("JSStreamMsgDeleteFailedF", err="stream store EOF"))
         if seq < st.first_seq:
-            raise api_error("JSStreamMsgDeleteFailedF", err="no message found")
+            raise _store_refusal(api_error("JSStreamMsgDeleteFailedF", err="no message found"))
     if seq == 0 or not await stream.delete_msg(seq, erase=not body.get("no_erase", False)):
-        raise api_error("JSSequenceNotFoundErrF", seq=seq)
+        raise _store_refusal(api_error("JSSequenceNotFoundErrF", seq=seq))
     return api_response("stream_msg_delete_response", {"success": True})
+
+
+def _store_refusal(e: ApiError) -> ApiError:
+    """A delete the store refused: the reference answers it as an ordinary response, so the
+    account's API error count does not take it."""
+    e.counts_as_error = False
+    return e
 
 
 async def direct_get(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
@@ -611,6 +620,12 @@ def route(path: list[str]) -> tuple[Handler, str, list[str]] | None:
 _PAGED_CONSUMER_RESPONSES = frozenset({"consumer_names_response", "consumer_list_response"})
 
 
+# Requests the reference leaves out of the account's API counts: direct gets and pull requests
+# (answered with messages and statuses, not API responses). Unknown subjects are not counted
+# either.
+_UNCOUNTED = frozenset({"direct_get", "consumer_next"})
+
+
 async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: InboundMsg) -> None:
     found = route(path)
     if found is None:
@@ -618,9 +633,13 @@ async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: I
         js.reply_raw(ajs, msg.reply or "", no_responders_headers(msg.subject), b"")
         return
     handler, type_name, args = found
+    counted = type_name not in _UNCOUNTED
     try:
         response = await handler(js, ajs, args, msg)
     except ApiError as e:
+        if counted:
+            ajs.api_total += 1
+            ajs.api_errors += e.counts_as_error
         body = error_response(type_name, e)
         # the reference's error replies keep the zero values of their response's other fields
         if type_name in _PAGED_CONSUMER_RESPONSES:
@@ -633,5 +652,7 @@ async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: I
             body.update(pause_json(None, 0))
         js.reply_json(ajs, msg, body)
         raise
+    if counted and type_name != "stream_msg_get_response":  # as the reference: a found message
+        ajs.api_total += 1  # goes out without the API's accounting
     if response is not None:
         js.reply_json(ajs, msg, response)

@@ -307,13 +307,13 @@ class JetStream:
         async for msg in rx.inbox:
             if not msg.reply:
                 continue  # the reference ignores API requests without a reply subject
-            ajs.api_total += 1
             try:
                 await api.dispatch(self, ajs, _api_path(msg.subject, self.domain), msg)
             except ApiError:
-                ajs.api_errors += 1  # dispatch already replied with the error
+                pass  # dispatch replied with the error, and counted it
             except Exception:
                 # A bug must not take JetStream down for every client: reply, log, keep serving.
+                ajs.api_total += 1
                 ajs.api_errors += 1
                 log.exception("JetStream API request on %s failed", msg.subject)
                 self.reply_json(ajs, msg, {"error": api_error("JSInvalidJSONErr").to_json()})

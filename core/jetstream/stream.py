@@ -27,7 +27,7 @@ from core import subjects
 from core.api_errors import ApiError, api_error
 from core.errors import StoreError
 from core.jetstream.gotime import format_go_seconds, parse_go_duration, rfc3339_nano
-from core.protocol.headers import HeaderError, encode_headers, parse_headers
+from core.protocol.headers import HeaderError, encode_headers, parse_headers, replace_header, slice_header
 from core.server.internal import InboundMsg, InternalReceiver
 from core.server.mailbox import Mailbox
 from core.store.api import (
@@ -56,6 +56,7 @@ MAX_BATCH = 256
 PIPELINE_DEPTH = 4
 _DEDUP_PREFIX = "dedup/"
 _TTL_PREFIX = "ttl/"
+_NEVER_PREFIX = "never/"  # messages with Nats-TTL: never, which max_age does not remove
 # Set (meta) when a stream's first sequence was fixed before it held a message: by a first_seq
 # in its config or by a purge. The reference reports first_seq 0 only for a stream that never
 # had one; without this key an empty stream cannot tell the two apart.
@@ -77,7 +78,7 @@ def _is_delete_marker(headers: bytes | None) -> bool:
 def parse_ttl(value: str) -> int | None:
     """Nats-TTL in ns, as the reference reads it: a Go duration (``90s``, ``1m30s``, ``1.5h``)
     or whole seconds, at least one second; ``never`` means no expiry (None)."""
-    v = value.strip()
+    v = value  # as the reference: no trimming ("5s " is no TTL)
     if v.lower() == "never":
         return None
     try:
@@ -101,6 +102,7 @@ class _Batch:
     outcomes: list[tuple[str | None, Any]] = field(default_factory=list)
     dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
     ttls: list[tuple[int, int]] = field(default_factory=list)  # (seq, expire ns)
+    nevers: list[int] = field(default_factory=list)  # seqs stored with Nats-TTL: never
     last_msg_id: str | None = None  # of the batch's last stored publish ("" without one); None: none
     removes: bool = False  # the batch also removes messages (rollup, per-subject limit)
     removed_subjects: set[str] = field(default_factory=set)  # where it removes inside the stream
@@ -123,6 +125,7 @@ class Stream:
         self._last_msg_id: str | None = None
         self._reconfigured = anyio.Event()  # wakes the housekeeping after a config update
         self._ttl: dict[int, int] = {}  # seq -> expire ns
+        self._never: set[int] = set()  # seqs stored with Nats-TTL: never
         self._closed = False
         # the pipeline: batches admitted but not yet answered, and the state they predict
         self._inflight = 0
@@ -170,17 +173,24 @@ class Stream:
             for c in self.consumers.values()
         )
 
-    async def recheck_interest(self) -> None:
+    async def recheck_interest(self, acked_only: bool = False) -> None:
         """After a consumer went away, with interest retention: remove the messages no remaining
-        consumer still needs (with no consumer left, all of them), as the reference does. The
-        caller holds the stream's lock (as for every consumer deletion)."""
+        consumer still needs (with no consumer left, all of them), as the reference does. With
+        ``acked_only`` (a stream turned to interest that has consumers), only messages up to the
+        highest ack floor are looked at: the reference removes what its consumers acknowledged,
+        and keeps what none of them was ever given. The caller holds the stream's lock."""
         if self.config.retention != "interest":
             return
         await self.drain()
         consumers = list(self.consumers.values())
+        limit = max((c.ack_floor_sseq for c in consumers), default=0) if acked_only else None
         start = (await self.state()).first_seq
         gone: list[int] = []
         while chunk := await self.store.range(start, limit=1024):
+            if limit is not None:
+                chunk = [m for m in chunk if m.seq <= limit]
+                if not chunk:
+                    break
             gone.extend(m.seq for m in chunk if all(c.has_acked(m.seq, m.subject) for c in consumers))
             start = chunk[-1].seq + 1
         if gone:
@@ -216,6 +226,9 @@ class Stream:
                 stale.append(DelMetaOp(key))
         for key, value in await self.store.meta_items(_TTL_PREFIX):
             self._ttl[int(key[len(_TTL_PREFIX) :])] = int(value)
+        self._never = {
+            int(key[len(_NEVER_PREFIX) :]) for key, _v in await self.store.meta_items(_NEVER_PREFIX)
+        }
         if stale:
             await self.store.apply(stale)
 
@@ -292,8 +305,9 @@ class Stream:
         now = time.time_ns()
         ops: list[Op] = []
         due = [seq for seq, exp in self._ttl.items() if exp <= now]
-        if self.config.subject_delete_marker_ttl >= _SECOND:
-            deleted = await self._expire_with_markers(now, due, ops)
+        markers = self.config.subject_delete_marker_ttl >= _SECOND
+        if markers or (self._never and self.config.max_age):
+            deleted = await self._expire_by_scan(now, due, ops, markers)
         else:
             deleted = due
             if self.config.max_age:
@@ -313,19 +327,24 @@ class Stream:
                 self._dedup.pop(mid, None)
             self._removed_messages(seqs=deleted)
 
-    async def _expire_with_markers(self, now: int, due: list[int], ops: list[Op]) -> list[int]:
-        """Expiry with subject delete markers (``subject_delete_marker_ttl``, ADR-43), as the
-        reference: a message that ages out (max_age) or whose TTL ran out is removed, except
-        when it is the last on its subject and no marker itself. Then a marker takes its place:
-        a message on the subject with ``Nats-Marker-Reason: MaxAge``, the marker TTL and a
-        subject rollup, published through the stream like any other. Adds the removals to
-        ``ops``; returns their sequences."""
+    async def _expire_by_scan(self, now: int, due: list[int], ops: list[Op], markers: bool) -> list[int]:
+        """Expiry message by message, as the reference: a message stored with ``Nats-TTL:
+        never`` outlives max_age, and with subject delete markers (``subject_delete_marker_ttl``,
+        ADR-43) a message that ages out or whose TTL ran out is removed, except when it is the
+        last on its subject and no marker itself. Then a marker takes its place: a message on
+        the subject with ``Nats-Marker-Reason: MaxAge``, the marker TTL and a subject rollup,
+        published through the stream like any other. Adds the removals to ``ops``; returns
+        their sequences."""
         expired: dict[int, StoredMsg] = {}
+        first = (await self.state()).first_seq
+        gone_nevers = [s for s in self._never if s < first]
+        self._never.difference_update(gone_nevers)
+        ops.extend(DelMetaOp(f"{_NEVER_PREFIX}{s}") for s in gone_nevers)
         if self.config.max_age:
-            cutoff, start = now - self.config.max_age, (await self.state()).first_seq
+            cutoff, start = now - self.config.max_age, first
             while chunk := await self.store.range(start, limit=256):
                 old = [m for m in chunk if m.ts < cutoff]
-                expired.update((m.seq, m) for m in old)
+                expired.update((m.seq, m) for m in old if m.seq not in self._never)
                 if len(old) < len(chunk):
                     break
                 start = chunk[-1].seq + 1
@@ -340,7 +359,7 @@ class Stream:
             if seq in self._sdm_pending:
                 continue  # its marker is on the way
             left = await self.store.msgs_for_subject(m.subject) - going.get(m.subject, 0)
-            if left == 1 and not _is_delete_marker(m.headers):
+            if markers and left == 1 and not _is_delete_marker(m.headers):
                 self._sdm_pending[seq] = now
                 self._publish_marker(m.subject)
             else:
@@ -458,6 +477,7 @@ class Stream:
                 self._ttl[seq] = expire
                 if expire < self._next_expiry_ns:
                     self._reconfigured.set()  # due before the housekeeper would look: wake it
+            self._never.update(plan.nevers)
             self._state = None
             if plan.removes:
                 self._removed_messages(subjects=plan.removed_subjects)
@@ -524,53 +544,66 @@ class Stream:
         cfg = self.config
         if cfg.sealed:
             raise api_error("JSStreamSealedErr")
-        hdr = None
-        if msg.headers:
-            try:
-                hdr = parse_headers(msg.headers)
-            except HeaderError:
-                raise api_error("JSInvalidJSONErr") from None  # unreachable for well-formed clients
-        size = len(msg.payload) + (len(msg.headers) if msg.headers else 0)
+        headers = msg.headers
+        size = len(msg.payload) + (len(headers) if headers else 0)
         if cfg.max_msg_size != -1 and size > cfg.max_msg_size:
             raise api_error("JSStreamMessageExceedsMaximumErr")
         msg_id = None
         ttl_ns = None
         rollup = None
-        if hdr is not None:
-            # The reference's order of checks; an empty header counts as absent.
-            expected_stream = hdr.get("Nats-Expected-Stream")
+        ttl_error = ttl_never = False
+        if headers:
+            # The reference's order of checks, and its reading of the headers (exact names,
+            # values as sent: see slice_header); an empty header counts as absent.
+            block = headers
+
+            def hdr(name: str) -> str | None:
+                return slice_header(block, name)
+
+            if hdr("Nats-Batch-Id"):
+                raise api_error("JSAtomicPublishDisabledErr")  # atomic batches: not built
+            incr = hdr("Nats-Incr")
+            if incr:  # counters: not built
+                valid = incr.lstrip("+-").isdigit()
+                raise api_error("JSMessageIncrDisabledErr" if valid else "JSMessageIncrInvalidErr")
+            expected_stream = hdr("Nats-Expected-Stream")
             if expected_stream and expected_stream != self.name:
                 raise api_error("JSStreamNotMatchErr")
-            ttl_hdr = hdr.get("Nats-TTL") or None
-            ttl_error = False
+            ttl_hdr = hdr("Nats-TTL") or None
             if ttl_hdr is not None:
                 try:
                     ttl_ns = parse_ttl(ttl_hdr)
+                    ttl_never = ttl_ns is None
                 except ValueError:
                     ttl_error = True  # reported after the other checks, as the reference does
                 if not ttl_error and not cfg.allow_msg_ttl:
                     raise api_error("JSMessageTTLDisabledErr")
-            expected_subj = hdr.get("Nats-Expected-Last-Subject-Sequence")
-            subj_override = hdr.get("Nats-Expected-Last-Subject-Sequence-Subject")
+            expected_subj = hdr("Nats-Expected-Last-Subject-Sequence")
+            subj_override = hdr("Nats-Expected-Last-Subject-Sequence-Subject")
             if expected_subj:
-                last = await self._last_seq_for(subj_override or msg.subject, plan, run)
+                checked = subj_override or msg.subject
+                # a subject that is no subject matches nothing: its last sequence is 0
+                valid = subjects.is_valid_subject(checked)
+                last = await self._last_seq_for(checked, plan, run) if valid else 0
                 if _int(expected_subj) != last:
                     raise api_error("JSStreamWrongLastSequenceErrF", seq=last)
             elif subj_override:
                 raise api_error("JSStreamExpectedLastSeqPerSubjectInvalid")
-            expected_last = hdr.get("Nats-Expected-Last-Sequence")
+            expected_last = hdr("Nats-Expected-Last-Sequence")
             if expected_last and _int(expected_last) != run.last_seq:
                 raise api_error("JSStreamWrongLastSequenceErrF", seq=run.last_seq)
-            msg_id = hdr.get("Nats-Msg-Id") or None
+            if hdr("Nats-Schedule"):
+                raise api_error("JSMessageSchedulesDisabledErr")  # schedules: not built
+            msg_id = hdr("Nats-Msg-Id") or None
             if msg_id is not None:
                 dup = plan.dedup.get(msg_id) or self._dedup.get(msg_id)
                 if dup is not None and time.time_ns() - dup[1] <= cfg.duplicate_window:
                     plan.outcomes.append((msg.reply, _Dup(dup[0])))
                     return
-            expected_id = hdr.get("Nats-Expected-Last-Msg-Id")
+            expected_id = hdr("Nats-Expected-Last-Msg-Id")
             if expected_id and expected_id != (run.last_msg_id or ""):
                 raise api_error("JSStreamWrongLastMsgIDErrF", id=run.last_msg_id or "")
-            rollup = (hdr.get("Nats-Rollup") or "").lower() or None
+            rollup = (hdr("Nats-Rollup") or "").lower() or None
             if rollup is not None:
                 if not cfg.allow_rollup_hdrs:
                     raise api_error("JSStreamRollupFailedF", err="rollup not permitted")
@@ -578,20 +611,26 @@ class Stream:
                     raise api_error(
                         "JSStreamRollupFailedF", err=f"rollup value invalid: {json.dumps(rollup)}"
                     )
-            if ttl_error:
-                raise api_error("JSMessageTTLInvalidErr")
-        stored_size = self.store.size_of(msg.subject, msg.headers, msg.payload)
-        if cfg.discard == "new":
+        appended = cfg.retention != "interest" or self._has_interest(msg.subject)
+        if ttl_error and appended:  # as the reference: after a publish no consumer takes is let go
+            raise api_error("JSMessageTTLInvalidErr")
+        if ttl_ns is not None and cfg.subject_delete_marker_ttl >= _SECOND and cfg.max_msgs_per_subject != 1:
+            # as the reference: no shorter than the marker TTL, or a marker could be missed
+            floor = cfg.subject_delete_marker_ttl - cfg.subject_delete_marker_ttl % _SECOND
+            if ttl_ns < floor:
+                ttl_ns = floor
+                headers = replace_header(headers or b"", "Nats-TTL", str(floor // _SECOND))
+        stored_size = self.store.size_of(msg.subject, headers, msg.payload)
+        if cfg.discard == "new" and appended:
             await self._check_discard_new(run, msg.subject, stored_size, rollup is not None)
         now = time.time_ns()
         index = len(plan.ops)
-        appended = cfg.retention != "interest" or self._has_interest(msg.subject)
         if not appended:
             # No consumer's filter takes it: the publish gets a sequence, the stream keeps nothing.
             plan.ops.append(SkipOp(run.last_seq + 1, now))
         else:
             try:
-                plan.ops.append(Append(msg.subject, msg.headers, msg.payload, now))
+                plan.ops.append(Append(msg.subject, headers, msg.payload, now))
             except InvalidOperation:
                 # "a.*" routes to a stream on "a.>" (a publish subject is not checked unless the
                 # client is pedantic), but a stored subject is literal: refuse it clearly.
@@ -610,6 +649,9 @@ class Stream:
         if ttl_ns is not None:
             plan.ttls.append((run.last_seq, now + ttl_ns))
             plan.ops.append(SetMetaOp(f"{_TTL_PREFIX}{run.last_seq}", str(now + ttl_ns).encode()))
+        elif ttl_never and appended:
+            plan.nevers.append(run.last_seq)
+            plan.ops.append(SetMetaOp(f"{_NEVER_PREFIX}{run.last_seq}", b""))
         if rollup and cfg.discard == "old" and 0 < cfg.max_msgs < run.msgs:
             # as the reference: max_msgs applies as the message is stored, before its rollup
             plan.ops.append(PurgeOp(keep=cfg.max_msgs))
@@ -723,7 +765,7 @@ class Stream:
         async with self.lock:
             await self.drain()
             self.receiver.unsubscribe_all()
-            self.config = cfg
+            old_retention, self.config = self.config.retention, cfg
             self._predicted = None
             self.subscribe()
             self._state = None
@@ -731,7 +773,10 @@ class Stream:
             await self._enforce_limits(touched)
             await self._expire()  # a new max_age applies at once, as in the reference
             self._reconfigured.set()
-            await self.recheck_interest()  # a stream turned to interest keeps what consumers need
+            if old_retention != "interest":
+                # A stream turned to interest drops what its consumers acknowledged, and
+                # everything when it has none (as the reference).
+                await self.recheck_interest(acked_only=bool(self.consumers))
 
     async def purge(self, subject: str | None, seq: int | None, keep: int | None) -> int:
         async with self.lock:
@@ -764,8 +809,15 @@ class Stream:
         async with self.lock:
             await self.drain()
             self._predicted = None
-            results = await self.store.apply([DeleteOp(seq, erase=erase), DelMetaOp(f"{_TTL_PREFIX}{seq}")])
+            results = await self.store.apply(
+                [
+                    DeleteOp(seq, erase=erase),
+                    DelMetaOp(f"{_TTL_PREFIX}{seq}"),
+                    DelMetaOp(f"{_NEVER_PREFIX}{seq}"),
+                ]
+            )
             self._ttl.pop(seq, None)
+            self._never.discard(seq)
             self._removed_messages(seqs=(seq,))
             return bool(results[0])
 
@@ -855,7 +907,5 @@ def _done(commit: Awaitable[list[Any]]) -> bool:
 
 
 def _int(value: str) -> int:
-    try:
-        return int(value.strip())
-    except ValueError:
-        return -1
+    """A header's number as the reference reads it: digits only ("5 " is no number), -1 else."""
+    return int(value) if value.isascii() and value.isdigit() else -1

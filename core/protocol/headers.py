@@ -94,6 +94,33 @@ def parse_headers(block: bytes) -> Headers:
     return Headers(status, description, tuple(items))
 
 
+def slice_header(block: bytes, name: str) -> str | None:
+    """The value of header ``name`` read the way the reference's server reads the headers it
+    acts on (``Nats-Msg-Id``, ``Nats-TTL``, ``Nats-Expected-*``...): the name matches exactly,
+    case included, at the start of a line and followed by ``:``; spaces before the value are
+    skipped and the rest of the line is kept as it is, trailing whitespace included. None when
+    absent."""
+    needle = b"\r\n" + name.encode() + b":"
+    i = block.find(needle)
+    if i < 0:
+        return None
+    i += len(needle)
+    n = len(block)
+    while i < n and block[i] == 0x20:
+        i += 1
+    end = block.find(b"\r\n", i)
+    return block[i : n if end < 0 else end].decode("utf-8", "surrogateescape")
+
+
+def replace_header(block: bytes, name: str, value: str) -> bytes:
+    """``block`` with header ``name`` (exact name, every line of it) removed and ``name: value``
+    added last, as the reference rewrites a header it adjusts."""
+    lines = block.split(b"\r\n")
+    prefix = name.encode() + b":"
+    kept = [line for line in lines[1:] if line and not line.startswith(prefix)]
+    return b"\r\n".join([lines[0], *kept, f"{name}: {value}".encode(), b"", b""])
+
+
 def _check(kind: str, text: str) -> None:
     if "\r" in text or "\n" in text:
         raise HeaderError(f"header {kind} contains CR or LF: {text!r}")

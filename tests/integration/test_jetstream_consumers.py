@@ -1542,6 +1542,20 @@ async def emptied(js, stream: str, first_seq: int) -> None:
     await eventually(empty)
 
 
+async def test_a_stream_updated_to_interest_keeps_what_it_holds(js_server):
+    async with jetstream(js_server) as (nc, js):
+        config = {"name": "B", "subjects": ["b.>"]}
+        await api(nc, "$JS.API.STREAM.CREATE.B", config)
+        await create(nc, "B", {"durable_name": "C", "ack_policy": "none", "filter_subject": "b.other"})
+        await js.publish("b.x", b"1")
+        await js.publish("b.y", b"2")
+        r = await api(nc, "$JS.API.STREAM.UPDATE.B", {**config, "retention": "interest"})
+        assert r["state"]["messages"] == 2, "no consumer takes them, but they stay"
+        await js.publish("b.z", b"3")
+        st = (await js.stream_info("B")).state
+        assert (st.messages, st.last_seq) == (2, 3), "a new one that no consumer takes is not kept"
+
+
 async def test_interest_stream_drops_what_an_ack_none_consumer_delivered(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, "IN", retention=RetentionPolicy.INTEREST)

@@ -13,6 +13,7 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.errors import APIError, BadRequestError, NoStreamResponseError, NotFoundError
 
 from tests.support.jsapi import api, connect, jetstream
+from tests.support.raw import exchange
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -420,6 +421,29 @@ async def test_subject_delete_markers_replace_the_last_message_of_a_subject(js_s
         assert (await js.stream_info("M")).state.last_seq == 5
 
 
+async def test_a_ttl_below_the_marker_ttl_is_raised_to_it(js_server):
+    config = {"name": "RT", "subjects": ["rt"], "allow_msg_ttl": True, "allow_rollup_hdrs": True}
+    async with jetstream(js_server) as (nc, _js):
+        await api(nc, "$JS.API.STREAM.CREATE.RT", {**config, "subject_delete_marker_ttl": 2_000_000_000})
+        await nc.request("rt", b"x", headers={"Nats-TTL": "1s"}, timeout=5)
+        stored = (await api(nc, "$JS.API.STREAM.MSG.GET.RT", {"seq": 1}))["message"]
+        assert base64.b64decode(stored["hdrs"]) == b"NATS/1.0\r\nNats-TTL: 2\r\n\r\n"
+
+
+async def test_a_message_with_ttl_never_outlives_max_age(js_server):
+    config = {"name": "NV", "subjects": ["nv"], "allow_msg_ttl": True, "max_age": 1_000_000_000}
+    async with jetstream(js_server) as (nc, js):
+        await api(nc, "$JS.API.STREAM.CREATE.NV", config)
+        await nc.request("nv", b"kept", headers={"Nats-TTL": "never"}, timeout=5)
+        await nc.request("nv", b"aged", timeout=5)
+        with anyio.fail_after(10):
+            while (await js.stream_info("NV")).state.messages > 1:
+                await anyio.sleep(0.05)
+        await anyio.sleep(1.2)  # past another max_age
+        assert (await js.stream_info("NV")).state.messages == 1
+        assert (await js.get_msg("NV", 1)).data == b"kept"
+
+
 async def test_an_update_applies_new_limits_at_once(js_server):
     async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="U", subjects=["u.>"], storage=StorageType.MEMORY)  # its byte counts
@@ -768,6 +792,21 @@ async def test_per_message_ttl(js_server):
         assert (await js.get_msg("TTL", 2)).data == b"long"
 
 
+def _raw_publish(port: int, subject: str, header_block: bytes) -> dict[str, Any]:
+    """A publish with a header block sent as it is (nats-py trims header values); its PubAck."""
+    hpub = b"HPUB %s _r %d %d\r\n%sx\r\n" % (
+        subject.encode(),
+        len(header_block),
+        len(header_block) + 1,
+        header_block,
+    )
+    connect = b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
+    out, _closed = exchange(port, b"SUB _r 1\r\n" + hpub, connect=connect)
+    _head, _, rest = out.partition(b"MSG _r 1 ")
+    assert rest, out
+    return json.loads(rest.split(b"\r\n")[1])
+
+
 _WRONG_LAST = {"code": 400, "err_code": 10071, "description": "wrong last sequence: 1"}
 _TTL_OFF = {"code": 400, "err_code": 10166, "description": "per-message TTL is disabled"}
 _TTL_BAD = {"code": 400, "err_code": 10165, "description": "invalid per-message TTL"}
@@ -809,17 +848,56 @@ _TTL_BAD = {"code": 400, "err_code": 10165, "description": "invalid per-message 
             {"Nats-Rollup": "bad"},
             {"code": 500, "err_code": 10111, "description": 'rollup value invalid: "bad"'},
         ),
+        # names match exactly, values are taken as sent (trailing blanks included)
+        ("N", {"nats-msg-id": "m1"}, 2),
+        ("N", b"NATS/1.0\r\nNats-Msg-Id: m1 \r\n\r\n", 2),  # raw: nats-py strips values
+        ("N", {"NATS-EXPECTED-STREAM": "B"}, 2),
+        ("T", b"NATS/1.0\r\nNats-TTL: 5s \r\n\r\n", _TTL_BAD),
+        # a subject that is no subject has no last sequence
+        (
+            "N",
+            {
+                "Nats-Expected-Last-Subject-Sequence": "0",
+                "Nats-Expected-Last-Subject-Sequence-Subject": "a..x",
+            },
+            2,
+        ),
+        # features a stream has not enabled (leafjet has none of them)
+        (
+            "N",
+            {"Nats-Batch-Id": "b1"},
+            {"code": 400, "err_code": 10174, "description": "atomic publish is disabled"},
+        ),
+        (
+            "N",
+            {"Nats-Incr": "1"},
+            {"code": 400, "err_code": 10168, "description": "message counters is disabled"},
+        ),
+        (
+            "N",
+            {"Nats-Schedule": "@at 2030-01-01T00:00:00Z"},
+            {"code": 400, "err_code": 10188, "description": "message schedules is disabled"},
+        ),
+        # a publish that no consumer of an interest stream takes is let go before its TTL is read
+        ("I", {"Nats-TTL": "abc"}, 2),
     ],
 )
 async def test_publish_headers_are_checked_as_the_reference_checks_them(js_server, stream, headers, expected):
     async with jetstream(js_server) as (nc, js):
-        extra = {"T": {"allow_msg_ttl": True}, "R": {"allow_rollup_hdrs": True}}.get(stream, {})
+        extra = {
+            "T": {"allow_msg_ttl": True},
+            "R": {"allow_rollup_hdrs": True},
+            "I": {"retention": "interest"},
+        }.get(stream, {})
         lower = stream.lower()
         await api(
             nc, f"$JS.API.STREAM.CREATE.{stream}", {"name": stream, "subjects": [f"{lower}.>"], **extra}
         )
         await js.publish(f"{lower}.a", b"first", headers={"Nats-Msg-Id": "m1"})
-        reply = json.loads((await nc.request(f"{lower}.a", b"x", headers=headers, timeout=5)).data)
+        if isinstance(headers, bytes):
+            reply = _raw_publish(js_server.port, f"{lower}.a", headers)
+        else:
+            reply = json.loads((await nc.request(f"{lower}.a", b"x", headers=headers, timeout=5)).data)
         if isinstance(expected, int):
             assert reply == {"stream": stream, "seq": expected}
         else:
