@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from core import subjects
 from core.api_errors import ApiError, api_error
+from core.jetstream import direct
 from core.jetstream.consumer import Consumer
 from core.jetstream.consumer_models import (
     consumer_info_json,
@@ -38,7 +39,7 @@ from core.jetstream.models import (
     is_json_object_or_array,
     stream_info_json,
 )
-from core.protocol.headers import encode_headers, no_responders_headers, status_headers
+from core.protocol.headers import no_responders_headers
 from core.server.internal import InboundMsg
 from core.store.api import StoredMsg
 
@@ -51,13 +52,11 @@ Handler = Callable[["JetStream", "AccountJetStream", list[str], InboundMsg], Awa
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
 SUBJECTS_LIMIT = 100_000
-DIRECT_BATCH_MAX = 1000
 
 
-def _body(msg: InboundMsg, *, required: bool = False) -> dict[str, Any]:
-    """The request's JSON object, parsed as the reference parses it; empty is ``{}``."""
-    if required and not msg.payload.strip():
-        raise api_error("JSBadRequestErr")
+def _body(msg: InboundMsg) -> dict[str, Any]:
+    """The request's JSON object (a stream config), parsed as the reference parses it; empty is
+    ``{}``."""
     body = decode_request(msg.payload)
     if not isinstance(body, dict):
         raise api_error("JSInvalidJSONErr", err="json: cannot unmarshal into request")
@@ -352,109 +351,6 @@ def _store_refusal(e: ApiError) -> ApiError:
     return e
 
 
-async def direct_get(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
-    """Direct get replies with the message itself (headers carry the metadata), or a status."""
-    reply = msg.reply
-    assert reply is not None
-    stream = ajs.streams.get(args[0])
-    if stream is None or not stream.config.allow_direct:
-        js.reply_raw(ajs, reply, no_responders_headers(msg.subject), b"")
-        return
-    try:
-        if len(args) > 1:  # DIRECT.GET.<stream>.<subject…>: last message on that subject
-            if msg.payload.strip():
-                raise api_error("JSBadRequestErr")
-            body: dict[str, Any] = {"last_by_subj": ".".join(args[1:])}
-        else:
-            body = _body(msg, required=True)
-        if not (
-            body.get("seq")
-            or body.get("last_by_subj")
-            or body.get("next_by_subj")
-            or "multi_last" in body
-            or body.get("start_time")
-        ):
-            js.reply_raw(ajs, reply, status_headers(408, "Empty Request"), b"")
-            return
-        if "multi_last" in body or "batch" in body:
-            await _direct_batch(js, ajs, stream, reply, body)
-            return
-        body = decode_api_body("msg_get", body, strict=False)  # direct gets are not strict
-        _check_get(body)
-        found = await _lookup(stream, body)
-    except ApiError:
-        js.reply_raw(ajs, reply, status_headers(408, "Bad Request"), b"")
-        return
-    if found is None:
-        js.reply_raw(ajs, reply, status_headers(404, "Message Not Found"), b"")
-        return
-    js.reply_raw(ajs, reply, stream.direct_headers(found), found.data)
-
-
-async def _direct_batch(
-    js: JetStream, ajs: AccountJetStream, stream: Stream, reply: str, body: dict[str, Any]
-) -> None:
-    """Batched and multi-last direct gets: a message per hit, then a 204 EOB status (ADR-31)."""
-    batch = body.get("batch", DIRECT_BATCH_MAX)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
-        raise api_error("JSBadRequestErr")
-    batch = min(batch, DIRECT_BATCH_MAX)
-    st = await stream.state()
-    hits: list[StoredMsg] = []
-    if "multi_last" in body:
-        wanted = body["multi_last"]
-        if not isinstance(wanted, list) or not all(isinstance(s, str) for s in wanted):
-            raise api_error("JSBadRequestErr")
-        up_to = body.get("up_to_seq") or st.last_seq
-        seen: dict[str, StoredMsg] = {}
-        for filt in wanted:
-            for subj in await stream.store.subjects_state(filt):
-                last = await stream.store.last_by_subject(subj)
-                if last is not None and last.seq <= up_to:
-                    seen[subj] = last
-                elif last is not None:
-                    # the newest at or below up_to_seq: walk this subject's messages
-                    m = await stream.store.first_after(1, subj)
-                    best = None
-                    while m is not None and m.seq <= up_to:
-                        best, m = m, await stream.store.first_after(m.seq + 1, subj)
-                    if best is not None:
-                        seen[subj] = best
-        hits = sorted(seen.values(), key=lambda m: m.seq)[:batch]
-        if not hits:
-            js.reply_raw(ajs, reply, status_headers(404, "No Results"), b"")
-            return
-    else:
-        seq = body.get("seq", 0) or 0
-        if body.get("start_time"):
-            try:
-                seq = await stream.seq_for_time(parse_go_time(body["start_time"])[0])
-            except (TypeError, ValueError):
-                raise api_error("JSBadRequestErr") from None
-        filt = body.get("next_by_subj")
-        hits = await stream.store.range(max(seq, 1), limit=batch, subject_filter=filt)  # one query
-    if not hits:
-        js.reply_raw(ajs, reply, status_headers(404, "Message Not Found"), b"")
-        return
-    # Nats-Num-Pending: matching messages still after this one (for multi_last: in the answer);
-    # Nats-Last-Sequence: the previous message's sequence (ADR-31, as the reference).
-    if "multi_last" in body:
-        pending = len(hits)
-    else:
-        pending = await stream.store.num_pending(hits[0].seq, body.get("next_by_subj"))
-    previous = 0
-    for m in hits:
-        pending -= 1
-        extra = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(previous)))
-        js.reply_raw(ajs, reply, stream.direct_headers(m, extra), m.data)
-        previous = m.seq
-    eob_items = [("Nats-Num-Pending", str(max(pending, 0))), ("Nats-Last-Sequence", str(previous))]
-    if "multi_last" in body and body.get("up_to_seq"):
-        eob_items.append(("Nats-UpTo-Sequence", str(body["up_to_seq"])))
-    eob = encode_headers(eob_items, status=204, description="EOB")
-    js.reply_raw(ajs, reply, eob, b"")
-
-
 # ---------------------------------------------------------------------------------------- consumers
 
 
@@ -593,7 +489,7 @@ ROUTES: dict[tuple[str, ...], tuple[Handler, str, int, int | None]] = {
     ("STREAM", "PURGE"): (stream_purge, "stream_purge_response", 1, 1),
     ("STREAM", "MSG", "GET"): (stream_msg_get, "stream_msg_get_response", 1, 1),
     ("STREAM", "MSG", "DELETE"): (stream_msg_delete, "stream_msg_delete_response", 1, 1),
-    ("DIRECT", "GET"): (direct_get, "direct_get", 1, None),
+    ("DIRECT", "GET"): (direct.direct_get, "direct_get", 1, None),
     ("CONSUMER", "CREATE"): (consumer_create, "consumer_create_response", 1, None),
     ("CONSUMER", "DURABLE", "CREATE"): (consumer_durable_create, "consumer_create_response", 2, 2),
     ("CONSUMER", "INFO"): (consumer_info, "consumer_info_response", 2, 2),

@@ -316,6 +316,71 @@ async def test_direct_get_batch_ends_with_eob(js_server):
         await nc.close()
 
 
+@pytest.mark.parametrize(
+    ("suffix", "body", "status"),
+    [
+        ("", b"", "408 Empty Request"),
+        ("", b"{}", "408 Empty Request"),
+        ("", b'{"multi_last": []}', "408 Empty Request"),
+        ("", b"nope", "408 Malformed Request"),
+        ("", b"[1]", "408 Malformed Request"),
+        ("", b'{"seq": -1}', "408 Malformed Request"),
+        ("", b'{"start_time": ""}', "408 Malformed Request"),
+        ("", b'{"seq": 1} {"batch": 2}', "408 Malformed Request"),
+        ("", b'{"batch": 2, "last_by_subj": "dr.a"}', "408 Bad Request"),
+        ("", b'{"multi_last": ["dr.a"], "next_by_subj": "dr.a"}', "408 Bad Request"),
+        (
+            "",
+            b'{"multi_last": ["dr.a"], "up_to_seq": 1, "up_to_time": "2030-01-01T00:00:00Z"}',
+            "408 Bad Request",
+        ),
+        ("", b'{"multi_last": ["a..x"]}', "404 No Results"),
+        ("", b'{"next_by_subj": "a..x", "batch": 2}', "404 Message Not Found"),
+        ("", b'{"seq": 1, "bogus": 1}', "seq 1"),  # unknown fields are ignored here
+        ("", b'{"seq": 2, "batch": 0}', "seq 2"),
+        (".dr.a", b"{}", "seq 3"),
+        (".dr.a", b"nope", "408 Malformed Request"),
+        (".dr.a", b'{"seq": 1}', "408 Bad Request"),
+    ],
+)
+async def test_direct_get_requests_read_as_the_reference_reads_them(js_server, suffix, body, status):
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="DR", subjects=["dr.*"], allow_direct=True)
+        for subject in ("dr.a", "dr.b", "dr.a"):
+            await js.publish(subject, b"x")
+        answer = await nc.request(f"$JS.API.DIRECT.GET.DR{suffix}", body, timeout=5)
+        headers = answer.headers or {}
+        got = f"seq {headers['Nats-Sequence']}" if "Nats-Sequence" in headers else None
+        assert (got or f"{headers.get('Status')} {headers.get('Description')}") == status
+
+
+async def test_direct_get_batches_stop_at_max_bytes_and_multi_last_counts_every_subject(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="DM", subjects=["dm.*"], allow_direct=True)
+        for subject in ("dm.a", "dm.b", "dm.c"):
+            await js.publish(subject, b"0123456789", headers={"H": "1"})
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+
+        async def ask(body: dict[str, Any]) -> list[dict[str, str]]:
+            await nc.publish("$JS.API.DIRECT.GET.DM", json.dumps(body).encode(), reply=inbox)
+            replies = [await sub.next_msg(timeout=5)]
+            while "Status" not in (replies[-1].headers or {}):
+                replies.append(await sub.next_msg(timeout=5))
+            return [dict(m.headers or {}) for m in replies]
+
+        got = await ask({"seq": 1, "batch": 3, "max_bytes": 20})  # 4 + 5 + 10 per message
+        assert [h.get("Nats-Sequence") or h["Status"] for h in got] == ["1", "204"]
+        got = await ask({"multi_last": ["dm.*"], "batch": 1})
+        assert (got[0]["Nats-Num-Pending"], got[1]["Nats-Num-Pending"], got[1]["Nats-UpTo-Sequence"]) == (
+            "2",
+            "2",
+            "3",
+        )
+        got = await ask({"seq": 1, "batch": 1, "no_hdr": True})
+        assert got[0] == {} and got[1]["Nats-Num-Pending"] == "3", "no headers at all, and no count"
+
+
 async def test_names_list_update_delete(js_server):
     async with jetstream(js_server) as (nc, js):
         for n in ("A1", "B2", "C3"):
