@@ -524,6 +524,8 @@ def is_empty_request(data: bytes) -> bool:
     nothing, or a JSON object with no fields. Whitespace alone or ``null`` is not empty."""
     if not data or data == b"{}":
         return True
+    if b'"' in data:
+        return False  # an object with a field has a quoted name: no need to parse it here
     try:
         v = json.loads(data)
     except ValueError:
