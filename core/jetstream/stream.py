@@ -289,8 +289,12 @@ class Stream:
             interval = 1.0  # from the config of the moment: reconfigure wakes us to look again
             if self.config.max_age:
                 interval = min(interval, max(0.05, self.config.max_age / 1e9 / 4))
-            if self._ttl:  # the next per-message TTL, on time (a new earlier one wakes us)
-                interval = min(interval, max(0.005, (min(self._ttl.values()) - time.time_ns()) / 1e9))
+            # the next per-message TTL, on time (a new earlier one wakes us); one whose marker
+            # is on the way is looked at again on the usual interval
+            waiting = self._sdm_pending
+            next_ttl = min((e for s, e in self._ttl.items() if s not in waiting), default=None)
+            if next_ttl is not None:
+                interval = min(interval, max(0.005, (next_ttl - time.time_ns()) / 1e9))
             self._next_expiry_ns = time.time_ns() + int(interval * 1e9)
             self._reconfigured = anyio.Event()
             with anyio.move_on_after(interval):
@@ -308,6 +312,9 @@ class Stream:
         markers = self.config.subject_delete_marker_ttl >= _SECOND
         if markers or (self._never and self.config.max_age):
             deleted = await self._expire_by_scan(now, due, ops, markers)
+            # a message waiting for its marker keeps its TTL: if it is still there in 2 s
+            # (the marker was refused), it is looked at again
+            due = [seq for seq in due if seq not in self._sdm_pending]
         else:
             deleted = due
             if self.config.max_age:
