@@ -59,7 +59,10 @@ def _body(msg: InboundMsg) -> dict[str, Any]:
     ``{}``."""
     body = decode_request(msg.payload)
     if not isinstance(body, dict):
-        raise api_error("JSInvalidJSONErr", err="json: cannot unmarshal into request")
+        kind = "array" if isinstance(body, list) else "string" if isinstance(body, str) else "number"
+        kind = "bool" if isinstance(body, bool) else kind
+        err = f"json: cannot unmarshal {kind} into Go value of type server.StreamConfigRequest"
+        raise api_error("JSInvalidJSONErr", err=err)
     return body
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from core import subjects
 from core.api_errors import ApiError
 from core.jetstream.gotime import parse_go_time
-from core.jetstream.models import decode_api_body
+from core.jetstream.models import decode_api_body, parse_json_int
 from core.protocol.headers import encode_headers, no_responders_headers, status_headers
 from core.server.internal import InboundMsg
 from core.store.api import StoredMsg
@@ -45,7 +45,7 @@ def _reject_constant(name: str) -> Any:
 def _decode(payload: bytes) -> dict[str, Any]:
     """One JSON value read into the request struct, as Go's ``json.Unmarshal`` reads it."""
     try:
-        value = json.loads(payload, parse_constant=_reject_constant)
+        value = json.loads(payload, parse_int=parse_json_int, parse_constant=_reject_constant)
         return decode_api_body("msg_get", value, strict=False)
     except (ValueError, ApiError):
         raise _Status(408, "Malformed Request") from None

@@ -89,6 +89,18 @@ class _FloatLiteral(float):
         return obj
 
 
+class _NegativeZero(int):
+    """``-0`` in a JSON body: zero to Python, but Go refuses it for an unsigned field."""
+
+    def __new__(cls) -> _NegativeZero:
+        return super().__new__(cls, 0)
+
+
+def parse_json_int(text: str) -> int:
+    """``json``'s ``parse_int`` for request bodies: keeps ``-0`` apart from ``0``."""
+    return _NegativeZero() if text == "-0" else int(text)
+
+
 class _DecodeError(Exception):
     pass
 
@@ -110,6 +122,8 @@ def _json_kind(v: Any) -> str:
 
 
 def _number_text(v: Any) -> str:
+    if isinstance(v, _NegativeZero):
+        return "-0"
     if isinstance(v, _FloatLiteral):
         return v.literal
     return repr(v) if isinstance(v, float) else str(v)
@@ -177,7 +191,11 @@ class _Int(_T):
         kind = _json_kind(v)
         if kind != "number":
             raise _type_error(kind, path, root, self.go)
-        if isinstance(v, float) or not self.lo <= v <= self.hi:
+        if (
+            isinstance(v, float)
+            or not self.lo <= v <= self.hi
+            or (self.lo == 0 and isinstance(v, _NegativeZero))
+        ):
             raise _type_error(f"number {_number_text(v)}", path, root, self.go)
         return int(v)
 
@@ -406,7 +424,9 @@ def decode_request(data: bytes | str) -> Any:
     Numbers with a fraction or exponent keep their source text so type errors can quote it.
     """
     text = data.decode("utf-8", errors="replace") if isinstance(data, bytes | bytearray) else data
-    decoder = json.JSONDecoder(parse_float=_FloatLiteral, parse_constant=_reject_constant)
+    decoder = json.JSONDecoder(
+        parse_float=_FloatLiteral, parse_int=parse_json_int, parse_constant=_reject_constant
+    )
     result: Any = _ABSENT
     pos, n = 0, len(text)
     while True:
@@ -455,6 +475,17 @@ def _go_quote_char(ch: str) -> str:
 def _go_syntax_error(e: json.JSONDecodeError, text: str) -> str:
     if e.pos >= len(text) or e.msg.startswith("Unterminated string"):
         return "unexpected EOF"
+    literal = next((w for w in ("true", "false", "null") if w[0] == text[e.pos]), None)
+    if literal is not None and e.msg.startswith("Expecting value"):
+        # Go reads a literal letter by letter: the first wrong one, or the end, is the error
+        for i, want in enumerate(literal[1:], start=e.pos + 1):
+            if i >= len(text):
+                return "unexpected EOF"
+            if text[i] != want:
+                return (
+                    f"invalid character {_go_quote_char(text[i])} in literal {literal} "
+                    f"(expecting {_go_quote_char(want)}) at offset {i + 1}"
+                )
     ch = _go_quote_char(text[e.pos])
     off = e.pos + 1
     if e.msg.startswith("Expecting property name"):

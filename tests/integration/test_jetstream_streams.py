@@ -620,8 +620,9 @@ _LIST, _GET, _DEL = (f"server.JSApi{t}Request" for t in ("StreamList", "MsgGet",
 _BAD_REQUEST = {"code": 400, "err_code": 10003, "description": "bad request"}
 
 
-def _bad_json(err: str) -> dict[str, Any]:
-    return {"code": 400, "err_code": 10025, "description": f"invalid JSON: json: {err}"}
+def _bad_json(err: str, go: bool = True) -> dict[str, Any]:
+    """JSInvalidJSONErr with Go's text: ``json: ...`` for a type error (``go``), bare for syntax."""
+    return {"code": 400, "err_code": 10025, "description": f"invalid JSON: {'json: ' if go else ''}{err}"}
 
 
 @pytest.mark.parametrize(
@@ -699,6 +700,32 @@ def _bad_json(err: str) -> dict[str, Any]:
             "STREAM.MSG.DELETE.NOPE",
             b"7",
             {"error": _bad_json("cannot unmarshal number into Go value of type " + _DEL)},
+        ),
+        # Go's own texts for a bad literal, a cut-off one, -0 in an unsigned field, a config
+        # that is no object
+        (
+            "STREAM.MSG.GET.S",
+            b"nope",
+            {
+                "error": _bad_json(
+                    "invalid character 'o' in literal null (expecting 'u') at offset 2", go=False
+                )
+            },
+        ),
+        ("STREAM.MSG.GET.S", b"tru", {"error": _bad_json("unexpected EOF", go=False)}),
+        (
+            "STREAM.MSG.DELETE.S",
+            b'{"seq":-0}',
+            {
+                "error": _bad_json(
+                    "cannot unmarshal number -0 into Go struct field JSApiMsgDeleteRequest.seq of type uint64"
+                )
+            },
+        ),
+        (
+            "STREAM.CREATE.S2",
+            b"1",
+            {"error": _bad_json("cannot unmarshal number into Go value of type server.StreamConfigRequest")},
         ),
     ],
 )
