@@ -54,18 +54,6 @@ LIST_LIMIT = 256
 SUBJECTS_LIMIT = 100_000
 
 
-def _body(msg: InboundMsg) -> dict[str, Any]:
-    """The request's JSON object (a stream config), parsed as the reference parses it; empty is
-    ``{}``."""
-    body = decode_request(msg.payload)
-    if not isinstance(body, dict):
-        kind = "array" if isinstance(body, list) else "string" if isinstance(body, str) else "number"
-        kind = "bool" if isinstance(body, bool) else kind
-        err = f"json: cannot unmarshal {kind} into Go value of type server.StreamConfigRequest"
-        raise api_error("JSInvalidJSONErr", err=err)
-    return body
-
-
 def _request(msg: InboundMsg, kind: str, *, required: bool = False) -> dict[str, Any]:
     """The request body read into the reference's request struct ``kind``, as the reference
     reads it: a required body (MSG.GET, MSG.DELETE) that is empty is a bad request; an optional
@@ -159,7 +147,7 @@ async def stream_create(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
     name = args[0]
-    cfg = StreamConfig.from_json(_body(msg), expected_name=name)
+    cfg = StreamConfig.from_json(decode_request(msg.payload), expected_name=name)
     existing = ajs.streams.get(name)
     if existing is not None:
         if existing.config.to_json() == cfg.to_json():
@@ -174,7 +162,9 @@ async def stream_update(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
     name = args[0]
-    new = StreamConfig.from_json(_body(msg), create=False, expected_name=name)  # first, as the reference
+    new = StreamConfig.from_json(
+        decode_request(msg.payload), create=False, expected_name=name
+    )  # first, as the reference
     stream = _stream(ajs, name)
     cfg = StreamConfig.check_update(stream.config, new)
     check_subject_overlap(cfg, (st.config for st in ajs.streams.values()))
@@ -517,6 +507,12 @@ def route(path: list[str]) -> tuple[Handler, str, list[str]] | None:
 
 
 _PAGED_CONSUMER_RESPONSES = frozenset({"consumer_names_response", "consumer_list_response"})
+# The reference's error replies keep the zero values of their response's other fields.
+_ERROR_ZERO_FIELDS: dict[str, dict[str, Any]] = {
+    "stream_info_response": {"total": 0, "offset": 0, "limit": 0},
+    "stream_purge_response": {"purged": 0},
+    "consumer_pause_response": pause_json(None, 0),
+}
 
 
 # Requests the reference leaves out of the account's API counts: direct gets and pull requests
@@ -540,15 +536,9 @@ async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: I
             ajs.api_total += 1
             ajs.api_errors += e.counts_as_error
         body = error_response(type_name, e)
-        # the reference's error replies keep the zero values of their response's other fields
         if type_name in _PAGED_CONSUMER_RESPONSES:
             body.update(paged_error_json(e))
-        elif type_name == "stream_info_response":
-            body.update(total=0, offset=0, limit=0)
-        elif type_name == "stream_purge_response":
-            body["purged"] = 0
-        elif type_name == "consumer_pause_response":
-            body.update(pause_json(None, 0))
+        body.update(_ERROR_ZERO_FIELDS.get(type_name, {}))
         js.reply_json(ajs, msg, body)
         raise
     if counted and type_name != "stream_msg_get_response":  # as the reference: a found message

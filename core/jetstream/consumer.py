@@ -321,10 +321,9 @@ class Consumer:
         subject = f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{self.stream.name}.{self.name}"
         self.stream.account.publish(subject, None, None, json.dumps(body).encode())
 
-    def _terminated_advisory(self, sseq: int, tokens: list[str], reason: str) -> None:
+    def _terminated_advisory(self, sseq: int, tokens: list[str], base: int, reason: str) -> None:
         """MSG_TERMINATED, with the delivery count and consumer sequence of the delivery the
-        +TERM answered (from its ack subject ``tokens``), as the reference."""
-        base = 4 if len(tokens) == 9 else 6
+        +TERM answered (from its ack subject, see ``_ack_numbers_at``), as the reference."""
         extra: dict[str, Any] = {"consumer_seq": int(tokens[base + 2])}
         if reason:
             extra["reason"] = reason
@@ -1019,12 +1018,10 @@ class Consumer:
         self, msg: InboundMsg, confirms: list[str], removals: list[int], requests: list[tuple[str, bytes]]
     ) -> None:
         tokens = msg.subject.split(".")
-        if len(tokens) == 9:
-            sseq = int(tokens[5])
-        elif len(tokens) >= 11:
-            sseq = int(tokens[7])
-        else:
+        base = _ack_numbers_at(tokens)
+        if base is None:
             return
+        sseq = int(tokens[base + 1])
         # The reference's reading of an ack body: exact words, except the kinds that take an
         # argument (+NXT <request>, -NAK <delay>, +TERM <reason>), which match as prefixes.
         body = msg.payload
@@ -1047,7 +1044,7 @@ class Consumer:
             was_pending = sseq in self.pending
             self._ack(sseq, removals)
             if was_pending:
-                self._terminated_advisory(sseq, tokens, body[5:].strip().decode(errors="replace"))
+                self._terminated_advisory(sseq, tokens, base, body[5:].strip().decode(errors="replace"))
         # anything else changes nothing, and is confirmed all the same (as the reference)
         if msg.reply:
             confirms.append(msg.reply)
@@ -1177,6 +1174,16 @@ def consumer_filters(cfg: ConsumerConfig) -> list[str]:
     if cfg.filter_subject and cfg.filter_subject != ">":
         return [cfg.filter_subject]
     return []
+
+
+def _ack_numbers_at(tokens: list[str]) -> int | None:
+    """Where the numbers (deliveries, stream sequence, consumer sequence, timestamp, pending)
+    start in an ack subject split on dots: after ``$JS.ACK.<stream>.<consumer>`` in the 9-token
+    form, after ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>`` in the 11+-token form;
+    None for anything else."""
+    if len(tokens) == 9:
+        return 4
+    return 6 if len(tokens) >= 11 else None
 
 
 def _ack_subject(prefix: str, deliveries: int, sseq: int, dseq: int, ts: int, pending: int) -> str:

@@ -11,13 +11,13 @@ reference's pending limit) after the message that reaches it.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from core import subjects
 from core.api_errors import ApiError
 from core.jetstream.gotime import parse_go_time
-from core.jetstream.models import decode_api_body, parse_json_int
+from core.jetstream.models import decode_api_body, parse_json_value
 from core.protocol.headers import encode_headers, no_responders_headers, status_headers
 from core.server.internal import InboundMsg
 from core.store.api import StoredMsg
@@ -25,6 +25,8 @@ from core.store.api import StoredMsg
 if TYPE_CHECKING:
     from core.jetstream.engine import AccountJetStream, JetStream
     from core.jetstream.stream import Stream
+
+_Send = Callable[[bytes | None, bytes], None]  # one reply: headers, payload
 
 MAX_BYTES = 64 * 1024 * 1024  # the reference's default max_pending: what a batch sends at most
 MULTI_LAST_MAX = 1024  # a multi_last that matches more subjects is "413 Too Many Results"
@@ -38,15 +40,10 @@ class _Status(Exception):
         self.code, self.description = code, description
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"invalid JSON value {name}")  # NaN and Infinity are not JSON
-
-
 def _decode(payload: bytes) -> dict[str, Any]:
     """One JSON value read into the request struct, as Go's ``json.Unmarshal`` reads it."""
     try:
-        value = json.loads(payload, parse_int=parse_json_int, parse_constant=_reject_constant)
-        return decode_api_body("msg_get", value, strict=False)
+        return decode_api_body("msg_get", parse_json_value(payload), strict=False)
     except (ValueError, ApiError):
         raise _Status(408, "Malformed Request") from None
 
@@ -114,7 +111,14 @@ def _wire_size(m: StoredMsg) -> int:
     return len(m.subject) + len(m.headers or b"") + len(m.data)
 
 
-async def _messages(stream: Stream, body: dict[str, Any], send: Any) -> None:
+async def _matching_from(stream: Stream, seq: int, subject_filter: str | None) -> int:
+    """How many messages from ``seq`` on the filter takes (none, for a filter that is no subject)."""
+    if subject_filter and not subjects.is_valid_subject(subject_filter):
+        return 0
+    return await stream.store.num_pending(seq, subject_filter)
+
+
+async def _messages(stream: Stream, body: dict[str, Any], send: _Send) -> None:
     """One message (by sequence, the next on a subject, the last on a subject, the first from
     a time), or with ``batch`` several, each with the pending count and the previous message's
     sequence, then an EOB."""
@@ -128,7 +132,7 @@ async def _messages(stream: Stream, body: dict[str, Any], send: Any) -> None:
     pending = 0
     if batched:
         covered = (await stream.state()).last_seq
-        pending = await store.num_pending(seq, nxt) if not nxt or subjects.is_valid_subject(nxt) else 0
+        pending = await _matching_from(stream, seq, nxt)
     budget = body.get("max_bytes", 0) or MAX_BYTES
     sent_bytes = previous = 0
     for i in range(batch if batched else 1):
@@ -159,7 +163,7 @@ async def _messages(stream: Stream, body: dict[str, Any], send: Any) -> None:
             break
     if batched:
         if (await stream.state()).last_seq > covered:  # stored meanwhile: count again
-            pending = await store.num_pending(seq, nxt) if not nxt or subjects.is_valid_subject(nxt) else 0
+            pending = await _matching_from(stream, seq, nxt)
         send(_eob(pending, previous), b"")
 
 
@@ -186,7 +190,7 @@ async def _last_per_subject(stream: Stream, filters: list[str], up_to: int) -> l
     return sorted(found.values())
 
 
-async def _multi_last(stream: Stream, body: dict[str, Any], send: Any) -> None:
+async def _multi_last(stream: Stream, body: dict[str, Any], send: _Send) -> None:
     """The newest message of each subject ``multi_last`` matches (up to ``up_to_seq`` or
     ``up_to_time``), from ``seq`` on, at most ``batch`` of them, then an EOB with the sequence
     the answer is valid up to."""

@@ -96,7 +96,7 @@ class _NegativeZero(int):
         return super().__new__(cls, 0)
 
 
-def parse_json_int(text: str) -> int:
+def _parse_json_int(text: str) -> int:
     """``json``'s ``parse_int`` for request bodies: keeps ``-0`` apart from ``0``."""
     return _NegativeZero() if text == "-0" else int(text)
 
@@ -425,7 +425,7 @@ def decode_request(data: bytes | str) -> Any:
     """
     text = data.decode("utf-8", errors="replace") if isinstance(data, bytes | bytearray) else data
     decoder = json.JSONDecoder(
-        parse_float=_FloatLiteral, parse_int=parse_json_int, parse_constant=_reject_constant
+        parse_float=_FloatLiteral, parse_int=_parse_json_int, parse_constant=_reject_constant
     )
     result: Any = _ABSENT
     pos, n = 0, len(text)
@@ -464,6 +464,15 @@ class _ConstantError(ValueError):
 
 def _reject_constant(name: str) -> Any:
     raise _ConstantError(name)
+
+
+def parse_json_value(data: bytes) -> Any:
+    """One JSON value, as Go's ``json.Unmarshal`` reads a body (a direct get's): nothing else
+    before or after it, no NaN or Infinity, and numbers kept as the request structs need them
+    (``-0``, a fraction's text). ``ValueError`` for anything else."""
+    return json.loads(
+        data, parse_float=_FloatLiteral, parse_int=_parse_json_int, parse_constant=_reject_constant
+    )
 
 
 def _go_quote_char(ch: str) -> str:
@@ -558,7 +567,7 @@ def is_empty_request(data: bytes) -> bool:
     if b'"' in data:
         return False  # an object with a field has a quoted name: no need to parse it here
     try:
-        v = json.loads(data)
+        v = parse_json_value(data)
     except ValueError:
         return False
     return isinstance(v, dict) and not v

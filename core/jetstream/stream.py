@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import json
 import logging
 import time
@@ -65,30 +66,28 @@ _SECOND = 1_000_000_000
 
 
 def _is_delete_marker(headers: bytes | None) -> bool:
-    """A subject delete marker, or a KV purge marker: expiring one leaves no marker behind."""
+    """A subject delete marker, or a KV purge marker: expiring one leaves no marker behind.
+    Read as the reference reads its own headers (``slice_header``)."""
     if not headers:
         return False
-    try:
-        h = parse_headers(headers)
-    except HeaderError:
-        return False
-    return h.get("Nats-Marker-Reason") is not None or h.get("KV-Operation") == "PURGE"
+    return (
+        bool(slice_header(headers, "Nats-Marker-Reason")) or slice_header(headers, "KV-Operation") == "PURGE"
+    )
 
 
 def parse_ttl(value: str) -> int | None:
     """Nats-TTL in ns, as the reference reads it: a Go duration (``90s``, ``1m30s``, ``1.5h``)
     or whole seconds, at least one second; ``never`` means no expiry (None)."""
-    v = value  # as the reference: no trimming ("5s " is no TTL)
-    if v.lower() == "never":
+    if value.lower() == "never":  # as the reference: no trimming ("5s " is no TTL)
         return None
     try:
-        ns = parse_go_duration(v)  # the reference keeps whole seconds of it
-        ns -= ns % 1_000_000_000
+        ns = parse_go_duration(value)  # the reference keeps whole seconds of it
+        ns -= ns % _SECOND
     except ValueError:
-        if not v.isdigit():
+        if not value.isdigit():
             raise ValueError(value) from None
-        ns = int(v) * 1_000_000_000
-    if ns < 1_000_000_000:
+        ns = int(value) * _SECOND
+    if ns < _SECOND:
         raise ValueError(value)  # the reference's minimum TTL is one second
     return ns
 
@@ -125,6 +124,8 @@ class Stream:
         self._last_msg_id: str | None = None
         self._reconfigured = anyio.Event()  # wakes the housekeeping after a config update
         self._ttl: dict[int, int] = {}  # seq -> expire ns
+        # (expire ns, seq), soonest first; an entry that no longer matches _ttl is stale
+        self._ttl_heap: list[tuple[int, int]] = []
         self._never: set[int] = set()  # seqs stored with Nats-TTL: never
         self._closed = False
         # the pipeline: batches admitted but not yet answered, and the state they predict
@@ -225,7 +226,7 @@ class Stream:
             else:
                 stale.append(DelMetaOp(key))
         for key, value in await self.store.meta_items(_TTL_PREFIX):
-            self._ttl[int(key[len(_TTL_PREFIX) :])] = int(value)
+            self._add_ttl(int(key[len(_TTL_PREFIX) :]), int(value))
         self._never = {
             int(key[len(_NEVER_PREFIX) :]) for key, _v in await self.store.meta_items(_NEVER_PREFIX)
         }
@@ -289,10 +290,7 @@ class Stream:
             interval = 1.0  # from the config of the moment: reconfigure wakes us to look again
             if self.config.max_age:
                 interval = min(interval, max(0.05, self.config.max_age / 1e9 / 4))
-            # the next per-message TTL, on time (a new earlier one wakes us); one whose marker
-            # is on the way is looked at again on the usual interval
-            waiting = self._sdm_pending
-            next_ttl = min((e for s, e in self._ttl.items() if s not in waiting), default=None)
+            next_ttl = self._next_ttl()  # on time: a publish with an earlier one wakes us
             if next_ttl is not None:
                 interval = min(interval, max(0.005, (next_ttl - time.time_ns()) / 1e9))
             self._next_expiry_ns = time.time_ns() + int(interval * 1e9)
@@ -305,15 +303,38 @@ class Stream:
                 except StoreError as e:
                     log.error("stream %s: expiry failed: %s", self.name, e)
 
+    def _add_ttl(self, seq: int, expire: int) -> None:
+        self._ttl[seq] = expire
+        heapq.heappush(self._ttl_heap, (expire, seq))
+
+    def _next_ttl(self) -> int | None:
+        """When the next message TTL runs out (wall ns), or None: O(log n), not a scan."""
+        heap, ttl = self._ttl_heap, self._ttl
+        while heap and ttl.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # removed or re-timed since it was pushed
+        return heap[0][0] if heap else None
+
+    def _due_ttls(self, now: int) -> list[int]:
+        """Take the messages whose TTL ran out by ``now`` off the heap (``_expire`` puts them
+        back if it cannot remove them)."""
+        heap, ttl, due = self._ttl_heap, self._ttl, []
+        while heap and heap[0][0] <= now:
+            expire, seq = heapq.heappop(heap)
+            if ttl.get(seq) == expire:
+                due.append(seq)
+        return due
+
     async def _expire(self) -> None:
         now = time.time_ns()
         ops: list[Op] = []
-        due = [seq for seq, exp in self._ttl.items() if exp <= now]
+        due = self._due_ttls(now)
         markers = self.config.subject_delete_marker_ttl >= _SECOND
         if markers or (self._never and self.config.max_age):
             deleted = await self._expire_by_scan(now, due, ops, markers)
-            # a message waiting for its marker keeps its TTL: if it is still there in 2 s
-            # (the marker was refused), it is looked at again
+            # A message waiting for its marker keeps its TTL record and is looked at again in
+            # 2 s, in case the marker was refused (its stored expiry stays: a restart retries).
+            for seq in [seq for seq in due if seq in self._sdm_pending]:
+                self._add_ttl(seq, now + 2 * _SECOND)
             due = [seq for seq in due if seq not in self._sdm_pending]
         else:
             deleted = due
@@ -327,7 +348,12 @@ class Stream:
         old_ids = [mid for mid, (_s, ts) in self._dedup.items() if now - ts > window]
         ops.extend(DelMetaOp(_DEDUP_PREFIX + mid) for mid in old_ids)
         if ops:
-            await self.store.apply(ops)
+            try:
+                await self.store.apply(ops)
+            except BaseException:
+                for seq in due:  # not removed: due again at the next look
+                    heapq.heappush(self._ttl_heap, (self._ttl[seq], seq))
+                raise
             for seq in due:
                 self._ttl.pop(seq, None)
             for mid in old_ids:
@@ -481,7 +507,7 @@ class Stream:
             if plan.last_msg_id is not None:
                 self._last_msg_id = plan.last_msg_id
             for seq, expire in plan.ttls:
-                self._ttl[seq] = expire
+                self._add_ttl(seq, expire)
                 if expire < self._next_expiry_ns:
                     self._reconfigured.set()  # due before the housekeeper would look: wake it
             self._never.update(plan.nevers)
@@ -790,10 +816,11 @@ class Stream:
             await self.drain()
             self._predicted = None
             ops: list[Op] = [PurgeOp(subject=subject, up_to_seq=seq, keep=keep)]
-            if subject is None and seq is None and keep is None and not self.first_seq_set:
+            sets_first = subject is None and seq is None and keep is None and not self.first_seq_set
+            if sets_first:
                 ops.append(SetMetaOp(FIRST_SEQ_SET_KEY, b"1"))  # as the reference: now it has one
             purged = (await self.store.apply(ops))[0]
-            self.first_seq_set = self.first_seq_set or len(ops) > 1
+            self.first_seq_set = self.first_seq_set or sets_first
             self._state = None
             st = await self.state()
             start = st.first_seq

@@ -196,6 +196,21 @@ async def test_a_set_first_sequence_survives_a_restart(tmp_path):
         assert (await js.stream_info("O")).state.first_seq == 0
 
 
+async def test_a_message_ttl_runs_out_after_a_restart(tmp_path):
+    """TTLs are durable: a message stored with Nats-TTL before a restart still goes when its
+    time comes, and one without a TTL stays."""
+    async with agent(tmp_path) as (nc, js):
+        await js.add_stream(name="T", subjects=["t.*"], allow_msg_ttl=True)
+        await nc.request("t.short", b"x", headers={"Nats-TTL": "5s"}, timeout=5)
+        await nc.request("t.kept", b"y", timeout=5)
+    async with agent(tmp_path) as (_nc, js):
+        assert (await js.stream_info("T")).state.messages == 2
+        with anyio.fail_after(15):
+            while (await js.stream_info("T")).state.messages > 1:
+                await anyio.sleep(0.1)
+        assert (await js.get_msg("T", 2)).data == b"y"
+
+
 async def test_a_paused_consumer_stays_paused_across_a_restart(tmp_path):
     until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 120))
     async with agent(tmp_path) as (_nc, js):
