@@ -38,7 +38,11 @@ STATE_PREFIX = "consumer/"
 # Push flow control, as the reference: a window that starts at 1/16 of 32 MiB and doubles with
 # every answered request; a request goes out at half the window, delivery stalls at a full one.
 _FC_LIMIT = 32 << 20
-READ_AHEAD = 1024  # a flow-control request at most every MiB delivered
+# Messages read from the store per query. A read of 1024 x 1 KiB held up delivery while its
+# rows were fetched and decoded: an ordered consumer's catch-up of 100k x 1 KiB ran at a median
+# of 124k msgs/s with 1024 against 156k with 256 (4 runs each, same machine and hour).
+READ_AHEAD = 256
+PUSH_RUN = 256  # push messages delivered per turn of the loop, so acks and others run between
 
 
 def state_key(name: str) -> str:
@@ -596,9 +600,9 @@ class Consumer:
         to = self.config.deliver_subject
         publish_many = self.stream.account.publish_many
         sent = 0
-        while self._buffer and sent < 256 and self._room() and not self._fc_stalled():
+        while self._buffer and sent < PUSH_RUN and self._room() and not self._fc_stalled():
             out: list[tuple[str, str, bytes | None, bytes]] = []
-            request_due = self._run_take(self._run_room(256 - sent), out)
+            request_due = self._run_take(self._run_room(PUSH_RUN - sent), out)
             if out:
                 publish_many(to, out)
                 sent += len(out)

@@ -53,7 +53,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leafjet.stream")
 
-MAX_BATCH = 256
+# A batch of publishes is decided, committed and acknowledged together. Small batches keep a
+# windowed publisher (nats-py's publish_async, 1000 acks outstanding) busy: its first acks come
+# back after 64 messages, not 256, while the next batches are decided and committed behind them.
+# A/B on this machine, async publish of 100k x 128 B, medians of 5 runs against the reference:
+# 256 gave 0.82x (interval) and 0.85x (always), 64 gave 0.94-1.01x and 0.91-0.99x, with less
+# server CPU per message. The store still merges the batches queued behind a commit into one
+# transaction, so with sync=always the fsyncs stay grouped.
+MAX_BATCH = 64
 PIPELINE_DEPTH = 4
 _DEDUP_PREFIX = "dedup/"
 _TTL_PREFIX = "ttl/"
