@@ -9,7 +9,9 @@ part, so the figures are about delivery, not ingest:
   reaches N; with AckNone it stops at the N-th message.
 - ordered: ``js.subscribe(subject, ordered_consumer=True, cb=...)`` catching up on N messages.
 - KV: sequential ``await kv.put`` then ``await kv.get`` over a fixed key set (client defaults, so
-  gets go through ``$JS.API.STREAM.MSG.GET``, not direct get).
+  gets go through ``$JS.API.STREAM.MSG.GET``, not direct get). A sequential put waits for its own
+  commit, so it measures one put's latency. "KV put, 32 writers" is the load of many devices
+  writing at once: 32 tasks on the connection, each putting in turn, over the same key set.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from bench.procstat import cpu_seconds, rss_bytes
 FETCH_STREAM, FETCH_SUBJECT = "CFETCH", "bench.c.fetch"
 ORDERED_STREAM, ORDERED_SUBJECT = "CORDERED", "bench.c.ordered"
 KV_BUCKET = "CBENCH"
+KV_WRITERS_BUCKET, KV_WRITERS = "CBENCHW", 32
 TIMEOUT = 300.0
 
 
@@ -39,6 +42,7 @@ class ConsumerFigures:
     ordered_cpu_us_per_msg: float
     kv_put_ops_per_s: float
     kv_get_ops_per_s: float
+    kv_put_writers_ops_per_s: float
     rss_mib: float
 
 
@@ -130,6 +134,25 @@ async def kv_ops(js, ops: int, keys: int, size: int) -> tuple[float, float]:
     return put_rate, get_rate
 
 
+async def kv_writers(js, ops: int, keys: int, size: int, writers: int = KV_WRITERS) -> float:
+    """``writers`` tasks putting concurrently, ``ops // writers`` puts each; total puts/s."""
+    kv = await js.create_key_value(bucket=KV_WRITERS_BUCKET, storage=StorageType.FILE)
+    value = b"v" * size
+    each = max(1, ops // writers)
+
+    async def writer(w: int) -> None:
+        for i in range(each):
+            await kv.put(f"k{(w + i * writers) % keys}", value)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(writer(w) for w in range(writers)))
+    rate = each * writers / (time.perf_counter() - t0)
+    entry = await kv.get(f"k{(writers - 1 + (each - 1) * writers) % keys}")
+    if entry.value != value:
+        raise RuntimeError(f"kv writers: last put read back as {entry.value[:16]!r}...")
+    return rate
+
+
 async def run_consumers(
     url: str, pid: int, fetch_n: int, ordered_n: int, batch: int, kv_n: int, kv_keys: int
 ) -> ConsumerFigures:
@@ -142,6 +165,7 @@ async def run_consumers(
         noack_rate, noack_cpu = await fetch_drain(nc, js, pid, fetch_n, batch, "noack", ack=False)
         ord_rate, ord_cpu = await ordered_catchup(js, pid, ordered_n)
         put_rate, get_rate = await kv_ops(js, kv_n, kv_keys, 128)
+        writers_rate = await kv_writers(js, kv_n, kv_keys, 128)
     finally:
         await nc.close()
     return ConsumerFigures(
@@ -153,5 +177,6 @@ async def run_consumers(
         ord_cpu,
         put_rate,
         get_rate,
+        writers_rate,
         rss_bytes(pid) / (1 << 20),
     )
