@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import random
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -308,10 +309,13 @@ class Consumer:
         if changed:
             self.redeliver.sort()
 
-    def _advisory(self, kind: str, event: str, sseq: int, deliveries: int, **extra: Any) -> None:
-        """Publish a consumer advisory (``$JS.EVENT.ADVISORY.CONSUMER.<kind>.<stream>.<consumer>``)."""
+    def _advisory(
+        self, kind: str, event: str, sseq: int, deliveries: int, *, metric: bool = False, **extra: Any
+    ) -> None:
+        """Publish a consumer advisory (``$JS.EVENT.ADVISORY.CONSUMER.<kind>.<stream>.<consumer>``),
+        or with ``metric`` a consumer metric (``$JS.EVENT.METRIC.CONSUMER.<kind>...``)."""
         body = {
-            "type": f"io.nats.jetstream.advisory.v1.{event}",
+            "type": f"io.nats.jetstream.{'metric' if metric else 'advisory'}.v1.{event}",
             "id": f"{self.name}-{sseq}-{deliveries}",
             "timestamp": rfc3339_nano(time.time_ns()),
             "stream": self.stream.name,
@@ -322,8 +326,21 @@ class Consumer:
         }
         if self.stream.domain:
             body["domain"] = self.stream.domain
-        subject = f"$JS.EVENT.ADVISORY.CONSUMER.{kind}.{self.stream.name}.{self.name}"
+        family = "METRIC" if metric else "ADVISORY"
+        subject = f"$JS.EVENT.{family}.CONSUMER.{kind}.{self.stream.name}.{self.name}"
         self.stream.account.publish(subject, None, None, json.dumps(body).encode())
+
+    def _sample_ack(self, sseq: int, tokens: list[str], base: int) -> None:
+        """The ack metric of ``sample_freq`` (explicit acks of a pending message only, as the
+        reference; "N%" samples about N in 100): the delivery answered and its ack time."""
+        freq = self.config.sample_frequency
+        p = self.pending.get(sseq)
+        if freq <= 0 or p is None or self.config.ack_policy != "explicit":
+            return
+        if freq < 100 and random.randrange(100) > freq:
+            return
+        extra = {"consumer_seq": int(tokens[base + 2]), "ack_time": time.time_ns() - p.ts}
+        self._advisory("ACK", "consumer_ack", sseq, int(tokens[base]), metric=True, **extra)
 
     def _terminated_advisory(self, sseq: int, tokens: list[str], base: int, reason: str) -> None:
         """MSG_TERMINATED, with the delivery count and consumer sequence of the delivery the
@@ -683,7 +700,13 @@ class Consumer:
         store = self.stream.store
         while self.redeliver:
             sseq = self.redeliver.pop(0)
-            if sseq not in self.pending:
+            p = self.pending.get(sseq)
+            if p is None:
+                continue
+            if 0 < self.config.max_deliver <= p.deliveries:
+                # NAKed (or put back) after its last allowed delivery: as the reference, the
+                # limit is checked when the message would go out again.
+                self._max_deliveries_reached(sseq, p)
                 continue
             m = await store.get(sseq)
             if m is None:
@@ -1030,14 +1053,16 @@ class Consumer:
         # argument (+NXT <request>, -NAK <delay>, +TERM <reason>), which match as prefixes.
         body = msg.payload
         if not body or body == b"+ACK" or body == b"+OK":
+            self._sample_ack(sseq, tokens, base)
             self._ack(sseq, removals)
         elif body.startswith(b"+NXT"):
+            self._sample_ack(sseq, tokens, base)
             self._ack(sseq, removals)
             if msg.reply:
                 requests.append((msg.reply, body[4:]))
             return  # the messages (or a status) are the answer
         elif body.startswith(b"-NAK"):
-            self._nak(sseq, body[4:].strip())
+            self._nak(sseq, body[4:].strip(), int(tokens[base + 2]), int(tokens[base]))
         elif body == b"+WPI":
             p = self.pending.get(sseq)
             if p is not None and sseq not in self.redeliver:
@@ -1053,13 +1078,15 @@ class Consumer:
         if msg.reply:
             confirms.append(msg.reply)
 
-    def _nak(self, sseq: int, arg: bytes) -> None:
+    def _nak(self, sseq: int, arg: bytes, dseq: int, deliveries: int) -> None:
         """-NAK: redeliver now (after the other NAKed ones), or after the delay given as JSON
         (``{"delay": ns}``) or as a Go duration (``-NAK 2s``); a delay that does not parse is
-        a plain NAK, as in the reference."""
+        a plain NAK, as in the reference. The MSG_NAKED advisory names the delivery answered
+        (``dseq``, ``deliveries``: from its ack subject)."""
         p = self.pending.get(sseq)
         if p is None:
             return
+        self._advisory("MSG_NAKED", "nak", sseq, deliveries, consumer_seq=dseq)
         delay = 0
         if arg:
             try:

@@ -1285,6 +1285,73 @@ async def test_backoff_spaces_the_redeliveries(js_server):
         assert status(got[0]) == ("408", "Request Timeout"), "max_deliver 3 ends it"
 
 
+async def test_a_message_naked_at_max_deliver_is_not_redelivered(js_server):
+    """A plain -NAK after the last allowed delivery does not bring the message back: pull or
+    push, it reaches max_deliver (one advisory), as it would by ack_wait."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=1)
+        advisories = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.S.*")
+        naked = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.*")
+        await create(nc, "S", {"durable_name": "N", "ack_policy": "explicit", "max_deliver": 2})
+        deliveries = []
+        for _ in range(3):
+            got = await pull(nc, "S", "N", {"batch": 1, "expires": NS})
+            if is_status(got[0]):
+                assert status(got[0]) == ("408", "Request Timeout")
+                break
+            deliveries.append(got[0].metadata.num_delivered)
+            await nc.publish(got[0].reply, b"-NAK")
+        assert deliveries == [1, 2]
+        adv = json.loads((await advisories.next_msg(timeout=3)).data)
+        assert (adv["consumer"], adv["stream_seq"], adv["deliveries"]) == ("N", 1, 2)
+        nak_advisories = [json.loads((await naked.next_msg(timeout=3)).data) for _ in range(2)]
+        assert [(a["type"], a["stream_seq"], a["consumer_seq"], a["deliveries"]) for a in nak_advisories] == [
+            ("io.nats.jetstream.advisory.v1.nak", 1, 1, 1),
+            ("io.nats.jetstream.advisory.v1.nak", 1, 2, 2),
+        ]
+        c = await counters(js, "S", "N")
+        assert (c["num_ack_pending"], c["num_pending"], c["delivered"]) == (0, 0, (2, 1))
+
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await create(
+            nc, "S", {"durable_name": "P", "ack_policy": "explicit", "max_deliver": 2, "deliver_subject": inbox}
+        )
+        pushed = []
+        while True:
+            try:
+                m = await sub.next_msg(timeout=1)
+            except nats.errors.TimeoutError:
+                break
+            pushed.append(m.metadata.num_delivered)
+            await nc.publish(m.reply, b"-NAK")
+            assert len(pushed) <= 3, "redelivered past max_deliver"
+        assert pushed == [1, 2]
+        adv = json.loads((await advisories.next_msg(timeout=3)).data)
+        assert (adv["consumer"], adv["deliveries"]) == ("P", 2)
+
+
+async def test_sample_freq_sends_ack_metrics(js_server):
+    """sample_freq "100%": every explicit ack of a pending message sends a consumer_ack metric
+    naming the delivery it answered; without sample_freq, none."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=2)
+        metrics = await nc.subscribe("$JS.EVENT.METRIC.CONSUMER.ACK.S.*")
+        await create(nc, "S", {"durable_name": "M", "ack_policy": "explicit", "sample_freq": "100%"})
+        await create(nc, "S", {"durable_name": "Q", "ack_policy": "explicit"})
+        for consumer in ("M", "Q"):
+            for m in await pull(nc, "S", consumer, {"batch": 2, "expires": NS}):
+                await m.ack_sync()
+        got = [json.loads((await metrics.next_msg(timeout=3)).data) for _ in range(2)]
+        assert [(g["type"], g["consumer"], g["stream_seq"], g["consumer_seq"], g["deliveries"]) for g in got] == [
+            ("io.nats.jetstream.metric.v1.consumer_ack", "M", 1, 1, 1),
+            ("io.nats.jetstream.metric.v1.consumer_ack", "M", 2, 2, 1),
+        ]
+        assert all(g["ack_time"] > 0 for g in got)
+        with pytest.raises(nats.errors.TimeoutError):
+            await metrics.next_msg(timeout=0.5)  # none for Q
+
+
 async def test_max_deliver_stops_redelivery_with_an_advisory(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
