@@ -150,12 +150,22 @@ async def stream_create(
     cfg = StreamConfig.from_json(decode_request(msg.payload), expected_name=name)
     existing = ajs.streams.get(name)
     if existing is not None:
-        if existing.config.to_json() == cfg.to_json():
-            return api_response("stream_create_response", {**await _info(js, existing), "did_create": True})
-        raise api_error("JSStreamNameExistErr")
-    check_subject_overlap(cfg, (st.config for st in ajs.streams.values()))
-    stream = await js.create_stream(ajs, cfg)
-    return api_response("stream_create_response", {**await _info(js, stream), "did_create": True})
+        if existing.config.to_json() != cfg.to_json():
+            raise api_error("JSStreamNameExistErr")
+        stream = existing
+    else:
+        check_subject_overlap(cfg, (st.config for st in ajs.streams.values()))
+        stream = await js.create_stream(ajs, cfg)
+    info = await _info(js, stream)
+    info.pop("domain", None)  # as the reference: its create response names no domain
+    return api_response("stream_create_response", {**info, "did_create": True})
+
+
+def _no_body(msg: InboundMsg) -> None:
+    """As the reference: a request that takes no body (DELETE, CONSUMER.INFO) refuses one,
+    before any lookup; only nothing or an empty object counts as none."""
+    if not is_empty_request(msg.payload):
+        raise api_error("JSNotEmptyRequestErr")
 
 
 async def stream_update(
@@ -192,8 +202,9 @@ async def stream_info(
 
 
 async def stream_delete(
-    js: JetStream, ajs: AccountJetStream, args: list[str], _msg: InboundMsg
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
+    _no_body(msg)
     stream = _stream(ajs, args[0])
     await js.delete_stream(ajs, stream)
     return api_response("stream_delete_response", {"success": True})
@@ -411,15 +422,17 @@ async def consumer_durable_create(
 
 
 async def consumer_info(
-    js: JetStream, ajs: AccountJetStream, args: list[str], _msg: InboundMsg
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
+    _no_body(msg)
     consumer = _consumer(_stream(ajs, args[0]), args[1])
     return api_response("consumer_info_response", await _consumer_info(js, consumer))
 
 
 async def consumer_delete(
-    js: JetStream, ajs: AccountJetStream, args: list[str], _msg: InboundMsg
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
+    _no_body(msg)
     stream = _stream(ajs, args[0])
     consumer = _consumer(stream, args[1])
     async with stream.lock:
@@ -440,16 +453,17 @@ async def consumer_pause(
 async def consumer_names(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
+    offset = parse_consumers_request(msg.payload)  # as the reference, before the lookup
     stream = _stream(ajs, args[0])
-    body = consumer_names_json(stream.consumers, parse_consumers_request(msg.payload))
+    body = consumer_names_json(stream.consumers, offset)
     return api_response("consumer_names_response", body)
 
 
 async def consumer_list(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
+    offset = parse_consumers_request(msg.payload)  # as the reference, before the lookup
     stream = _stream(ajs, args[0])
-    offset = parse_consumers_request(msg.payload)
     # info (with its pending count) only for the page asked for, not for every consumer
     page = sorted(stream.consumers)[offset : offset + LIST_LIMIT]
     body = consumer_list_json([await _consumer_info(js, stream.consumers[n]) for n in page])
@@ -457,10 +471,35 @@ async def consumer_list(
     return api_response("consumer_list_response", body)
 
 
+async def stream_snapshot(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    """Not built: the reference's checks (an empty request, the stream, the body, the deliver
+    subject), then the reference's "snapshot failed" error."""
+    if is_empty_request(msg.payload):
+        raise api_error("JSBadRequestErr")
+    _stream(ajs, args[0])
+    body = decode_api_body("stream_snapshot", decode_request(msg.payload))
+    deliver = body.get("deliver_subject", "")
+    if not subjects.is_valid_subject(deliver) or subjects.has_wildcard(deliver):
+        raise api_error("JSSnapshotDeliverSubjectInvalidErr")
+    raise api_error("JSStreamSnapshotErrF", err="stream snapshots are not supported by leafjet")
+
+
+async def stream_restore(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    """Not built: the reference's bad request for an empty one, else "restore failed"."""
+    if is_empty_request(msg.payload):
+        raise api_error("JSBadRequestErr")
+    raise api_error("JSStreamRestoreErrF", err="stream restores are not supported by leafjet")
+
+
 async def consumer_next(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
     """A pull request: errors are status messages to the requester, not API JSON."""
     reply = msg.reply
-    assert reply is not None
+    if not reply:
+        return  # as the reference: a pull request without a reply subject is ignored
     stream = ajs.streams.get(args[0])
     consumer = stream.consumers.get(args[1]) if stream is not None else None
     if consumer is None:
@@ -482,6 +521,8 @@ ROUTES: dict[tuple[str, ...], tuple[Handler, str, int, int | None]] = {
     ("STREAM", "PURGE"): (stream_purge, "stream_purge_response", 1, 1),
     ("STREAM", "MSG", "GET"): (stream_msg_get, "stream_msg_get_response", 1, 1),
     ("STREAM", "MSG", "DELETE"): (stream_msg_delete, "stream_msg_delete_response", 1, 1),
+    ("STREAM", "SNAPSHOT"): (stream_snapshot, "stream_snapshot_response", 1, 1),
+    ("STREAM", "RESTORE"): (stream_restore, "stream_restore_response", 1, 1),
     ("DIRECT", "GET"): (direct.direct_get, "direct_get", 1, None),
     ("CONSUMER", "CREATE"): (consumer_create, "consumer_create_response", 1, None),
     ("CONSUMER", "DURABLE", "CREATE"): (consumer_durable_create, "consumer_create_response", 2, 2),
@@ -512,6 +553,9 @@ _ERROR_ZERO_FIELDS: dict[str, dict[str, Any]] = {
     "stream_info_response": {"total": 0, "offset": 0, "limit": 0},
     "stream_purge_response": {"purged": 0},
     "consumer_pause_response": pause_json(None, 0),
+    "stream_names_response": {"total": 0, "offset": 0, "limit": 0, "streams": None},
+    "stream_list_response": {"total": 0, "offset": 0, "limit": 0, "streams": []},
+    "stream_restore_response": {"deliver_subject": ""},
 }
 
 
@@ -524,9 +568,7 @@ _UNCOUNTED = frozenset({"direct_get", "consumer_next"})
 async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: InboundMsg) -> None:
     found = route(path)
     if found is None:
-        # The reference has no responder for an unknown API subject.
-        js.reply_raw(ajs, msg.reply or "", no_responders_headers(msg.subject), b"")
-        return
+        return  # as the reference: silence for a subject that is no API request (not counted)
     handler, type_name, args = found
     counted = type_name not in _UNCOUNTED
     try:

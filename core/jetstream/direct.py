@@ -81,7 +81,8 @@ async def direct_get(js: JetStream, ajs: AccountJetStream, args: list[str], msg:
     """Answer a direct get on the stream ``args[0]`` (with the subject form, the subject
     follows); a stream that does not allow direct gets has no responder."""
     reply = msg.reply
-    assert reply is not None
+    if not reply:
+        return  # as the reference: a direct get without a reply subject is ignored
     stream = ajs.streams.get(args[0])
     if stream is None or not stream.config.allow_direct:
         js.reply_raw(ajs, reply, no_responders_headers(msg.subject), b"")

@@ -305,8 +305,8 @@ class JetStream:
 
     async def _serve_api(self, ajs: AccountJetStream, rx: InternalReceiver) -> None:
         async for msg in rx.inbox:
-            if not msg.reply:
-                continue  # the reference ignores API requests without a reply subject
+            # A request without a reply subject is carried out all the same (as the reference:
+            # fire-and-forget administration), and answered to no one.
             try:
                 await api.dispatch(self, ajs, _api_path(msg.subject, self.domain), msg)
             except ApiError:

@@ -547,6 +547,16 @@ _API_REQUESTS = {
         },
     ),
     "msg_delete": _Struct("server.JSApiMsgDeleteRequest", {"seq": _U64, "no_erase": _BOOL}),
+    "stream_snapshot": _Struct(
+        "server.JSApiStreamSnapshotRequest",
+        {
+            "deliver_subject": _STR,
+            "no_consumers": _BOOL,
+            "chunk_size": _OFFSET,
+            "window_size": _OFFSET,
+            "jsck": _BOOL,
+        },
+    ),
 }
 
 

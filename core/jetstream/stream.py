@@ -62,6 +62,7 @@ log = logging.getLogger("leafjet.stream")
 # transaction, so with sync=always the fsyncs stay grouped.
 MAX_BATCH = 64
 PIPELINE_DEPTH = 4
+_MAX_HEADERS = 65535  # as the reference: a JetStream message's header block fits in 16 bits
 _DEDUP_PREFIX = "dedup/"
 _TTL_PREFIX = "ttl/"
 _NEVER_PREFIX = "never/"  # messages with Nats-TTL: never, which max_age does not remove
@@ -588,6 +589,8 @@ class Stream:
         size = len(msg.payload) + (len(headers) if headers else 0)
         if cfg.max_msg_size != -1 and size > cfg.max_msg_size:
             raise api_error("JSStreamMessageExceedsMaximumErr")
+        if headers is not None and len(headers) > _MAX_HEADERS:
+            raise api_error("JSStreamHeaderExceedsMaximumErr")
         msg_id = None
         ttl_ns = None
         rollup = None

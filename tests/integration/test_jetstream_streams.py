@@ -403,7 +403,9 @@ async def test_names_list_update_delete(js_server):
 async def test_account_info_and_domain_in_acks(make_server):
     srv = make_server({"jetstream": {"domain": "edge1"}}, jetstream=True)
     async with jetstream(srv) as (nc, js):
-        await js.add_stream(name="X", subjects=["x"])
+        created = await api(nc, "$JS.API.STREAM.CREATE.X", {"name": "X", "subjects": ["x"]})
+        assert "domain" not in created, "the reference's create response names no domain"
+        assert (await api(nc, "$JS.API.STREAM.INFO.X"))["domain"] == "edge1"
         ack = await js.publish("x", b"hello")
         assert ack.domain == "edge1"
         info = await api(nc, "$JS.API.INFO")
@@ -1033,3 +1035,109 @@ async def test_stream_names_are_paged(js_server):
             await js.add_stream(name=f"PG{i}", subjects=[f"pg{i}"])
         page = await api(nc, "$JS.API.STREAM.NAMES", {"offset": 3})
         assert (page["total"], page["offset"], len(page["streams"])) == (5, 3, 2)
+
+
+async def test_api_requests_without_a_reply_are_carried_out(js_server):
+    """Fire-and-forget administration: a request without a reply subject is executed (and
+    counted) all the same; only a pull request or a direct get needs someone to answer."""
+    async with jetstream(js_server) as (nc, js):
+        await nc.publish("$JS.API.STREAM.CREATE.A", json.dumps({"name": "A", "subjects": ["a"]}).encode())
+        await nc.publish("$JS.API.STREAM.CREATE.B", json.dumps({"name": "B", "subjects": ["b"]}).encode())
+        await nc.flush()
+        with anyio.fail_after(5):
+            while (await api(nc, "$JS.API.STREAM.NAMES"))["streams"] != ["A", "B"]:
+                await anyio.sleep(0.02)
+        await js.publish("a", b"1")
+        await nc.publish("$JS.API.STREAM.PURGE.A", b"")
+        await nc.publish("$JS.API.STREAM.DELETE.B", b"")
+        await nc.publish("$JS.API.CONSUMER.MSG.NEXT.A.nope", b"")  # nobody to answer: nothing
+        await nc.flush()
+        with anyio.fail_after(5):
+            while (await api(nc, "$JS.API.STREAM.NAMES"))["streams"] != ["A"]:
+                await anyio.sleep(0.02)
+        assert (await js.stream_info("A")).state.messages == 0
+
+
+async def test_unknown_api_subjects_get_no_answer(js_server):
+    """The reference answers every $JS.API subject it listens on, and nothing else: no JSON
+    error and no "no responders" (which clients read as JetStream being disabled)."""
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="S", subjects=["s"])
+        before = (await api(nc, "$JS.API.INFO"))["api"]
+        for subject in (
+            "$JS.API.FOO",
+            "$JS.API.STREAM.INFO",
+            "$JS.API.STREAM.INFO.S.X",
+            "$JS.API.CONSUMER.NAMES",
+        ):
+            with pytest.raises(nats.errors.TimeoutError):
+                await nc.request(subject, b"", timeout=0.5)
+        after = (await api(nc, "$JS.API.INFO"))["api"]
+        assert (after["total"] - before["total"], after["errors"] - before["errors"]) == (1, 0)
+
+
+async def test_snapshot_and_restore_requests_are_checked(js_server):
+    async with jetstream(js_server) as (nc, _js):
+        await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s"]})
+        snap = await api(nc, "$JS.API.STREAM.SNAPSHOT.S")
+        assert snap["type"] == "io.nats.jetstream.api.v1.stream_snapshot_response"
+        assert snap["error"] == {"code": 400, "err_code": 10003, "description": "bad request"}
+        missing = await api(nc, "$JS.API.STREAM.SNAPSHOT.NOPE", {"deliver_subject": "x"})
+        assert missing["error"]["err_code"] == 10059
+        bad = await api(nc, "$JS.API.STREAM.SNAPSHOT.S", {"deliver_subject": "a.*"})
+        assert bad["error"] == {"code": 400, "err_code": 10015, "description": "deliver subject not valid"}
+        restore = await api(nc, "$JS.API.STREAM.RESTORE.S")
+        assert restore["error"]["err_code"] == 10003 and restore["deliver_subject"] == ""
+
+
+@pytest.mark.parametrize(
+    ("subject", "missing"),
+    [
+        ("$JS.API.STREAM.DELETE.S", "$JS.API.STREAM.DELETE.NOPE"),
+        ("$JS.API.CONSUMER.DELETE.S.C", "$JS.API.CONSUMER.DELETE.NOPE.C"),
+        ("$JS.API.CONSUMER.INFO.S.C", "$JS.API.CONSUMER.INFO.S.NOPE"),
+    ],
+)
+@pytest.mark.parametrize("body", [b'{"a":1}', b"x", b" ", b"null", b"[]"])
+async def test_requests_that_take_no_body_refuse_one(js_server, subject, missing, body):
+    """Before looking anything up: a destructive request with a body the reference refuses
+    deletes nothing."""
+    async with jetstream(js_server) as (nc, _js):
+        await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s"]})
+        await api(nc, "$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": {"durable_name": "C"}})
+        got = await api(nc, subject, body)
+        assert got["error"] == {
+            "code": 400,
+            "err_code": 10038,
+            "description": "expected an empty request payload",
+        }
+        assert (await api(nc, "$JS.API.CONSUMER.NAMES.S"))["consumers"] == ["C"]
+        assert (await api(nc, missing, body))["error"]["err_code"] == 10038
+        assert "error" not in await api(nc, "$JS.API.CONSUMER.INFO.S.C", b"{}")
+
+
+@pytest.mark.parametrize("kind", ["NAMES", "LIST"])
+async def test_stream_names_and_list_errors_keep_an_empty_page(js_server, kind):
+    async with jetstream(js_server) as (nc, _js):
+        bad = await api(nc, f"$JS.API.STREAM.{kind}", {"offset": "1"})
+        assert bad["error"]["err_code"] == 10025
+        assert (bad["total"], bad["offset"], bad["limit"]) == (0, 0, 0)
+        assert bad["streams"] == (None if kind == "NAMES" else [])
+        # a consumer page's body is read before its stream is looked up
+        got = await api(nc, f"$JS.API.CONSUMER.{kind}.NOPE", {"offset": "x"})
+        assert got["error"]["err_code"] == 10025
+
+
+async def test_a_header_block_over_64k_is_refused(js_server):
+    async with jetstream(js_server) as (nc, _js):
+        await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s"]})
+        # the block is "NATS/1.0\r\nX: <value>\r\n\r\n": 17 bytes around the value
+        fits = await nc.request("s", b"x", headers={"X": "v" * (65535 - 17)}, timeout=5)
+        assert json.loads(fits.data) == {"stream": "S", "seq": 1}
+        over = json.loads((await nc.request("s", b"x", headers={"X": "v" * (65536 - 17)}, timeout=5)).data)
+        assert over["error"] == {
+            "code": 400,
+            "err_code": 10097,
+            "description": "header size exceeds maximum allowed of 64k",
+        }
+        assert (over["stream"], over["seq"]) == ("S", 0)
