@@ -421,7 +421,8 @@ class Consumer:
                 if not room and not self.redeliver:
                     break
                 waiter = self.waiting[0]
-                if room and self._can_deliver_run(waiter):
+                # a run fills one request; with several waiting they take turns (below)
+                if room and len(self.waiting) == 1 and self._can_deliver_run(waiter):
                     if not await self._deliver_run(waiter, now):
                         end_of_stream = True  # nothing (more) to deliver
                         break
@@ -452,6 +453,9 @@ class Consumer:
                 waiter.last_sent = now
                 if waiter.delivered >= waiter.batch:
                     self.waiting.pop(0)
+                elif len(self.waiting) > 1:
+                    # as the reference: waiting requests take turns, a message each
+                    self.waiting.append(self.waiting.pop(0))
             if end_of_stream:
                 # no_wait requests end here; one with an expiry only once it got something
                 for w in [w for w in self.waiting if w.no_wait and (not w.expires_at or w.delivered)]:
@@ -858,6 +862,11 @@ class Consumer:
         self.last_active_ns = now
         self._dirty = True
 
+    def acks_expected_until(self) -> int:
+        """When (wall ns) the last ack the consumer may still get is due: the latest delivery's
+        time plus its ack wait, over the messages pending an ack; 0 with none."""
+        return max((p.ts + self._ack_wait(p.deliveries) for p in self.pending.values()), default=0)
+
     def _ack_wait(self, deliveries: int) -> int:
         backoff = self.config.backoff
         if backoff:
@@ -946,8 +955,9 @@ class Consumer:
         except PullRequestError as e:
             self._status(reply, e.status, e.description)
             return
-        if req.expires_ns < 0:
-            self._status(reply, 408, "Request Timeout")
+        if req.expires_ns < 0:  # expired on arrival: the 408 of any request that expired
+            pending = (("Nats-Pending-Messages", str(req.batch)), ("Nats-Pending-Bytes", str(req.max_bytes)))
+            self._status(reply, 408, "Request Timeout", pending)
             return
         if req.no_wait:
             if self.pause_left():

@@ -238,7 +238,9 @@ class JetStream:
         await stream.recheck_interest()
 
     async def _reap_inactive(self) -> None:
-        """Ephemeral consumers go away after inactive_threshold without interest (the reference's rule)."""
+        """Consumers with an inactive_threshold (ephemerals by default) go away after that long
+        without interest (the reference's rule): no subscriber to a push consumer's deliver
+        subject; no pull request waiting, nor an ack still due, for a pull consumer."""
         while True:
             await anyio.sleep(0.25)
             now = time.monotonic_ns()
@@ -252,10 +254,15 @@ class JetStream:
                             not consumer.is_pull and consumer.has_interest()
                         ):
                             consumer.touch()
-                        if now - consumer.last_interest_ns >= limit:
-                            log.info("consumer %s/%s inactive: removing", stream.name, consumer.name)
-                            async with stream.lock:
-                                await self.delete_consumer(stream, consumer)
+                        if now - consumer.last_interest_ns < limit:
+                            continue
+                        if consumer.is_pull and consumer.acks_expected_until() + limit > time.time_ns():
+                            # as the reference: a pull consumer's client may still be working on
+                            # what it was given; it goes inactive_threshold after the last ack due
+                            continue
+                        log.info("consumer %s/%s inactive: removing", stream.name, consumer.name)
+                        async with stream.lock:
+                            await self.delete_consumer(stream, consumer)
 
     # ------------------------------------------------------------------ streams
 

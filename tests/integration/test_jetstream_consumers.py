@@ -331,6 +331,24 @@ async def test_ephemeral_consumer_disappears_when_unused(js_server):
         assert r["error"]["err_code"] == 10014
 
 
+async def test_a_pull_consumer_with_an_ack_still_due_is_not_inactive(js_server):
+    """As the reference: a pull consumer whose client may still ack what it was given stays
+    until inactive_threshold after its last ack is due (ack_wait after the delivery)."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=1)
+        cfg = {"durable_name": "W", "ack_policy": "explicit", "ack_wait": 3 * NS, "inactive_threshold": NS}
+        await create(nc, "S", cfg)
+        got = await pull(nc, "S", "W", {"batch": 1, "expires": NS})
+        assert got[0].metadata.sequence.stream == 1
+        await anyio.sleep(2.5)  # past the threshold, not past ack_wait
+        assert "error" not in await api(nc, "$JS.API.CONSUMER.INFO.S.W")
+
+        async def gone() -> bool:
+            return (await api(nc, "$JS.API.CONSUMER.NAMES.S"))["consumers"] in ([], None)
+
+        await eventually(gone, timeout=20)
+
+
 async def test_filter_subject_and_filter_subjects(js_server):
     async with jetstream(js_server) as (nc, js):
         await js.add_stream(name="F", subjects=["f.>"])
@@ -503,6 +521,38 @@ async def test_pending_counts_in_ack_subjects_with_a_filter_that_stops_covering_
 
 
 # ---------------------------------------------------------------------------------------------- pull
+
+
+async def test_waiting_pull_requests_take_turns(js_server):
+    """Several requests waiting on one consumer get the new messages one each in turn, not the
+    oldest request filled first (the reference's wait queue)."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        subs = []
+        for _ in range(3):
+            inbox = nc.new_inbox()
+            subs.append(await nc.subscribe(inbox))
+            body = json.dumps({"batch": 5, "expires": 3 * NS}).encode()
+            await nc.publish("$JS.API.CONSUMER.MSG.NEXT.S.C", body, reply=inbox)
+        await nc.flush()
+        await anyio.sleep(0.2)
+        for i in range(6):
+            await js.publish("s.a", b"m%d" % i)
+        got = []
+        for sub in subs:
+            got.append([(await sub.next_msg(timeout=3)).data for _ in range(2)])
+        assert got == [[b"m0", b"m3"], [b"m1", b"m4"], [b"m2", b"m5"]]
+
+
+async def test_a_pull_request_that_expired_on_arrival_reports_what_it_asked(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=1)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        got = await pull(nc, "S", "C", {"batch": 5, "expires": -1, "max_bytes": 1000})
+        assert len(got) == 1 and status(got[0]) == ("408", "Request Timeout")
+        headers = got[0].headers
+        assert (headers["Nats-Pending-Messages"], headers["Nats-Pending-Bytes"]) == ("5", "1000")
 
 
 async def test_pull_subscribe_and_fetch(js_server):
@@ -1314,9 +1364,8 @@ async def test_a_message_naked_at_max_deliver_is_not_redelivered(js_server):
 
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
-        await create(
-            nc, "S", {"durable_name": "P", "ack_policy": "explicit", "max_deliver": 2, "deliver_subject": inbox}
-        )
+        push = {"durable_name": "P", "ack_policy": "explicit", "max_deliver": 2, "deliver_subject": inbox}
+        await create(nc, "S", push)
         pushed = []
         while True:
             try:
@@ -1343,7 +1392,8 @@ async def test_sample_freq_sends_ack_metrics(js_server):
             for m in await pull(nc, "S", consumer, {"batch": 2, "expires": NS}):
                 await m.ack_sync()
         got = [json.loads((await metrics.next_msg(timeout=3)).data) for _ in range(2)]
-        assert [(g["type"], g["consumer"], g["stream_seq"], g["consumer_seq"], g["deliveries"]) for g in got] == [
+        fields = ("type", "consumer", "stream_seq", "consumer_seq", "deliveries")
+        assert [tuple(g[f] for f in fields) for g in got] == [
             ("io.nats.jetstream.metric.v1.consumer_ack", "M", 1, 1, 1),
             ("io.nats.jetstream.metric.v1.consumer_ack", "M", 2, 2, 1),
         ]
