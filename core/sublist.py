@@ -275,6 +275,8 @@ class Sublist(Generic[T]):
         if cached is not None:
             self._hits += 1
             return cached
+        if not subject or subject[0] == "." or subject[-1] == "." or ".." in subject:
+            return _EMPTY  # as the reference: a subject with an empty token reaches no one
         for i, fam in enumerate(_FAMILIES):
             if subject.startswith(fam.prefix):
                 return self._match_family(subject, fam, self._deep[i])

@@ -90,6 +90,22 @@ async def test_request_without_responders_fails_fast(server):
         await nc.close()
 
 
+async def test_a_subject_with_an_empty_token_reaches_no_one(server):
+    """As the reference: ``a..b``, ``a.`` and ``.a`` match no subscription, not even ``>``
+    (a publish is not checked unless the client is pedantic, so it is silently dropped)."""
+    nc = await nats.connect(server.url)
+    try:
+        sub = await nc.subscribe(">")
+        for subject in ("a..b", "a.", ".a", "a.b"):
+            await nc.publish(subject, b"x")
+        await nc.flush()
+        assert (await sub.next_msg(timeout=2)).subject == "a.b"
+        with pytest.raises(nats.errors.TimeoutError):
+            await sub.next_msg(timeout=0.3)
+    finally:
+        await nc.close()
+
+
 async def test_headers_round_trip(server):
     nc = await nats.connect(server.url)
     try:

@@ -1141,3 +1141,12 @@ async def test_a_header_block_over_64k_is_refused(js_server):
             "description": "header size exceeds maximum allowed of 64k",
         }
         assert (over["stream"], over["seq"]) == ("S", 0)
+
+
+async def test_a_publish_subject_with_an_empty_token_reaches_no_stream(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="S", subjects=["s.>"])
+        for subject in ("s..b", "s.a."):
+            with pytest.raises(nats.errors.NoRespondersError):
+                await nc.request(subject, b"x", timeout=2)
+        assert (await js.stream_info("S")).state.messages == 0
