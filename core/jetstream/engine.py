@@ -29,6 +29,7 @@ from core.errors import StartupError, StoreError
 from core.jetstream import api
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
 from core.jetstream.consumer_models import ConsumerConfig, paused_config
+from core.jetstream.gotime import rfc3339_nano
 from core.jetstream.models import StreamConfig
 from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
 from core.server.internal import InboundMsg, InternalReceiver
@@ -204,6 +205,7 @@ class JetStream:
         await stream.apply_consumer_ops(
             [SetMetaOp(config_key(name), body), SetMetaOp(state_key(name), consumer.state_json())]
         )
+        self._action_advisory(stream, "create", consumer.name)
         if cfg.pause_until is not None:
             consumer.pause_advisory()  # created paused, as the reference advises
         return consumer
@@ -235,7 +237,31 @@ class JetStream:
         await stream.apply_consumer_ops(
             [DelMetaOp(config_key(consumer.name)), DelMetaOp(state_key(consumer.name))]
         )
+        self._action_advisory(stream, "delete", consumer.name)
         await stream.recheck_interest()
+
+    def _action_advisory(self, stream: Stream, action: str, consumer: str | None = None) -> None:
+        """The reference's stream_action / consumer_action advisory of a create, an update
+        ("modify", streams only) or a delete made through the API (or an inactive consumer's
+        removal), on ``$JS.EVENT.ADVISORY.{STREAM|CONSUMER}.{CREATED|UPDATED|DELETED}...``."""
+        now = time.time_ns()
+        kind = "consumer" if consumer is not None else "stream"
+        body: dict[str, Any] = {
+            "type": f"io.nats.jetstream.advisory.v1.{kind}_action",
+            "id": f"{stream.name}-{consumer or ''}-{action}-{now}",
+            "timestamp": rfc3339_nano(now),
+            "stream": stream.name,
+        }
+        if consumer is not None:
+            body["consumer"] = consumer
+        body["action"] = action
+        if self.domain:
+            body["domain"] = self.domain
+        event = {"create": "CREATED", "modify": "UPDATED", "delete": "DELETED"}[action]
+        subject = f"$JS.EVENT.ADVISORY.{kind.upper()}.{event}.{stream.name}"
+        if consumer is not None:
+            subject += f".{consumer}"
+        stream.account.publish(subject, None, None, json.dumps(body).encode())
 
     async def _reap_inactive(self) -> None:
         """Consumers with an inactive_threshold (ephemerals by default) go away after that long
@@ -280,7 +306,9 @@ class JetStream:
         created = time.time_ns()
         if cfg.storage != "memory":
             _write_atomic(d / "stream.json", {"config": cfg.to_json(), "created": created})
-        return await self._start_stream(ajs, cfg, store, created)
+        stream = await self._start_stream(ajs, cfg, store, created)
+        self._action_advisory(stream, "create")
+        return stream
 
     async def update_stream(self, ajs: AccountJetStream, stream: Stream, cfg: StreamConfig) -> None:
         if cfg.storage != "memory":
@@ -288,6 +316,7 @@ class JetStream:
                 ajs.root / cfg.name / "stream.json", {"config": cfg.to_json(), "created": stream.created_ns}
             )
         await stream.reconfigure(cfg)
+        self._action_advisory(stream, "modify")
 
     async def delete_stream(self, ajs: AccountJetStream, stream: Stream) -> None:
         async with stream.lock:
@@ -307,6 +336,7 @@ class JetStream:
             with anyio.move_on_after(10):
                 await stream.store.close()
         shutil.rmtree(ajs.root / stream.name, ignore_errors=True)
+        self._action_advisory(stream, "delete")
 
     # ------------------------------------------------------------------ API service
 

@@ -1150,3 +1150,28 @@ async def test_a_publish_subject_with_an_empty_token_reaches_no_stream(js_server
             with pytest.raises(nats.errors.NoRespondersError):
                 await nc.request(subject, b"x", timeout=2)
         assert (await js.stream_info("S")).state.messages == 0
+
+
+async def test_stream_and_consumer_actions_are_advised(js_server):
+    async with jetstream(js_server) as (nc, _js):
+        streams = await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.>")
+        consumers = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.*.S.C")
+        await nc.flush()
+        await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"]})
+        await api(nc, "$JS.API.STREAM.UPDATE.S", {"name": "S", "subjects": ["s.>"], "max_msgs": 10})
+        await api(nc, "$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": {"durable_name": "C"}})
+        await api(nc, "$JS.API.CONSUMER.DELETE.S.C")
+        await api(nc, "$JS.API.STREAM.DELETE.S")
+        got = []
+        for sub, n in ((streams, 3), (consumers, 2)):
+            for _ in range(n):
+                m = await sub.next_msg(timeout=3)
+                body = json.loads(m.data)
+                got.append((m.subject, body["type"].rsplit(".", 1)[1], body["action"], body.get("consumer")))
+        assert got == [
+            ("$JS.EVENT.ADVISORY.STREAM.CREATED.S", "stream_action", "create", None),
+            ("$JS.EVENT.ADVISORY.STREAM.UPDATED.S", "stream_action", "modify", None),
+            ("$JS.EVENT.ADVISORY.STREAM.DELETED.S", "stream_action", "delete", None),
+            ("$JS.EVENT.ADVISORY.CONSUMER.CREATED.S.C", "consumer_action", "create", "C"),
+            ("$JS.EVENT.ADVISORY.CONSUMER.DELETED.S.C", "consumer_action", "delete", "C"),
+        ]
