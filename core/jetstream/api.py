@@ -481,7 +481,7 @@ async def stream_snapshot(
     _stream(ajs, args[0])
     body = decode_api_body("stream_snapshot", decode_request(msg.payload))
     deliver = body.get("deliver_subject", "")
-    if not subjects.is_valid_subject(deliver) or subjects.has_wildcard(deliver):
+    if not subjects.is_valid_literal_subject(deliver):
         raise api_error("JSSnapshotDeliverSubjectInvalidErr")
     raise api_error("JSStreamSnapshotErrF", err="stream snapshots are not supported by leafjet")
 

@@ -24,7 +24,7 @@ import anyio
 
 from core import subjects
 from core.jetstream.consumer_models import GO_ZERO_TIME_NS, PullRequestError, parse_pull_request
-from core.jetstream.gotime import format_go_time, parse_go_duration, rfc3339_nano
+from core.jetstream.gotime import format_go_time, parse_go_duration
 from core.protocol.headers import encode_headers, parse_headers
 from core.server.internal import InboundMsg, InternalReceiver
 from core.store.api import DeleteOp, SetMetaOp, StoredMsg
@@ -314,25 +314,16 @@ class Consumer:
     ) -> None:
         """Publish a consumer advisory (``$JS.EVENT.ADVISORY.CONSUMER.<kind>.<stream>.<consumer>``),
         or with ``metric`` a consumer metric (``$JS.EVENT.METRIC.CONSUMER.<kind>...``)."""
-        body = {
-            "type": f"io.nats.jetstream.{'metric' if metric else 'advisory'}.v1.{event}",
-            "id": f"{self.name}-{sseq}-{deliveries}",
-            "timestamp": rfc3339_nano(time.time_ns()),
-            "stream": self.stream.name,
-            "consumer": self.name,
-            "stream_seq": sseq,
-            "deliveries": deliveries,
-            **extra,
-        }
-        if self.stream.domain:
-            body["domain"] = self.stream.domain
-        family = "METRIC" if metric else "ADVISORY"
-        subject = f"$JS.EVENT.{family}.CONSUMER.{kind}.{self.stream.name}.{self.name}"
-        self.stream.account.publish(subject, None, None, json.dumps(body).encode())
+        family = "metric" if metric else "advisory"
+        fields = {"stream": self.stream.name, "consumer": self.name, "stream_seq": sseq}
+        subject = f"$JS.EVENT.{family.upper()}.CONSUMER.{kind}.{self.stream.name}.{self.name}"
+        self.stream.advise(subject, f"{family}.v1.{event}", {**fields, "deliveries": deliveries, **extra})
 
     def _sample_ack(self, sseq: int, tokens: list[str], base: int) -> None:
         """The ack metric of ``sample_freq`` (explicit acks of a pending message only, as the
         reference; "N%" samples about N in 100): the delivery answered and its ack time."""
+        if not self.config.sample_freq:  # the common case, on every ack: nothing to parse
+            return
         freq = self.config.sample_frequency
         p = self.pending.get(sseq)
         if freq <= 0 or p is None or self.config.ack_policy != "explicit":
@@ -381,23 +372,16 @@ class Consumer:
     def pause_advisory(self) -> None:
         """``$JS.EVENT.ADVISORY.CONSUMER.PAUSE.<stream>.<consumer>``, as the reference sends it
         when a pause is set or changed, and when one ends."""
-        now = time.time_ns()
-        body: dict[str, Any] = {
-            "type": "io.nats.jetstream.advisory.v1.consumer_pause",
-            "id": f"{self.name}-pause-{now}",
-            "timestamp": rfc3339_nano(now),
+        until = self.config.pause_until
+        fields = {
             "stream": self.stream.name,
             "consumer": self.name,
-            "paused": self.pause_left(now) > 0,
+            "paused": self.pause_left() > 0,
             # Go's zero time when not paused (omitempty does not omit a time.Time)
-            "pause_until": format_go_time(
-                GO_ZERO_TIME_NS if self.config.pause_until is None else self.config.pause_until, 0
-            ),
+            "pause_until": format_go_time(GO_ZERO_TIME_NS if until is None else until, 0),
         }
-        if self.stream.domain:
-            body["domain"] = self.stream.domain
         subject = f"$JS.EVENT.ADVISORY.CONSUMER.PAUSE.{self.stream.name}.{self.name}"
-        self.stream.account.publish(subject, None, None, json.dumps(body).encode())
+        self.stream.advise(subject, "advisory.v1.consumer_pause", fields)
 
     def _pause_ended(self) -> None:
         if self._pause_ends is not None and time.time_ns() >= self._pause_ends:

@@ -30,6 +30,7 @@ _Send = Callable[[bytes | None, bytes], None]  # one reply: headers, payload
 
 MAX_BYTES = 64 * 1024 * 1024  # the reference's default max_pending: what a batch sends at most
 MULTI_LAST_MAX = 1024  # a multi_last that matches more subjects is "413 Too Many Results"
+_READ_CHUNK = 256  # messages read per store query
 
 
 class _Status(Exception):
@@ -128,44 +129,49 @@ async def _messages(stream: Stream, body: dict[str, Any], send: _Send) -> None:
     if body.get("start_time"):
         seq = await stream.seq_for_time(parse_go_time(body["start_time"])[0])
     nxt, last = body.get("next_by_subj"), body.get("last_by_subj")
+    no_hdr = body.get("no_hdr")
     batch = body.get("batch", 0)
-    batched = batch != 0
-    pending = 0
-    if batched:
-        covered = (await stream.state()).last_seq
-        pending = await _matching_from(stream, seq, nxt)
-    budget = body.get("max_bytes", 0) or MAX_BYTES
-    sent_bytes = previous = 0
-    for i in range(batch if batched else 1):
+    if batch == 0:
         m: StoredMsg | None = None
         if seq > 0 and not nxt:
-            m = await (store.get(seq) if i == 0 and not batched else store.first_after(seq))
+            m = await store.get(seq)
         elif nxt:
             m = await store.first_after(seq, nxt) if subjects.is_valid_subject(nxt) else None
         elif last and subjects.is_valid_subject(last):
             m = await store.last_by_subject(last)
         if m is None:
-            if batch > 1 and i > 0:
-                break  # the batch ends early: the EOB below says so
             raise _Status(404, "Message Not Found")
-        seq = m.seq + 1
-        headers = None
-        if not body.get("no_hdr"):
-            if batched:
+        send(None if no_hdr else stream.direct_headers(m), m.data)
+        return
+    # A batch: the messages from seq on (the next ones on a subject with next_by_subj), read a
+    # chunk per query, until batch, the byte budget or the end. (A negative batch sends none.)
+    covered = (await stream.state()).last_seq
+    pending = await _matching_from(stream, seq, nxt)
+    budget = body.get("max_bytes", 0) or MAX_BYTES
+    sent = sent_bytes = previous = 0
+    readable = (seq > 0 or nxt) and (not nxt or subjects.is_valid_subject(nxt))
+    while readable and sent < batch:
+        limit = min(batch - sent, _READ_CHUNK)
+        chunk = await store.range(seq, limit=limit, subject_filter=nxt)
+        for m in chunk:
+            headers = None  # with no_hdr: no headers, and (as the reference) no count either
+            if not no_hdr:
                 pending = max(pending - 1, 0)
                 extra = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(previous)))
                 headers = stream.direct_headers(m, extra)
-            else:
-                headers = stream.direct_headers(m)
-        previous = m.seq
-        send(headers, m.data)
-        sent_bytes += _wire_size(m)
-        if sent_bytes >= budget:
+            send(headers, m.data)
+            previous, seq, sent = m.seq, m.seq + 1, sent + 1
+            sent_bytes += _wire_size(m)
+            if sent_bytes >= budget:
+                readable = False
+                break
+        if len(chunk) < limit:
             break
-    if batched:
-        if (await stream.state()).last_seq > covered:  # stored meanwhile: count again
-            pending = await _matching_from(stream, seq, nxt)
-        send(_eob(pending, previous), b"")
+    if batch > 0 and sent == 0:
+        raise _Status(404, "Message Not Found")
+    if (await stream.state()).last_seq > covered:  # stored meanwhile: count again
+        pending = await _matching_from(stream, seq, nxt)
+    send(_eob(pending, previous), b"")
 
 
 async def _last_per_subject(stream: Stream, filters: list[str], up_to: int) -> list[int]:
@@ -181,11 +187,12 @@ async def _last_per_subject(stream: Stream, filters: list[str], up_to: int) -> l
             if newest is not None and newest.seq <= up_to:
                 found[subj] = newest.seq
                 continue
-            m, best = await store.first_after(1, subj), None
-            while m is not None and m.seq <= up_to:
-                best, m = m, await store.first_after(m.seq + 1, subj)
-            if best is not None:
-                found[subj] = best.seq
+            # the newest at or below up_to: read the subject's messages up to it, a chunk a query
+            start, best = 1, 0
+            while chunk := await store.range(start, up_to, limit=_READ_CHUNK, subject_filter=subj):
+                best, start = chunk[-1].seq, chunk[-1].seq + 1
+            if best:
+                found[subj] = best
         if len(found) > MULTI_LAST_MAX:
             raise _Status(413, "Too Many Results")
     return sorted(found.values())

@@ -29,7 +29,6 @@ from core.errors import StartupError, StoreError
 from core.jetstream import api
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
 from core.jetstream.consumer_models import ConsumerConfig, paused_config
-from core.jetstream.gotime import rfc3339_nano
 from core.jetstream.models import StreamConfig
 from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
 from core.server.internal import InboundMsg, InternalReceiver
@@ -244,24 +243,14 @@ class JetStream:
         """The reference's stream_action / consumer_action advisory of a create, an update
         ("modify", streams only) or a delete made through the API (or an inactive consumer's
         removal), on ``$JS.EVENT.ADVISORY.{STREAM|CONSUMER}.{CREATED|UPDATED|DELETED}...``."""
-        now = time.time_ns()
-        kind = "consumer" if consumer is not None else "stream"
-        body: dict[str, Any] = {
-            "type": f"io.nats.jetstream.advisory.v1.{kind}_action",
-            "id": f"{stream.name}-{consumer or ''}-{action}-{now}",
-            "timestamp": rfc3339_nano(now),
-            "stream": stream.name,
-        }
-        if consumer is not None:
-            body["consumer"] = consumer
-        body["action"] = action
-        if self.domain:
-            body["domain"] = self.domain
         event = {"create": "CREATED", "modify": "UPDATED", "delete": "DELETED"}[action]
-        subject = f"$JS.EVENT.ADVISORY.{kind.upper()}.{event}.{stream.name}"
-        if consumer is not None:
-            subject += f".{consumer}"
-        stream.account.publish(subject, None, None, json.dumps(body).encode())
+        if consumer is None:
+            subject = f"$JS.EVENT.ADVISORY.STREAM.{event}.{stream.name}"
+            stream.advise(subject, "advisory.v1.stream_action", {"stream": stream.name, "action": action})
+        else:
+            subject = f"$JS.EVENT.ADVISORY.CONSUMER.{event}.{stream.name}.{consumer}"
+            fields = {"stream": stream.name, "consumer": consumer, "action": action}
+            stream.advise(subject, "advisory.v1.consumer_action", fields)
 
     async def _reap_inactive(self) -> None:
         """Consumers with an inactive_threshold (ephemerals by default) go away after that long

@@ -17,6 +17,7 @@ import contextlib
 import heapq
 import json
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
@@ -416,6 +417,23 @@ class Stream:
         )
         if self.receiver.subs:  # into this stream's own queue: no core subscriber sees it
             self.receiver.deliver(self.receiver.subs[0], subject, None, headers, b"")
+
+    # ------------------------------------------------------------------ advisories
+
+    def advise(self, subject: str, event_type: str, fields: dict[str, Any]) -> None:
+        """Publish a JetStream event about this stream or one of its consumers, framed as the
+        reference frames them: ``type`` (``io.nats.jetstream.<event_type>``), a unique ``id``,
+        ``timestamp``, then ``fields``, then ``domain`` when the server has one."""
+        now = time.time_ns()
+        body: dict[str, Any] = {
+            "type": f"io.nats.jetstream.{event_type}",
+            "id": secrets.token_hex(11),
+            "timestamp": rfc3339_nano(now),
+            **fields,
+        }
+        if self.domain:
+            body["domain"] = self.domain
+        self.account.publish(subject, None, None, json.dumps(body).encode())
 
     # ------------------------------------------------------------------ state
 

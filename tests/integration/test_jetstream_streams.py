@@ -1084,6 +1084,8 @@ async def test_snapshot_and_restore_requests_are_checked(js_server):
         assert snap["error"] == {"code": 400, "err_code": 10003, "description": "bad request"}
         missing = await api(nc, "$JS.API.STREAM.SNAPSHOT.NOPE", {"deliver_subject": "x"})
         assert missing["error"]["err_code"] == 10059
+        malformed = await api(nc, "$JS.API.STREAM.SNAPSHOT.S", b"{bad")
+        assert malformed["error"]["err_code"] == 10025  # invalid JSON
         bad = await api(nc, "$JS.API.STREAM.SNAPSHOT.S", {"deliver_subject": "a.*"})
         assert bad["error"] == {"code": 400, "err_code": 10015, "description": "deliver subject not valid"}
         restore = await api(nc, "$JS.API.STREAM.RESTORE.S")
