@@ -42,6 +42,7 @@ async def pubsub_throughput(url: str, pid: int, n: int, size: int) -> tuple[floa
 
     await sub_nc.subscribe("bench.core", cb=on_msg, pending_msgs_limit=n + 1, pending_bytes_limit=1 << 31)
     await sub_nc.flush()
+    await sub_nc.flush()  # twice: nats-py writes flush()'s PING ahead of a SUB still pending
     payload = b"x" * size
     cpu0 = cpu_seconds(pid)
     t0 = time.perf_counter()
@@ -67,6 +68,7 @@ async def request_latency(url: str, pid: int, n: int) -> tuple[float, float, flo
 
     await svc.subscribe("bench.rr", cb=handler)
     await svc.flush()
+    await svc.flush()  # twice: nats-py writes flush()'s PING ahead of a SUB still pending
     for _ in range(200):  # warm-up
         await cli.request("bench.rr", b"x" * 64, timeout=5)
     lat = []

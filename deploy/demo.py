@@ -90,7 +90,10 @@ async def core_tour(url: str) -> None:
 
         for i, w in enumerate(workers):
             await w.subscribe("jobs.resize", queue="resizers", cb=counter(i))
+            # twice: nats-py writes flush()'s PING ahead of a SUB still pending
             await w.flush()
+            await w.flush()
+        await svc.flush()
         await svc.flush()
         reply = await client.request("device.config.get", b"interval", timeout=5)
         print(f"    request/reply: {reply.data.decode()}")

@@ -10,6 +10,8 @@ import nats
 import pytest
 from nats.errors import MaxPayloadError, NoRespondersError
 
+from tests.support.barrier import subscriptions_sent
+
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
@@ -46,7 +48,7 @@ async def test_queue_group_delivers_each_message_to_exactly_one_member(server):
     try:
         subs = [await m.subscribe("work", queue="workers") for m in members]
         for m in members:
-            await m.flush()
+            await subscriptions_sent(m)
         for i in range(300):
             await pub.publish("work", str(i).encode())
         await pub.flush()
@@ -73,7 +75,7 @@ async def test_request_reply(server):
             await msg.respond(b"echo:" + msg.data)
 
         await svc.subscribe("svc.echo", cb=handler)
-        await svc.flush()
+        await subscriptions_sent(svc)
         reply = await client.request("svc.echo", b"hi", timeout=2)
         assert reply.data == b"echo:hi"
     finally:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ssl
 
 import anyio
@@ -12,6 +11,7 @@ import pytest
 from nats.errors import Error as NatsError
 
 from core.certs import make_ca, make_client_cert, make_server_cert
+from tests.support.barrier import subscriptions_sent
 
 pytestmark = [
     pytest.mark.integration,
@@ -39,21 +39,6 @@ async def _connect(url: str, **kw):
     nc = await nats.connect(url, error_cb=on_error, **NO_RETRY, **kw)
     nc.test_errors = errors  # type: ignore[attr-defined]
     return nc
-
-
-async def _first_delivery(srv, sub, publish):
-    """``publish()``, then the first message ``sub`` receives.
-
-    The reference now and then (about 1 run in 15 here) does not deliver the first message
-    published after another connection's flushed SUB, with a permissions-restricted client on
-    either side; a second publish arrives. Against it the publish is tried up to three times;
-    leafjet must deliver the first."""
-    for _retry in range(2 if srv.kind == "reference" else 0):
-        await publish()
-        with contextlib.suppress(nats.errors.TimeoutError):
-            return await sub.next_msg(timeout=3)
-    await publish()
-    return await sub.next_msg(timeout=3)
 
 
 async def _refused(url: str, **kw) -> str:
@@ -103,8 +88,8 @@ async def test_accounts_isolate_subject_spaces(make_server):
     try:
         in_a = await a2.subscribe("shared.>")
         in_b = await b1.subscribe("shared.>")
-        await a2.flush()
-        await b1.flush()
+        await subscriptions_sent(a2)
+        await subscriptions_sent(b1)
         await a1.publish("shared.x", b"only for A")
         await a1.flush()
         msg = await in_a.next_msg(timeout=3)
@@ -143,15 +128,12 @@ async def test_publish_permission_violation_is_reported_and_not_delivered(make_s
     dev = await _connect(srv.url, user="dev", password="dev")
     try:
         watch = await admin.subscribe(">")
-        await admin.flush()
+        await subscriptions_sent(admin)
         await dev.publish("cmd.reboot", b"nope")
         await dev.publish("telemetry.secret", b"nope")
 
-        async def publish() -> None:
-            await dev.publish("telemetry.ok", b"fine")
-            await dev.flush()
-
-        msg = await _first_delivery(srv, watch, publish)
+        await dev.publish("telemetry.ok", b"fine")
+        msg = await watch.next_msg(timeout=3)
         assert (msg.subject, msg.data) == ("telemetry.ok", b"fine")
         with anyio.fail_after(3):
             while len(dev.test_errors) < 2:
@@ -181,15 +163,12 @@ async def test_subscribe_permission_violation_is_reported_and_nothing_delivered(
         assert str(dev.test_errors[0]) == 'nats: permissions violation for subscription to "admin.events"'
         # a wildcard allowed overall still does not deliver the denied subject
         wide = await dev.subscribe("telemetry.*")
-        await dev.flush()
+        await subscriptions_sent(dev)
 
-        async def publish() -> None:
-            await admin.publish("admin.events", b"x")
-            await admin.publish("telemetry.secret", b"hidden")
-            await admin.publish("telemetry.open", b"visible")
-            await admin.flush()
-
-        msg = await _first_delivery(srv, wide, publish)
+        await admin.publish("admin.events", b"x")
+        await admin.publish("telemetry.secret", b"hidden")
+        await admin.publish("telemetry.open", b"visible")
+        msg = await wide.next_msg(timeout=3)
         assert msg.subject == "telemetry.open"
         await anyio.sleep(0.2)
         assert wide.pending_msgs == 0 and forbidden.pending_msgs == 0
