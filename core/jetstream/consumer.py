@@ -2,10 +2,11 @@
 
 A consumer has one worker task. It wakes when the stream stores a message, a pull request
 arrives, an ack frees room, or a redelivery falls due; it then delivers what it can. Acks arrive on
-``$JS.ACK.<stream>.<consumer>.>`` through their own bounded queue. They are applied in batches,
-and each batch's new state is committed to the stream's store (one meta row) before any double
-ack is confirmed. After a crash, at most the acks of the last uncommitted batch (milliseconds)
-are forgotten, so only unacknowledged messages can come back.
+``$JS.ACK.<stream>.<consumer>.>`` through their own bounded queue, and so do the consumer's pull
+requests (the API hands them over as they are routed), so each client's are taken in order.
+Acks are applied in batches, and each batch's new state is committed to the stream's store (one
+meta row) before any double ack is confirmed. After a crash, at most the acks of the last
+uncommitted batch (milliseconds) are forgotten, so only unacknowledged messages can come back.
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ class Consumer:
         self._removed_seqs: set[int] = set()
         self._removed_subjects: set[str] = set()
         self._buffer: deque[StoredMsg] = deque()  # read-ahead of the next messages to deliver
+        self._reads = 0  # bumped when the read-ahead is dropped: a read in flight is then stale
         self._floor_stale = False
         self._replay_origin: tuple[int, int] | None = None  # (monotonic ns, stored ts) of the first replayed
         self._rate_tokens: float | None = None  # rate_limit_bps token bucket (bytes), filled at first use
@@ -501,13 +503,20 @@ class Consumer:
         query serves many deliveries). With at most one filter; the stream clears the buffer
         whenever it removes messages (purge, delete, expiry, limits)."""
         if not self._buffer:
-            filters = self.filters
-            self._buffer.extend(
-                await self.stream.store.range(
-                    self.next_sseq, limit=READ_AHEAD, subject_filter=filters[0] if filters else None
-                )
-            )
+            await self._read_more(self.next_sseq)
         return bool(self._buffer)
+
+    async def _read_more(self, start: int) -> int:
+        """Add up to READ_AHEAD messages from ``start`` on to the read-ahead; how many the store
+        returned. A read the stream overtook (it removed messages meanwhile) is dropped."""
+        reads = self._reads
+        filters = self.filters
+        got = await self.stream.store.range(
+            start, limit=READ_AHEAD, subject_filter=filters[0] if filters else None
+        )
+        if reads == self._reads and filters is self.filters:
+            self._buffer.extend(got)
+        return len(got)
 
     async def _run_start(self) -> bool:
         """Make the read-ahead hold the next messages and count what is left to deliver; False
@@ -736,12 +745,13 @@ class Consumer:
     def invalidate_reads(self) -> None:
         """The stream removed messages, or the filters changed: what was read ahead may be gone."""
         self._buffer.clear()
+        self._reads += 1
 
     def messages_removed(self, seqs: Iterable[int] = (), subjects: Iterable[str] = ()) -> None:
         """The stream removed messages (a delete, a purge, a limit, an expiry): everything below
         its first sequence, and ``seqs``, and some of those on ``subjects`` (filters) that it
         cannot name. The read-ahead goes now; the rest waits for ``settle_removals``."""
-        self._buffer.clear()
+        self.invalidate_reads()
         self._removed_seqs.update(seqs)
         self._removed_subjects.update(subjects)
         self._removals = True
@@ -974,6 +984,13 @@ class Consumer:
     # ------------------------------------------------------------------ acks
 
     async def _ack_loop(self) -> None:
+        """Acks, flow-control replies and pull requests, in the order each client sent them.
+
+        A fetch loop (nats-py's ``fetch`` then ``ack`` each) sends its next request right behind
+        the acks of the last batch. When those acks cannot change what the request gets (plain
+        acks only remove pending messages, and no redelivery is queued), the request is served
+        first and the acks are counted while the messages go out: counting 500 acks took about
+        0.8 ms, which the client spent waiting."""
         inbox = self.acks.inbox
         async for first in inbox:
             batch = [first]
@@ -982,37 +999,73 @@ class Consumer:
                     batch.append(inbox.receive_nowait())
                 except (anyio.WouldBlock, anyio.EndOfStream):
                     break
-            confirms: list[str] = []
-            removals: list[int] = []
-            requests: list[tuple[str, bytes]] = []  # +NXT: (reply, pull request)
-            acks = 0
-            for msg in batch:
-                if msg.subject.startswith("$JS.FC."):
-                    if msg.subject == self._fc_reply:
-                        self._flow_control_answered()
-                    continue
-                acks += 1
-                try:
-                    self._on_ack(msg, confirms, removals, requests)
-                except Exception:
-                    log.warning(
-                        "consumer %s/%s: ignoring malformed ack on %s",
-                        self.stream.name,
-                        self.name,
-                        msg.subject,
-                    )
-            if self._floor_stale:
-                self._floor_stale = False
-                self._advance_floor()  # O(pending): once per batch, not once per ack
-            if acks:
-                # Acks are committed before double acks are confirmed; flow-control replies only
-                # resume delivery (delivery progress is flushed by _flusher).
-                await self.persist(removals)
-            for reply in confirms:
-                self.stream.account.publish(reply, None, None, b"")
-            for reply, body in requests:  # +NXT, after the acks they came with
-                await self.request_next(reply, body)
-            self.wake()
+            if self._requests_go_first(batch):
+                rest = []
+                for msg in batch:
+                    if _is_pull_request(msg):
+                        await self.request_next(msg.reply or "", msg.payload)
+                    else:
+                        rest.append(msg)
+                await anyio.sleep(0)  # the woken worker delivers before these acks are counted
+                batch = rest
+            start = 0
+            for i, msg in enumerate(batch):
+                if _is_pull_request(msg):
+                    await self._take_acks(batch[start:i])
+                    await self.request_next(msg.reply or "", msg.payload)
+                    start = i + 1
+            await self._take_acks(batch[start:])
+
+    def _requests_go_first(self, batch: list[InboundMsg]) -> bool:
+        """Whether the pull requests in ``batch`` get the same messages before the acks ahead of
+        them as after: only plain acks ahead of them, and no redelivery waiting."""
+        if not self.is_pull or self.redeliver:
+            return False
+        last = -1
+        for i, msg in enumerate(batch):
+            if _is_pull_request(msg):
+                last = i
+        if last < 0:
+            return False
+        for msg in batch[:last]:
+            if msg.subject.startswith("$JS.ACK.") and msg.payload not in _PLAIN_ACKS:
+                return False  # a NAK, WPI, TERM or +NXT ahead of a request is taken in order
+        return True
+
+    async def _take_acks(self, batch: list[InboundMsg]) -> None:
+        if not batch:
+            return
+        confirms: list[str] = []
+        removals: list[int] = []
+        requests: list[tuple[str, bytes]] = []  # +NXT: (reply, pull request)
+        acks = 0
+        for msg in batch:
+            if msg.subject.startswith("$JS.FC."):
+                if msg.subject == self._fc_reply:
+                    self._flow_control_answered()
+                continue
+            acks += 1
+            try:
+                self._on_ack(msg, confirms, removals, requests)
+            except Exception:
+                log.warning(
+                    "consumer %s/%s: ignoring malformed ack on %s",
+                    self.stream.name,
+                    self.name,
+                    msg.subject,
+                )
+        if self._floor_stale:
+            self._floor_stale = False
+            self._advance_floor()  # O(pending): once per batch, not once per ack
+        if acks:
+            # Acks are committed before double acks are confirmed; flow-control replies only
+            # resume delivery (delivery progress is flushed by _flusher).
+            await self.persist(removals)
+        for reply in confirms:
+            self.stream.account.publish(reply, None, None, b"")
+        for reply, body in requests:  # +NXT, after the acks they came with
+            await self.request_next(reply, body)
+        self.wake()
 
     async def _flusher(self) -> None:
         """Delivery progress without acks (ack none, pending counts) is committed once a second."""
@@ -1191,6 +1244,16 @@ class Consumer:
             self._status(w.reply, 409, "Consumer Deleted")
         self.waiting.clear()
         self.wake()
+
+
+_PLAIN_ACKS = frozenset({b"", b"+ACK", b"+OK"})
+
+
+def _is_pull_request(msg: InboundMsg) -> bool:
+    """A pull request the API handed over (``$JS[.<domain>].API.CONSUMER.MSG.NEXT…``); the rest
+    of the queue is acks (``$JS.ACK.``) and flow-control replies (``$JS.FC.``)."""
+    subject = msg.subject
+    return not (subject.startswith("$JS.ACK.") or subject.startswith("$JS.FC."))
 
 
 def consumer_filters(cfg: ConsumerConfig) -> list[str]:

@@ -31,6 +31,7 @@ from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_ke
 from core.jetstream.consumer_models import ConsumerConfig, paused_config
 from core.jetstream.models import StreamConfig
 from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
+from core.server.accounts import Subscription
 from core.server.internal import InboundMsg, InternalReceiver
 from core.store.api import DelMetaOp, PurgeOp, SetMetaOp
 from core.store.memory import MemoryStore
@@ -52,6 +53,34 @@ class AccountJetStream:
     streams: dict[str, Stream] = field(default_factory=dict)
     api_total: int = 0
     api_errors: int = 0
+
+
+class ApiReceiver(InternalReceiver):
+    """An account's JetStream API subscription, served by one API task.
+
+    A pull request for a consumer that exists goes straight to that consumer's queue instead,
+    behind the acks its client sent before it (the reference's consumer subscribes to its own
+    next-message subject). Taken in the API's turn, it would wait there while the consumer
+    counts those acks; a fetch loop sends the two together."""
+
+    def __init__(self, ajs: AccountJetStream, domain: str | None) -> None:
+        super().__init__(f"jsapi:{ajs.account.name}", ajs.account, capacity=4096)
+        self.ajs = ajs
+        self.domain = domain
+
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, headers: bytes | None, payload: bytes
+    ) -> None:
+        if ".CONSUMER.MSG.NEXT." in subject:
+            path = _api_path(subject, self.domain)
+            if len(path) == 5 and path[:3] == ["CONSUMER", "MSG", "NEXT"]:
+                stream = self.ajs.streams.get(path[3])
+                consumer = stream.consumers.get(path[4]) if stream is not None else None
+                if consumer is not None:
+                    if reply:  # as the reference: a pull request without a reply is ignored
+                        consumer.acks.deliver(sub, subject, reply, headers, payload)
+                    return
+        super().deliver(sub, subject, reply, headers, payload)
 
 
 class JetStream:
@@ -79,7 +108,7 @@ class JetStream:
                 for account in self.server.accounts:
                     ajs = self._account(account)
                     await self._recover(ajs)
-                    rx = InternalReceiver(f"jsapi:{account.name}", account, capacity=4096)
+                    rx = ApiReceiver(ajs, self.domain)
                     rx.subscribe(API_PREFIX + ">")
                     if self.domain:
                         rx.subscribe(f"$JS.{self.domain}.API.>")
@@ -88,8 +117,8 @@ class JetStream:
                 tg.start_soon(self._reap_inactive)
                 task_status.started()
         finally:
-            for _ajs, rx in receivers:
-                rx.close()
+            for _ajs, api_rx in receivers:
+                api_rx.close()
             with anyio.CancelScope(shield=True):
                 await self.close_stores()
 

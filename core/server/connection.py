@@ -306,6 +306,19 @@ class ClientConnection:
             return
         if self._buffer_delivery(encoder.encode_msgs(sub.sid, msgs, self.headers)):
             sub.delivered += len(msgs)
+            self._write_through()
+
+    def _write_through(self) -> None:
+        """Hand what is buffered to the TCP transport now, when it takes it without waiting (see
+        DESIGN.md: a run must not wait for the writer's turn); else the writer sends it."""
+        stream = self.stream
+        out = self._out
+        if type(stream) is TcpStream and out:
+            data = b"".join(out) if len(out) > 1 else out[0]
+            if stream.try_send(data):
+                out.clear()
+                self._pending = 0
+                self._drained.set()
 
     def _buffer_delivery(self, data: bytes) -> bool:
         """Buffer ``data`` for the writer; False, and the client closed as a slow consumer, when
