@@ -81,8 +81,10 @@ async def _info(
     subject_counts: dict[str, int] | None = None,
     deleted_details: bool = False,
     offset: int = 0,
+    with_domain: bool = True,
 ) -> dict[str, Any]:
-    """A stream's info; with ``subject_counts`` (the matches of a subjects_filter) a page of them."""
+    """A stream's info; with ``subject_counts`` (the matches of a subjects_filter) a page of them.
+    The reference's create response names no domain (``with_domain=False``)."""
     state = await stream.state(with_deleted=deleted_details)
     subj_counts = None
     if subject_counts is not None:
@@ -95,7 +97,7 @@ async def _info(
         consumer_count=stream.consumer_count,
         subjects=subj_counts,
         server_name=js.server.name,
-        domain=js.domain,
+        domain=js.domain if with_domain else None,
         first_seq_set=stream.first_seq_set,
     )
 
@@ -156,8 +158,7 @@ async def stream_create(
     else:
         check_subject_overlap(cfg, (st.config for st in ajs.streams.values()))
         stream = await js.create_stream(ajs, cfg)
-    info = await _info(js, stream)
-    info.pop("domain", None)  # as the reference: its create response names no domain
+    info = await _info(js, stream, with_domain=False)
     return api_response("stream_create_response", {**info, "did_create": True})
 
 
