@@ -677,8 +677,15 @@ class Consumer:
         return self._remaining
 
     def has_interest(self) -> bool:
-        """A push consumer has interest while someone subscribes to its deliver subject."""
-        return bool(self.stream.account.sublist.match(self.config.deliver_subject))
+        """A push consumer has interest while someone subscribes to its deliver subject the way
+        it delivers, as the reference counts it: with a deliver group, a queue subscriber of that
+        group; without one, a plain subscriber. Another subscriber still gets the messages
+        delivered for those, but does not make the consumer deliver, or keep it alive."""
+        result = self.stream.account.sublist.match(self.config.deliver_subject)
+        group = self.config.deliver_group
+        if group:
+            return any(queue == group for queue, _members in result.queues)
+        return bool(result.plain)
 
     def touch(self) -> None:
         self.last_interest_ns = time.monotonic_ns()

@@ -862,6 +862,47 @@ async def test_deliver_group_splits_messages_between_members(js_server):
         assert sorted(seen["a"] + seen["b"]) == list(range(1, 41)), "each message went to one member"
 
 
+@pytest.mark.parametrize(
+    ("group", "queue"),
+    [("G", None), ("G", "OTHER"), (None, "X")],
+    ids=["group-consumer-plain-sub", "group-consumer-other-group", "plain-consumer-queue-sub"],
+)
+async def test_push_interest_is_a_subscriber_the_way_the_consumer_delivers(js_server, group, queue):
+    """As the reference: a deliver-group consumer counts only a queue subscriber of its group as
+    interest, a consumer without one only a plain subscriber; another subscriber on the deliver
+    subject neither binds it nor gets anything."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=1)
+        sub = await nc.subscribe("d.C", queue=queue or "")
+        await nc.flush()
+        config = {"durable_name": "C", "deliver_subject": "d.C", "ack_policy": "explicit"}
+        if group:
+            config["deliver_group"] = group
+        created = await create(nc, "S", config)
+        assert "push_bound" not in created
+        await anyio.sleep(0.3)
+        info = await api(nc, "$JS.API.CONSUMER.INFO.S.C")
+        assert "push_bound" not in info
+        assert (info["delivered"]["stream_seq"], info["num_pending"]) == (0, 1)
+        assert sub.pending_msgs == 0
+
+
+async def test_an_ephemeral_push_consumer_with_only_the_wrong_subscriber_goes_when_inactive(js_server):
+    """A deliver-group consumer whose deliver subject only a plain subscriber listens on has no
+    interest, so its inactive_threshold runs out as if nobody listened."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=1)
+        await nc.subscribe("d.E")
+        await nc.flush()
+        config = {"name": "E", "deliver_subject": "d.E", "deliver_group": "G", "inactive_threshold": NS // 2}
+        await create(nc, "S", config)
+
+        async def gone() -> bool:
+            return (await api(nc, "$JS.API.CONSUMER.NAMES.S"))["consumers"] in (None, [])
+
+        await eventually(gone, timeout=10)
+
+
 async def test_flow_control_and_heartbeat_consumer_receives_everything(js_server):
     async with jetstream(js_server) as (_, js):
         await make_stream(js)
