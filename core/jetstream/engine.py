@@ -188,6 +188,10 @@ class JetStream:
                 await stream.run(task_status=task_status)
 
         await self._tg.start(run_stream)
+        try:
+            await stream.expire_due()
+        except StoreError as e:
+            log.error("stream %s: expiry at start failed: %s", cfg.name, e)
         await self._recover_consumers(stream)
         stream.subscribe()
         ajs.streams[cfg.name] = stream

@@ -333,6 +333,12 @@ class Stream:
                 due.append(seq)
         return due
 
+    async def expire_due(self) -> None:
+        """Remove what ran out (max_age, message TTLs, old dedup ids), now: at start, what ran
+        out while the server was down goes before anyone reads the stream, as the reference."""
+        async with self.lock:
+            await self._expire()
+
     async def _expire(self) -> None:
         now = time.time_ns()
         ops: list[Op] = []

@@ -456,6 +456,25 @@ async def test_max_age_expires_messages(js_server):
         assert (await js.stream_info("AGE")).state.last_seq == 1
 
 
+async def test_messages_that_ran_out_while_the_server_was_down_are_gone_at_once(js_server):
+    """max_age is checked when a stream is loaded: the first read after a restart does not see a
+    message that expired while the server was stopped, nor does a consumer deliver it."""
+    async with jetstream(js_server) as (_, js):
+        await js.add_stream(name="AGE", subjects=["age"], max_age=1.0)
+        for i in range(3):
+            await js.publish("age", b"%d" % i)
+        await js.add_consumer("AGE", durable_name="C", ack_policy="explicit")
+    js_server.stop()
+    await anyio.sleep(1.5)
+    js_server.restart()
+    async with jetstream(js_server) as (_, js):
+        with pytest.raises(NotFoundError):
+            await js.get_msg("AGE", 1)
+        state = (await js.stream_info("AGE")).state
+        assert (state.messages, state.first_seq, state.last_seq) == (0, 4, 3)
+        assert (await js.consumer_info("AGE", "C")).num_pending == 0
+
+
 @pytest.mark.parametrize("how", ["max_age", "ttl"])
 async def test_subject_delete_markers_replace_the_last_message_of_a_subject(js_server, how):
     """With subject_delete_marker_ttl, the last message of a subject that ages out (or whose
