@@ -205,6 +205,12 @@ class JetStream:
                 continue
             saved = json.loads(raw)
             cfg = ConsumerConfig.from_json(saved["config"])
+            if cfg.mem_storage:
+                # As the reference: a memory-stored consumer (nats-py's ordered consumers, and
+                # so every KV watch, keys() and history()) does not outlive the server.
+                name = saved["name"]
+                await stream.store.apply([DelMetaOp(config_key(name)), DelMetaOp(state_key(name))])
+                continue
             consumer = Consumer(stream, saved["name"], cfg, int(saved["created"]))
             state = await stream.store.meta_get(state_key(consumer.name))
             if state is not None:

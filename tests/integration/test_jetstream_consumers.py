@@ -1839,6 +1839,24 @@ async def test_a_purge_drops_undelivered_last_per_subject_starts(js_server):
 # ----------------------------------------------------------------------------------------- durability
 
 
+@pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
+async def test_memory_stored_consumers_do_not_outlive_the_server(js_server, kill):
+    """As the reference: a consumer with mem_storage (nats-py's ordered consumers, so every KV
+    watch, keys() and history()) is gone after a restart; a file-stored one stays."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=2)
+        await create(nc, "S", {"durable_name": "DMEM", "ack_policy": "explicit", "mem_storage": True})
+        await create(nc, "S", {"durable_name": "DFILE", "ack_policy": "explicit"})
+        kv = await js.create_key_value(bucket="B")
+        await kv.put("k", b"v")
+        await kv.keys()
+        assert (await js.stream_info("KV_B")).state.consumer_count == 1  # keys() leaves its consumer
+    js_server.restart(kill=kill)
+    async with jetstream(js_server) as (nc, js):
+        assert (await api(nc, "$JS.API.CONSUMER.NAMES.S"))["consumers"] == ["DFILE"]
+        assert (await api(nc, "$JS.API.CONSUMER.NAMES.KV_B"))["consumers"] in (None, [])
+
+
 async def test_durable_consumer_state_survives_restart(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=6)
