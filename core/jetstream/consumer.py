@@ -125,7 +125,11 @@ class Consumer:
         self._buffer: deque[StoredMsg] = deque()  # read-ahead of the next messages to deliver
         self._reads = 0  # bumped when the read-ahead is dropped: a read in flight is then stale
         self._floor_stale = False
-        self._replay_origin: tuple[int, int] | None = None  # (monotonic ns, stored ts) of the first replayed
+        # replay_policy original, as the reference: the stored spacing between one message and
+        # the next, until delivery passes the stream's last sequence of when it began
+        self._replaying = config.replay_policy == "original"
+        self._replay_until: int | None = None
+        self._replay_ts = 0  # the stored time of the last message replayed
         self._rate_tokens: float | None = None  # rate_limit_bps token bucket (bytes), filled at first use
         self._rate_at = 0.0
         self._pause_ends: int | None = None  # a pause (pause_until, wall ns) whose end is still to advise
@@ -642,14 +646,15 @@ class Consumer:
 
     async def _pace(self, msg: StoredMsg) -> None:
         """replay_policy "original" keeps the stored spacing; rate_limit_bps caps push bandwidth."""
-        if self.config.replay_policy == "original":
-            now = time.monotonic_ns()
-            if self._replay_origin is None:
-                self._replay_origin = (now, msg.ts)
-            start_wall, start_ts = self._replay_origin
-            due = start_wall + (msg.ts - start_ts)
-            if due > now:
-                await anyio.sleep(min((due - now) / 1e9, 3600))
+        if self._replaying and self.config.replay_policy == "original":
+            if self._replay_until is None:
+                self._replay_until = (await self.stream.state()).last_seq
+            gap = msg.ts - self._replay_ts if self._replay_ts else 0
+            if gap > 1_000_000:  # more than a millisecond, as the reference
+                await anyio.sleep(min(gap / 1e9, 3600))
+            self._replay_ts = msg.ts
+            if msg.seq >= self._replay_until:
+                self._replaying = False  # caught up: what comes later goes out as it comes
         bps = self.config.rate_limit_bps
         if bps > 0 and not self.is_pull:
             # A token bucket as the reference's: bps/8 bytes a second, with a burst of the

@@ -77,6 +77,41 @@ async def test_replay_original_keeps_the_stored_spacing(js_server):
         await nc.close()
 
 
+async def test_replay_original_delivers_what_comes_after_it_caught_up_at_once(js_server):
+    """As the reference: the stored spacing holds until the replay reaches the stream's last
+    message of when it began; a message published later goes out as it comes, not held back by
+    how old the first replayed message was."""
+    nc = await nats.connect(js_server.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(name="RP", subjects=["rp.>"])
+        await js.publish("rp.old", b"1")
+        await anyio.sleep(3)  # the stored message is 3 s older than the consumer
+        got: list[tuple[str, float]] = []
+
+        async def cb(msg):
+            got.append((msg.subject, time.monotonic()))
+
+        await js.subscribe(
+            "rp.>",
+            durable="R",
+            cb=cb,
+            config=ConsumerConfig(replay_policy=ReplayPolicy.ORIGINAL, ack_policy="none"),
+        )
+        with anyio.fail_after(5):
+            while not got:
+                await anyio.sleep(0.02)
+        sent = time.monotonic()
+        await js.publish("rp.live", b"2")
+        with anyio.fail_after(5):
+            while len(got) < 2:
+                await anyio.sleep(0.02)
+        assert got[1][0] == "rp.live"
+        assert got[1][1] - sent < 1.5, "a live message is not held back by the replay (3 s before)"
+    finally:
+        await nc.close()
+
+
 async def test_rate_limit_bps_spreads_a_push_backlog(js_server):
     nc = await nats.connect(js_server.url)
     try:
