@@ -382,7 +382,6 @@ async def _consumer_info(js: JetStream, consumer: Consumer) -> dict[str, Any]:
         num_waiting=len(consumer.waiting),  # after expire_waiters above
         num_pending=await consumer.num_pending(),
         push_bound=consumer.has_interest() if not consumer.is_pull else False,
-        cluster={"leader": js.server.name},
     )
 
 

@@ -125,6 +125,18 @@ async def eventually(probe, timeout: float = 5.0, interval: float = 0.05):
 # -------------------------------------------------------------------------------------- consumer API
 
 
+async def test_a_single_server_names_no_cluster_in_consumer_info(js_server):
+    """As the reference: consumer create, info and list replies carry no ``cluster`` on a
+    server that is not clustered (stream info does)."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=1)
+        created = await create(nc, "S", {"durable_name": "D", "ack_policy": "explicit"})
+        info = await api(nc, "$JS.API.CONSUMER.INFO.S.D")
+        listed = (await api(nc, "$JS.API.CONSUMER.LIST.S"))["consumers"]
+        assert ["cluster" in r for r in (created, info, *listed)] == [False, False, False]
+        assert "cluster" in await api(nc, "$JS.API.STREAM.INFO.S")
+
+
 async def test_create_with_the_name_in_the_subject_or_only_in_the_config(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=5)
