@@ -301,7 +301,7 @@ class Consumer:
     def _expire_timers(self) -> None:
         """Move messages whose ack wait ran out to the redelivery list (or give up on them)."""
         now = time.time_ns()
-        changed = False
+        expired = []
         while self._timers and self._timers[0][0] <= now:
             _due, sseq, token = heapq.heappop(self._timers)
             p = self.pending.get(sseq)
@@ -310,10 +310,10 @@ class Consumer:
             if self.config.max_deliver > 0 and p.deliveries >= self.config.max_deliver:
                 self._max_deliveries_reached(sseq, p)
                 continue
-            self.redeliver.append(sseq)
-            changed = True
-        if changed:
-            self.redeliver.sort()
+            expired.append(sseq)
+        # As the reference: what expired together goes in sequence order, behind what was
+        # queued before (a NAKed message keeps its place ahead of a later expiry).
+        self.redeliver.extend(sorted(expired))
 
     def _advisory(
         self, kind: str, event: str, sseq: int, deliveries: int, *, metric: bool = False, **extra: Any
@@ -810,8 +810,9 @@ class Consumer:
 
     def reconfigure(self, config: ConsumerConfig) -> None:
         """Take an update's config (already checked against the old one), as the reference does:
-        new filters apply from the next undelivered message on, and a new ack wait or backoff
-        applies to the messages pending now, counted from their last delivery."""
+        new filters apply from the next undelivered message on, a new ack wait or backoff
+        applies to the messages pending now, counted from their last delivery, and a new deliver
+        subject gets the pending messages again at once."""
         old, self.config = self.config, config
         filters = consumer_filters(config)
         if filters != self.filters:
@@ -821,6 +822,17 @@ class Consumer:
             for sseq, p in self.pending.items():
                 if sseq not in self.redeliver:
                     self._arm_at(sseq, p, p.ts + self._ack_wait(p.deliveries))
+        if not self.is_pull and old.deliver_subject != config.deliver_subject:
+            # As the reference: a new deliver subject gets everything pending at once, in
+            # sequence order, except what reached max_deliver.
+            limit = config.max_deliver
+            self.redeliver.extend(
+                sorted(
+                    sseq
+                    for sseq, p in self.pending.items()
+                    if sseq not in self.redeliver and not 0 < limit <= p.deliveries
+                )
+            )
         self.wake()
 
     def _send(

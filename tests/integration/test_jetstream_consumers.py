@@ -1165,6 +1165,54 @@ async def test_a_pull_sent_right_behind_acks_gets_the_room_they_free(js_server):
         assert (c["ack_floor"], c["num_ack_pending"]) == ((2, 2), 2)
 
 
+async def test_a_naked_message_keeps_its_place_ahead_of_a_later_ack_wait_expiry(js_server):
+    """As the reference: redeliveries go in the order they fell due; messages whose ack wait ran
+    out together go in sequence order behind what was NAKed before."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=5)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit", "ack_wait": NS})
+        got = await pull(nc, "S", "C", {"batch": 4})
+        for m in (got[0], got[2]):
+            await confirm(nc, m, b"+ACK")
+        await confirm(nc, got[3], b"-NAK")
+        await anyio.sleep(1.5)  # the ack wait of stream sequence 2 runs out after the NAK
+        again = await pull(nc, "S", "C", {"batch": 3})
+        assert [(m.metadata.sequence.stream, m.metadata.num_delivered) for m in again] == [
+            (4, 2),
+            (2, 2),
+            (5, 1),
+        ]
+
+
+async def test_a_new_deliver_subject_gets_the_pending_messages_at_once(js_server):
+    """As the reference: updating a push consumer's deliver subject redelivers everything pending
+    to the new one at once, without waiting for the ack wait."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=3)
+        old = await nc.subscribe("d.A")
+        new = await nc.subscribe("d.B")
+        await nc.flush()
+        config = {
+            "durable_name": "P",
+            "deliver_subject": "d.A",
+            "ack_policy": "explicit",
+            "ack_wait": 30 * NS,
+        }
+        await create(nc, "S", config)
+        first = [await old.next_msg(timeout=3) for _ in range(3)]
+        assert [m.metadata.num_delivered for m in first] == [1, 1, 1]
+        await old.unsubscribe()  # while the old subject has interest, the update is refused
+        await nc.flush()
+        await create(nc, "S", {**config, "deliver_subject": "d.B"}, action="update")
+        again = [await new.next_msg(timeout=3) for _ in range(3)]
+        assert [(m.metadata.sequence.stream, m.metadata.num_delivered) for m in again] == [
+            (1, 2),
+            (2, 2),
+            (3, 2),
+        ]
+        assert (await counters(js, "S", "P"))["num_redelivered"] == 3
+
+
 async def test_naked_messages_come_back_in_nak_order_and_keep_their_first_delivery(js_server):
     """NAKed messages are redelivered in NAK order, with new consumer sequences; the ack floor
     counts them by their first delivery's."""
