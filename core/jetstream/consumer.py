@@ -475,9 +475,9 @@ class Consumer:
             if msg is None:
                 break
             await self._pace(msg)
-            self._send(msg, self.config.deliver_subject, await self._pending_after(msg))
+            size = self._send(msg, self.config.deliver_subject, await self._pending_after(msg))
             sent += 1
-            if self.config.flow_control and self._fc_account(_msg_size(msg)):
+            if self.config.flow_control and self._fc_account(size):
                 self._flow_control_request()
             if sent % 256 == 0:
                 await anyio.sleep(0)  # let others (and acks) run during a long catch-up
@@ -552,6 +552,7 @@ class Consumer:
             return False
         ack_none = self.ack_none
         fc = self.config.flow_control and not self.is_pull
+        deliver = self.config.deliver_subject or ""
         now_wall = time.time_ns()
         due = now_wall + (0 if ack_none else self._ack_wait(1))
         pending = self.pending
@@ -569,9 +570,11 @@ class Consumer:
                 self._arm_at(m.seq, p, due)
             elif done_on_delivery is not None:
                 done_on_delivery.append(m.seq)  # delivered is done, without an ack
-            out.append((m.subject, _ack_subject(prefix, 1, m.seq, dseq, m.ts, remaining), m.headers, m.data))
+            ack = _ack_subject(prefix, 1, m.seq, dseq, m.ts, remaining)
+            out.append((m.subject, ack, m.headers, m.data))
             if fc:
-                if self._fc_account(_msg_size(m)):
+                # what the reference counts: deliver subject, ack subject, headers and data
+                if self._fc_account(len(deliver) + len(ack) + len(m.headers or b"") + len(m.data)):
                     request_due = True
                     break
                 if self._fc_stalled():
@@ -837,8 +840,10 @@ class Consumer:
 
     def _send(
         self, msg: StoredMsg, to: str, pending_after: int, form: tuple[bytes | None, bytes] | None = None
-    ) -> None:
-        """Deliver ``msg`` to ``to``; ``form`` is its ``_delivered_form`` when the caller has it."""
+    ) -> int:
+        """Deliver ``msg`` to ``to``; ``form`` is its ``_delivered_form`` when the caller has it.
+        Returns what flow control counts of it, as the reference: ``to``, the ack subject,
+        headers and data."""
         now = time.time_ns()
         p = self.pending.get(msg.seq)
         if p is not None:  # a redelivery: a new consumer sequence on the wire, but the pending
@@ -860,6 +865,7 @@ class Consumer:
         reply = _ack_subject(self._ack_prefix(), deliveries, msg.seq, self.dseq, msg.ts, pending_after)
         headers, payload = form if form is not None else self._delivered_form(msg)
         self.stream.account.publish(msg.subject, reply, headers, payload, route=to)
+        return len(to) + len(reply) + len(headers or b"") + len(payload)
 
     def _delivered_form(self, msg: StoredMsg) -> tuple[bytes | None, bytes]:
         """The headers and payload a delivery carries: with headers_only, the stored headers plus

@@ -915,6 +915,36 @@ async def test_an_ephemeral_push_consumer_with_only_the_wrong_subscriber_goes_wh
         await eventually(gone, timeout=10)
 
 
+async def test_flow_control_counts_what_goes_on_the_wire(js_server):
+    """As the reference: a delivery counts its deliver subject, ack subject, headers and data
+    against the 2 MiB window, so with 1000-byte messages the request goes out after the 1000th
+    and an unanswered one stalls delivery after the 1998th."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js)
+        for i in range(2500):
+            await js.publish(f"s.{i}", b"x" * 1000)
+        got: list[Msg] = []
+
+        async def cb(msg: Msg) -> None:
+            got.append(msg)
+
+        await nc.subscribe("d.C", cb=cb)
+        await nc.flush()
+        config = {"durable_name": "C", "deliver_subject": "d.C", "ack_policy": "none"}
+        await create(nc, "S", {**config, "flow_control": True, "idle_heartbeat": NS})
+
+        def data() -> int:
+            return sum(1 for m in got if not is_status(m))
+
+        async def stalled() -> bool:
+            return data() >= 1998
+
+        await eventually(stalled)
+        await anyio.sleep(0.5)
+        requests = [i for i, m in enumerate(got) if m.reply and is_status(m)]
+        assert (data(), requests[:1]) == (1998, [1000])
+
+
 async def test_flow_control_and_heartbeat_consumer_receives_everything(js_server):
     async with jetstream(js_server) as (_, js):
         await make_stream(js)
