@@ -482,7 +482,7 @@ class Consumer:
             if sent % 256 == 0:
                 await anyio.sleep(0)  # let others (and acks) run during a long catch-up
         if sent:
-            self._last_push_ns = now
+            self._last_push_ns = time.monotonic_ns()  # the run may have been paced: its end
         elif self.config.idle_heartbeat and now - self._last_push_ns >= self.config.idle_heartbeat:
             self._heartbeat()
             self._last_push_ns = now
