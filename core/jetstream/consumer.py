@@ -505,22 +505,16 @@ class Consumer:
     async def _read_ahead(self) -> bool:
         """Whether the read-ahead holds messages, after one store query if it was empty (one
         query serves many deliveries). With at most one filter; the stream clears the buffer
-        whenever it removes messages (purge, delete, expiry, limits)."""
+        whenever it removes messages (purge, delete, expiry, limits), and a read it overtook
+        that way is dropped."""
         if not self._buffer:
-            await self._read_more(self.next_sseq)
+            reads, filters = self._reads, self.filters
+            got = await self.stream.store.range(
+                self.next_sseq, limit=READ_AHEAD, subject_filter=filters[0] if filters else None
+            )
+            if reads == self._reads:
+                self._buffer.extend(got)
         return bool(self._buffer)
-
-    async def _read_more(self, start: int) -> int:
-        """Add up to READ_AHEAD messages from ``start`` on to the read-ahead; how many the store
-        returned. A read the stream overtook (it removed messages meanwhile) is dropped."""
-        reads = self._reads
-        filters = self.filters
-        got = await self.stream.store.range(
-            start, limit=READ_AHEAD, subject_filter=filters[0] if filters else None
-        )
-        if reads == self._reads and filters is self.filters:
-            self._buffer.extend(got)
-        return len(got)
 
     async def _run_start(self) -> bool:
         """Make the read-ahead hold the next messages and count what is left to deliver; False
@@ -649,7 +643,7 @@ class Consumer:
 
     async def _pace(self, msg: StoredMsg) -> None:
         """replay_policy "original" keeps the stored spacing; rate_limit_bps caps push bandwidth."""
-        if self._replaying and self.config.replay_policy == "original":
+        if self._replaying:
             if self._replay_until is None:
                 self._replay_until = (await self.stream.state()).last_seq
             gap = msg.ts - self._replay_ts if self._replay_ts else 0
