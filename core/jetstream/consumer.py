@@ -902,6 +902,12 @@ class Consumer:
             ("Nats-Pending-Bytes", str(max(w.max_bytes - w.bytes, 0) if w.max_bytes else 0)),
         )
 
+    def server_shutdown(self) -> None:
+        """Tell every waiting pull request that the server is going away."""
+        waiting, self.waiting = self.waiting, []
+        for w in waiting:
+            self._status(w.reply, 409, "Server Shutdown", self._pending_headers(w))
+
     def expire_waiters(self, now: int) -> None:
         """End the pull requests that expired (with a 408), and drop, as the reference does,
         those whose requester is gone: nobody subscribes to the reply subject any more, so

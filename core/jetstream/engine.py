@@ -93,6 +93,7 @@ class JetStream:
         self._tg: anyio.abc.TaskGroup | None = None
         self._stream_scopes: dict[tuple[str, str], anyio.CancelScope] = {}
         self._consumer_scopes: dict[tuple[str, str, str], anyio.CancelScope] = {}
+        server.shutdown_hooks.append(self._server_shutdown)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -121,6 +122,14 @@ class JetStream:
                 api_rx.close()
             with anyio.CancelScope(shield=True):
                 await self.close_stores()
+
+    def _server_shutdown(self) -> None:
+        """As the reference: every waiting pull request hears "409 Server Shutdown" before the
+        clients are drained, so a client ends its pull at once."""
+        for ajs in self.accounts.values():
+            for stream in ajs.streams.values():
+                for consumer in stream.consumers.values():
+                    consumer.server_shutdown()
 
     async def close_stores(self) -> None:
         for ajs in self.accounts.values():

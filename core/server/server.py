@@ -15,6 +15,7 @@ import platform
 import secrets
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,9 @@ class Server:
         self._stop = anyio.Event()
         self._info_base: dict[str, Any] = {}
         self.extra_info: dict[str, Any] = {}  # fields other subsystems add to INFO (jetstream, domain)
+        # Called once a shutdown begins, before the clients are drained: what a subsystem must
+        # still tell its clients (JetStream: "409 Server Shutdown" to waiting pull requests).
+        self.shutdown_hooks: list[Callable[[], None]] = []
         self.store_cipher = _cipher_spec(config)
 
     # ------------------------------------------------------------------ run
@@ -92,6 +96,11 @@ class Server:
                 await self._stop.wait()
             finally:
                 listener.close()
+            for hook in self.shutdown_hooks:
+                try:
+                    hook()
+                except Exception:
+                    log.exception("shutdown hook %r failed", hook)
             await self._drain_clients()
             clients_tg.cancel_scope.cancel()
 

@@ -1947,6 +1947,28 @@ async def test_memory_stored_consumers_do_not_outlive_the_server(js_server, kill
         assert (await api(nc, "$JS.API.CONSUMER.NAMES.KV_B"))["consumers"] in (None, [])
 
 
+async def test_a_waiting_pull_request_hears_server_shutdown(js_server):
+    """As the reference: a graceful stop answers each waiting pull request with "409 Server
+    Shutdown" and what it still asked for, so a client ends its pull at once."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish(
+            "$JS.API.CONSUMER.MSG.NEXT.S.C", b'{"batch": 2, "expires": 30000000000}', reply=inbox
+        )
+
+        async def waiting() -> bool:
+            return (await counters(js, "S", "C"))["num_waiting"] == 1
+
+        await eventually(waiting)
+        await anyio.to_thread.run_sync(js_server.stop)  # SIGTERM: a graceful stop
+        msg = await sub.next_msg(timeout=5)
+        assert status(msg) == ("409", "Server Shutdown")
+        assert (msg.headers["Nats-Pending-Messages"], msg.headers["Nats-Pending-Bytes"]) == ("2", "0")
+
+
 async def test_durable_consumer_state_survives_restart(js_server):
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=6)
