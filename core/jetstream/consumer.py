@@ -658,7 +658,8 @@ class Consumer:
             # stream's max_msg_size (else the default max payload).
             rate = bps / 8
             burst = self.stream.config.max_msg_size if self.stream.config.max_msg_size > 0 else 1 << 20
-            need = min(_msg_size(msg), burst)
+            # what the reference counts: stored subject, ack subject, headers and data
+            need = min(_msg_size(msg) + len(self._reply_subject(msg, self._peek_pending(msg))), burst)
             clock = time.monotonic()
             if self._rate_tokens is None:
                 self._rate_tokens, self._rate_at = float(burst), clock
