@@ -474,8 +474,9 @@ class Consumer:
             msg = await self._next_message(new=room)
             if msg is None:
                 break
+            after = await self._pending_after(msg)  # as the reference: counted when taken, not after pacing
             await self._pace(msg)
-            size = self._send(msg, self.config.deliver_subject, await self._pending_after(msg))
+            size = self._send(msg, self.config.deliver_subject, after)
             sent += 1
             if self.config.flow_control and self._fc_account(size):
                 self._flow_control_request()
@@ -649,6 +650,7 @@ class Consumer:
             gap = msg.ts - self._replay_ts if self._replay_ts else 0
             if gap > 1_000_000:  # more than a millisecond, as the reference
                 await anyio.sleep(min(gap / 1e9, 3600))
+                self._remaining = -1  # the stream may have changed meanwhile: count again
             self._replay_ts = msg.ts
             if msg.seq >= self._replay_until:
                 self._replaying = False  # caught up: what comes later goes out as it comes
@@ -667,6 +669,7 @@ class Consumer:
             self._rate_at = clock
             if self._rate_tokens < need:
                 await anyio.sleep((need - self._rate_tokens) / rate)
+                self._remaining = -1  # the stream may have changed meanwhile: count again
                 self._rate_tokens, self._rate_at = float(need), time.monotonic()
             self._rate_tokens -= need
 

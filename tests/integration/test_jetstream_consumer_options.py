@@ -9,6 +9,8 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig, ReplayPolicy
 
+from tests.support.jsapi import api
+
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
@@ -133,5 +135,45 @@ async def test_rate_limit_bps_spreads_a_push_backlog(js_server):
             while len(got) < 10:
                 await anyio.sleep(0.05)
         assert got[-1] - got[0] >= 1.0
+    finally:
+        await nc.close()
+
+
+async def test_a_paced_push_run_counts_pending_as_messages_go(js_server):
+    """As the reference: each paced delivery's ack subject counts what is left when it is taken,
+    so messages deleted while a rate-limited run goes on are not counted by the later ones (its
+    last message says 0 pending)."""
+    nc = await nats.connect(js_server.url)
+    try:
+        js = nc.jetstream()
+        # 1000-byte messages at 16 kbit/s (2 KB/s) past a 1100-byte burst: one every 0.5 s
+        await js.add_stream(name="PD", subjects=["pd.>"], max_msg_size=1100)
+        for i in range(1, 7):
+            await js.publish(f"pd.{i}", b"x" * 1000)
+        got: list = []
+
+        async def cb(msg):
+            got.append(msg)
+
+        await nc.subscribe("d.P", cb=cb)
+        await nc.flush()
+        config = {
+            "durable_name": "P",
+            "deliver_subject": "d.P",
+            "rate_limit_bps": 16000,
+            "ack_policy": "none",
+        }
+        await api(nc, "$JS.API.CONSUMER.CREATE.PD.P", {"stream_name": "PD", "config": config})
+        with anyio.fail_after(5):
+            while not got:
+                await anyio.sleep(0.02)
+        await js.delete_msg("PD", 5)
+        await js.delete_msg("PD", 6)
+        with anyio.fail_after(10):
+            while len(got) < 4:
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.8)  # nothing more comes
+        assert [(m.metadata.sequence.stream, m.metadata.num_pending) for m in got][-1] == (4, 0)
+        assert len(got) == 4
     finally:
         await nc.close()
