@@ -124,6 +124,10 @@ class Consumer:
         self._removed_subjects: set[str] = set()
         self._buffer: deque[StoredMsg] = deque()  # read-ahead of the next messages to deliver
         self._reads = 0  # bumped when the read-ahead is dropped: a read in flight is then stale
+        # As the reference: a memory-stored consumer (mem_storage: nats-py's ordered consumers,
+        # so every KV watch, keys() and history()) does not outlive the server, so its config and
+        # state are never written to the store (an update cannot change mem_storage).
+        self.recorded = not config.mem_storage
         self._floor_stale = False
         # replay_policy original, as the reference: the stored spacing between one message and
         # the next, until delivery passes the stream's last sequence of when it began
@@ -1033,38 +1037,34 @@ class Consumer:
                     batch.append(inbox.receive_nowait())
                 except (anyio.WouldBlock, anyio.EndOfStream):
                     break
-            if self._requests_go_first(batch):
-                rest = []
-                for msg in batch:
-                    if _is_pull_request(msg):
-                        await self.request_next(msg.reply or "", msg.payload)
-                    else:
-                        rest.append(msg)
+            asks = [i for i, msg in enumerate(batch) if _is_pull_request(msg)]
+            if not asks:
+                await self._take_acks(batch)
+                continue
+            if self._requests_go_first(batch[: asks[-1]]):
+                for i in asks:
+                    await self.request_next(batch[i].reply or "", batch[i].payload)
                 await anyio.sleep(0)  # the woken worker delivers before these acks are counted
-                batch = rest
-            start = 0
-            for i, msg in enumerate(batch):
-                if _is_pull_request(msg):
-                    await self._take_acks(batch[start:i])
-                    await self.request_next(msg.reply or "", msg.payload)
+                rest, start = [], 0
+                for i in asks:
+                    rest += batch[start:i]
                     start = i + 1
+                await self._take_acks(rest + batch[start:])
+                continue
+            start = 0
+            for i in asks:
+                await self._take_acks(batch[start:i])
+                await self.request_next(batch[i].reply or "", batch[i].payload)
+                start = i + 1
             await self._take_acks(batch[start:])
 
-    def _requests_go_first(self, batch: list[InboundMsg]) -> bool:
-        """Whether the pull requests in ``batch`` get the same messages before the acks ahead of
-        them as after: only plain acks ahead of them, and no redelivery waiting."""
+    def _requests_go_first(self, ahead: list[InboundMsg]) -> bool:
+        """Whether pull requests get the same messages before the acks ``ahead`` of them as
+        after: only plain acks ahead of them, and no redelivery waiting."""
         if not self.is_pull or self.redeliver:
             return False
-        last = -1
-        for i, msg in enumerate(batch):
-            if _is_pull_request(msg):
-                last = i
-        if last < 0:
-            return False
-        for msg in batch[:last]:
-            if msg.subject.startswith("$JS.ACK.") and msg.payload not in _PLAIN_ACKS:
-                return False  # a NAK, WPI, TERM or +NXT ahead of a request is taken in order
-        return True
+        # a NAK, WPI, TERM or +NXT ahead of a request is taken in order
+        return all(msg.payload in _PLAIN_ACKS for msg in ahead if msg.subject.startswith("$JS.ACK."))
 
     async def _take_acks(self, batch: list[InboundMsg]) -> None:
         if not batch:
@@ -1117,10 +1117,10 @@ class Consumer:
             candidates, self._interest_candidates = self._interest_candidates, []
             removals = [*(removals or ()), *await self.stream.interest_done(candidates, self)]
         ops: list[Any] = [DeleteOp(s) for s in removals or ()]
-        if self._dirty or ops:
+        if (self._dirty or ops) and self.recorded:
             ops.append(SetMetaOp(state_key(self.name), self.state_json()))
-            self._dirty = False
-            await self.stream.apply_consumer_ops(ops)
+        self._dirty = False
+        await self.stream.apply_consumer_ops(ops)
 
     def _on_ack(
         self, msg: InboundMsg, confirms: list[str], removals: list[int], requests: list[tuple[str, bytes]]

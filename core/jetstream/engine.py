@@ -215,8 +215,8 @@ class JetStream:
             saved = json.loads(raw)
             cfg = ConsumerConfig.from_json(saved["config"])
             if cfg.mem_storage:
-                # As the reference: a memory-stored consumer (nats-py's ordered consumers, and
-                # so every KV watch, keys() and history()) does not outlive the server.
+                # A memory-stored consumer is not recorded (Consumer.recorded); rows of one are
+                # left by earlier builds, which recorded them all: they go, as the consumer would.
                 name = saved["name"]
                 await stream.store.apply([DelMetaOp(config_key(name)), DelMetaOp(state_key(name))])
                 continue
@@ -247,11 +247,15 @@ class JetStream:
         with the state before the first delivery)."""
         consumer = Consumer(stream, name, cfg, time.time_ns())
         await consumer.position_from_policy()
-        # Ephemerals are recorded too: after a restart they come back and expire as usual.
-        body = json.dumps({"name": name, "config": cfg.to_json(), "created": consumer.created_ns}).encode()
-        await stream.apply_consumer_ops(
-            [SetMetaOp(config_key(name), body), SetMetaOp(state_key(name), consumer.state_json())]
-        )
+        # Ephemerals are recorded too: after a restart they come back and expire as usual. A
+        # memory-stored consumer (mem_storage) is never recorded: it does not outlive the server.
+        if consumer.recorded:
+            await stream.apply_consumer_ops(
+                [
+                    SetMetaOp(config_key(name), _consumer_record(consumer, cfg)),
+                    SetMetaOp(state_key(name), consumer.state_json()),
+                ]
+            )
         self._action_advisory(stream, "create", consumer.name)
         if cfg.pause_until is not None:
             consumer.pause_advisory()  # created paused, as the reference advises
@@ -259,10 +263,9 @@ class JetStream:
 
     async def update_consumer(self, stream: Stream, consumer: Consumer, cfg: ConsumerConfig) -> None:
         consumer.reconfigure(cfg)
-        body = json.dumps(
-            {"name": consumer.name, "config": cfg.to_json(), "created": consumer.created_ns}
-        ).encode()
-        await stream.apply_consumer_ops([SetMetaOp(config_key(consumer.name), body)])
+        if consumer.recorded:
+            record = _consumer_record(consumer, cfg)
+            await stream.apply_consumer_ops([SetMetaOp(config_key(consumer.name), record)])
         consumer.wake()
 
     async def pause_consumer(self, stream: Stream, consumer: Consumer, until_ns: int | None) -> None:
@@ -281,9 +284,10 @@ class JetStream:
         scope = self._consumer_scopes.pop((stream.account.name, stream.name, consumer.name), None)
         if scope is not None:
             scope.cancel()
-        await stream.apply_consumer_ops(
-            [DelMetaOp(config_key(consumer.name)), DelMetaOp(state_key(consumer.name))]
-        )
+        if consumer.recorded:
+            await stream.apply_consumer_ops(
+                [DelMetaOp(config_key(consumer.name)), DelMetaOp(state_key(consumer.name))]
+            )
         self._action_advisory(stream, "delete", consumer.name)
         await stream.recheck_interest()
 
@@ -398,6 +402,12 @@ class JetStream:
 
     def reply_raw(self, ajs: AccountJetStream, reply: str, headers: bytes | None, payload: bytes) -> None:
         ajs.account.publish(reply, None, headers, payload)
+
+
+def _consumer_record(consumer: Consumer, cfg: ConsumerConfig) -> bytes:
+    """A consumer's config row, as ``_recover_consumers`` reads it back."""
+    record = {"name": consumer.name, "config": cfg.to_json(), "created": consumer.created_ns}
+    return json.dumps(record).encode()
 
 
 def _api_path(subject: str, domain: str | None) -> list[str]:

@@ -716,20 +716,13 @@ class SqliteStore:
             self._check_open()
             return []
         params: tuple[Any, ...]
-        if filt is None or not has_wildcard(filt):
-            if filt is None:
-                sql, params = "WHERE seq >= ? AND seq <= ?", (start, end)
-            else:
-                sql, params = "WHERE subject = ? AND seq >= ? AND seq <= ?", (filt, start, end)
-            query = f"SELECT {COLS} FROM msgs {sql} ORDER BY seq LIMIT ?"
-            with self._lock:
-                p = self._pub
-            if p.msgs and limit * (p.nbytes // p.msgs) <= LOOP_RANGE_BYTES:
-                # One index range of small rows: a consumer's read-ahead of 256 x 128 B took
-                # about 0.7 ms through aiosqlite, most of it handing the GIL between threads.
-                return self._decode_sync(await self._point_fetch(query, (*params, limit)))
-            return await self._decode(await self._fetch(query, (*params, limit)))
+        by_index = True  # one index range: no wildcard to match row by row
+        if filt is None:
+            sql, params = "WHERE seq >= ? AND seq <= ?", (start, end)
+        elif not has_wildcard(filt):
+            sql, params = "WHERE subject = ? AND seq >= ? AND seq <= ?", (filt, start, end)
         else:
+            by_index = False
             subjects, last = self._subjects_for(filt)
             if not subjects:
                 self._check_open()
@@ -739,8 +732,14 @@ class SqliteStore:
                 params = (json.dumps(subjects), start, min(end, last))
             else:
                 sql, params = "WHERE seq >= ? AND seq <= ? AND lj_match(?, subject)", (start, end, filt)
-        rows = await self._fetch(f"SELECT {COLS} FROM msgs {sql} ORDER BY seq LIMIT ?", (*params, limit))
-        return await self._decode(rows)
+        query, params = f"SELECT {COLS} FROM msgs {sql} ORDER BY seq LIMIT ?", (*params, limit)
+        with self._lock:
+            p = self._pub
+        if by_index and p.msgs and limit * (p.nbytes // p.msgs) <= LOOP_RANGE_BYTES:
+            # Small rows: a consumer's read-ahead of 256 x 128 B took about 0.7 ms through
+            # aiosqlite, most of it handing the GIL between threads.
+            return self._decode_sync(await self._point_fetch(query, params))
+        return await self._decode(await self._fetch(query, params))
 
     async def state(self, with_deleted: bool = False) -> StreamState:
         self._check_open()

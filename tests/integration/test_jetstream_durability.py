@@ -10,6 +10,7 @@ import contextlib
 import json
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -269,3 +270,23 @@ async def test_full_disk_refuses_publishes_then_recovers_when_space_frees(small_
         await nc.close()
     finally:
         srv.stop()
+
+
+async def test_a_memory_stored_consumer_is_never_written_to_the_store(tmp_path):
+    """A consumer with mem_storage (every KV watch, keys() and history() makes one) costs no
+    commit: neither its config nor its state reaches the stream's database; a file-stored one's
+    do."""
+    async with agent(tmp_path) as (nc, js):
+        await js.add_stream(name="M", subjects=["m"])
+        await js.publish("m", b"x")
+        for name, mem in (("MEM", True), ("FILE", False)):
+            config = {"durable_name": name, "ack_policy": "none", "mem_storage": mem}
+            body = json.dumps({"stream_name": "M", "config": config}).encode()
+            await nc.request(f"$JS.API.CONSUMER.CREATE.M.{name}", body, timeout=5)
+            psub = await js.pull_subscribe_bind(name, stream="M")
+            await psub.fetch(1, timeout=5)
+        await anyio.sleep(1.5)  # the consumers' once-a-second state flush
+    db = next((tmp_path / "data").rglob("M/msgs.db"))
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        keys = sorted(k for (k,) in conn.execute("SELECT key FROM meta WHERE key LIKE 'consumer/%'"))
+    assert keys == ["consumer/FILE/config", "consumer/FILE/state"]
