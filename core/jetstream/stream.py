@@ -114,6 +114,7 @@ class _Batch:
     last_msg_id: str | None = None  # of the batch's last stored publish ("" without one); None: none
     removes: bool = False  # the batch also removes messages (rollup, per-subject limit)
     removed_subjects: set[str] = field(default_factory=set)  # where it removes inside the stream
+    trims: dict[str, None] = field(default_factory=dict)  # subjects over max_msgs_per_subject, in order
 
 
 class Stream:
@@ -490,6 +491,7 @@ class Stream:
                     log.exception("stream %s: deciding a publish on %s failed", self.name, msg.subject)
                     plan.outcomes.append((msg.reply, api_error("JSStreamStoreFailedF", err=str(e))))
             cfg = self.config
+            self._trim_now(plan)
             if cfg.discard == "old" and 0 < cfg.max_msgs < run.msgs:
                 # max_msgs goes into the batch's own transaction: one commit (one fsync) per
                 # batch, not a second one after it to drop the oldest.
@@ -719,6 +721,8 @@ class Stream:
         elif ttl_never and appended:
             plan.nevers.append(run.last_seq)
             plan.ops.append(SetMetaOp(f"{_NEVER_PREFIX}{run.last_seq}", b""))
+        if rollup:
+            self._trim_now(plan)  # what the batch's earlier publishes left over their subjects' limit
         if rollup and cfg.discard == "old" and 0 < cfg.max_msgs < run.msgs:
             # as the reference: max_msgs applies as the message is stored, before its rollup
             plan.ops.append(PurgeOp(keep=cfg.max_msgs))
@@ -741,10 +745,22 @@ class Stream:
             if committed is None:
                 committed = run.committed[msg.subject] = await self.store.msgs_for_subject(msg.subject)
             if committed + run.per_subject[msg.subject] > cfg.max_msgs_per_subject:
-                plan.ops.append(PurgeOp(subject=msg.subject, keep=cfg.max_msgs_per_subject))
+                plan.trims[msg.subject] = None
                 plan.removes = True
                 plan.removed_subjects.add(msg.subject)
         plan.outcomes.append((msg.reply, _Stored(run.last_seq, index if appended else -1)))
+
+    def _trim_now(self, plan: _Batch) -> None:
+        """Trim the subjects the batch took over max_msgs_per_subject to their newest messages.
+
+        Deferred from each publish to the end of the batch (or to a removal inside it, such as a
+        rollup, whose outcome depends on what is stored): one trim per subject after its appends
+        leaves what a trim after each append would, and the store runs adjacent trims as one
+        statement."""
+        if plan.trims:
+            keep = self.config.max_msgs_per_subject
+            plan.ops.extend(PurgeOp(subject=s, keep=keep) for s in plan.trims)
+            plan.trims.clear()
 
     async def _check_discard_new(self, run: _Running, subject: str, size: int, rollup: bool) -> None:
         """Discard new: refuse a publish the limits have no room for, as the reference does. A

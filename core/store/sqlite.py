@@ -89,6 +89,16 @@ INSERT_CHUNK = 64
 # stream at max_msgs) deletes the oldest in one statement that returns them, instead of finding
 # the cut, summing the dropped rows and deleting them in three.
 RETURNING_MAX = 256
+# Adjacent purges that each keep the newest N (N at most TRIM_KEEP_MAX) of one literal subject --
+# a batch of KV puts, each trimming its key to the bucket's history -- run as one DELETE. Its
+# correlated count walks a subject's newer rows for each of its rows, so it serves only subjects
+# holding at most 2 * TRIM_KEEP_MAX messages; otherwise each purge runs alone.
+TRIM_KEEP_MAX = 8
+TRIM_SQL = (
+    "DELETE FROM msgs WHERE seq IN (SELECT m.seq FROM json_each(?) AS j JOIN msgs AS m ON m.subject = j.value"
+    " WHERE (SELECT COUNT(*) FROM msgs AS n WHERE n.subject = m.subject AND n.seq > m.seq) >= ?)"
+    " RETURNING seq, subject, size"
+)
 # The newest messages of literal subjects kept per store (see SqliteStore._last): an edge device
 # may hold many streams, so the budget is small. A message over 1/16 of it is never kept.
 LAST_CACHE_BYTES = 1 << 20
@@ -157,6 +167,53 @@ class _Req:
     def __init__(self, kind: int, ops: tuple[Op, ...], fut: asyncio.Future[Any] | None, arg: Any = None):
         self.kind, self.ops, self.fut, self.arg = kind, ops, fut, arg
         self.done = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Trims:
+    """A run of adjacent ``PurgeOp(subject=<literal>, keep=keep)`` on distinct subjects (see
+    TRIM_KEEP_MAX): the writer applies it in one statement."""
+
+    subjects: tuple[str, ...]
+    keep: int
+
+
+def _is_trim(op: Op) -> bool:
+    return (
+        op.__class__ is PurgeOp
+        and op.keep is not None
+        and op.keep <= TRIM_KEEP_MAX
+        and op.subject is not None
+        and not has_wildcard(op.subject)
+    )
+
+
+def _group_trims(ops: tuple[Op, ...]) -> tuple[Op | _Trims, ...]:
+    """``ops`` with each run of two or more trims of distinct subjects and one ``keep`` replaced by
+    one ``_Trims`` (whose results are the run's, in order); ``ops`` itself when there is none."""
+    if sum(1 for op in ops if op.__class__ is PurgeOp) < 2:
+        return ops
+    out: list[Op | _Trims] = []
+    run: dict[str, PurgeOp] = {}  # by subject, in order
+
+    def end_run() -> None:
+        if len(run) > 1:
+            out.append(_Trims(tuple(run), next(iter(run.values())).keep))  # type: ignore[arg-type]
+        else:
+            out.extend(run.values())
+        run.clear()
+
+    for op in ops:
+        if _is_trim(op):
+            p: PurgeOp = op  # type: ignore[assignment]
+            if run and (p.subject in run or p.keep != next(iter(run.values())).keep):
+                end_run()
+            run[p.subject] = p  # type: ignore[index]
+        else:
+            end_run()
+            out.append(op)
+    end_run()
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=512)
@@ -1400,18 +1457,19 @@ class SqliteStore:
         nops = 0
         last, last_ts, msgs, nbytes = w.last_seq, w.last_ts, w.msgs, w.nbytes
         for r in reqs:
-            ops = r.ops
+            ops: tuple[Op | _Trims, ...] = r.ops
             nops += len(ops)
             if len(ops) == 1 and ops[0].__class__ is Append and ops[0].seq is None:
                 simple = True
             else:
                 w.last_seq = last
                 try:
-                    check_ops(ops, last)
+                    check_ops(r.ops, last)
                 except StoreError as e:
                     out.append((r, None, e))
                     continue
                 simple = False
+                ops = _group_trims(r.ops)
             res: list[Result] = []
             for op in ops:
                 if op.__class__ is Append:
@@ -1440,7 +1498,10 @@ class SqliteStore:
                     w.last_seq, w.last_ts, w.msgs, w.nbytes = last, last_ts, msgs, nbytes
                     self._w_flush_rows()
                     rows = self._rows
-                    res.append(self._w_op(op))
+                    if isinstance(op, _Trims):
+                        res.extend(self._w_trims(op))
+                    else:
+                        res.append(self._w_op(op))
                     last, last_ts, msgs, nbytes = w.last_seq, w.last_ts, w.msgs, w.nbytes
             out.append((r, res, None))
         w.last_seq, w.last_ts, w.msgs, w.nbytes = last, last_ts, msgs, nbytes
@@ -1499,6 +1560,11 @@ class SqliteStore:
         conn = self._conn
         assert conn is not None
         rows = conn.execute(f"DELETE FROM msgs WHERE {where} RETURNING seq, subject, size", params).fetchall()
+        self._w_removed(rows)
+        return len(rows)
+
+    def _w_removed(self, rows: list[Any]) -> None:
+        """Count out the ``(seq, subject, size)`` rows a DELETE returned."""
         w, delta = self._w, self._delta
         first = w.first_seq
         for seq, subject, size in rows:
@@ -1507,7 +1573,20 @@ class SqliteStore:
             if seq == first:
                 self._first_dirty = True
         w.msgs -= len(rows)
-        return len(rows)
+
+    def _w_trims(self, trims: _Trims) -> list[int]:
+        """The results of the run of purges ``trims`` stands for: messages removed per subject."""
+        keep = trims.keep
+        over = [s for s in trims.subjects if self._w_count(s) > keep]
+        if len(over) < 2 or any(self._w_count(s) > 2 * TRIM_KEEP_MAX for s in over):
+            return [self._w_purge(PurgeOp(subject=s, keep=keep)) for s in trims.subjects]
+        assert self._conn is not None
+        rows = self._conn.execute(TRIM_SQL, (json.dumps(over), keep)).fetchall()
+        self._w_removed(rows)
+        removed: dict[str, int] = {}
+        for _seq, subject, _size in rows:
+            removed[subject] = removed.get(subject, 0) + 1
+        return [removed.get(s, 0) for s in trims.subjects]
 
     def _w_remove_all(self) -> int:
         w = self._w

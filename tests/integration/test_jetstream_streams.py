@@ -588,6 +588,26 @@ async def test_a_rollup_on_a_full_stream_drops_the_oldest_first(js_server):
         assert info.state.subjects == {"rm.a": 1, "rm.y": 1}
 
 
+async def test_a_rollup_right_behind_puts_over_the_subject_limit_keeps_the_other_subjects(js_server):
+    """A rollup sent in one write with a put over its subject's limit: the put's old message goes
+    first, so max_msgs (applied as the rollup is stored) leaves the other subject's message."""
+    async with jetstream(js_server) as (_, js):
+        await js.add_stream(
+            name="RL", subjects=["rl.*"], max_msgs=3, max_msgs_per_subject=1, allow_rollup_hdrs=True
+        )
+        for subject in ("rl.t", "rl.s"):  # 1, 2
+            await js.publish(subject, b"1")
+        acks = [
+            await js.publish_async("rl.s", b"2"),  # 3: 2 goes
+            await js.publish_async("rl.r", b"3", headers={"Nats-Rollup": "sub"}),  # 4
+        ]
+        await js.publish_async_completed()
+        assert [(await a).seq for a in acks] == [3, 4]
+        info = await js.stream_info("RL", subjects_filter=">")
+        assert (info.state.messages, info.state.first_seq, info.state.last_seq) == (3, 1, 4)
+        assert info.state.subjects == {"rl.t": 1, "rl.s": 1, "rl.r": 1}
+
+
 async def test_rollup_replaces_subject_history(js_server):
     async with jetstream(js_server) as (_, js):
         await js.add_stream(name="RU", subjects=["ru.*"], allow_rollup_hdrs=True)

@@ -268,6 +268,36 @@ async def test_purge_keep_dropping_hundreds_keeps_the_counts(h: StoreHarness) ->
     )
 
 
+async def test_adjacent_subject_trims_in_one_call_act_one_after_another(h: StoreHarness) -> None:
+    # A batch of KV puts ends with one keep-N purge per key; the SQLite store runs a run of them
+    # as one statement. Each result must still be that purge's own, as if applied alone in order.
+    await fill(h.store, ["k.1", "k.2", "k.3", "k.1", "k.2", "k.1", "big"] + ["big"] * 20)  # seqs 1..27
+    await h.store.apply([DeleteOp(5)])  # k2's second
+    results = await h.store.apply(
+        [
+            Append("k.2", None, b"new", T0),  # 28
+            PurgeOp(subject="k.1", keep=1),  # 1, 4 go
+            PurgeOp(subject="k.2", keep=1),  # 2 goes
+            PurgeOp(subject="k.3", keep=1),  # alone: nothing goes
+            PurgeOp(subject="k.1", keep=1),  # the same subject again: nothing left to go
+            PurgeOp(subject="big", keep=1),  # many: 7..26 go
+            PurgeOp(subject="nokey", keep=1),
+            PurgeOp(subject="k.*", keep=2),  # a wildcard ends the run; of 3, 6 and 28, 3 goes
+            PurgeOp(subject="k.2", keep=2),
+        ]
+    )
+    assert results == [28, 2, 1, 0, 0, 20, 0, 1, 0]
+    store = await h.reopen()
+    assert await seqs(store) == [6, 27, 28]
+    st = await store.state()
+    assert (st.msgs, st.first_seq, st.last_seq) == (3, 6, 28)
+    assert await store.subjects_state() == {"big": 1, "k.1": 1, "k.2": 1}
+    kept = await store.range(1, limit=100)
+    assert st.bytes == sum(store.size_of(m.subject, m.headers, m.data) for m in kept)
+    last = await store.last_by_subject("k.2")
+    assert last is not None and (last.seq, last.data) == (28, b"new")
+
+
 async def test_purge_up_to_seq_removes_below_it(h: StoreHarness) -> None:
     await fill(h.store, ["a", "b", "a", "b", "a"])
     assert await h.store.apply([PurgeOp(up_to_seq=3)]) == [2]

@@ -56,7 +56,13 @@ ops = st.one_of(
     st.builds(SetMetaOp, key=st.sampled_from(["k1", "k2", "x/k3"]), value=st.binary(max_size=8)),
     st.builds(DelMetaOp, key=st.sampled_from(["k1", "k2", "x/k3"])),
 )
-calls = st.lists(st.lists(ops, min_size=1, max_size=6), min_size=1, max_size=12)
+# A batch of KV puts: appends, then each key trimmed to the bucket's history (the SQLite store
+# runs such a run of trims as one statement).
+trims = st.builds(PurgeOp, subject=st.sampled_from(SUBJECTS), keep=st.sampled_from([1, 1, 2]))
+kv_batches = st.builds(
+    lambda a, t: a + t, st.lists(appends, max_size=6), st.lists(trims, min_size=2, max_size=5)
+)
+calls = st.lists(st.one_of(st.lists(ops, min_size=1, max_size=6), kv_batches), min_size=1, max_size=12)
 
 
 async def comparable_state(store: StreamStore) -> StreamState:
