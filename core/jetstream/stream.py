@@ -690,8 +690,14 @@ class Stream:
                 ttl_ns = floor
                 headers = replace_header(headers or b"", "Nats-TTL", str(floor // _SECOND))
         stored_size = self.store.size_of(msg.subject, headers, msg.payload)
+        held = 0  # the subject's messages before this one: stored, and taken earlier in the run
+        if appended and cfg.max_msgs_per_subject > 0:
+            committed = run.committed.get(msg.subject)
+            if committed is None:
+                committed = run.committed[msg.subject] = await self.store.msgs_for_subject(msg.subject)
+            held = committed + run.per_subject.get(msg.subject, 0)
         if cfg.discard == "new" and appended:
-            await self._check_discard_new(run, msg.subject, stored_size, rollup is not None)
+            await self._check_discard_new(run, msg.subject, stored_size, rollup is not None, held)
         now = time.time_ns()
         index = len(plan.ops)
         if not appended:
@@ -737,17 +743,13 @@ class Stream:
             plan.removes = True
         elif (
             appended
-            and cfg.max_msgs_per_subject > 0
+            and 0 < cfg.max_msgs_per_subject <= held
             and not (cfg.discard == "new" and cfg.discard_new_per_subject)
         ):
             # The per-subject limit goes into the same transaction as the append: a KV put is one fsync.
-            committed = run.committed.get(msg.subject)
-            if committed is None:
-                committed = run.committed[msg.subject] = await self.store.msgs_for_subject(msg.subject)
-            if committed + run.per_subject[msg.subject] > cfg.max_msgs_per_subject:
-                plan.trims[msg.subject] = None
-                plan.removes = True
-                plan.removed_subjects.add(msg.subject)
+            plan.trims[msg.subject] = None
+            plan.removes = True
+            plan.removed_subjects.add(msg.subject)
         plan.outcomes.append((msg.reply, _Stored(run.last_seq, index if appended else -1)))
 
     def _trim_now(self, plan: _Batch) -> None:
@@ -762,19 +764,20 @@ class Stream:
             plan.ops.extend(PurgeOp(subject=s, keep=keep) for s in plan.trims)
             plan.trims.clear()
 
-    async def _check_discard_new(self, run: _Running, subject: str, size: int, rollup: bool) -> None:
+    async def _check_discard_new(
+        self, run: _Running, subject: str, size: int, rollup: bool, held: int
+    ) -> None:
         """Discard new: refuse a publish the limits have no room for, as the reference does. A
-        subject at max_msgs_per_subject is refused with discard_new_per_subject (unless it is a
-        rollup); otherwise its oldest message makes room, so the stream does not grow in
-        messages, nor in bytes if that oldest one is at least as large."""
+        subject at max_msgs_per_subject (``held`` messages before this one) is refused with
+        discard_new_per_subject (unless it is a rollup); otherwise its oldest message makes room,
+        so the stream does not grow in messages, nor in bytes if that oldest one is at least as
+        large."""
         cfg = self.config
         replaces = False
-        if cfg.max_msgs_per_subject > 0:
-            have = await self.store.msgs_for_subject(subject) + run.per_subject.get(subject, 0)
-            if have >= cfg.max_msgs_per_subject:
-                if cfg.discard_new_per_subject and not rollup:
-                    raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
-                replaces = True
+        if 0 < cfg.max_msgs_per_subject <= held:
+            if cfg.discard_new_per_subject and not rollup:
+                raise api_error("JSStreamStoreFailedF", err="maximum messages per subject exceeded")
+            replaces = True
         if cfg.max_msgs > 0 and run.msgs >= cfg.max_msgs and not replaces:
             raise api_error("JSStreamStoreFailedF", err="maximum messages exceeded")
         freed = 0  # bytes of the subject's oldest message, when we looked it up
