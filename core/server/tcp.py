@@ -39,6 +39,7 @@ class TcpStream(ByteStream):
         self._data_ready = Wakeup()
         self._writable = asyncio.Event()
         self._writable.set()
+        self._senders = 0  # tasks waiting in ``send`` for room: ``try_send`` must not overtake them
         self._reading_paused = False
 
     # -- protocol side
@@ -87,7 +88,13 @@ class TcpStream(ByteStream):
     def try_send(self, item: bytes) -> bool:
         """Hand ``item`` to the transport now if that cannot block (the transport is not paused
         and the connection is healthy); False leaves it to ``send``, which waits or raises."""
-        if self._closed or self._eof or not self._writable.is_set() or self._transport.is_closing():
+        if (
+            self._closed
+            or self._eof
+            or self._senders
+            or not self._writable.is_set()
+            or self._transport.is_closing()
+        ):
             return False
         self._transport.write(item)
         return True
@@ -95,8 +102,15 @@ class TcpStream(ByteStream):
     async def send(self, item: bytes) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
-        while not self._writable.is_set():
-            await self._writable.wait()
+        if not self._writable.is_set():
+            # Between the transport's resume and this task's turn, the room is there but these
+            # bytes are not yet written: ``try_send`` (a JetStream run written through) waits too.
+            self._senders += 1
+            try:
+                while not self._writable.is_set():
+                    await self._writable.wait()
+            finally:
+                self._senders -= 1
         if self._eof and self._error is not None:
             raise anyio.BrokenResourceError from self._error
         if self._transport.is_closing():

@@ -1,0 +1,46 @@
+"""TcpStream: the client listener's byte stream over an asyncio transport (real sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import anyio
+import pytest
+
+from core.server.tcp import TcpStream, listen
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # TcpStream is built on asyncio's transports
+
+
+async def test_a_written_through_message_never_overtakes_one_waiting_for_room() -> None:
+    """A send that waited for a paused transport goes out before anything ``try_send`` hands over
+    in the moment between the transport's resume and the waiting task's turn (a JetStream run
+    written through must not overtake the writer's older bytes)."""
+    accepted: asyncio.Future[TcpStream] = asyncio.get_running_loop().create_future()
+    server = await listen("127.0.0.1", 0, accepted.set_result)
+    client = socket.create_connection(server.sockets[0].getsockname()[:2])
+    try:
+        stream = await asyncio.wait_for(accepted, 5)
+        protocol = stream._transport.get_protocol()
+        protocol.pause_writing()  # what the transport calls when its buffer is full
+        assert stream.try_send(b"never") is False
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stream.send, b"older ")
+            await anyio.sleep(0.05)  # the sender now waits for room
+            protocol.resume_writing()  # room again; the sender has not had its turn yet
+            assert stream.try_send(b"newer") is False
+        assert stream.try_send(b"newest") is True
+        client.settimeout(5)
+        got = b""
+        while len(got) < len(b"older newest"):
+            got += client.recv(100)
+        assert got == b"older newest"
+    finally:
+        client.close()
+        server.close()
