@@ -689,13 +689,19 @@ class Consumer:
     def has_interest(self) -> bool:
         """A push consumer has interest while someone subscribes to its deliver subject the way
         it delivers, as the reference counts it: with a deliver group, a queue subscriber of that
-        group; without one, a plain subscriber. Another subscriber still gets the messages
-        delivered for those, but does not make the consumer deliver, or keep it alive."""
-        result = self.stream.account.sublist.match(self.config.deliver_subject)
+        group; without one, a plain subscriber; either on the deliver subject itself, not on a
+        wildcard covering it. Another subscriber still gets the messages delivered for those,
+        but does not make the consumer deliver, or keep it alive (a monitor on ``_INBOX.>`` must
+        not take the messages of a consumer whose client subscribes after creating it)."""
+        subject = self.config.deliver_subject
+        result = self.stream.account.sublist.match(subject)
         group = self.config.deliver_group
         if group:
-            return any(queue == group for queue, _members in result.queues)
-        return bool(result.plain)
+            return any(
+                queue == group and any(m.subject == subject for m in members)
+                for queue, members in result.queues
+            )
+        return any(s.subject == subject for s in result.plain)
 
     def touch(self) -> None:
         self.last_interest_ns = time.monotonic_ns()

@@ -875,17 +875,24 @@ async def test_deliver_group_splits_messages_between_members(js_server):
 
 
 @pytest.mark.parametrize(
-    ("group", "queue"),
-    [("G", None), ("G", "OTHER"), (None, "X")],
-    ids=["group-consumer-plain-sub", "group-consumer-other-group", "plain-consumer-queue-sub"],
+    ("group", "queue", "subject"),
+    [("G", None, "d.C"), ("G", "OTHER", "d.C"), (None, "X", "d.C"), (None, None, "d.>"), ("G", "G", "d.*")],
+    ids=[
+        "group-consumer-plain-sub",
+        "group-consumer-other-group",
+        "plain-consumer-queue-sub",
+        "plain-consumer-wildcard-sub",
+        "group-consumer-wildcard-queue-sub",
+    ],
 )
-async def test_push_interest_is_a_subscriber_the_way_the_consumer_delivers(js_server, group, queue):
+async def test_push_interest_is_a_subscriber_the_way_the_consumer_delivers(js_server, group, queue, subject):
     """As the reference: a deliver-group consumer counts only a queue subscriber of its group as
-    interest, a consumer without one only a plain subscriber; another subscriber on the deliver
-    subject neither binds it nor gets anything."""
+    interest, a consumer without one only a plain subscriber, and either only on the deliver
+    subject itself, not a wildcard covering it; another subscriber neither binds the consumer
+    nor gets anything."""
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=1)
-        sub = await nc.subscribe("d.C", queue=queue or "")
+        sub = await nc.subscribe(subject, queue=queue or "")
         await nc.flush()
         config = {"durable_name": "C", "deliver_subject": "d.C", "ack_policy": "explicit"}
         if group:
@@ -897,6 +904,23 @@ async def test_push_interest_is_a_subscriber_the_way_the_consumer_delivers(js_se
         assert "push_bound" not in info
         assert (info["delivered"]["stream_seq"], info["num_pending"]) == (0, 1)
         assert sub.pending_msgs == 0
+
+
+async def test_a_wildcard_subscriber_gets_deliveries_once_the_deliver_subject_has_interest(js_server):
+    """A wildcard subscription does not make a push consumer deliver (nats-py's KV keys() and
+    object get() subscribe after creating the consumer, and a monitor on _INBOX.> must not take
+    their messages first), but once a subscriber on the deliver subject itself comes, every
+    subscription matching it gets the messages."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=1)
+        monitor = await nc.subscribe("d.>")
+        await nc.flush()
+        await create(nc, "S", {"durable_name": "C", "deliver_subject": "d.C", "ack_policy": "none"})
+        await anyio.sleep(0.3)
+        assert monitor.pending_msgs == 0
+        exact = await nc.subscribe("d.C")
+        got = [(await exact.next_msg(timeout=5)).data, (await monitor.next_msg(timeout=5)).data]
+        assert got == [b"m1", b"m1"]
 
 
 async def test_an_ephemeral_push_consumer_with_only_the_wrong_subscriber_goes_when_inactive(js_server):

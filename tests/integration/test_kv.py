@@ -152,6 +152,21 @@ async def test_history_is_limited_by_the_bucket(js_server):
             await kv.history("nothing")
 
 
+async def test_keys_and_history_work_while_someone_listens_on_every_inbox(js_server):
+    """nats-py subscribes to a watcher's inbox after creating its consumer; a monitor on
+    ``_INBOX.>`` must not make the consumer deliver before that."""
+    async with jetstream(js_server) as (nc, js):
+        monitor = await nc.subscribe("_INBOX.>")
+        await nc.flush()
+        kv = await js.create_key_value(bucket="M")
+        await kv.put("a", b"1")
+        await kv.put("b", b"2")
+        for _ in range(3):
+            assert sorted(await kv.keys()) == ["a", "b"]
+            assert [e.value for e in await kv.history("a")] == [b"1"]
+        await monitor.unsubscribe()
+
+
 async def test_watch_sends_the_current_values_then_live_updates(js_server):
     async with jetstream(js_server) as (_, js):
         kv = await js.create_key_value(bucket="W", history=5)
