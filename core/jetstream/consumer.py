@@ -11,6 +11,7 @@ uncommitted batch (milliseconds) are forgotten, so only unacknowledged messages 
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import logging
@@ -19,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
@@ -249,7 +250,14 @@ class Consumer:
         if not self.ack_none:
             # As the reference: an ack-none consumer has no ack subscription, so an ack sent
             # with a reply gets no responders and a +NXT asks for nothing.
-            self.acks.subscribe(f"$JS.ACK.{self.stream.name}.{self.name}.>")
+            # The two forms the reference takes: 9 tokens, and 11 or more after a domain ("_"
+            # without one) and the account's hash. Any other count has no responder.
+            stream, name = self.stream.name, self.name
+            self.acks.subscribe(f"$JS.ACK.{stream}.{name}.*.*.*.*.*")
+            domain = self.stream.domain or "_"
+            self.acks.subscribe(
+                f"$JS.ACK.{domain}.{account_hash(self.stream.account.name)}.{stream}.{name}.*.*.*.*.>"
+            )
         if self.config.flow_control:
             self.acks.subscribe(f"$JS.FC.{self.stream.name}.{self.name}.>")
 
@@ -319,40 +327,44 @@ class Consumer:
         # queued before (a NAKed message keeps its place ahead of a later expiry).
         self.redeliver.extend(sorted(expired))
 
-    def _advisory(
-        self, kind: str, event: str, sseq: int, deliveries: int, *, metric: bool = False, **extra: Any
-    ) -> None:
+    def _advisory(self, kind: str, event: str, fields: dict[str, Any], *, metric: bool = False) -> None:
         """Publish a consumer advisory (``$JS.EVENT.ADVISORY.CONSUMER.<kind>.<stream>.<consumer>``),
-        or with ``metric`` a consumer metric (``$JS.EVENT.METRIC.CONSUMER.<kind>...``)."""
+        or with ``metric`` a consumer metric (``$JS.EVENT.METRIC.CONSUMER.<kind>...``); ``fields``
+        follow the stream and consumer names, in the reference's order."""
         family = "metric" if metric else "advisory"
-        fields = {"stream": self.stream.name, "consumer": self.name, "stream_seq": sseq}
         subject = f"$JS.EVENT.{family.upper()}.CONSUMER.{kind}.{self.stream.name}.{self.name}"
-        self.stream.advise(subject, f"{family}.v1.{event}", {**fields, "deliveries": deliveries, **extra})
+        self.stream.advise(
+            subject, f"{family}.v1.{event}", {"stream": self.stream.name, "consumer": self.name, **fields}
+        )
 
-    def _sample_ack(self, sseq: int, tokens: list[str], base: int) -> None:
+    def _sample_ack(self, ack: _AckInfo) -> None:
         """The ack metric of ``sample_freq`` (explicit acks of a pending message only, as the
         reference; "N%" samples about N in 100): the delivery answered and its ack time."""
         if not self.config.sample_freq:  # the common case, on every ack: nothing to parse
             return
         freq = self.config.sample_frequency
-        p = self.pending.get(sseq)
+        p = self.pending.get(ack.sseq)
         if freq <= 0 or p is None or self.config.ack_policy != "explicit":
             return
         if freq < 100 and random.randrange(100) > freq:
             return
-        extra = {"consumer_seq": int(tokens[base + 2]), "ack_time": time.time_ns() - p.ts}
-        self._advisory("ACK", "consumer_ack", sseq, int(tokens[base]), metric=True, **extra)
+        fields = {"consumer_seq": ack.dseq, "stream_seq": ack.sseq, "ack_time": time.time_ns() - p.ts}
+        self._advisory("ACK", "consumer_ack", {**fields, "deliveries": ack.deliveries}, metric=True)
 
-    def _terminated_advisory(self, sseq: int, tokens: list[str], base: int, reason: str) -> None:
+    def _terminated_advisory(self, ack: _AckInfo, reason: str) -> None:
         """MSG_TERMINATED, with the delivery count and consumer sequence of the delivery the
-        +TERM answered (from its ack subject, see ``_ack_numbers_at``), as the reference."""
-        extra: dict[str, Any] = {"consumer_seq": int(tokens[base + 2])}
+        +TERM answered (from its ack subject), as the reference: for any +TERM, pending or not."""
+        fields: dict[str, Any] = {
+            "consumer_seq": ack.dseq,
+            "stream_seq": ack.sseq,
+            "deliveries": ack.deliveries,
+        }
         if reason:
-            extra["reason"] = reason
-        self._advisory("MSG_TERMINATED", "terminated", sseq, int(tokens[base]), **extra)
+            fields["reason"] = reason
+        self._advisory("MSG_TERMINATED", "terminated", fields)
 
     def _max_deliveries_reached(self, sseq: int, p: Pending) -> None:
-        self._advisory("MAX_DELIVERIES", "max_deliver", sseq, p.deliveries)
+        self._advisory("MAX_DELIVERIES", "max_deliver", {"stream_seq": sseq, "deliveries": p.deliveries})
         del self.pending[sseq]
         self.maxed.add(sseq)
         self._dirty = True
@@ -1131,25 +1143,31 @@ class Consumer:
     def _on_ack(
         self, msg: InboundMsg, confirms: list[str], removals: list[int], requests: list[tuple[str, bytes]]
     ) -> None:
-        tokens = msg.subject.split(".")
-        base = _ack_numbers_at(tokens)
-        if base is None:
+        ack = _ack_info(msg.subject)
+        if ack is None:
             return
-        sseq = int(tokens[base + 1])
+        sseq = ack.sseq
+        # As the reference: no confirmation for stream sequence 0, nor for an ack (or +TERM) of a
+        # message not delivered yet.
+        confirm = sseq != 0
         # The reference's reading of an ack body: exact words, except the kinds that take an
         # argument (+NXT <request>, -NAK <delay>, +TERM <reason>), which match as prefixes.
         body = msg.payload
         if not body or body == b"+ACK" or body == b"+OK":
-            self._sample_ack(sseq, tokens, base)
-            self._ack(sseq, removals)
+            if sseq >= self.next_sseq:
+                confirm = False
+            else:
+                self._sample_ack(ack)
+                self._ack(sseq, removals)
         elif body.startswith(b"+NXT"):
-            self._sample_ack(sseq, tokens, base)
-            self._ack(sseq, removals)
+            if sseq < self.next_sseq:
+                self._sample_ack(ack)
+                self._ack(sseq, removals)
             if msg.reply:
                 requests.append((msg.reply, body[4:]))
             return  # the messages (or a status) are the answer
         elif body.startswith(b"-NAK"):
-            self._nak(sseq, body[4:].strip(), int(tokens[base + 2]), int(tokens[base]))
+            self._nak(ack, body[4:].strip())
         elif body == b"+WPI":
             p = self.pending.get(sseq)
             if p is not None and sseq not in self.redeliver:
@@ -1157,34 +1175,30 @@ class Consumer:
         elif body.startswith(b"+TERM"):
             # As the reference: a termination is an acknowledgement (so with ack_policy all it
             # acknowledges everything up to the message), plus an advisory.
-            was_pending = sseq in self.pending
-            self._ack(sseq, removals)
-            if was_pending:
-                self._terminated_advisory(sseq, tokens, base, body[5:].strip().decode(errors="replace"))
+            if sseq >= self.next_sseq:
+                confirm = False
+            else:
+                self._ack(sseq, removals)
+            self._terminated_advisory(ack, body[5:].strip().decode(errors="replace"))
         # anything else changes nothing, and is confirmed all the same (as the reference)
-        if msg.reply:
+        if msg.reply and confirm:
             confirms.append(msg.reply)
 
-    def _nak(self, sseq: int, arg: bytes, dseq: int, deliveries: int) -> None:
+    def _nak(self, ack: _AckInfo, arg: bytes) -> None:
         """-NAK: redeliver now (after the other NAKed ones), or after the delay given as JSON
-        (``{"delay": ns}``) or as a Go duration (``-NAK 2s``); a delay that does not parse is
-        a plain NAK, as in the reference. The MSG_NAKED advisory names the delivery answered
-        (``dseq``, ``deliveries``: from its ack subject)."""
+        (``{"delay": ns}``) or as a Go duration (``-NAK 2s``). As the reference: a delay that does
+        not parse is a plain NAK, one that parses but is not positive still goes the delayed way
+        (due at once, from the redelivery timer); a NAK of a delivery outside (ack floor, last
+        delivered] is ignored. The MSG_NAKED advisory names the delivery answered."""
+        sseq = ack.sseq
         p = self.pending.get(sseq)
-        if p is None:
+        if p is None or not self.ack_floor_dseq < ack.dseq <= self.dseq:
             return
-        self._advisory("MSG_NAKED", "nak", sseq, deliveries, consumer_seq=dseq)
-        delay = 0
-        if arg:
-            try:
-                if arg[:1] == b"{":
-                    delay = int(json.loads(arg).get("delay", 0))
-                else:
-                    delay = parse_go_duration(arg.decode())
-            except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
-                delay = 0
-        if delay > 0:
-            self._arm(sseq, p, delay)
+        fields = {"consumer_seq": ack.dseq, "stream_seq": sseq, "deliveries": ack.deliveries}
+        self._advisory("MSG_NAKED", "nak", fields)
+        delay = parse_nak_delay(arg) if arg else None
+        if delay is not None:
+            self._arm(sseq, p, max(delay, 0))
         elif sseq not in self.redeliver:
             self.redeliver.append(sseq)  # in NAK order, as the reference
 
@@ -1304,14 +1318,73 @@ def consumer_filters(cfg: ConsumerConfig) -> list[str]:
     return []
 
 
-def _ack_numbers_at(tokens: list[str]) -> int | None:
-    """Where the numbers (deliveries, stream sequence, consumer sequence, timestamp, pending)
-    start in an ack subject split on dots: after ``$JS.ACK.<stream>.<consumer>`` in the 9-token
-    form, after ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>`` in the 11+-token form;
-    None for anything else."""
+class _AckInfo(NamedTuple):
+    """The numbers of an ack subject: of the delivery it answers."""
+
+    deliveries: int
+    sseq: int
+    dseq: int
+
+
+_UINT64_MAX = (1 << 64) - 1
+
+
+def _ack_num(token: str) -> int:
+    # As the reference reads them: anything but digits is -1, as an unsigned 64-bit number.
+    return int(token) if token.isdigit() and token.isascii() else _UINT64_MAX
+
+
+def _ack_info(subject: str) -> _AckInfo | None:
+    """The numbers of an ack subject: after ``$JS.ACK.<stream>.<consumer>`` in the 9-token form,
+    after ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>`` in the 11+-token form."""
+    tokens = subject.split(".")
     if len(tokens) == 9:
-        return 4
-    return 6 if len(tokens) >= 11 else None
+        base = 4
+    elif len(tokens) >= 11:
+        base = 6
+    else:
+        return None
+    return _AckInfo(_ack_num(tokens[base]), _ack_num(tokens[base + 1]), _ack_num(tokens[base + 2]))
+
+
+def account_hash(name: str) -> str:
+    """The reference's 8-character hash of an account name (in its v2 ack subjects)."""
+    digest = hashlib.sha256(name.encode()).digest()
+    return "".join(_HASH_DIGITS[b % len(_HASH_DIGITS)] for b in digest[:8])
+
+
+_HASH_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def parse_nak_delay(arg: bytes) -> int | None:
+    """A -NAK's delay in nanoseconds, read as the reference reads it; None when it does not parse
+    (a plain NAK). JSON: ``{"delay": <integer>}`` with the key in any case (the last one wins),
+    null or absent being 0, a fraction, exponent or string not parsing; else a Go duration."""
+    if arg[:1] != b"{":
+        try:
+            return parse_go_duration(arg.decode())
+        except (ValueError, UnicodeDecodeError):
+            return None
+    try:
+        pairs = json.loads(arg, object_pairs_hook=list, parse_constant=_refuse)  # NaN: not JSON
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(pairs, list):
+        return None
+    delay = 0
+    for key, value in pairs:
+        if key.lower() != "delay":
+            continue
+        if value is None:
+            continue
+        if type(value) is not int or not -(1 << 63) <= value < (1 << 63):
+            return None  # a fraction, an exponent, a string...: Go's int64 refuses it
+        delay = value
+    return delay
+
+
+def _refuse(text: str) -> Any:
+    raise ValueError(text)
 
 
 def _ack_subject(prefix: str, deliveries: int, sseq: int, dseq: int, ts: int, pending: int) -> str:

@@ -6,6 +6,7 @@ observed by running this file with LEAFJET_TEST_SERVERS=reference.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -1459,6 +1460,98 @@ async def test_an_ack_none_consumer_has_no_ack_subscription(js_server):
                 await nc.request(got[0].reply, body, timeout=5)
         c = await counters(js, "S", "AN")
         assert (c["delivered"], c["num_pending"]) == ((1, 1), 2), "the +NXT delivered nothing"
+
+
+def _account_hash(name: str) -> str:
+    """The reference's 8-character account hash in its 11-token ack subjects."""
+    digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    return "".join(digits[b % 62] for b in hashlib.sha256(name.encode()).digest()[:8])
+
+
+async def test_ack_subjects_of_the_two_forms_only_reach_the_consumer(js_server):
+    """As the reference: an ack subject has 9 tokens, or 11 and more with the domain ("_" without
+    one) and the account's hash in front; another count has no responder and acks nothing."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=3)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        await pull(nc, "S", "C", {"batch": 3})
+        for wrong in ("$JS.ACK.S.C.1.1.1.0", "$JS.ACK.S.C.1.1.1.0.0.7", "$JS.ACK.S.C.1.1.1.0.0.7.8"):
+            with pytest.raises(nats.errors.NoRespondersError):
+                await nc.request(wrong, b"+ACK", timeout=5)
+        assert (await counters(js, "S", "C"))["num_ack_pending"] == 3
+        v2 = f"$JS.ACK._.{_account_hash('$G')}.S.C.1.2.2.0.0"
+        assert (await nc.request(v2, b"+ACK", timeout=5)).data == b""
+        assert (await nc.request(v2 + ".extra", b"+ACK", timeout=5)).data == b""  # double ack
+        c = await counters(js, "S", "C")
+        assert (c["num_ack_pending"], c["ack_floor"]) == (2, (0, 0))
+
+
+async def test_acks_of_undelivered_or_zero_sequences_get_no_confirmation(js_server):
+    """As the reference: an ack or +TERM naming a message not delivered yet, and anything naming
+    stream sequence 0, is not confirmed (a +TERM still sends its advisory); a sequence that is
+    no number names no pending message, and a NAK of it is confirmed."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=3)
+        terminated = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.S.*")
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "all"})
+        await pull(nc, "S", "C", {"batch": 1})
+        for subject, body in [
+            ("$JS.ACK.S.C.1.3.3.0.0", b"+ACK"),
+            ("$JS.ACK.S.C.1.999.3.0.0", b""),
+            ("$JS.ACK.S.C.1.3.3.0.0", b"+TERM late"),
+            ("$JS.ACK.S.C.1.0.1.0.0", b"-NAK"),
+            ("$JS.ACK.S.C.1.0.1.0.0", b"+WPI"),
+            ("$JS.ACK.S.C.1.x.1.0.0", b"+ACK"),
+        ]:
+            with pytest.raises(nats.errors.TimeoutError):
+                await nc.request(subject, body, timeout=0.5)
+        for body in (b"-NAK", b"+WPI", b"bogus"):
+            assert (await nc.request("$JS.ACK.S.C.1.x.1.0.0", body, timeout=5)).data == b""
+        event = json.loads((await terminated.next_msg(timeout=5)).data)
+        fields = ("consumer_seq", "stream_seq", "deliveries", "reason")
+        assert [event[f] for f in fields] == [3, 3, 1, "late"]
+        c = await counters(js, "S", "C")
+        assert (c["ack_floor"], c["num_ack_pending"]) == ((0, 0), 1), "ack all acked nothing past seq 1"
+
+
+@pytest.mark.parametrize(
+    ("body", "delayed"),
+    [
+        (b'-NAK {"delay": 5000000000}', True),
+        (b'-NAK {"Delay": 5000000000}', True),
+        (b'-NAK {"DELAY": 5000000000}', True),
+        (b'-NAK {"delay": 5e9}', False),
+        (b'-NAK {"delay": 5000000000.0}', False),
+        (b'-NAK {"delay": "5s"}', False),
+        (b'-NAK {"other": 1.5, "delay": 5000000000}', True),
+    ],
+)
+async def test_a_nak_delay_is_read_as_the_reference_reads_it(js_server, body, delayed):
+    """The JSON delay is a whole number of nanoseconds under a key in any case; a fraction, an
+    exponent or a string makes it a plain NAK, redelivered at once."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=2)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        (first,) = await pull(nc, "S", "C", {"batch": 1})
+        await confirm(nc, first, body)
+        (nxt,) = await pull(nc, "S", "C", {"batch": 1})
+        assert nxt.metadata.sequence.stream == (2 if delayed else 1)
+
+
+async def test_a_nak_of_a_delivery_outside_the_pending_range_is_ignored(js_server):
+    """As the reference: a NAK whose consumer sequence is at or below the ack floor, or past the
+    last delivery, neither redelivers nor advises."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=2)
+        naked = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED.S.*")
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        await pull(nc, "S", "C", {"batch": 1})
+        for dseq in (0, 99):
+            await nc.request(f"$JS.ACK.S.C.1.1.{dseq}.0.0", b"-NAK", timeout=5)
+        (nxt,) = await pull(nc, "S", "C", {"batch": 1})
+        assert nxt.metadata.sequence.stream == 2
+        with pytest.raises(nats.errors.TimeoutError):
+            await naked.next_msg(timeout=0.3)
 
 
 @pytest.mark.parametrize("how", ["ack_wait", "nak"])
