@@ -91,33 +91,50 @@ class _Family:
     Every subscription that can reach them has, past the family's first ``key_tokens`` tokens,
     only wildcards (``*``, ``>``) -- unless it is "deep" (a literal token there). Without deep
     subscriptions two such subjects with the same first ``key_tokens`` tokens and the same number
-    of tokens have the same match, cached once under the first tokens followed by ``*``s.
+    of tokens have the same match, cached once under the first tokens followed by ``*``s. A
+    subject of ``long_from`` tokens or more keys on its first ``long_key`` tokens instead (an ack
+    subject's 11-token form puts the domain and account hash before the stream and consumer).
     """
 
-    __slots__ = ("cache_whole_when_deep", "fixed", "key_tokens", "prefix")
+    __slots__ = ("cache_whole_when_deep", "fixed", "key_tokens", "long_from", "long_key", "prefix")
 
-    def __init__(self, fixed: tuple[str, ...], key_tokens: int, cache_whole_when_deep: bool) -> None:
+    def __init__(
+        self,
+        fixed: tuple[str, ...],
+        key_tokens: int,
+        cache_whole_when_deep: bool,
+        long_from: int = 0,
+        long_key: int = 0,
+    ) -> None:
         self.fixed = fixed  # the family's literal first tokens
         self.prefix = ".".join(fixed) + "."
         self.key_tokens = key_tokens
         self.cache_whole_when_deep = cache_whole_when_deep  # with deep subscriptions: each, or none
+        self.long_from, self.long_key = long_from, long_key
+
+    def key_for(self, ntokens: int) -> int:
+        """How many first tokens key a subject of ``ntokens`` tokens."""
+        return self.long_key if self.long_from and ntokens >= self.long_from else self.key_tokens
 
     def is_deep(self, pattern: str) -> bool:
         """Whether ``pattern`` could tell two of the family's subjects with the same key apart."""
         fixed = self.fixed
-        for i, tok in enumerate(pattern.split(".")):
+        toks = pattern.split(".")
+        key = self.key_for(len(toks))  # the shortest subject it matches has the smallest key
+        for i, tok in enumerate(toks):
             if tok == ">":
                 return False
             if i < len(fixed) and tok != "*" and tok != fixed[i]:
                 return False  # it never matches the family
-            if i >= self.key_tokens and tok != "*":
+            if i >= key and tok != "*":
                 return True
         return False
 
 
 _FAMILIES = (
-    # $JS.ACK.<stream>.<consumer>.<delivery's sequences...>: one per delivered message
-    _Family(("$JS", "ACK"), 4, False),
+    # $JS.ACK.<stream>.<consumer>.<delivery's 5 numbers>, and
+    # $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<5 numbers>[.<more>]: one per delivered message
+    _Family(("$JS", "ACK"), 4, False, long_from=11, long_key=6),
     # _INBOX.<client>.<request>: a request's reply inbox (nats-py and nats.go subscribe _INBOX.<client>.*)
     _Family(("_INBOX",), 2, True),
 )
@@ -285,7 +302,7 @@ class Sublist(Generic[T]):
     def _match_family(self, subject: str, fam: _Family, deep: int) -> SublistResult[T]:
         """A family's subject's match, cached once per key (see ``_Family``)."""
         toks = subject.split(".")
-        n = fam.key_tokens
+        n = fam.key_for(len(toks))
         if deep or len(toks) <= n:
             result = self._match_uncached(subject)
             return self._remember(subject, result) if fam.cache_whole_when_deep else result

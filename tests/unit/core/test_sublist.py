@@ -200,6 +200,22 @@ def test_ack_subjects_are_cached_once_per_consumer() -> None:
     assert not sl.match("$JS.ACK.S.C.1.1.1.1700000000000000000.0")
 
 
+def test_ack_subjects_of_both_forms_are_cached_once_per_consumer() -> None:
+    # a consumer's two ack subscriptions: 9 tokens, and 11 or more after a domain and account hash
+    sl: Sublist[S] = Sublist(cache_size=8)
+    v1, v2, other = S("v1"), S("v2"), S("other consumer")
+    sl.insert("$JS.ACK.S.C.*.*.*.*.*", None, v1)
+    sl.insert("$JS.ACK._.HASH.S.C.*.*.*.*.>", None, v2)
+    sl.insert("$JS.ACK._.HASH.S.D.*.*.*.*.>", None, other)
+    for i in range(10):
+        assert plain_set(sl.match(f"$JS.ACK.S.C.1.{i}.{i}.0.0")) == {v1}
+        assert plain_set(sl.match(f"$JS.ACK._.HASH.S.C.1.{i}.{i}.0.0")) == {v2}
+        assert plain_set(sl.match(f"$JS.ACK._.HASH.S.D.1.{i}.{i}.0.0.x")) == {other}
+    assert not sl.match("$JS.ACK.S.C.1.1.1.0.0.7"), "10 tokens: neither form"
+    assert sl.cache_count() == 4, "one entry per consumer and form, and the 10-token miss"
+    assert sl.stats().cache_hits == 27
+
+
 def test_reply_inboxes_are_cached_once_per_client() -> None:
     sl: Sublist[S] = Sublist(cache_size=8)
     mux = S("mux")
