@@ -339,9 +339,8 @@ class Consumer:
 
     def _sample_ack(self, ack: _AckInfo) -> None:
         """The ack metric of ``sample_freq`` (explicit acks of a pending message only, as the
-        reference; "N%" samples about N in 100): the delivery answered and its ack time."""
-        if not self.config.sample_freq:  # the common case, on every ack: nothing to parse
-            return
+        reference; "N%" samples about N in 100): the delivery answered and its ack time. Called
+        only with ``sample_freq`` set, so a plain ack parses no more than its stream sequence."""
         freq = self.config.sample_frequency
         p = self.pending.get(ack.sseq)
         if freq <= 0 or p is None or self.config.ack_policy != "explicit":
@@ -1143,10 +1142,11 @@ class Consumer:
     def _on_ack(
         self, msg: InboundMsg, confirms: list[str], removals: list[int], requests: list[tuple[str, bytes]]
     ) -> None:
-        ack = _ack_info(msg.subject)
-        if ack is None:
+        tokens = msg.subject.split(".")
+        base = _ack_numbers_at(len(tokens))
+        if base is None:
             return
-        sseq = ack.sseq
+        sseq = _ack_num(tokens[base + 1])  # the other numbers are read only where they are used
         # As the reference: no confirmation for stream sequence 0, nor for an ack (or +TERM) of a
         # message not delivered yet.
         confirm = sseq != 0
@@ -1157,17 +1157,19 @@ class Consumer:
             if sseq >= self.next_sseq:
                 confirm = False
             else:
-                self._sample_ack(ack)
+                if self.config.sample_freq:
+                    self._sample_ack(_ack_info(tokens, base))
                 self._ack(sseq, removals)
         elif body.startswith(b"+NXT"):
             if sseq < self.next_sseq:
-                self._sample_ack(ack)
+                if self.config.sample_freq:
+                    self._sample_ack(_ack_info(tokens, base))
                 self._ack(sseq, removals)
             if msg.reply:
                 requests.append((msg.reply, body[4:]))
             return  # the messages (or a status) are the answer
         elif body.startswith(b"-NAK"):
-            self._nak(ack, body[4:].strip())
+            self._nak(_ack_info(tokens, base), body[4:].strip())
         elif body == b"+WPI":
             p = self.pending.get(sseq)
             if p is not None and sseq not in self.redeliver:
@@ -1179,7 +1181,7 @@ class Consumer:
                 confirm = False
             else:
                 self._ack(sseq, removals)
-            self._terminated_advisory(ack, body[5:].strip().decode(errors="replace"))
+            self._terminated_advisory(_ack_info(tokens, base), body[5:].strip().decode(errors="replace"))
         # anything else changes nothing, and is confirmed all the same (as the reference)
         if msg.reply and confirm:
             confirms.append(msg.reply)
@@ -1334,16 +1336,17 @@ def _ack_num(token: str) -> int:
     return int(token) if token.isdigit() and token.isascii() else _UINT64_MAX
 
 
-def _ack_info(subject: str) -> _AckInfo | None:
-    """The numbers of an ack subject: after ``$JS.ACK.<stream>.<consumer>`` in the 9-token form,
-    after ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>`` in the 11+-token form."""
-    tokens = subject.split(".")
-    if len(tokens) == 9:
-        base = 4
-    elif len(tokens) >= 11:
-        base = 6
-    else:
-        return None
+def _ack_numbers_at(ntokens: int) -> int | None:
+    """Where the numbers (deliveries, stream sequence, consumer sequence, timestamp, pending)
+    start in an ack subject of ``ntokens`` tokens: after ``$JS.ACK.<stream>.<consumer>`` in the
+    9-token form, after ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>`` in the 11+-token
+    form; None for any other count."""
+    if ntokens == 9:
+        return 4
+    return 6 if ntokens >= 11 else None
+
+
+def _ack_info(tokens: list[str], base: int) -> _AckInfo:
     return _AckInfo(_ack_num(tokens[base]), _ack_num(tokens[base + 1]), _ack_num(tokens[base + 2]))
 
 
