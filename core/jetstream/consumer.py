@@ -337,11 +337,14 @@ class Consumer:
             subject, f"{family}.v1.{event}", {"stream": self.stream.name, "consumer": self.name, **fields}
         )
 
-    def _sample_ack(self, ack: _AckInfo) -> None:
+    def _sample_ack(self, tokens: list[str], base: int) -> None:
         """The ack metric of ``sample_freq`` (explicit acks of a pending message only, as the
-        reference; "N%" samples about N in 100): the delivery answered and its ack time. Called
-        only with ``sample_freq`` set, so a plain ack parses no more than its stream sequence."""
+        reference; "N%" samples about N in 100): the delivery answered (the ack subject's
+        ``tokens``, numbers from ``base``) and its ack time."""
+        if not self.config.sample_freq:  # the common case, on every ack: nothing more to parse
+            return
         freq = self.config.sample_frequency
+        ack = _ack_info(tokens, base)
         p = self.pending.get(ack.sseq)
         if freq <= 0 or p is None or self.config.ack_policy != "explicit":
             return
@@ -583,8 +586,7 @@ class Consumer:
             ack = _ack_subject(prefix, 1, m.seq, dseq, m.ts, remaining)
             out.append((m.subject, ack, m.headers, m.data))
             if fc:
-                # what the reference counts: deliver subject, ack subject, headers and data
-                if self._fc_account(len(deliver) + len(ack) + len(m.headers or b"") + len(m.data)):
+                if self._fc_account(_wire_size(deliver, ack, m.headers, m.data)):
                     request_due = True
                     break
                 if self._fc_stalled():
@@ -884,7 +886,7 @@ class Consumer:
         reply = _ack_subject(self._ack_prefix(), deliveries, msg.seq, self.dseq, msg.ts, pending_after)
         headers, payload = form if form is not None else self._delivered_form(msg)
         self.stream.account.publish(msg.subject, reply, headers, payload, route=to)
-        return len(to) + len(reply) + len(headers or b"") + len(payload)
+        return _wire_size(to, reply, headers, payload)
 
     def _delivered_form(self, msg: StoredMsg) -> tuple[bytes | None, bytes]:
         """The headers and payload a delivery carries: with headers_only, the stored headers plus
@@ -1055,20 +1057,13 @@ class Consumer:
                 except (anyio.WouldBlock, anyio.EndOfStream):
                     break
             asks = [i for i, msg in enumerate(batch) if _is_pull_request(msg)]
-            if not asks:
-                await self._take_acks(batch)
-                continue
-            if self._requests_go_first(batch[: asks[-1]]):
+            if asks and self._requests_go_first(batch[: asks[-1]]):
                 for i in asks:
                     await self.request_next(batch[i].reply or "", batch[i].payload)
                 await anyio.sleep(0)  # the woken worker delivers before these acks are counted
-                rest, start = [], 0
-                for i in asks:
-                    rest += batch[start:i]
-                    start = i + 1
-                await self._take_acks(rest + batch[start:])
+                await self._take_acks([msg for msg in batch if not _is_pull_request(msg)])
                 continue
-            start = 0
+            start = 0  # in the order sent: the acks before each request, then the request
             for i in asks:
                 await self._take_acks(batch[start:i])
                 await self.request_next(batch[i].reply or "", batch[i].payload)
@@ -1157,13 +1152,11 @@ class Consumer:
             if sseq >= self.next_sseq:
                 confirm = False
             else:
-                if self.config.sample_freq:
-                    self._sample_ack(_ack_info(tokens, base))
+                self._sample_ack(tokens, base)
                 self._ack(sseq, removals)
         elif body.startswith(b"+NXT"):
             if sseq < self.next_sseq:
-                if self.config.sample_freq:
-                    self._sample_ack(_ack_info(tokens, base))
+                self._sample_ack(tokens, base)
                 self._ack(sseq, removals)
             if msg.reply:
                 requests.append((msg.reply, body[4:]))
@@ -1368,17 +1361,13 @@ def parse_nak_delay(arg: bytes) -> int | None:
             return parse_go_duration(arg.decode())
         except (ValueError, UnicodeDecodeError):
             return None
-    try:
+    try:  # an object (it starts with "{"), read as a list of its pairs
         pairs = json.loads(arg, object_pairs_hook=list, parse_constant=_refuse)  # NaN: not JSON
     except (ValueError, UnicodeDecodeError):
         return None
-    if not isinstance(pairs, list):
-        return None
     delay = 0
     for key, value in pairs:
-        if key.lower() != "delay":
-            continue
-        if value is None:
+        if key.lower() != "delay" or value is None:
             continue
         if type(value) is not int or not -(1 << 63) <= value < (1 << 63):
             return None  # a fraction, an exponent, a string...: Go's int64 refuses it
@@ -1388,6 +1377,12 @@ def parse_nak_delay(arg: bytes) -> int | None:
 
 def _refuse(text: str) -> Any:
     raise ValueError(text)
+
+
+def _wire_size(to: str, reply: str, headers: bytes | None, payload: bytes) -> int:
+    """What flow control counts of a delivery, as the reference: the deliver subject, the ack
+    subject, headers and data."""
+    return len(to) + len(reply) + len(headers or b"") + len(payload)
 
 
 def _ack_subject(prefix: str, deliveries: int, sseq: int, dseq: int, ts: int, pending: int) -> str:

@@ -223,9 +223,6 @@ class ClientConnection:
         stream = self.stream
         deadline = self.cfg.write_deadline
         clock = asyncio.get_running_loop().time  # the clock anyio's deadlines use on asyncio
-        # A plain TCP connection whose transport takes the bytes at once needs no deadline:
-        # arming and disarming one (a timer on the loop) cost a tenth of a request's CPU.
-        try_send = stream.try_send if isinstance(stream, TcpStream) else None
         while True:
             if not self._out:
                 self._drained.set()
@@ -237,11 +234,13 @@ class ClientConnection:
                 await self._wake.wait()
                 self._wake.clear()
                 continue
+            # A plain TCP connection whose transport takes the bytes at once needs no deadline:
+            # arming and disarming one (a timer on the loop) cost a tenth of a request's CPU.
+            if self._write_through():
+                continue
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
             self._out.clear()
             self._pending = 0
-            if try_send is not None and try_send(data):
-                continue
             guard.deadline = clock() + deadline
             try:
                 await stream.send(data)
@@ -308,9 +307,10 @@ class ClientConnection:
             sub.delivered += len(msgs)
             self._write_through()
 
-    def _write_through(self) -> None:
+    def _write_through(self) -> bool:
         """Hand what is buffered to the TCP transport now, when it takes it without waiting (see
-        DESIGN.md: a run must not wait for the writer's turn); else the writer sends it."""
+        DESIGN.md: a run must not wait for the writer's turn); else the writer sends it. Whether
+        it was handed over."""
         stream = self.stream
         out = self._out
         if type(stream) is TcpStream and out:
@@ -319,6 +319,8 @@ class ClientConnection:
                 out.clear()
                 self._pending = 0
                 self._drained.set()
+                return True
+        return False
 
     def _buffer_delivery(self, data: bytes) -> bool:
         """Buffer ``data`` for the writer; False, and the client closed as a slow consumer, when

@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import aiosqlite
 import anyio
@@ -178,7 +178,7 @@ class _Trims:
     keep: int
 
 
-def _is_trim(op: Op) -> bool:
+def _is_trim(op: Op) -> TypeGuard[PurgeOp]:
     return (
         op.__class__ is PurgeOp
         and op.keep is not None
@@ -194,21 +194,23 @@ def _group_trims(ops: tuple[Op, ...]) -> tuple[Op | _Trims, ...]:
     if sum(1 for op in ops if op.__class__ is PurgeOp) < 2:
         return ops
     out: list[Op | _Trims] = []
-    run: dict[str, PurgeOp] = {}  # by subject, in order
+    run: dict[str, PurgeOp] = {}  # the run's purges by subject, in order, all keeping ``keep``
+    keep = 0
 
     def end_run() -> None:
         if len(run) > 1:
-            out.append(_Trims(tuple(run), next(iter(run.values())).keep))  # type: ignore[arg-type]
+            out.append(_Trims(tuple(run), keep))
         else:
             out.extend(run.values())
         run.clear()
 
     for op in ops:
         if _is_trim(op):
-            p: PurgeOp = op  # type: ignore[assignment]
-            if run and (p.subject in run or p.keep != next(iter(run.values())).keep):
+            subject = op.subject or ""  # a literal, by _is_trim
+            if run and (subject in run or op.keep != keep):
                 end_run()
-            run[p.subject] = p  # type: ignore[index]
+            keep = op.keep or 0
+            run[subject] = op
         else:
             end_run()
             out.append(op)
