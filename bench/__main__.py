@@ -5,6 +5,7 @@
     python -m bench consumers [--msgs 100000] [--ordered-msgs N] [--batch 500] [--kv-ops 5000] [--runs 1]
     python -m bench mqtt [--msgs 20000] [--size 128] [--inflight 100]
     python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 2]
+    python -m bench putfloor [--ops 5000] [--runs 3]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
 core/jetstream/consumers figures are medians over --runs runs; each run uses a fresh server of each
@@ -25,6 +26,8 @@ from bench.consumers import KV_WRITERS, ConsumerFigures, run_consumers
 from bench.core import CoreFigures, run_core
 from bench.jetstream import JsFigures, run_jetstream
 from bench.mqtt import run_mqtt
+from bench.putfloor import add_parser as add_putfloor_parser
+from bench.putfloor import putfloor_matrix
 from bench.spark import add_parser as add_spark_parser
 from bench.spark import spark_matrix
 from bench.store import MODES, run_store
@@ -299,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     mq.add_argument("--msgs", type=int, default=20_000)
     mq.add_argument("--size", type=int, default=128)
     mq.add_argument("--inflight", type=int, default=100, help="device QoS 1 inflight window")
+    add_putfloor_parser(sub)
     args = p.parse_args(argv)
     if args.matrix == "core":
         return core_matrix(args)
@@ -310,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         return store_matrix(args)
     if args.matrix == "spark":
         return spark_matrix(args)
+    if args.matrix == "putfloor":
+        return putfloor_matrix(args)
     if args.matrix == "mqtt":
         return run_mqtt(args.msgs, args.size, args.inflight)
     return 2
