@@ -8,6 +8,7 @@ reference's (ADR-1).
 from __future__ import annotations
 
 import base64
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,8 @@ Handler = Callable[["JetStream", "AccountJetStream", list[str], InboundMsg], Awa
 NAMES_LIMIT = 1024
 LIST_LIMIT = 256
 SUBJECTS_LIMIT = 100_000
+
+log = logging.getLogger("leafjet.jetstream.api")
 
 
 def _request(msg: InboundMsg, kind: str, *, required: bool = False) -> dict[str, Any]:
@@ -572,7 +575,15 @@ async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: I
     handler, type_name, args = found
     counted = type_name not in _UNCOUNTED
     try:
-        response = await handler(js, ajs, args, msg)
+        try:
+            response = await handler(js, ajs, args, msg)
+        except ApiError:
+            raise
+        except Exception as e:
+            # A bug must not leave the requester waiting or take the API down: a typed error
+            # reply of the request's kind, and the traceback in the log.
+            log.exception("JetStream API request on %s failed", msg.subject)
+            raise api_error("JSStreamGeneralErrorF", err=f"internal error ({type(e).__name__})") from e
     except ApiError as e:
         if counted:
             ajs.api_total += 1

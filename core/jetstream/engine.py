@@ -394,7 +394,8 @@ class JetStream:
                 ajs.api_total += 1
                 ajs.api_errors += 1
                 log.exception("JetStream API request on %s failed", msg.subject)
-                self.reply_json(ajs, msg, {"error": api_error("JSInvalidJSONErr").to_json()})
+                err = api_error("JSStreamGeneralErrorF", err="internal error")
+                self.reply_json(ajs, msg, {"error": err.to_json()})
 
     def reply_json(self, ajs: AccountJetStream, msg: InboundMsg, body: dict[str, Any]) -> None:
         if msg.reply:

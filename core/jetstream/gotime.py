@@ -218,6 +218,8 @@ def parse_go_duration(text: str) -> int:
         whole, frac, unit = m.group(1) or "0", m.group(2) or "", _DURATION_UNITS[m.group(3)]
         total += int(whole) * unit + (int(frac) * unit // 10 ** len(frac) if frac else 0)
         pos = m.end()
+    if total > (1 << 63) - (sign > 0):  # Go's Duration is an int64: beyond it is no duration
+        raise ValueError(f"time: invalid duration {text!r}")
     return sign * total
 
 

@@ -991,6 +991,11 @@ def _check_stream_cfg(
         if c["allow_atomic"]:
             raise _invalid_config("async persist mode is not supported with atomic batch publish")
 
+    if c["first_seq"] > _INT64[1]:
+        # The reference takes any uint64 and then reports a stream whose last sequence is below
+        # its first; leafjet's stores keep sequences as SQLite INTEGERs (int64).
+        raise _invalid_config(f"first sequence must be at most {_INT64[1]}")
+
     stream_subs: list[str] = []
     deliver_prefixes: list[str] = []
     api_prefixes: list[str] = []

@@ -95,7 +95,12 @@ def parse_ttl(value: str) -> int | None:
     except ValueError:
         if not value.isdigit():
             raise ValueError(value) from None
-        ns = int(value) * _SECOND
+        # The reference reads whole seconds into an int64 that wraps: 2^63 comes out negative
+        # (refused), 2^64 + 1 comes out as 1.
+        seconds = int(value) % (1 << 64)
+        if seconds >= 1 << 63:
+            raise ValueError(value) from None
+        ns = seconds * _SECOND
     if ns < _SECOND:
         raise ValueError(value)  # the reference's minimum TTL is one second
     return ns

@@ -690,6 +690,9 @@ class SqliteStore:
         return subjects, last
 
     async def get(self, seq: int) -> StoredMsg | None:
+        if not 0 < seq <= MAX_SEQ:  # a client may ask up to 2^64-1, beyond SQLite's INTEGER
+            self._check_open()
+            return None
         return await self._point_one(f"SELECT {COLS} FROM msgs WHERE seq = ?", (seq,))
 
     async def last_by_subject(self, subject_filter: str) -> StoredMsg | None:
@@ -739,6 +742,10 @@ class SqliteStore:
 
     async def first_after(self, seq: int, subject_filter: str | None = None) -> StoredMsg | None:
         filt = normalize_filter(subject_filter)
+        if seq > MAX_SEQ:
+            self._check_open()
+            return None
+        seq = max(seq, 0)
         if filt is None:
             return await self._point_one(
                 f"SELECT {COLS} FROM msgs WHERE seq >= ? ORDER BY seq LIMIT 1", (seq,)
@@ -849,6 +856,9 @@ class SqliteStore:
     async def num_pending(self, from_seq: int, subject_filter: str | None = None) -> int:
         self._check_open()
         filt = normalize_filter(subject_filter)
+        if from_seq > MAX_SEQ:
+            return 0
+        from_seq = max(from_seq, 0)
         with self._lock:
             if from_seq <= self._pub.first_seq:
                 if filt is None:

@@ -10,7 +10,7 @@ import anyio
 import nats.errors
 import pytest
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import APIError, BadRequestError, NoStreamResponseError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, KeyNotFoundError, NoStreamResponseError, NotFoundError
 
 from tests.support.jsapi import api, connect, jetstream
 from tests.support.raw import exchange
@@ -239,6 +239,46 @@ async def test_direct_get(js_server):
         assert reply.headers["Nats-Sequence"] == "2" and reply.headers["Nats-Stream"] == "DG"
         missing = await nc.request("$JS.API.DIRECT.GET.DG", json.dumps({"seq": 99}).encode(), timeout=5)
         assert missing.headers.get("Status") == "404"
+
+
+async def test_gets_beyond_the_largest_sequence_find_nothing(js_server):
+    """A client may ask for any uint64 sequence; one beyond what a stream can hold finds no
+    message (leafjet's stores keep sequences as int64)."""
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="BIG", subjects=["big.*"], allow_direct=True)
+        await js.publish("big.a", b"1")
+        kv = await js.create_key_value(bucket="BIGKV")
+        await kv.put("k", b"v")
+        for seq in (2**63, 2**64 - 1):
+            got = await api(nc, "$JS.API.STREAM.MSG.GET.BIG", {"seq": seq})
+            assert got["error"]["err_code"] == 10037, got
+            for body in ({"seq": seq}, {"seq": seq, "next_by_subj": "big.a"}):
+                m = await nc.request("$JS.API.DIRECT.GET.BIG", json.dumps(body).encode(), timeout=5)
+                assert m.headers.get("Status") == "404", (body, m.headers)
+            with pytest.raises(KeyNotFoundError):
+                await kv.get("k", revision=seq)
+        assert (await js.get_msg("BIG", 1)).data == b"1"
+
+
+async def test_a_first_sequence_beyond_int64(js_server):
+    """The reference creates such a stream and then reports its last sequence below its first;
+    leafjet refuses it with an invalid-config error (its sequences are int64)."""
+    async with jetstream(js_server) as (nc, js):
+        body = {"name": "FS", "subjects": ["fs"], "first_seq": 2**63}
+        got = await api(nc, "$JS.API.STREAM.CREATE.FS", body)
+        if js_server.kind == "reference":
+            assert got["config"]["first_seq"] == 2**63
+        else:
+            assert got["error"] == {
+                "code": 500,
+                "err_code": 10052,
+                "description": "first sequence must be at most 9223372036854775807",
+            }
+        top = await api(
+            nc, "$JS.API.STREAM.CREATE.TOP", {"name": "TOP", "subjects": ["top"], "first_seq": 2**63 - 1}
+        )
+        assert top["config"]["first_seq"] == 2**63 - 1
+        assert (await js.publish("top", b"x")).seq == 2**63 - 1
 
 
 async def test_gets_by_start_time(js_server):
@@ -975,6 +1015,11 @@ _TTL_BAD = {"code": 400, "err_code": 10165, "description": "invalid per-message 
         ("T", {"Nats-TTL": "1m30s"}, 2),
         ("T", {"Nats-TTL": "1.5s"}, 2),
         ("T", {"Nats-TTL": "500ms"}, _TTL_BAD),
+        # beyond Go's int64 Duration; whole seconds wrap as the reference's int64 does
+        ("T", {"Nats-TTL": "2562048h"}, _TTL_BAD),
+        ("T", {"Nats-TTL": "100000000000s"}, _TTL_BAD),
+        ("T", {"Nats-TTL": "9223372036854775808"}, _TTL_BAD),
+        ("T", {"Nats-TTL": "18446744073709551617"}, 2),
         ("R", {"Nats-Rollup": "ALL"}, 2),
         (
             "R",

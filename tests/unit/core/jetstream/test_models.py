@@ -758,13 +758,17 @@ def test_error_response_envelope():
         ("0", 0),
         ("-1m", -60_000_000_000),
         ("+7ns", 7),
+        ("9223372036854775807ns", (1 << 63) - 1),  # the largest int64
+        ("-9223372036854775808ns", -(1 << 63)),
     ],
 )
 def test_go_durations_parse_as_go_reads_them(text, ns):
     assert parse_go_duration(text) == ns
 
 
-@pytest.mark.parametrize("text", ["", "1", "s", ".s", "1x", "1s2", "1..5s", "-", "1 s"])
+@pytest.mark.parametrize(
+    "text", ["", "1", "s", ".s", "1x", "1s2", "1..5s", "-", "1 s", "9223372036854775808ns", "2562048h"]
+)
 def test_what_go_refuses_as_a_duration_is_refused(text):
     with pytest.raises(ValueError):
         parse_go_duration(text)

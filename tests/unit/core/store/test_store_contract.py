@@ -151,6 +151,22 @@ async def test_first_after_finds_the_first_matching_message_at_or_after_a_sequen
     assert await fa(6, "*.1") == 6
     assert await fa(7) is None
     assert await fa(1, "zzz") is None
+    assert await fa(-5) == 1
+
+
+async def test_sequences_beyond_int64_hold_no_message(h: StoreHarness) -> None:
+    """A client may name any uint64 sequence: beyond int64 there is nothing, and no error."""
+    await fill(h.store, ["a.1", "b.1"])
+    for seq in (1 << 63, (1 << 64) - 1):
+        assert await h.store.get(seq) is None
+        assert await h.store.first_after(seq) is None
+        assert await h.store.first_after(seq, "a.*") is None
+        assert await h.store.first_after(seq, "a.1") is None
+        assert await h.store.num_pending(seq) == 0
+        assert await h.store.num_pending(seq, "*.1") == 0
+        assert await h.store.range(seq) == []
+    assert [m.seq for m in await h.store.range(1, 1 << 64)] == [1, 2]
+    assert await h.store.num_pending(-(1 << 64), "*.1") == 2
 
 
 async def test_range_honours_start_end_limit_and_filter(h: StoreHarness) -> None:
