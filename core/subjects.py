@@ -69,6 +69,37 @@ def is_subset(sub: str, sup: str) -> bool:
     return len(a) == len(b)
 
 
+def subjects_collide(a: str, b: str) -> bool:
+    """Could one literal subject match both ``a`` and ``b``, as the reference decides it for a
+    stream filter (``STREAM.NAMES``/``LIST``'s ``subject``)? Neither side is validated: a
+    token counts as a wildcard only when it is exactly ``*`` or ``>``, an empty token matches
+    nothing but a ``>`` met before it, and between two patterns a token that starts with ``*``
+    or ``>`` matches any token."""
+    if a == b:
+        return True
+    ta, tb = a.split("."), b.split(".")
+    a_pwc, a_fwc = "*" in ta, ">" in ta
+    b_pwc, b_fwc = "*" in tb, ">" in tb
+    if not (a_pwc or a_fwc):
+        return (b_pwc or b_fwc) and _literal_matches(ta, tb)
+    if not (b_pwc or b_fwc):
+        return _literal_matches(tb, ta)
+    if len(ta) != len(tb) and ((len(ta) < len(tb) and not a_fwc) or (len(tb) < len(ta) and not b_fwc)):
+        return False
+    return all(x and y and (x[0] in "*>" or y[0] in "*>" or x == y) for x, y in zip(ta, tb, strict=False))
+
+
+def _literal_matches(literal: list[str], pattern: list[str]) -> bool:
+    for i, p in enumerate(pattern):
+        if i >= len(literal) or not p:
+            return False
+        if p == ">":
+            return True
+        if not literal[i] or (p[0] != "*" and literal[i] != p):
+            return False
+    return len(literal) == len(pattern)
+
+
 def overlaps(a: str, b: str) -> bool:
     """Could one literal subject match both patterns?"""
     ta, tb = a.split("."), b.split(".")

@@ -218,9 +218,8 @@ def _matching_streams(ajs: AccountJetStream, body: dict[str, Any]) -> list[Strea
     filt = body.get("subject")
     streams = sorted(ajs.streams.values(), key=lambda s: s.name)
     if filt:
-        if not subjects.is_valid_subject(filt):
-            return []  # as the reference: a filter that is no subject matches nothing
-        streams = [s for s in streams if any(subjects.overlaps(filt, sub) for sub in s.config.subjects)]
+        collide = subjects.subjects_collide
+        streams = [s for s in streams if any(collide(filt, sub) for sub in s.config.subjects)]
     return streams
 
 

@@ -429,6 +429,15 @@ async def test_names_list_update_delete(js_server):
         assert names["total"] == 3 and sorted(names["streams"]) == ["A1", "B2", "C3"]
         filtered = await api(nc, "$JS.API.STREAM.NAMES", {"subject": "b2.x"})
         assert filtered["streams"] == ["B2"]
+
+        async def named(filt: str) -> list[str] | None:
+            return (await api(nc, "$JS.API.STREAM.NAMES", {"subject": filt}))["streams"]
+
+        # the filter is matched token by token, not validated first
+        assert await named("b2..x") == ["B2"]
+        assert await named("*.x") == ["A1", "B2", "C3"]
+        assert await named("b2") is None
+        assert await named("..x") is None
         listed = await api(nc, "$JS.API.STREAM.LIST")
         assert listed["total"] == 3 and {s["config"]["name"] for s in listed["streams"]} == {"A1", "B2", "C3"}
         info = await js.update_stream(StreamConfig(name="A1", subjects=["a1.>", "extra.>"], max_msgs=10))

@@ -379,3 +379,29 @@ def test_ack_and_inbox_matches_agree_with_a_brute_force_scan(ops: list, probes: 
     for p in probes:
         check(p)
         check(p)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "collide"),
+    [
+        ("a.b", "a.b", True),
+        ("a.b", "a.c", False),
+        ("a.b", "a.*", True),
+        ("a.b", "a.>", True),
+        ("a", "a.>", False),
+        ("a.b.c", "a.*", False),
+        ("a..x", "a.>", True),  # not validated: the empty token is past the ">"
+        ("a..x", "a.*.x", False),  # an empty token matches no "*"
+        ("a.*", "*.b", True),
+        ("a.*", "a.>", True),
+        ("a.*.c", "a.*", False),  # patterns of partials only: lengths must agree
+        ("a.>", "a.b.*", True),
+        ("a.*x", "a.b.*", False),  # "*x" is a literal token, so "a.*x" is literal
+        ("a.*", "a.*x", True),  # literal "a.*x" against the pattern "a.*"
+        ("a.*x.c", "a.*.*", True),
+        ("a.b.*", "a.*x.>", True),  # between patterns a token starting with "*" matches any
+    ],
+)
+def test_subjects_collide_as_the_reference_decides_for_a_stream_filter(a: str, b: str, collide: bool) -> None:
+    assert subjects.subjects_collide(a, b) is collide
+    assert subjects.subjects_collide(b, a) is collide
