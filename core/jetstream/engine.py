@@ -412,7 +412,12 @@ def _consumer_record(consumer: Consumer, cfg: ConsumerConfig) -> bytes:
 
 
 def _api_path(subject: str, domain: str | None) -> list[str]:
-    """Tokens after the API prefix: ``$JS.API.STREAM.INFO.x`` -> ``["STREAM", "INFO", "x"]``."""
+    """Tokens after the API prefix: ``$JS.API.STREAM.INFO.x`` -> ``["STREAM", "INFO", "x"]``.
+
+    A byte that is no UTF-8 (kept by the parser as a lone surrogate) reads as U+FFFD, as the
+    reference shows it: a name taken from the subject must be text that can be stored and sent."""
+    if not subject.isascii():
+        subject = subject.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     tokens = subject.split(".")
     if tokens[1] == "API":
         return tokens[2:]

@@ -21,6 +21,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy
 from nats.js.errors import NotFoundError
 
 from tests.support.jsapi import api, connect, jetstream
+from tests.support.raw import exchange
 from tests.support.servers import start_leafjet
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -2327,3 +2328,22 @@ async def test_odd_pull_requests(js_server, request_body, expected):
                 assert [m.data for m in got] == [b"m1", b"m2", b"m3"]
         after = await pull(nc, "S", "O", {"batch": 10, "no_wait": True})
         assert status(after[-1]) == ("404", "No Messages"), "the consumer still serves pulls"
+
+
+async def test_a_name_token_that_is_no_utf8_reads_as_the_replacement_character(js_server):
+    """A raw client may send any byte in a subject: the consumer named by ``a\\xff`` is created,
+    found and deleted by that subject, and shows as ``a\\ufffd``, as on the reference."""
+    async with jetstream(js_server) as (_nc, js):
+        await js.add_stream(name="S", subjects=["s.>"])
+        body = b'{"stream_name":"S","config":{}}'
+        requests = [
+            (b"$JS.API.CONSUMER.CREATE.S.a\xff", body),
+            (b"$JS.API.CONSUMER.INFO.S.a\xff", b""),
+            (b"$JS.API.CONSUMER.DELETE.S.a\xff", b""),
+        ]
+        replies = []
+        for subject, payload in requests:  # one at a time: the reference answers out of order
+            data = b"SUB _r 1\r\nPUB %s _r %d\r\n%s\r\n" % (subject, len(payload), payload)
+            out, _closed = await anyio.to_thread.run_sync(lambda d=data: exchange(js_server.port, d))
+            replies.append(json.loads(out.split(b"MSG _r 1 ")[1].split(b"\r\n")[1]))
+        assert [r.get("name", r.get("success")) for r in replies] == ["a\ufffd", "a\ufffd", True], replies
