@@ -444,7 +444,7 @@ class Consumer:
                 form = headers, payload = self._delivered_form(msg)
                 size = len(msg.subject) + len(headers or b"") + len(payload)
                 size += len(self._reply_subject(msg, self._peek_pending(msg)))
-                if waiter.max_bytes and waiter.bytes + size > waiter.max_bytes:
+                if waiter.max_bytes > 0 and waiter.bytes + size > waiter.max_bytes:
                     self._status(
                         waiter.reply, 409, "Message Size Exceeds MaxBytes", self._pending_headers(waiter)
                     )
@@ -459,8 +459,13 @@ class Consumer:
                 waiter.delivered += 1
                 waiter.bytes += size
                 waiter.last_sent = now
-                if waiter.delivered >= waiter.batch:
+                left = waiter.max_bytes - waiter.bytes
+                if waiter.delivered >= waiter.batch or (waiter.max_bytes > 0 and left == 0):
+                    # as the reference: a batch that ends with bytes to spare says how many
                     self.waiting.pop(0)
+                    if waiter.max_bytes > 0 and left > 0:
+                        extra = (("Nats-Pending-Messages", "0"), ("Nats-Pending-Bytes", str(left)))
+                        self._status(waiter.reply, 409, "Batch Completed", extra)
                 elif len(self.waiting) > 1:
                     # as the reference: waiting requests take turns, a message each
                     self.waiting.append(self.waiting.pop(0))
@@ -512,7 +517,7 @@ class Consumer:
         message, nothing to pace."""
         cfg = self.config
         return (
-            not (waiter is not None and waiter.max_bytes)
+            not (waiter is not None and waiter.max_bytes > 0)
             and not self.redeliver
             and not self.initial
             and len(self.filters) <= 1
@@ -926,7 +931,7 @@ class Consumer:
     def _pending_headers(self, w: PullWaiter) -> tuple[tuple[str, str], ...]:
         return (
             ("Nats-Pending-Messages", str(max(w.batch - w.delivered, 0))),
-            ("Nats-Pending-Bytes", str(max(w.max_bytes - w.bytes, 0) if w.max_bytes else 0)),
+            ("Nats-Pending-Bytes", str(max(w.max_bytes - w.bytes, 0) if w.max_bytes > 0 else 0)),
         )
 
     def server_shutdown(self) -> None:

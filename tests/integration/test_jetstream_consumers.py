@@ -675,6 +675,29 @@ async def test_max_bytes_pull(js_server):
         assert tiny[0].headers["Nats-Pending-Bytes"] == "10"
 
 
+async def test_a_pull_with_a_byte_budget_ends_as_the_reference_ends_it(js_server):
+    """A batch done before its byte budget ends with a 409 "Batch Completed" telling the bytes
+    left; a budget spent exactly ends the request with no status; a negative max_bytes is no
+    budget at all."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js)
+        for _ in range(6):
+            await js.publish("s.x", b"x" * 100)
+        await create(nc, "S", {"durable_name": "MB", "ack_policy": "explicit"})
+        got = await pull(nc, "S", "MB", {"batch": 2, "max_bytes": 1000}, want=3, timeout=1)
+        assert [len(m.data) for m in got[:2]] == [100, 100]
+        spent = sum(len(m.subject) + len(m.reply) + len(m.data) for m in got[:2])
+        assert status(got[2]) == ("409", "Batch Completed")
+        assert got[2].headers["Nats-Pending-Messages"] == "0"
+        assert got[2].headers["Nats-Pending-Bytes"] == str(1000 - spent)
+        one = len(got[1].subject) + len(got[1].reply) + len(got[1].data)  # the next costs the same
+        body = {"batch": 3, "max_bytes": one, "expires": NS // 2}
+        exact = await pull(nc, "S", "MB", body, want=3, timeout=1)
+        assert [(len(m.data), is_status(m)) for m in exact] == [(100, False)], "no 408: the request ended"
+        unbounded = await pull(nc, "S", "MB", {"batch": 1, "max_bytes": -5})
+        assert [(len(m.data), is_status(m)) for m in unbounded] == [(100, False)]
+
+
 @pytest.mark.parametrize(
     ("request_body", "description"),
     [
