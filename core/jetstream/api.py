@@ -399,6 +399,10 @@ async def _create_consumer(
             consumers={name: c.config for name, c in stream.consumers.items()},
             has_interest=lambda deliver: bool(ajs.account.sublist.match(deliver)),
         )
+        if outcome.config.priority_policy != "none":
+            # The config is checked as the reference checks it (above); the groups' delivery
+            # rules (overflow, pinning) are not built, so the consumer is refused, not half made.
+            raise api_error("JSConsumerCreateErrF", err="priority groups are not supported by this server")
         if outcome.existing:
             consumer = stream.consumers[outcome.name]
             if outcome.config != consumer.config:

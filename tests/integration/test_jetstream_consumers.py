@@ -2370,3 +2370,22 @@ async def test_a_name_token_that_is_no_utf8_reads_as_the_replacement_character(j
             out, _closed = await anyio.to_thread.run_sync(lambda d=data: exchange(js_server.port, d))
             replies.append(json.loads(out.split(b"MSG _r 1 ")[1].split(b"\r\n")[1]))
         assert [r.get("name", r.get("success")) for r in replies] == ["a\ufffd", "a\ufffd", True], replies
+
+
+async def test_a_consumer_with_priority_groups(js_server):
+    """The reference delivers by the groups' rules; leafjet checks such a config as the
+    reference does and then refuses it, rather than create a consumer that ignores them."""
+    async with jetstream(js_server) as (nc, _js):
+        await nc.request("$JS.API.STREAM.CREATE.S", b'{"name":"S","subjects":["s.>"]}', timeout=5)
+        cfg = {"durable_name": "PG", "priority_policy": "overflow", "priority_groups": ["g"]}
+        got = await create(nc, "S", cfg)
+        if js_server.kind == "reference":
+            assert got["config"]["priority_groups"] == ["g"]
+        else:
+            assert got["error"] == {
+                "code": 500,
+                "err_code": 10012,
+                "description": "priority groups are not supported by this server",
+            }
+        bad = await create(nc, "S", {"durable_name": "PG2", "priority_policy": "overflow"})
+        assert bad["error"]["err_code"] == 10159, "the config's own errors come first, as on the reference"
