@@ -1293,9 +1293,19 @@ class Consumer:
 
     def close(self) -> None:
         self.deleted = True
+        # Pull requests routed here but not yet read (sent right behind the DELETE) end like
+        # the waiting ones: the reference's consumer answers whatever reached it.
+        queued: list[str] = []
+        while True:
+            try:
+                msg = self.acks.inbox.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+            if _is_pull_request(msg) and msg.reply:
+                queued.append(msg.reply)
         self.acks.close()
-        for w in self.waiting:
-            self._status(w.reply, 409, "Consumer Deleted")
+        for reply in [w.reply for w in self.waiting] + queued:
+            self._status(reply, 409, "Consumer Deleted")
         self.waiting.clear()
         self.wake()
 

@@ -2389,3 +2389,22 @@ async def test_a_consumer_with_priority_groups(js_server):
             }
         bad = await create(nc, "S", {"durable_name": "PG2", "priority_policy": "overflow"})
         assert bad["error"]["err_code"] == 10159, "the config's own errors come first, as on the reference"
+
+
+async def test_a_pull_written_right_behind_the_consumers_delete_is_answered(js_server):
+    """The DELETE and a pull request in one write: the pull gets its message (the reference,
+    sometimes) or "409 Consumer Deleted"; never silence until the client's timeout."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=3)
+        await create(nc, "S", {"durable_name": "D", "ack_policy": "explicit"})
+        data = (
+            b"SUB _d 1\r\nSUB _p 2\r\n"
+            b"PUB $JS.API.CONSUMER.DELETE.S.D _d 0\r\n\r\n"
+            b"PUB $JS.API.CONSUMER.MSG.NEXT.S.D _p 1\r\n1\r\n"
+        )
+        connect = b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
+        out, _closed = await anyio.to_thread.run_sync(lambda: exchange(js_server.port, data, connect=connect))
+        assert b'"success":true' in out
+        delivered = b"MSG s.0 2 " in out  # the message goes out with its own subject on sid 2
+        refused = b"HMSG _p 2 " in out and b"409 Consumer Deleted" in out
+        assert delivered or refused, out
