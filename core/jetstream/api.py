@@ -514,6 +514,12 @@ async def consumer_next(js: JetStream, ajs: AccountJetStream, args: list[str], m
     await consumer.request_next(reply, msg.payload)
 
 
+async def cluster_only(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
+    """Leader stepdowns and peer removal exist only in a cluster: a single server answers them
+    with the reference's "clustering support required", before looking anything up."""
+    raise api_error("JSClusterRequiredErr")
+
+
 # token path -> (handler, response type for errors, fewest and most name tokens after the path;
 # None = any number, e.g. DIRECT.GET.<stream>.<subject…> and CONSUMER.CREATE.<stream>.<name>.<filter…>)
 ROUTES: dict[tuple[str, ...], tuple[Handler, str, int, int | None]] = {
@@ -538,6 +544,9 @@ ROUTES: dict[tuple[str, ...], tuple[Handler, str, int, int | None]] = {
     ("CONSUMER", "LIST"): (consumer_list, "consumer_list_response", 1, 1),
     ("CONSUMER", "MSG", "NEXT"): (consumer_next, "consumer_next", 2, 2),
     ("CONSUMER", "PAUSE"): (consumer_pause, "consumer_pause_response", 2, 2),
+    ("STREAM", "LEADER", "STEPDOWN"): (cluster_only, "stream_leader_stepdown_response", 1, 1),
+    ("CONSUMER", "LEADER", "STEPDOWN"): (cluster_only, "consumer_leader_stepdown_response", 2, 2),
+    ("STREAM", "PEER", "REMOVE"): (cluster_only, "stream_remove_peer_response", 1, 1),
 }
 
 
@@ -574,6 +583,10 @@ _UNCOUNTED = frozenset({"direct_get", "consumer_next"})
 async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: InboundMsg) -> None:
     found = route(path)
     if found is None:
+        if path[:3] == ["CONSUMER", "MSG", "NEXT"] and msg.reply:
+            # The reference's consumers listen on MSG.NEXT.<stream>.<consumer>: other token
+            # counts reach no one, and the requester hears so.
+            js.reply_raw(ajs, msg.reply, no_responders_headers(msg.subject), b"")
         return  # as the reference: silence for a subject that is no API request (not counted)
     handler, type_name, args = found
     counted = type_name not in _UNCOUNTED

@@ -2408,3 +2408,22 @@ async def test_a_pull_written_right_behind_the_consumers_delete_is_answered(js_s
         delivered = b"MSG s.0 2 " in out  # the message goes out with its own subject on sid 2
         refused = b"HMSG _p 2 " in out and b"409 Consumer Deleted" in out
         assert delivered or refused, out
+
+
+async def test_requests_a_single_server_cannot_serve_are_answered(js_server):
+    """A pull on a subject with too few or too many tokens reaches no consumer: no responders.
+    Leader stepdowns and peer removal need a cluster: the reference's 503 10010, named by type."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=1)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        for subject in ("$JS.API.CONSUMER.MSG.NEXT.S", "$JS.API.CONSUMER.MSG.NEXT.S.C.x"):
+            with pytest.raises(nats.errors.NoRespondersError):
+                await nc.request(subject, b"1", timeout=2)
+        for subject, kind in (
+            ("$JS.API.STREAM.LEADER.STEPDOWN.S", "stream_leader_stepdown_response"),
+            ("$JS.API.CONSUMER.LEADER.STEPDOWN.S.C", "consumer_leader_stepdown_response"),
+            ("$JS.API.STREAM.PEER.REMOVE.S", "stream_remove_peer_response"),
+        ):
+            got = await api(nc, subject, {"peer": "x"} if "PEER" in subject else None)
+            need = {"code": 503, "err_code": 10010, "description": "JetStream clustering support required"}
+            assert got == {"type": f"io.nats.jetstream.api.v1.{kind}", "error": need}, subject
