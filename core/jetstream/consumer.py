@@ -1215,9 +1215,10 @@ class Consumer:
         else:
             acked = [sseq] if sseq in self.pending else []
             if sseq in self.maxed:
+                # It no longer holds the floor, but as in the reference the floor moves only
+                # with the next ack of a pending message.
                 self.maxed.discard(sseq)
                 self._dirty = True
-                self._floor_stale = True  # recomputed once per ack batch
         for s in acked:
             del self.pending[s]
         if not acked:

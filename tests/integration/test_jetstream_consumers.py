@@ -1683,6 +1683,25 @@ async def test_a_message_naked_at_max_deliver_is_not_redelivered(js_server):
         assert (adv["consumer"], adv["deliveries"]) == ("P", 2)
 
 
+async def test_an_ack_of_a_message_past_max_deliver_leaves_the_floor_to_the_next_ack(js_server):
+    """The message that reached max_deliver no longer holds the ack floor once acked, but the
+    floor moves only with the next ack of a pending message, as in the reference."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=4)
+        await create(nc, "S", {"durable_name": "M", "ack_policy": "explicit", "max_deliver": 2})
+        first = (await pull(nc, "S", "M", {"batch": 1, "expires": NS}))[0]
+        await confirm(nc, first, b"-NAK")
+        again = (await pull(nc, "S", "M", {"batch": 1, "expires": NS}))[0]
+        await confirm(nc, again, b"-NAK")
+        following = (await pull(nc, "S", "M", {"batch": 1, "expires": NS}))[0]
+        assert following.data == b"m2", "m1 reached max_deliver"
+        await confirm(nc, first)
+        c = await counters(js, "S", "M")
+        assert (c["ack_floor"], c["num_ack_pending"], c["num_redelivered"]) == ((0, 0), 1, 0)
+        await confirm(nc, following)
+        assert (await counters(js, "S", "M"))["ack_floor"] == (3, 2)
+
+
 async def test_sample_freq_sends_ack_metrics(js_server):
     """sample_freq "100%": every explicit ack of a pending message sends a consumer_ack metric
     naming the delivery it answered; without sample_freq, none."""
