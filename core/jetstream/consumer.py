@@ -46,6 +46,7 @@ _FC_LIMIT = 32 << 20
 # of 124k msgs/s with 1024 against 156k with 256 (4 runs each, same machine and hour).
 READ_AHEAD = 256
 PUSH_RUN = 256  # push messages delivered per turn of the loop, so acks and others run between
+NAK_RECHECK_NS = 10_000_000  # the earliest a NAK with a delay brings its message back
 
 
 def state_key(name: str) -> str:
@@ -1187,8 +1188,9 @@ class Consumer:
     def _nak(self, ack: _AckInfo, arg: bytes) -> None:
         """-NAK: redeliver now (after the other NAKed ones), or after the delay given as JSON
         (``{"delay": ns}``) or as a Go duration (``-NAK 2s``). As the reference: a delay that does
-        not parse is a plain NAK, one that parses but is not positive still goes the delayed way
-        (due at once, from the redelivery timer); a NAK of a delivery outside (ack floor, last
+        not parse is a plain NAK, one that parses goes the delayed way, and comes back no sooner
+        than ``NAK_RECHECK_NS`` (the reference looks at a delayed NAK 10 ms after it: a delay of
+        0 or below lets the next messages go first); a NAK of a delivery outside (ack floor, last
         delivered] is ignored. The MSG_NAKED advisory names the delivery answered."""
         sseq = ack.sseq
         p = self.pending.get(sseq)
@@ -1198,7 +1200,7 @@ class Consumer:
         self._advisory("MSG_NAKED", "nak", fields)
         delay = parse_nak_delay(arg) if arg else None
         if delay is not None:
-            self._arm(sseq, p, max(delay, 0))
+            self._arm(sseq, p, max(delay, NAK_RECHECK_NS))
         elif sseq not in self.redeliver:
             self.redeliver.append(sseq)  # in NAK order, as the reference
 

@@ -1548,11 +1548,15 @@ async def test_acks_of_undelivered_or_zero_sequences_get_no_confirmation(js_serv
         (b'-NAK {"delay": 5000000000.0}', False),
         (b'-NAK {"delay": "5s"}', False),
         (b'-NAK {"other": 1.5, "delay": 5000000000}', True),
+        # a delay that parses but is not positive still waits for the reference's 10 ms check
+        (b'-NAK {"delay": 0}', True),
+        (b'-NAK {"delay": -5}', True),
+        (b"-NAK 0s", True),
     ],
 )
 async def test_a_nak_delay_is_read_as_the_reference_reads_it(js_server, body, delayed):
     """The JSON delay is a whole number of nanoseconds under a key in any case; a fraction, an
-    exponent or a string makes it a plain NAK, redelivered at once."""
+    exponent or a string makes it a plain NAK, redelivered at once (ahead of new messages)."""
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=2)
         await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
