@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench import median_figures
 from bench.consumers import KV_WRITERS, ConsumerFigures, run_consumers
 from bench.core import CoreFigures, run_core
 from bench.jetstream import JsFigures, run_jetstream
@@ -44,11 +44,6 @@ GOALS["kv_put_ops_per_s"] = GOALS["kv_get_ops_per_s"] = GOALS["msgs_per_s"]
 GOALS["kv_put_writers_ops_per_s"] = GOALS["msgs_per_s"]
 
 
-def _median(figs: list) -> Any:
-    cls = type(figs[0])
-    return cls(**{k: statistics.median(getattr(f, k) for f in figs) for k in cls.__dataclass_fields__})
-
-
 def _goal(key: str, ratio: float) -> str:
     if key not in GOALS:
         return ""
@@ -69,7 +64,7 @@ def core_matrix(args: argparse.Namespace) -> int:
                     )
                 finally:
                     srv.stop()
-        results = {k: _median(v) for k, v in runs.items()}
+        results = {k: median_figures(v) for k, v in runs.items()}
     lj, ref = results["leafjet"], results["reference"]
     name = f"core N={args.msgs},MsgSz={args.size}B,Requests={args.requests},runs={args.runs}"
     print(f"\n{name}")
@@ -118,7 +113,7 @@ def jetstream_matrix(args: argparse.Namespace) -> int:
                     )
                 finally:
                     srv.stop()
-    res = {col: _median(v) for col, v in runs.items()}
+    res = {col: median_figures(v) for col, v in runs.items()}
     ref, al, iv = res["reference"], res["leafjet(always)"], res["leafjet(interval)"]
     name = (
         f"jetstream N={args.msgs},MsgSz={args.size}B,Window={args.window},"
@@ -173,7 +168,7 @@ def consumers_matrix(args: argparse.Namespace) -> int:
                     )
                 finally:
                     srv.stop()
-    res = {col: _median(v) for col, v in runs.items()}
+    res = {col: median_figures(v) for col, v in runs.items()}
     cols = [col for col, _ in servers]
     ref = res["reference"]
     name = (

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,8 +33,9 @@ from typing import Any
 import nats
 from nats.js.api import StorageType
 
+from bench import median_figures
 from bench.procstat import cpu_seconds
-from tests.support.servers import READY, REPO, start_server, wait_until
+from tests.support.servers import READY, REPO, start_server, wait_for_output
 
 BUCKET = "PFLOOR"
 KEYS, SIZE, WARMUP = 100, 128, 300
@@ -57,14 +57,14 @@ class _Responder:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.responder"], stdout=subprocess.PIPE, cwd=REPO, env=env
         )
-        out = self.proc.stdout
-        assert out is not None
-        line = wait_until(out.readline, 15.0, what="the responder to listen")
-        m = READY.search(line.decode())
-        if m is None:
-            self.stop()
-            raise RuntimeError(f"responder said {line!r}")
-        self.url = f"nats://127.0.0.1:{m.group(1)}"
+        try:
+            ready = wait_for_output(
+                self.proc, READY, 15.0, "the responder to listen", lambda: "the responder exited"
+            )
+        except BaseException:
+            self.proc.kill()
+            raise
+        self.url = f"nats://127.0.0.1:{ready.group(1)}"
         self.pid = self.proc.pid
 
     def stop(self) -> None:
@@ -127,11 +127,7 @@ def putfloor_matrix(args: argparse.Namespace) -> int:
         for r in range(args.runs):
             for i, (col, kind, config, storage) in enumerate(SERVERS):
                 runs[col].append(_one(kind, config, storage, Path(tmp) / f"{i}-{r}", args.ops))
-    fields = PutFigures.__dataclass_fields__
-    med = {
-        col: PutFigures(*(statistics.median(getattr(f, k) for f in figs) for k in fields))
-        for col, figs in runs.items()
-    }
+    med: dict[str, PutFigures] = {col: median_figures(figs) for col, figs in runs.items()}
     ref, floor = med["reference"], med[SERVERS[-1][0]]
     budget = ref.us_per_op / GOAL - floor.us_per_op
     print(f"\nputfloor Ops={args.ops},Keys={KEYS},ValueSz={SIZE}B,runs={args.runs} (medians)")

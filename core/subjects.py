@@ -90,6 +90,8 @@ def subjects_collide(a: str, b: str) -> bool:
 
 
 def _literal_matches(literal: list[str], pattern: list[str]) -> bool:
+    """``tokens_match`` with the reference's looser reading of unvalidated input: an empty token
+    matches nothing, and a pattern token that starts with ``*`` matches any token."""
     for i, p in enumerate(pattern):
         if i >= len(literal) or not p:
             return False

@@ -580,6 +580,13 @@ _ERROR_ZERO_FIELDS: dict[str, dict[str, Any]] = {
 _UNCOUNTED = frozenset({"direct_get", "consumer_next"})
 
 
+def _internal_error(msg: InboundMsg, failure: Exception) -> ApiError:
+    """A bug must not leave the requester waiting or take the API down: a typed error reply of
+    the request's kind, and the traceback in the log."""
+    log.error("JetStream API request on %s failed", msg.subject, exc_info=failure)
+    return api_error("JSStreamGeneralErrorF", err=f"internal error ({type(failure).__name__})")
+
+
 async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: InboundMsg) -> None:
     found = route(path)
     if found is None:
@@ -591,16 +598,9 @@ async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: I
     handler, type_name, args = found
     counted = type_name not in _UNCOUNTED
     try:
-        try:
-            response = await handler(js, ajs, args, msg)
-        except ApiError:
-            raise
-        except Exception as e:
-            # A bug must not leave the requester waiting or take the API down: a typed error
-            # reply of the request's kind, and the traceback in the log.
-            log.exception("JetStream API request on %s failed", msg.subject)
-            raise api_error("JSStreamGeneralErrorF", err=f"internal error ({type(e).__name__})") from e
-    except ApiError as e:
+        response = await handler(js, ajs, args, msg)
+    except Exception as failure:
+        e = failure if isinstance(failure, ApiError) else _internal_error(msg, failure)
         if counted:
             ajs.api_total += 1
             ajs.api_errors += e.counts_as_error
@@ -609,7 +609,9 @@ async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: I
             body.update(paged_error_json(e))
         body.update(_ERROR_ZERO_FIELDS.get(type_name, {}))
         js.reply_json(ajs, msg, body)
-        raise
+        if e is failure:
+            raise
+        raise e from failure
     if counted and type_name != "stream_msg_get_response":  # as the reference: a found message
         ajs.api_total += 1  # goes out without the API's accounting
     if response is not None:

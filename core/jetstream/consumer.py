@@ -63,7 +63,7 @@ class PullWaiter:
 
     reply: str
     batch: int
-    max_bytes: int
+    max_bytes: int  # 0 = no byte budget
     expires_at: int  # monotonic ns; 0 = never
     no_wait: bool
     heartbeat_ns: int
@@ -445,7 +445,7 @@ class Consumer:
                 form = headers, payload = self._delivered_form(msg)
                 size = len(msg.subject) + len(headers or b"") + len(payload)
                 size += len(self._reply_subject(msg, self._peek_pending(msg)))
-                if waiter.max_bytes > 0 and waiter.bytes + size > waiter.max_bytes:
+                if waiter.max_bytes and waiter.bytes + size > waiter.max_bytes:
                     self._status(
                         waiter.reply, 409, "Message Size Exceeds MaxBytes", self._pending_headers(waiter)
                     )
@@ -460,11 +460,10 @@ class Consumer:
                 waiter.delivered += 1
                 waiter.bytes += size
                 waiter.last_sent = now
-                left = waiter.max_bytes - waiter.bytes
-                if waiter.delivered >= waiter.batch or (waiter.max_bytes > 0 and left == 0):
-                    # as the reference: a batch that ends with bytes to spare says how many
+                left = waiter.max_bytes - waiter.bytes if waiter.max_bytes else None  # byte budget
+                if waiter.delivered >= waiter.batch or left == 0:
                     self.waiting.pop(0)
-                    if waiter.max_bytes > 0 and left > 0:
+                    if left:  # as the reference: a batch done with bytes to spare says how many
                         extra = (("Nats-Pending-Messages", "0"), ("Nats-Pending-Bytes", str(left)))
                         self._status(waiter.reply, 409, "Batch Completed", extra)
                 elif len(self.waiting) > 1:
@@ -518,7 +517,7 @@ class Consumer:
         message, nothing to pace."""
         cfg = self.config
         return (
-            not (waiter is not None and waiter.max_bytes > 0)
+            not (waiter is not None and waiter.max_bytes)
             and not self.redeliver
             and not self.initial
             and len(self.filters) <= 1
@@ -932,7 +931,7 @@ class Consumer:
     def _pending_headers(self, w: PullWaiter) -> tuple[tuple[str, str], ...]:
         return (
             ("Nats-Pending-Messages", str(max(w.batch - w.delivered, 0))),
-            ("Nats-Pending-Bytes", str(max(w.max_bytes - w.bytes, 0) if w.max_bytes > 0 else 0)),
+            ("Nats-Pending-Bytes", str(max(w.max_bytes - w.bytes, 0) if w.max_bytes else 0)),
         )
 
     def server_shutdown(self) -> None:
@@ -1030,9 +1029,9 @@ class Consumer:
                 self._status(reply, 408, "Requests Pending")
                 return
         expires_at = time.monotonic_ns() + req.expires_ns if req.expires_ns > 0 else 0
-        self.add_waiter(
-            PullWaiter(reply, max(req.batch, 1), req.max_bytes, expires_at, req.no_wait, req.heartbeat_ns)
-        )
+        budget = max(req.max_bytes, 0)  # a negative max_bytes is no budget, as in the reference
+        batch = max(req.batch, 1)
+        self.add_waiter(PullWaiter(reply, batch, budget, expires_at, req.no_wait, req.heartbeat_ns))
 
     def add_waiter(self, w: PullWaiter) -> None:
         self.touch()
@@ -1150,18 +1149,18 @@ class Consumer:
         sseq = _ack_num(tokens[base + 1])  # the other numbers are read only where they are used
         # As the reference: no confirmation for stream sequence 0, nor for an ack (or +TERM) of a
         # message not delivered yet.
+        delivered = sseq < self.next_sseq
         confirm = sseq != 0
         # The reference's reading of an ack body: exact words, except the kinds that take an
         # argument (+NXT <request>, -NAK <delay>, +TERM <reason>), which match as prefixes.
         body = msg.payload
         if not body or body == b"+ACK" or body == b"+OK":
-            if sseq >= self.next_sseq:
-                confirm = False
-            else:
+            confirm = confirm and delivered
+            if delivered:
                 self._sample_ack(tokens, base)
                 self._ack(sseq, removals)
         elif body.startswith(b"+NXT"):
-            if sseq < self.next_sseq:
+            if delivered:
                 self._sample_ack(tokens, base)
                 self._ack(sseq, removals)
             if msg.reply:
@@ -1176,9 +1175,8 @@ class Consumer:
         elif body.startswith(b"+TERM"):
             # As the reference: a termination is an acknowledgement (so with ack_policy all it
             # acknowledges everything up to the message), plus an advisory.
-            if sseq >= self.next_sseq:
-                confirm = False
-            else:
+            confirm = confirm and delivered
+            if delivered:
                 self._ack(sseq, removals)
             self._terminated_advisory(_ack_info(tokens, base), body[5:].strip().decode(errors="replace"))
         # anything else changes nothing, and is confirmed all the same (as the reference)

@@ -27,6 +27,7 @@ from typing import Any
 
 from core.api_errors import ApiError, api_error
 from core.jetstream.gotime import format_go_time, parse_go_time, rfc3339_nano
+from core.store.api import MAX_SEQ
 from core.subjects import is_subset, is_valid_literal_subject, is_valid_subject, overlaps
 
 API_TYPE_PREFIX = "io.nats.jetstream.api.v1."
@@ -991,10 +992,10 @@ def _check_stream_cfg(
         if c["allow_atomic"]:
             raise _invalid_config("async persist mode is not supported with atomic batch publish")
 
-    if c["first_seq"] > _INT64[1]:
+    if c["first_seq"] > MAX_SEQ:
         # The reference takes any uint64 and then reports a stream whose last sequence is below
-        # its first; leafjet's stores keep sequences as SQLite INTEGERs (int64).
-        raise _invalid_config(f"first sequence must be at most {_INT64[1]}")
+        # its first; leafjet's stores hold sequences up to MAX_SEQ.
+        raise _invalid_config(f"first sequence must be at most {MAX_SEQ}")
 
     stream_subs: list[str] = []
     deliver_prefixes: list[str] = []

@@ -24,6 +24,9 @@ from typing import NamedTuple, Protocol, TypeAlias, runtime_checkable
 from core.errors import StoreError
 from core.subjects import is_valid_literal_subject, is_valid_subject
 
+# The largest sequence a store holds (SQLite's INTEGER is an int64). A client may name any uint64
+# sequence; beyond this one there is no message, and a stream cannot start there.
+MAX_SEQ = (1 << 63) - 1
 MSG_OVERHEAD = 16
 FILE_MSG_OVERHEAD = 30
 """Bytes added per message on top of subject, headers and data (sequence and timestamp)."""

@@ -43,6 +43,7 @@ from core.errors import StoreError
 from core.store import schema
 from core.store.api import (
     FILE_MSG_OVERHEAD,
+    MAX_SEQ,
     Append,
     DeleteOp,
     DelMetaOp,
@@ -80,7 +81,6 @@ OFFLOAD_DECODE_BYTES = 256 << 10
 LOOP_RANGE_BYTES = 64 << 10
 POINT_READ_BUSY_MS = 20
 """How long a point read on the event loop waits for a busy database before it goes through aiosqlite."""
-MAX_SEQ = (1 << 63) - 1
 COLS = "seq, subject, hdr, data, ts, flags"
 IN_SUBJECTS = "subject IN (SELECT value FROM json_each(?))"
 
@@ -690,7 +690,7 @@ class SqliteStore:
         return subjects, last
 
     async def get(self, seq: int) -> StoredMsg | None:
-        if not 0 < seq <= MAX_SEQ:  # a client may ask up to 2^64-1, beyond SQLite's INTEGER
+        if not 0 < seq <= MAX_SEQ:  # no message beyond (a client may ask up to 2^64 - 1)
             self._check_open()
             return None
         return await self._point_one(f"SELECT {COLS} FROM msgs WHERE seq = ?", (seq,))

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,29 +143,43 @@ def start_leafjet(
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, cwd=REPO, env=env)
+    try:
+        ready = wait_for_output(
+            proc,
+            READY,
+            timeout,
+            "leafjet to be ready",
+            lambda: f"leafjet exited with {proc.returncode}: {log_path.read_text()}",
+        )
+    except BaseException:
+        proc.kill()
+        raise
+    return RunningServer("leafjet", int(ready.group(1)), proc, workdir, log_path, config)
+
+
+def wait_for_output(
+    proc: subprocess.Popen, pattern: re.Pattern[str], timeout: float, what: str, exited: Callable[[], str]
+) -> re.Match[str]:
+    """Read ``proc``'s stdout (a pipe, made non-blocking) until ``pattern`` appears in it; the
+    match. ``RuntimeError(exited())`` if the process ends first, TimeoutError after ``timeout``."""
     out = proc.stdout
     assert out is not None
     os.set_blocking(out.fileno(), False)
     buf = b""
 
-    def ready() -> int | None:
+    def ready() -> re.Match[str] | None:
         nonlocal buf
         chunk = out.read()
         if chunk:
             buf += chunk
-        m = READY.search(buf.decode(errors="replace"))
+        m = pattern.search(buf.decode(errors="replace"))
         if m:
-            return int(m.group(1))
+            return m
         if proc.poll() is not None:
-            raise RuntimeError(f"leafjet exited with {proc.returncode}: {log_path.read_text()}")
+            raise RuntimeError(exited())
         return None
 
-    try:
-        port = wait_until(ready, timeout, what="leafjet to be ready")
-    except BaseException:
-        proc.kill()
-        raise
-    return RunningServer("leafjet", port, proc, workdir, log_path, config)
+    return wait_until(ready, timeout, what=what)
 
 
 def start_reference(
