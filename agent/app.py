@@ -19,6 +19,7 @@ from agent import systemd
 from bridges.mqtt.bridge import run_bridge
 from bridges.mqtt.config import MqttBridgeConfig
 from core.config import ServerConfig
+from core.datadir import DataDirLock, lock_data_dir
 from core.errors import StartupError
 from core.jetstream.engine import JetStream
 from core.server.server import Server
@@ -43,10 +44,24 @@ async def serve_agent(cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = ()
     in the reverse order: the bridges, then stop accepting, drain clients, then stop the streams
     and close their stores."""
     data_dir = prepare_data_dir(cfg.data_dir)
+    locks = [lock_data_dir(data_dir)]  # held until the process exits
+    try:
+        await _serve(cfg, data_dir, locks, mqtt)
+    finally:
+        for lock in locks:
+            lock.release()
+    log.info("stopped")
+
+
+async def _serve(
+    cfg: ServerConfig, data_dir: Path, locks: list[DataDirLock], mqtt: tuple[MqttBridgeConfig, ...]
+) -> None:
     server = Server(cfg)
     js: JetStream | None = None
     if cfg.jetstream.enabled:
         store_dir = Path(cfg.jetstream.store_dir) if cfg.jetstream.store_dir else data_dir
+        if store_dir.resolve() != data_dir.resolve():
+            locks.append(lock_data_dir(prepare_data_dir(str(store_dir))))
         js = JetStream(server, cfg.jetstream, store_dir)
         server.extra_info["jetstream"] = True
         if cfg.jetstream.domain:
@@ -87,7 +102,6 @@ async def serve_agent(cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = ()
                 bridges_scope.cancel()
                 server.request_shutdown()
                 break
-    log.info("stopped")
 
 
 async def _start_bridges(tg: TaskGroup, scope: anyio.CancelScope, configs: list[MqttBridgeConfig]) -> None:

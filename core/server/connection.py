@@ -25,7 +25,7 @@ import anyio
 from anyio.abc import ByteStream
 from anyio.streams.tls import TLSStream
 
-from core import subjects
+from core import faults, subjects
 from core.errors import AuthError, ProtocolError
 from core.protocol import encoder
 from core.protocol import headers as hdrs
@@ -100,7 +100,7 @@ class ClientConnection:
             self.state = State.CLOSED
             self._remove_subscriptions()
             with anyio.CancelScope(shield=True):
-                await _aclose_quietly(self.stream)
+                await aclose_quietly(self.stream)
             if self._close_reason:
                 log.info("client %d %s closed: %s", self.cid, self.client_ip, self._close_reason)
 
@@ -108,7 +108,12 @@ class ClientConnection:
         auth = self.server.authenticator
         if auth.needs_nonce:
             self.nonce = auth.new_nonce()
-        await self.stream.send(self.server.info_for(self))
+        try:
+            await self.stream.send(self.server.info_for(self))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            # A health check or port scan that connects and closes at once: nothing to serve.
+            self._close_reason = "client closed the connection before INFO"
+            return
         if self.server.ssl_context is not None and not await self._start_tls():
             return
         async with anyio.create_task_group() as tg:
@@ -176,6 +181,8 @@ class ClientConnection:
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 self._close_reason = self._close_reason or "client closed the connection"
                 return
+            if faults.ARMED:
+                faults.fault_point("client_reader", self.name)
             try:
                 for event in self.parser.feed(data):
                     handle(event)
@@ -209,7 +216,13 @@ class ClientConnection:
         # One cancel scope for the writer's life, armed with write_deadline only while a send is
         # under way: a fail_after per send cost more CPU than the send itself.
         with anyio.CancelScope() as guard:
-            await self._write_loop(guard)
+            try:
+                await self._write_loop(guard)
+            except BaseException:
+                # Nobody will flush now: the reader's final wait for the drain must not wait
+                # out write_deadline for a writer that is gone.
+                self._drained.set()
+                raise
         if guard.cancelled_caught:
             self._close_reason = "write deadline exceeded (slow consumer)"
             self._out.clear()
@@ -233,6 +246,8 @@ class ClientConnection:
                     return
                 await self._wake.wait()
                 self._wake.clear()
+                if faults.ARMED:
+                    faults.fault_point("client_writer", self.name)
                 continue
             # A plain TCP connection whose transport takes the bytes at once needs no deadline:
             # arming and disarming one (a timer on the loop) cost a tenth of a request's CPU.
@@ -257,6 +272,8 @@ class ClientConnection:
     async def _pinger(self) -> None:
         while True:
             await anyio.sleep(self.cfg.ping_interval)
+            if faults.ARMED:
+                faults.fault_point("client_pinger", self.name)
             if self.pings_out >= self.cfg.ping_max:
                 self.close("stale connection", "Stale Connection")
                 return
@@ -490,7 +507,7 @@ def _valid_queue(queue: str) -> bool:
     return bool(queue) and not any(c.isspace() for c in queue)
 
 
-async def _aclose_quietly(stream: ByteStream) -> None:
+async def aclose_quietly(stream: ByteStream) -> None:
     try:
         with anyio.move_on_after(1):
             await stream.aclose()

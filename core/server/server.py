@@ -28,7 +28,8 @@ from core.protocol import encoder
 from core.server import tcp
 from core.server.accounts import AccountRegistry
 from core.server.auth import Authenticator, PermissionChecker, Permissions
-from core.server.connection import ClientConnection, State
+from core.server.connection import ClientConnection, State, aclose_quietly
+from core.server.failures import describe_failure
 from core.server.tcp import TcpStream
 from core.store.crypto import CipherSpec
 from core.tls import server_ssl_context
@@ -115,25 +116,28 @@ class Server:
                 await anyio.sleep(0.01)
 
     async def _handle_client(self, stream: TcpStream) -> None:
+        """Serve one client. The supervision point for connections: whatever ends the client --
+        the peer, a protocol error, or a bug in handling what it sent -- ends it alone, closed and
+        logged once; nothing propagates into the listener's task group (see DESIGN.md)."""
         self._next_cid += 1
         cid = self._next_cid
-        try:
-            ip = stream.extra(SocketAttribute.remote_address)[0]
-        except Exception:
-            ip = "?"
+        ip = _peer_ip(stream)
         if len(self.clients) >= self.config.max_connections:
-            with anyio.move_on_after(1):
+            with anyio.move_on_after(1), contextlib.suppress(Exception):
                 await stream.send(encoder.encode_err("maximum connections exceeded"))
-            await stream.aclose()
+            await aclose_quietly(stream)
             return
-        sock = stream.extra(SocketAttribute.raw_socket)
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        client = ClientConnection(self, stream, cid, str(ip))
+        _set_nodelay(stream)
+        client = ClientConnection(self, stream, cid, ip)
         self.clients[cid] = client
         self.stats.connections_total += 1
         try:
             await client.run()
+        except Exception as e:
+            # A failure the connection did not expect is a bug, but a bug of this client's
+            # handling: it must not take the server down. One line, with where it happened.
+            log.error("client %d %s closed: internal error: %s", cid, ip, describe_failure(e))
+            log.debug("client %d: internal error", cid, exc_info=e)
         finally:
             self.clients.pop(cid, None)
             client.state = State.CLOSED
@@ -176,6 +180,21 @@ class Server:
         if client.nonce is not None:
             info["nonce"] = client.nonce
         return encoder.encode_info(info)
+
+
+def _peer_ip(stream: TcpStream) -> str:
+    try:
+        return str(stream.extra(SocketAttribute.remote_address)[0])
+    except Exception:  # the peer may already be gone (no address, no socket)
+        return "?"
+
+
+def _set_nodelay(stream: TcpStream) -> None:
+    try:
+        sock = stream.extra(SocketAttribute.raw_socket)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except Exception:  # a socket closed before we got to it: the connection ends on its first read
+        pass
 
 
 def _cipher_spec(config: ServerConfig) -> CipherSpec | None:
