@@ -16,12 +16,12 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from agent import systemd
-from bridges.mqtt.bridge import run_bridge
 from bridges.mqtt.config import MqttBridgeConfig
 from core.config import ServerConfig
 from core.datadir import DataDirLock, lock_data_dir
 from core.errors import StartupError
 from core.jetstream.engine import JetStream
+from core.server.failures import describe_failure
 from core.server.server import Server
 
 log = logging.getLogger("leafjet.agent")
@@ -105,16 +105,50 @@ async def _serve(
 
 
 async def _start_bridges(tg: TaskGroup, scope: anyio.CancelScope, configs: list[MqttBridgeConfig]) -> None:
-    """The bridges run in one child task group under ``scope``, so shutdown cancels them first."""
+    """The bridges run in one child task group under ``scope``, so shutdown cancels them first;
+    each under its own supervisor, so a bridge that fails is restarted and never ends the agent."""
 
     async def run_all(*, task_status: TaskStatus[None]) -> None:
         with scope:
             async with anyio.create_task_group() as inner:
                 for b in configs:
-                    await inner.start(run_bridge, b)
+                    await inner.start(_supervise_bridge, b)
                 task_status.started()
 
     await tg.start(run_all)
+
+
+BRIDGE_RESTART_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0)
+"""Waits before restarting a failed bridge, the last one repeated: a bridge that fails at once on
+every start (a bug its input triggers) costs a log line every 30 s, not a busy loop."""
+
+
+async def _supervise_bridge(config: MqttBridgeConfig, *, task_status: TaskStatus[None]) -> None:
+    """Run one in-process bridge; when it fails, log one line and restart it after a pause. The
+    bridge reconnects to its peers by itself: what reaches here is a failure it did not expect."""
+    from bridges.mqtt.bridge import run_bridge  # imported when a bridge is configured: paho is not small
+
+    failures = 0
+    reported = False
+    while True:
+        try:
+            async with anyio.create_task_group() as one:
+                await one.start(run_bridge, config)
+                if not reported:
+                    task_status.started()
+                    reported = True
+            return
+        except Exception as e:
+            delay = BRIDGE_RESTART_DELAYS[min(failures, len(BRIDGE_RESTART_DELAYS) - 1)]
+            failures += 1
+            log.error(
+                "mqtt bridge %r failed: %s; restarting in %.0f s", config.name, describe_failure(e), delay
+            )
+            log.debug("mqtt bridge %r failure", config.name, exc_info=e)
+            if not reported:
+                task_status.started()
+                reported = True
+            await anyio.sleep(delay)
 
 
 def _have_uvloop() -> bool:

@@ -8,6 +8,7 @@ load on the paths that have one.
 Kinds in use (each names what the call site passes as ``name``):
 - ``client_reader``, ``client_writer``, ``client_pinger``: a client connection's three tasks
   (the client's CONNECT ``name``);
+- ``mqtt_bridge``: an in-process MQTT bridge, once connected to NATS (the bridge's ``name``);
 """
 
 from __future__ import annotations

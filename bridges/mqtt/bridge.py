@@ -35,6 +35,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from core import faults
+
 from .config import MQTT_V5, MqttBridgeConfig, OutboundRoute
 from .messages import (
     H_MSG_ID,
@@ -112,6 +114,8 @@ class MqttBridge:
         task_status.started(self)
         nc = await self._connect_nats()
         try:
+            if faults.ARMED:
+                faults.fault_point("mqtt_bridge", self.config.name)
             js = nc.jetstream(timeout=self.config.ack_timeout)
             client = self._start_mqtt()
             try:

@@ -48,3 +48,30 @@ async def test_bridge_in_the_agent_config_stores_device_messages(mosquitto, tmp_
             assert last.data == b"29"
     finally:
         assert agent.stop() == 0, "the agent with its bridge shuts down cleanly"
+
+
+async def test_a_failing_bridge_is_restarted_and_never_ends_the_agent(mosquitto, tmp_path, monkeypatch):
+    monkeypatch.setenv("LEAFJET_FAULTS", "mqtt_bridge:inproc")
+    config = {
+        "bridges": {
+            "mqtt": [
+                {
+                    "name": "inproc",
+                    "url": f"mqtt://127.0.0.1:{mosquitto.port}",
+                    "client_id": "leafjet-inproc-fault",
+                    "inbound": [{"filter": "plant/#", "qos": 1, "subject_prefix": "mqtt"}],
+                }
+            ]
+        }
+    }
+    agent = start_leafjet(tmp_path / "agent", config)
+    try:
+        with anyio.fail_after(20):
+            while agent.log().count("mqtt bridge 'inproc' failed") < 2:
+                await anyio.sleep(0.1)
+        assert "InjectedFault" in agent.log()
+        async with jetstream(agent) as (_, js):
+            await js.add_stream(name="STILL", subjects=["still"])
+            assert (await js.publish("still", b"up")).seq == 1
+    finally:
+        assert agent.stop() == 0, "the agent shuts down cleanly with its bridge in a restart pause"
