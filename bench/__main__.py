@@ -6,6 +6,7 @@
     python -m bench mqtt [--msgs 20000] [--size 128] [--inflight 100]
     python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 2]
     python -m bench putfloor [--ops 5000] [--runs 3]
+    python -m bench footprint [--streams 1000] [--idle-seconds 10] [--nofile 1024]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
 core/jetstream/consumers figures are medians over --runs runs; each run uses a fresh server of each
@@ -24,6 +25,8 @@ from typing import Any
 from bench import median_figures
 from bench.consumers import KV_WRITERS, ConsumerFigures, run_consumers
 from bench.core import CoreFigures, run_core
+from bench.footprint import add_parser as add_footprint_parser
+from bench.footprint import footprint_matrix
 from bench.jetstream import JsFigures, run_jetstream
 from bench.mqtt import run_mqtt
 from bench.putfloor import add_parser as add_putfloor_parser
@@ -298,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     mq.add_argument("--size", type=int, default=128)
     mq.add_argument("--inflight", type=int, default=100, help="device QoS 1 inflight window")
     add_putfloor_parser(sub)
+    add_footprint_parser(sub)
     args = p.parse_args(argv)
     if args.matrix == "core":
         return core_matrix(args)
@@ -311,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         return spark_matrix(args)
     if args.matrix == "putfloor":
         return putfloor_matrix(args)
+    if args.matrix == "footprint":
+        return footprint_matrix(args)
     if args.matrix == "mqtt":
         return run_mqtt(args.msgs, args.size, args.inflight)
     return 2
