@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ipaddress
 import logging
 import platform
 import secrets
@@ -93,6 +94,15 @@ class Server:
                 self.port = listener.sockets[0].getsockname()[1]
                 self._info_base = self._build_info()
                 log.info("listening for client connections on %s:%d", self.config.host, self.port)
+                if not self.authenticator.required and not _is_loopback(self.config.host):
+                    log.warning(
+                        "no authentication is configured and clients can connect from other hosts"
+                        " (%s:%d): anyone who reaches this port can publish, subscribe and manage"
+                        " JetStream; configure users (see deploy/agent.example.toml) or listen on"
+                        " 127.0.0.1",
+                        self.config.host,
+                        self.port,
+                    )
                 task_status.started(self.port)
                 await self._stop.wait()
             finally:
@@ -180,6 +190,13 @@ class Server:
         if client.nonce is not None:
             info["nonce"] = client.nonce
         return encoder.encode_info(info)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"  # a name: only this one is known to stay on the machine
 
 
 def _peer_ip(stream: TcpStream) -> str:

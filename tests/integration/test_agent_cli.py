@@ -121,3 +121,14 @@ def test_secrets_never_reach_the_log(tmp_path):
     log = srv.log()
     assert "Authorization" in log or "authorization" in log
     assert "hunter2-secret" not in log and "wrong-secret-pw" not in log
+
+
+def test_an_open_server_on_a_public_address_warns_and_a_loopback_one_does_not(tmp_path):
+    public = start_leafjet(tmp_path / "public", extra_args=("--host", "0.0.0.0"))
+    local = start_leafjet(tmp_path / "local")
+    try:
+        assert "no authentication is configured" in public.log()
+        assert "no authentication is configured" not in local.log()
+    finally:
+        public.stop()
+        local.stop()
