@@ -8,7 +8,7 @@
     protocol = "5"                           # or "3.1.1"
     client_id = "leafjet-plant1"             # fixed: the broker keeps our session under it
     clean_session = false                    # persistent session (MQTT 5: clean_start=false + expiry)
-    session_expiry = "1d"
+    session_expiry = "24h"
     username = "bridge"                      # or a client certificate in [bridges.mqtt.tls]
     password = "secret"
     nats_url = "nats://127.0.0.1:4222"       # the agent or hub this bridge writes to
