@@ -27,6 +27,20 @@ _OVERRIDES = {
 }
 
 
+AGENT_EPILOG = """\
+precedence: a flag, then its LEAFJET_* variable, then the config file, then the default.
+
+signals: SIGTERM or SIGINT stop the agent in order (stop accepting, flush and close the
+clients, close the streams) and it exits 0.
+
+exit codes:
+  0  clean exit
+  1  runtime failure
+  2  usage or configuration error (bad flag, invalid config, no data directory)
+  3  start-up failure (port in use, data directory not writable or held by another agent)
+"""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse exits 2 too; keep the message to one line
         self.print_usage(sys.stderr)
@@ -38,17 +52,32 @@ def _build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="leafjet", description="leafjet: NATS/JetStream-compatible edge-to-cloud streaming")
     p.add_argument("--version", action="version", version="leafjet 0.1.0")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    a = sub.add_parser("agent", help="run the leaf agent (a NATS server with JetStream on SQLite)")
-    a.add_argument("--host", help="address to listen on (default 0.0.0.0)")
-    a.add_argument("--port", type=int, help="client port (default 4222; 0 picks a free port)")
-    a.add_argument("--data-dir", help="where streams are stored")
-    a.add_argument("--server-name", help="server name reported in INFO")
-    a.add_argument("--config", help="TOML config file")
-    a.add_argument("--check-config", metavar="FILE", help="validate a config file and exit")
+    a = sub.add_parser(
+        "agent",
+        help="run the leaf agent (a NATS server with JetStream on SQLite)",
+        description="Run the leaf agent: a NATS server with JetStream, its streams in SQLite-WAL files.",
+        epilog=AGENT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    a.add_argument("--host", help="address to listen on (default 0.0.0.0; env LEAFJET_HOST)")
+    a.add_argument(
+        "--port", type=int, help="client port (default 4222; 0 picks a free port; env LEAFJET_PORT)"
+    )
+    a.add_argument(
+        "--data-dir",
+        help="where streams are stored; required, here, in LEAFJET_DATA_DIR or as data_dir in the"
+        " config. One agent at a time owns it",
+    )
+    a.add_argument("--server-name", help="server name reported in INFO (env LEAFJET_SERVER_NAME)")
+    a.add_argument("--config", help="TOML config file, nats-server's field names (env LEAFJET_CONFIG)")
+    a.add_argument(
+        "--check-config", metavar="FILE", help="validate a config file, print the verdict and exit"
+    )
     a.add_argument(
         "--log-level",
         default=os.environ.get("LEAFJET_LOG_LEVEL", "info"),
         choices=["debug", "info", "warning", "error"],
+        help="log verbosity on stderr (default info; env LEAFJET_LOG_LEVEL)",
     )
     c = sub.add_parser("certs", help="generate development TLS certificates", add_help=False)
     c.add_argument("rest", nargs=argparse.REMAINDER)

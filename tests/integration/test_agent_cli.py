@@ -132,3 +132,13 @@ def test_an_open_server_on_a_public_address_warns_and_a_loopback_one_does_not(tm
     finally:
         public.stop()
         local.stop()
+
+
+def test_agent_help_names_every_variable_and_exit_code():
+    r = run_cli("agent", "--help")
+    assert r.returncode == 0
+    for word in ("LEAFJET_HOST", "LEAFJET_PORT", "LEAFJET_DATA_DIR", "LEAFJET_CONFIG", "LEAFJET_LOG_LEVEL"):
+        assert word in r.stdout, word
+    assert "required" in r.stdout
+    for code in ("0  clean exit", "1  runtime failure", "2  usage", "3  start-up failure"):
+        assert code in r.stdout, code
