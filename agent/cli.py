@@ -24,7 +24,9 @@ _OVERRIDES = {
     "port": ("port", "LEAFJET_PORT"),
     "data_dir": ("data_dir", "LEAFJET_DATA_DIR"),
     "server_name": ("server_name", "LEAFJET_SERVER_NAME"),
+    "http_port": ("http_port", "LEAFJET_HTTP_PORT"),
 }
+_PORTS = ("port", "http_port")
 
 
 AGENT_EPILOG = """\
@@ -62,6 +64,13 @@ def _build_parser() -> argparse.ArgumentParser:
     a.add_argument("--host", help="address to listen on (default 0.0.0.0; env LEAFJET_HOST)")
     a.add_argument(
         "--port", type=int, help="client port (default 4222; 0 picks a free port; env LEAFJET_PORT)"
+    )
+    a.add_argument(
+        "--http-port",
+        "-m",
+        type=int,
+        help="monitoring HTTP port: /varz, /connz, /jsz, /healthz, /metrics... (default off;"
+        " env LEAFJET_HTTP_PORT)",
     )
     a.add_argument(
         "--data-dir",
@@ -156,15 +165,16 @@ def _apply_overrides(cfg, args: argparse.Namespace):
         value = getattr(args, dest, None)
         if value is None and env in os.environ:
             value = os.environ[env]
-            if field == "port":
+            if field in _PORTS:
                 try:
                     value = int(value)
                 except ValueError:
                     raise ConfigError(env, f"expected a port number, got {value!r}") from None
         if value is not None:
             changes[field] = value
-    if "port" in changes and not 0 <= changes["port"] <= 65535:
-        raise ConfigError("port", f"must be between 0 and 65535, got {changes['port']}")
+    for field in _PORTS:
+        if field in changes and not 0 <= changes[field] <= 65535:
+            raise ConfigError(field, f"must be between 0 and 65535, got {changes[field]}")
     return cfg.replace(**changes) if changes else cfg
 
 

@@ -101,6 +101,10 @@ class ServerConfig:
     write_deadline: float = 10.0
     shutdown_timeout: float = 5.0
     data_dir: str = ""
+    # Monitoring HTTP server (the reference's http_port / http): off unless a port is given;
+    # it binds http_host, or the client listener's host when that is empty.
+    http_port: int | None = None
+    http_host: str = ""
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TLSConfig | None = None
     jetstream: JetStreamConfig = field(default_factory=JetStreamConfig)
@@ -197,6 +201,7 @@ def config_from_dict(data: dict[str, Any], *, base_dir: Path | None = None) -> S
     d = ServerConfig()
     host = t.string("host", None) or t.string("listen", None) or d.host
     port = t.integer("port", d.port, maximum=65535)
+    http_host, http_port = _read_http(t)
     cfg = ServerConfig(
         host=host,
         port=port,
@@ -210,6 +215,8 @@ def config_from_dict(data: dict[str, Any], *, base_dir: Path | None = None) -> S
         write_deadline=t.duration("write_deadline", d.write_deadline),
         shutdown_timeout=t.duration("shutdown_timeout", d.shutdown_timeout),
         data_dir=t.string("data_dir", "") or "",
+        http_port=http_port,
+        http_host=http_host,
         auth=_read_auth(t),
         tls=_read_tls(t.take("tls"), base_dir) if "tls" in t.data else None,
         jetstream=_read_jetstream(t.take("jetstream", {})),
@@ -218,6 +225,21 @@ def config_from_dict(data: dict[str, Any], *, base_dir: Path | None = None) -> S
     if cfg.max_payload > cfg.max_pending:
         raise ConfigError("max_payload", "must not exceed max_pending")
     return cfg
+
+
+def _read_http(t: ConfigTable) -> tuple[str, int | None]:
+    """``http_port = 8222`` or ``http = "host:port"`` (the reference's two spellings; one of them)."""
+    if "http" in t.data and "http_port" in t.data:
+        raise ConfigError("http", "give http (host:port) or http_port, not both")
+    if "http_port" in t.data:
+        return "", t.integer("http_port", 0, maximum=65535)
+    spec = t.string("http")
+    if spec is None:
+        return "", None
+    host, sep, port = spec.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError("http", f'expected "host:port" such as "127.0.0.1:8222", got {spec!r}')
+    return host.strip("[]"), int(port)
 
 
 def _resolve(path: str | None, base_dir: Path | None) -> str | None:

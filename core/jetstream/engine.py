@@ -30,6 +30,7 @@ from core.jetstream import api
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
 from core.jetstream.consumer_models import ConsumerConfig, paused_config
 from core.jetstream.models import StreamConfig
+from core.jetstream.monitoring import JetStreamMonitor
 from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
 from core.server.accounts import Subscription
 from core.server.internal import InboundMsg, InternalReceiver
@@ -94,6 +95,8 @@ class JetStream:
         self._stream_scopes: dict[tuple[str, str], anyio.CancelScope] = {}
         self._consumer_scopes: dict[tuple[str, str, str], anyio.CancelScope] = {}
         server.shutdown_hooks.append(self._server_shutdown)
+        self.recovered = False  # every stream on disk loaded (/healthz answers 503 until then)
+        server.jetstream_monitor = JetStreamMonitor(self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -116,6 +119,7 @@ class JetStream:
                     receivers.append((ajs, rx))
                     tg.start_soon(self._serve_api, ajs, rx)
                 tg.start_soon(self._reap_inactive)
+                self.recovered = True
                 task_status.started()
         finally:
             for _ajs, api_rx in receivers:

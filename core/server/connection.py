@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,12 @@ class ClientConnection:
         self.no_responders = False
         self.nonce: str | None = None
         self.pings_out = 0
+        # monitoring counters (/connz, /varz, /metrics): an increment per message, nothing more
+        self.start_ns = time.time_ns()
+        self.in_msgs = 0
+        self.in_bytes = 0
+        self.out_msgs = 0
+        self.out_bytes = 0
         # outbound buffer
         self._out: list[bytes] = []
         self._pending = 0
@@ -275,6 +282,7 @@ class ClientConnection:
             if faults.ARMED:
                 faults.fault_point("client_pinger", self.name)
             if self.pings_out >= self.cfg.ping_max:
+                self.server.stats.stale_connections += 1
                 self.close("stale connection", "Stale Connection")
                 return
             self.pings_out += 1
@@ -286,6 +294,12 @@ class ClientConnection:
             return
         if self.state is State.HANDSHAKE:
             self.close("authentication timeout", "Authentication Timeout")
+
+    # ------------------------------------------------------------------ monitoring (read-only)
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending
 
     # ------------------------------------------------------------------ outbound
 
@@ -308,6 +322,8 @@ class ClientConnection:
             headers = None  # a client that did not ask for headers gets the payload only
         if not self._buffer_delivery(encoder.encode_msg(subject, sub.sid, reply, payload, headers)):
             return
+        self.out_msgs += 1
+        self.out_bytes += len(payload) if headers is None else len(payload) + len(headers)
         sub.delivered += 1
         if sub.max_msgs is not None and sub.delivered >= sub.max_msgs:
             self._unsubscribe(sub)
@@ -322,6 +338,8 @@ class ClientConnection:
             return
         if self._buffer_delivery(encoder.encode_msgs(sub.sid, msgs, self.headers)):
             sub.delivered += len(msgs)
+            self.out_msgs += len(msgs)
+            self.out_bytes += _run_bytes(msgs, self.headers)
             self._write_through()
 
     def _write_through(self) -> bool:
@@ -443,6 +461,8 @@ class ClientConnection:
     def _on_pub(self, ev: Pub) -> None:
         if self.state is not State.CONNECTED and not self._require_connected():
             return
+        self.in_msgs += 1
+        self.in_bytes += len(ev.payload) if ev.headers is None else len(ev.payload) + len(ev.headers)
         if ev.headers is not None and not self.headers:
             # The reference closes a client that sends HPUB without having negotiated headers.
             self.close("HPUB without headers support", None)
@@ -501,6 +521,13 @@ class ClientConnection:
     def _unsubscribe(self, sub: Subscription) -> None:
         if self.subs.pop(sub.sid, None) is not None and self.account is not None:
             self.account.unsubscribe(sub)
+
+
+def _run_bytes(msgs: Sequence[tuple[str, str | None, bytes | None, bytes]], with_headers: bool) -> int:
+    """Payload (and header) bytes of a run, as ``deliver`` counts them for each message."""
+    if with_headers:
+        return sum(len(p) + (len(h) if h is not None else 0) for _s, _r, h, p in msgs)
+    return sum(len(p) for _s, _r, _h, p in msgs)
 
 
 def _valid_queue(queue: str) -> bool:

@@ -18,7 +18,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import SocketAttribute, TaskStatus
@@ -35,6 +35,10 @@ from core.server.tcp import TcpStream
 from core.store.crypto import CipherSpec
 from core.tls import server_ssl_context
 
+if TYPE_CHECKING:
+    from core.jetstream.monitoring import JetStreamMonitor
+    from core.server.monitor import Monitor
+
 log = logging.getLogger("leafjet.server")
 
 VERSION = "2.15.1"  # the reference protocol level we follow; see also LEAFJET_VERSION
@@ -45,6 +49,18 @@ LEAFJET_VERSION = "0.1.0"
 class ServerStats:
     connections_total: int = 0
     slow_consumers: int = 0
+    stale_connections: int = 0
+    # the counters of connections that have closed; a live one's are read from it (monitor.py)
+    closed_in_msgs: int = 0
+    closed_in_bytes: int = 0
+    closed_out_msgs: int = 0
+    closed_out_bytes: int = 0
+
+    def fold(self, client: ClientConnection) -> None:
+        self.closed_in_msgs += client.in_msgs
+        self.closed_in_bytes += client.in_bytes
+        self.closed_out_msgs += client.out_msgs
+        self.closed_out_bytes += client.out_bytes
 
 
 def _server_id() -> str:
@@ -74,6 +90,8 @@ class Server:
         # still tell its clients (JetStream: "409 Server Shutdown" to waiting pull requests).
         self.shutdown_hooks: list[Callable[[], None]] = []
         self.store_cipher = _cipher_spec(config)
+        self.jetstream_monitor: JetStreamMonitor | None = None  # set by JetStream, read by /jsz
+        self.monitor: Monitor | None = None  # the monitoring HTTP server, when http_port is set
 
     # ------------------------------------------------------------------ run
 
@@ -103,6 +121,8 @@ class Server:
                         self.config.host,
                         self.port,
                     )
+                if self.config.http_port is not None and self.monitor is None:
+                    await clients_tg.start(self.run_monitor)
                 task_status.started(self.port)
                 await self._stop.wait()
             finally:
@@ -114,6 +134,28 @@ class Server:
                     log.exception("shutdown hook %r failed", hook)
             await self._drain_clients()
             clients_tg.cancel_scope.cancel()
+
+    async def run_monitor(self, *, task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The monitoring HTTP server (core/server/monitor.py) until cancelled; reports its port."""
+        from core.server.http import HttpServer
+        from core.server.monitor import Monitor
+
+        monitor = self.monitor = Monitor(self)
+        host = self.config.http_host or self.config.host
+        port = self.config.http_port or 0
+        http = monitor.http = HttpServer(host, port, monitor.handle)
+        try:
+            bound = await http.serve_until_ready()
+        except OSError as e:
+            raise StartupError(f"cannot listen for monitoring on {host}:{port}: {e.strerror or e}") from None
+        log.info("listening for monitoring clients on http://%s:%d", host, bound)
+        task_status.started(bound)
+        await http.serve_forever()
+
+    @property
+    def info_fields(self) -> dict[str, Any]:
+        """The INFO fields every client gets (read-only, for /varz)."""
+        return self._info_base or self._build_info()
 
     def request_shutdown(self) -> None:
         self._stop.set()
@@ -149,7 +191,8 @@ class Server:
             log.error("client %d %s closed: internal error: %s", cid, ip, describe_failure(e))
             log.debug("client %d: internal error", cid, exc_info=e)
         finally:
-            self.clients.pop(cid, None)
+            if self.clients.pop(cid, None) is not None:
+                self.stats.fold(client)
             client.state = State.CLOSED
 
     # ------------------------------------------------------------------ helpers

@@ -1,0 +1,267 @@
+"""What the monitoring endpoints read of JetStream: ``/jsz``, the JetStream part of ``/varz`` and
+``/healthz``, and the per-stream and per-consumer figures of ``/metrics``.
+
+Read-only: the figures come from the streams' cached state and the consumers' in-memory counters;
+``num_pending`` may ask the store (as CONSUMER.INFO does). The JSON field names are the reference's
+(``JSInfo``, ``AccountDetail``, ``StreamDetail``, ``ConsumerInfo`` in nats-server's monitor.go).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from core.errors import StoreError
+from core.jetstream.consumer_models import consumer_info_json
+from core.jetstream.models import stream_info_json
+
+if TYPE_CHECKING:
+    from core.jetstream.consumer import Consumer
+    from core.jetstream.engine import AccountJetStream, JetStream
+    from core.jetstream.stream import Stream
+
+API_LEVEL = 1  # as account_info reports it (core/jetstream/api.py)
+_PROBE_TIMEOUT = 2.0  # a store that cannot answer a point read in this long is reported unhealthy
+
+
+@dataclass(frozen=True, slots=True)
+class JszOptions:
+    accounts: bool = False
+    streams: bool = False
+    consumers: bool = False
+    config: bool = False
+    account: str | None = None  # acc=<name>: only this account's details
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFigures:
+    account: str
+    name: str
+    messages: int
+    bytes: int
+    first_seq: int
+    last_seq: int
+    consumer_count: int
+    store_commits: int | None
+    store_failed_commits: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerFigures:
+    account: str
+    stream: str
+    name: str
+    num_pending: int
+    num_ack_pending: int
+    num_redelivered: int
+    num_waiting: int
+    delivered_stream_seq: int
+    delivered_consumer_seq: int
+    ack_floor_stream_seq: int
+
+
+class JetStreamMonitor:
+    """The monitoring view of one server's JetStream (``server.jetstream_monitor``)."""
+
+    def __init__(self, js: JetStream) -> None:
+        self.js = js
+
+    @property
+    def ready(self) -> bool:
+        return self.js.recovered
+
+    # ------------------------------------------------------------------ /varz, /jsz
+
+    def config_json(self) -> dict[str, Any]:
+        cfg = self.js.config
+        out: dict[str, Any] = {
+            "max_memory": cfg.max_memory,
+            "max_storage": cfg.max_file,
+            "store_dir": str(self.js.root),
+        }
+        if cfg.sync == "always":
+            out["sync_always"] = True
+        else:
+            out["sync_interval"] = int(cfg.sync_interval * 1e9)
+        if self.js.domain:
+            out["domain"] = self.js.domain
+        return out
+
+    async def _usage(self, ajs: AccountJetStream) -> dict[str, Any]:
+        memory = storage = reserved_memory = reserved_storage = 0
+        for s in list(ajs.streams.values()):
+            st = await s.state()
+            reserved = max(s.config.max_bytes, 0)
+            if s.config.storage == "memory":
+                memory += st.bytes
+                reserved_memory += reserved
+            else:
+                storage += st.bytes
+                reserved_storage += reserved
+        return {
+            "memory": memory,
+            "storage": storage,
+            "reserved_memory": reserved_memory,
+            "reserved_storage": reserved_storage,
+        }
+
+    def _active_accounts(self) -> list[AccountJetStream]:
+        # The reference counts the accounts JetStream is enabled for; every account has it here,
+        # but the reference lists only accounts that used it. Those with streams, or API calls.
+        return [a for a in self.js.accounts.values() if a.streams or a.api_total]
+
+    async def stats_json(self) -> dict[str, Any]:
+        """``/varz``'s ``jetstream.stats`` and the head of ``/jsz``."""
+        totals = {"memory": 0, "storage": 0, "reserved_memory": 0, "reserved_storage": 0}
+        api_total = api_errors = 0
+        active = self._active_accounts()
+        for ajs in active:
+            usage = await self._usage(ajs)
+            for k in totals:
+                totals[k] += usage[k]
+            api_total += ajs.api_total
+            api_errors += ajs.api_errors
+        return {
+            **totals,
+            "accounts": len(active),
+            "ha_assets": 0,
+            "api": {"level": API_LEVEL, "total": api_total, "errors": api_errors},
+        }
+
+    async def jsz(self, opts: JszOptions, server_id: str, now: str) -> dict[str, Any]:
+        out = await self.stats_json()
+        out["server_id"] = server_id
+        out["now"] = now
+        out["config"] = self.config_json()
+        streams = consumers = messages = nbytes = 0
+        for ajs in self.js.accounts.values():
+            for s in list(ajs.streams.values()):
+                st = await s.state()
+                streams += 1
+                consumers += s.consumer_count
+                messages += st.msgs
+                nbytes += st.bytes
+        out.update(streams=streams, consumers=consumers, messages=messages, bytes=nbytes)
+        if opts.accounts or opts.streams or opts.consumers or opts.account:
+            details = []
+            for ajs in self._active_accounts():
+                if opts.account and ajs.account.name != opts.account:
+                    continue
+                details.append(await self._account_detail(ajs, opts))
+            out["account_details"] = details
+            out["total"] = len(details)
+        return out
+
+    async def _account_detail(self, ajs: AccountJetStream, opts: JszOptions) -> dict[str, Any]:
+        name = ajs.account.name
+        d: dict[str, Any] = {"name": name, "id": name, **await self._usage(ajs)}
+        d["api"] = {"level": 0, "total": ajs.api_total, "errors": ajs.api_errors}
+        if opts.streams or opts.consumers:
+            d["stream_detail"] = [await self._stream_detail(s, opts) for s in list(ajs.streams.values())]
+        return d
+
+    async def _stream_detail(self, stream: Stream, opts: JszOptions) -> dict[str, Any]:
+        st = await stream.state()
+        info = stream_info_json(
+            stream.config,
+            stream.created_ns,
+            st,
+            consumer_count=stream.consumer_count,
+            server_name=self.js.server.name,
+            first_seq_set=stream.first_seq_set,
+        )
+        d: dict[str, Any] = {"name": stream.name, "created": info["created"], "cluster": info["cluster"]}
+        if opts.config:
+            d["config"] = info["config"]
+        d["state"] = info["state"]
+        if opts.consumers:
+            d["consumer_detail"] = [
+                await self._consumer_detail(c, opts) for c in list(stream.consumers.values())
+            ]
+        return d
+
+    async def _consumer_detail(self, consumer: Consumer, opts: JszOptions) -> dict[str, Any]:
+        info = consumer_info_json(
+            consumer.stream.name,
+            consumer.name,
+            consumer.config,
+            consumer.created_ns,
+            delivered=(consumer.dseq, consumer.last_delivered_sseq, consumer.last_active_ns),
+            ack_floor=(consumer.ack_floor_dseq, consumer.ack_floor_sseq, consumer.last_ack_ns),
+            num_ack_pending=len(consumer.pending),
+            num_redelivered=consumer.num_redelivered,
+            num_waiting=len(consumer.waiting),
+            num_pending=await consumer.num_pending(),
+            push_bound=consumer.has_interest() if not consumer.is_pull else False,
+        )
+        if not opts.config:
+            info.pop("config", None)
+        return info
+
+    # ------------------------------------------------------------------ /metrics
+
+    async def figures(self) -> tuple[list[StreamFigures], list[ConsumerFigures]]:
+        streams: list[StreamFigures] = []
+        consumers: list[ConsumerFigures] = []
+        for ajs in list(self.js.accounts.values()):
+            acc = ajs.account.name
+            for s in list(ajs.streams.values()):
+                st = await s.state()
+                stats = getattr(s.store, "stats", None)
+                ss = stats() if callable(stats) else None
+                streams.append(
+                    StreamFigures(
+                        acc,
+                        s.name,
+                        st.msgs,
+                        st.bytes,
+                        st.first_seq,
+                        st.last_seq,
+                        s.consumer_count,
+                        getattr(ss, "commits", None),
+                        getattr(ss, "failed_commits", None),
+                    )
+                )
+                for c in list(s.consumers.values()):
+                    consumers.append(
+                        ConsumerFigures(
+                            acc,
+                            s.name,
+                            c.name,
+                            await c.num_pending(),
+                            len(c.pending),
+                            c.num_redelivered,
+                            len(c.waiting),
+                            c.last_delivered_sseq,
+                            c.dseq,
+                            c.ack_floor_sseq,
+                        )
+                    )
+        return streams, consumers
+
+    # ------------------------------------------------------------------ /healthz
+
+    async def health_error(self) -> str | None:
+        """None when every stream on disk was recovered and its store answers a point read; else
+        the reference's wording for the first problem found."""
+        for ajs in list(self.js.accounts.values()):
+            acc = ajs.account.name
+            root = ajs.root
+            on_disk = (
+                sorted(d.name for d in root.iterdir() if (d / "stream.json").is_file())
+                if root.is_dir()
+                else []
+            )
+            for name in on_disk:
+                if name not in ajs.streams:
+                    return f"JetStream stream '{acc} > {name}' could not be recovered"
+            for s in list(ajs.streams.values()):
+                try:
+                    with anyio.fail_after(_PROBE_TIMEOUT):
+                        await s.store.meta_get("healthz-probe")
+                except (StoreError, OSError, TimeoutError) as e:
+                    reason = "store read timed out" if isinstance(e, TimeoutError) else str(e)
+                    return f"JetStream stream '{acc} > {s.name}' is not current: {reason}"
+        return None
