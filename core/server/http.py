@@ -3,9 +3,9 @@
 Nothing a monitoring client does can stall or crash the server:
 - a request head is at most ``max_head`` bytes (h11 refuses more: 431); no request may carry a
   body; only GET and HEAD are served (anything else: 405, then close);
-- each request has ``request_timeout`` from its first byte to the end of its response (a
-  slowloris client is closed), each connection ``connection_timeout`` in all, and at most
-  ``max_requests`` requests;
+- each request has ``request_timeout`` from when the server waits for it (an idle keep-alive
+  connection included) to the end of its response, so a slowloris client is closed; each
+  connection has ``connection_timeout`` in all, and at most ``max_requests`` requests;
 - at most ``max_connections`` monitoring connections at once: one more is closed at accept;
 - a handler that fails answers 500 and logs one line; a handler that outlives the request's
   deadline is cancelled.
@@ -118,8 +118,9 @@ class HttpServer:
         try:
             event = await _next_event(conn, stream)
         except h11.RemoteProtocolError as e:
+            # a fixed text: never reflect what the peer sent
             status = e.error_status_hint if 400 <= e.error_status_hint < 500 else 400
-            await _send(conn, stream, text(status, f"bad request: {e}\n"), head_only=False, close=True)
+            await _send(conn, stream, text(status, HTTPStatus(status).phrase + "\n"), False, close=True)
             return False
         if not isinstance(event, h11.Request):
             return False  # the peer closed
