@@ -67,6 +67,11 @@ async def _serve(
         if cfg.jetstream.domain:
             server.extra_info["domain"] = cfg.jetstream.domain
     js_scope = anyio.CancelScope()
+    monitor_scope = anyio.CancelScope()
+
+    async def run_monitor(*, task_status: TaskStatus[int]) -> None:
+        with monitor_scope:
+            await server.run_monitor(task_status=task_status)
 
     async def run_jetstream(*, task_status: TaskStatus[None]) -> None:
         assert js is not None
@@ -78,8 +83,12 @@ async def _serve(
             await server.run(task_status=task_status)
         finally:
             js_scope.cancel()
+            monitor_scope.cancel()
 
     async with anyio.create_task_group() as tg:
+        if cfg.http_port is not None:
+            # Before JetStream's recovery: /healthz answers 503 until every stream is loaded.
+            await tg.start(run_monitor)
         if js is not None:
             await tg.start(run_jetstream)
         port = await tg.start(run_server)
