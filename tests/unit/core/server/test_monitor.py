@@ -52,7 +52,8 @@ async def test_healthz_is_unavailable_until_jetstream_recovered_and_when_a_strea
             shutil.copytree(ajs.root / "S", ajs.root / "T", ignore=shutil.ignore_patterns("msgs.db*"))
             status, body = await healthz(monitor)
             assert status == 503
-            assert body == {"status": "unavailable", "error": "JetStream stream '$G > T' could not be recovered"}
+            error = "JetStream stream '$G > T' could not be recovered"
+            assert body == {"status": "unavailable", "error": error}
             assert await healthz(monitor, **{"js-enabled-only": "1"}) == (200, {"status": "ok"})
             shutil.rmtree(ajs.root / "T")
             assert await healthz(monitor) == (200, {"status": "ok"})
