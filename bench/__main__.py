@@ -7,6 +7,7 @@
     python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 2]
     python -m bench putfloor [--ops 5000] [--runs 3]
     python -m bench footprint [--streams 1000] [--idle-seconds 10] [--nofile 1024]
+    python -m bench monitoring [--msgs 100000] [--js-msgs 20000] [--runs 3] [--interval 1.0]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
 core/jetstream/consumers figures are medians over --runs runs; each run uses a fresh server of each
@@ -28,6 +29,8 @@ from bench.core import CoreFigures, run_core
 from bench.footprint import add_parser as add_footprint_parser
 from bench.footprint import footprint_matrix
 from bench.jetstream import JsFigures, run_jetstream
+from bench.monitoring import add_parser as add_monitoring_parser
+from bench.monitoring import monitoring_matrix
 from bench.mqtt import run_mqtt
 from bench.putfloor import add_parser as add_putfloor_parser
 from bench.putfloor import putfloor_matrix
@@ -302,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     mq.add_argument("--inflight", type=int, default=100, help="device QoS 1 inflight window")
     add_putfloor_parser(sub)
     add_footprint_parser(sub)
+    add_monitoring_parser(sub)
     args = p.parse_args(argv)
     if args.matrix == "core":
         return core_matrix(args)
@@ -317,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         return putfloor_matrix(args)
     if args.matrix == "footprint":
         return footprint_matrix(args)
+    if args.matrix == "monitoring":
+        return monitoring_matrix(args)
     if args.matrix == "mqtt":
         return run_mqtt(args.msgs, args.size, args.inflight)
     return 2

@@ -11,7 +11,7 @@ exporter equivalent are ``leafjet_*``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -29,9 +29,9 @@ class Snapshot:
     server_id: str
     server_name: str
     domain: str
-    varz: dict[str, float]
-    connz: dict[str, float]
-    jetstream: dict[str, float] | None
+    varz: Mapping[str, float]
+    connz: Mapping[str, float]
+    jetstream: Mapping[str, float] | None
     streams: list[StreamFigures] = field(default_factory=list)
     consumers: list[ConsumerFigures] = field(default_factory=list)
 
