@@ -69,7 +69,12 @@ class Scraper:
 def _scrape_until_stdin_closes(port: int, interval: float) -> None:
     figures = ScrapeFigures()
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+
+    def wait_for_stop() -> None:
+        sys.stdin.readline()
+        stop.set()
+
+    threading.Thread(target=wait_for_stop, daemon=True).start()
     while not stop.is_set():
         for path in SCRAPED:
             t0 = time.perf_counter()
