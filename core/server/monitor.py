@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from core.jetstream.monitoring import JetStreamMonitor
     from core.server.server import Server
 
-DEFAULT_LIST_SIZE = 1024  # the reference's default page for /connz and /subsz
+DEFAULT_LIST_SIZE = 1024
+TLS_TIMEOUT_DEFAULT = 2.0  # the handshake timeout a tls table gets when it names none (config.py)  # the reference's default page for /connz and /subsz
 
 _INDEX = (
     ("varz", "General"),
@@ -207,7 +208,7 @@ class Monitor:
             "http_port": mon.port if mon else 0,
             "http_base_path": "",
             "https_port": 0,
-            "auth_timeout": cfg.auth.auth_timeout,
+            "auth_timeout": _num(cfg.auth.auth_timeout),
             "max_control_line": cfg.max_control_line,
             "max_payload": cfg.max_payload,
             "max_pending": cfg.max_pending,
@@ -220,7 +221,7 @@ class Monitor:
         if cfg.tls is not None:
             v["tls_required"] = True
             v["tls_verify"] = cfg.tls.verify
-            v["tls_timeout"] = cfg.tls.timeout
+        v["tls_timeout"] = _num(cfg.tls.timeout if cfg.tls is not None else TLS_TIMEOUT_DEFAULT)
         clients = self._live_clients()
         v.update(
             {
@@ -441,6 +442,11 @@ class Monitor:
         snapshot = await metrics.take_snapshot(self)
         body, content_type = self._metrics.render(snapshot)
         return Response(200, body, content_type)
+
+
+def _num(x: float) -> float | int:
+    """A whole number of seconds as an integer, as the reference's JSON shows it."""
+    return int(x) if float(x).is_integer() else x
 
 
 def _health(error: str | None) -> Response:
