@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from core.jetstream.monitoring import JetStreamMonitor
     from core.server.server import Server
 
-DEFAULT_LIST_SIZE = 1024
-TLS_TIMEOUT_DEFAULT = 2.0  # the handshake timeout a tls table gets when it names none (config.py)  # the reference's default page for /connz and /subsz
+DEFAULT_LIST_SIZE = 1024  # the reference's default page for /connz and /subsz
+TLS_TIMEOUT_DEFAULT = 2.0  # the handshake timeout a tls table gets when it names none (config.py)
 
 _INDEX = (
     ("varz", "General"),
