@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 import h11
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup
 from anyio.streams.stapled import MultiListener
 
 from core.server.failures import describe_failure
@@ -83,8 +83,22 @@ class HttpServer:
 
     async def serve_forever(self) -> None:
         assert self._listener is not None
-        async with self._listener:
-            await self._listener.serve(self._accepted)
+        async with self._listener, anyio.create_task_group() as tg:
+            for listener in self._listener.listeners:
+                assert isinstance(listener, SocketListener)  # what create_tcp_listener makes
+                tg.start_soon(self._accept_loop, listener, tg)
+
+    async def _accept_loop(self, listener: SocketListener, tg: TaskGroup) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as e:
+                # Out of descriptors (EMFILE) and the like: the port waits and goes on; it never
+                # ends the server it monitors.
+                log.warning("monitoring port: accept failed: %s", e)
+                await anyio.sleep(0.1)
+                continue
+            tg.start_soon(self._accepted, stream)
 
     async def _accepted(self, stream: SocketStream) -> None:
         if self.active >= self.limits.max_connections:
