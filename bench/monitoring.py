@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,7 @@ from typing import Any
 from bench import median_figures
 from bench.core import CoreFigures, run_core
 from bench.jetstream import JsFigures, run_jetstream
+from bench.procstat import cpu_seconds
 from tests.support.servers import free_port, start_server
 
 SCRAPED = ("/metrics", "/jsz?accounts=1&streams=1&consumers=1")
@@ -94,14 +96,30 @@ def _scrape_until_stdin_closes(port: int, interval: float) -> None:
     print(figures.scrapes, figures.errors, figures.total_s)
 
 
-def _one(kind_cfg: dict[str, Any], tmp: Path, scrape: bool, interval: float, work: Any) -> tuple[Any, Any]:
+def scrape_cpu_ms(pid: int, port: int, n: int = 20) -> float:
+    """Server CPU (ms, /proc utime+stime) per scrape of every SCRAPED path, over ``n`` rounds:
+    unlike throughput, hardly moved by what else the machine runs."""
+    c0 = cpu_seconds(pid)
+    for _ in range(n):
+        for path in SCRAPED:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", path)
+            conn.getresponse().read()
+            conn.close()
+    return (cpu_seconds(pid) - c0) * 1000 / n
+
+
+def _one(
+    tmp: Path, scrape: bool, interval: float, work: Any, costs: list[float]
+) -> tuple[Any, ScrapeFigures | None]:
     port = free_port()
-    srv = start_server("leafjet", tmp, {**kind_cfg, "http_port": port}, jetstream=True)
+    srv = start_server("leafjet", tmp, {"http_port": port}, jetstream=True)
     try:
         if not scrape:
             return asyncio.run(work(srv)), None
         with Scraper(port, interval) as sc:
             figs = asyncio.run(work(srv))
+        costs.append(scrape_cpu_ms(srv.pid, port))  # with what the run left: its stream, its clients gone
         return figs, sc.figures
     finally:
         srv.stop()
@@ -111,6 +129,7 @@ def monitoring_matrix(args: argparse.Namespace) -> int:
     core: dict[bool, list[CoreFigures]] = {False: [], True: []}
     js: dict[bool, list[JsFigures]] = {False: [], True: []}
     scrapes: list[ScrapeFigures] = []
+    costs: list[float] = []
 
     async def core_work(srv: Any) -> CoreFigures:
         return await run_core(srv.url, srv.pid, args.msgs, args.size, args.requests)
@@ -120,9 +139,10 @@ def monitoring_matrix(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-") as tmp:
         for r in range(args.runs):
-            for scrape in (False, True):
-                for name, work, out in (("core", core_work, core), ("js", js_work, js)):
-                    figs, sc = _one({}, Path(tmp) / f"{name}-{r}-{scrape}", scrape, args.interval, work)
+            for name, work, out in (("core", core_work, core), ("js", js_work, js)):
+                # each pair back to back, the order alternating: a drift of the load hits both
+                for scrape in (False, True) if r % 2 == 0 else (True, False):
+                    figs, sc = _one(Path(tmp) / f"{name}-{r}-{scrape}", scrape, args.interval, work, costs)
                     out[scrape].append(figs)
                     if sc is not None:
                         scrapes.append(sc)
@@ -136,6 +156,11 @@ def monitoring_matrix(args: argparse.Namespace) -> int:
     errors = sum(s.errors for s in scrapes)
     mean = 1000 * sum(s.total_s for s in scrapes) / total if total else float("nan")
     print(f"  {total} scrapes, {errors} failed, mean {mean:.1f} ms each (seen by the scraper)")
+    cost = statistics.median(costs)
+    print(
+        f"  server CPU per scrape of both paths: {cost:.2f} ms (median of {len(costs)}) ="
+        f" {cost / args.interval / 10:.2f}% of one core at one scrape per {args.interval}s"
+    )
     print(f"{'figure':38s} {'no scrape':>12s} {'scraped':>12s} {'change':>8s}  goal")
     rows = [
         (c0, c1, "core pub->sub (msgs/s)", "msgs_per_s", True),
