@@ -27,6 +27,7 @@ from core.server.http import HttpServer, Request, Response, text
 
 if TYPE_CHECKING:
     from core.jetstream.monitoring import JetStreamMonitor
+    from core.server.accounts import Subscription
     from core.server.server import Server
 
 DEFAULT_LIST_SIZE = 1024  # the reference's default page for /connz and /subsz
@@ -265,7 +266,8 @@ class Monitor:
 
     async def connz(self, req: Request) -> Response:
         q = req.query
-        subs = _flag(q, "subs") if q.get("subs", "") != "detail" else True
+        detail = q.get("subs", "") == "detail"
+        subs = detail or _flag(q, "subs")
         offset = _int(q, "offset", 0)
         limit = _int(q, "limit", DEFAULT_LIST_SIZE) or DEFAULT_LIST_SIZE
         sort = q.get("sort", "") or "cid"
@@ -300,7 +302,11 @@ class Monitor:
                 info["version"] = c.version
             if c.account is not None and c.account.name != self.server.default_account:
                 info["account"] = c.account.name
-            if subs:
+            if detail:
+                info["subscriptions_list_detail"] = [
+                    _sub_detail(c, s) for s in sorted(c.subs.values(), key=attrgetter("subject"))
+                ]
+            elif subs:
                 info["subscriptions_list"] = sorted(s.subject for s in list(c.subs.values()))
             conns.append(info)
         return _json(
@@ -351,11 +357,7 @@ class Monitor:
                 for s in list(c.subs.values()):
                     if test and not _matches(s.subject, test):
                         continue
-                    e: dict[str, Any] = {"account": c.account.name, "subject": s.subject}
-                    if s.queue:
-                        e["qgroup"] = s.queue
-                    e.update({"sid": s.sid, "msgs": s.delivered, "cid": c.cid})
-                    entries.append(e)
+                    entries.append(_sub_detail(c, s))
             body.update(
                 total=len(entries),
                 offset=offset,
@@ -442,6 +444,15 @@ class Monitor:
         snapshot = await metrics.take_snapshot(self)
         body, content_type = self._metrics.render(snapshot)
         return Response(200, body, content_type)
+
+
+def _sub_detail(c: ClientConnection, s: Subscription) -> dict[str, Any]:
+    """The reference's ``SubDetail``."""
+    e: dict[str, Any] = {"account": c.account.name if c.account else "", "subject": s.subject}
+    if s.queue:
+        e["qgroup"] = s.queue
+    e.update({"sid": s.sid, "msgs": s.delivered, "cid": c.cid})
+    return e
 
 
 def _num(x: float) -> float | int:

@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 ENDPOINTS = (
     "/varz",
     "/connz?subs=1",
+    "/connz?subs=detail",
     "/subsz?subs=1",
     "/accountz",
     "/accountz?acc=$G",
