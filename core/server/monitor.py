@@ -304,7 +304,7 @@ class Monitor:
                 info["account"] = c.account.name
             if detail:
                 info["subscriptions_list_detail"] = [
-                    _sub_detail(c, s) for s in sorted(c.subs.values(), key=attrgetter("subject"))
+                    _sub_detail(c, s, False) for s in sorted(c.subs.values(), key=attrgetter("subject"))
                 ]
             elif subs:
                 info["subscriptions_list"] = sorted(s.subject for s in list(c.subs.values()))
@@ -357,7 +357,7 @@ class Monitor:
                 for s in list(c.subs.values()):
                     if test and not _matches(s.subject, test):
                         continue
-                    entries.append(_sub_detail(c, s))
+                    entries.append(_sub_detail(c, s, True))
             body.update(
                 total=len(entries),
                 offset=offset,
@@ -446,9 +446,10 @@ class Monitor:
         return Response(200, body, content_type)
 
 
-def _sub_detail(c: ClientConnection, s: Subscription) -> dict[str, Any]:
-    """The reference's ``SubDetail``."""
-    e: dict[str, Any] = {"account": c.account.name if c.account else "", "subject": s.subject}
+def _sub_detail(c: ClientConnection, s: Subscription, with_account: bool) -> dict[str, Any]:
+    """The reference's ``SubDetail``; /connz leaves the account out (the connection names it)."""
+    e: dict[str, Any] = {"account": c.account.name} if with_account and c.account else {}
+    e["subject"] = s.subject
     if s.queue:
         e["qgroup"] = s.queue
     e.update({"sid": s.sid, "msgs": s.delivered, "cid": c.cid})
