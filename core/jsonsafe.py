@@ -1,0 +1,159 @@
+"""The one decoder for JSON that arrives from clients (CONNECT, ``$JS.API`` bodies, pull requests,
+ack bodies): Python's ``json`` made safe for untrusted bytes.
+
+What plain ``json.loads`` does with hostile input, and what happens here instead:
+
+- **deep nesting** (``{"a":{"a":…`` a few thousand levels) raises ``RecursionError`` from the C
+  scanner, and a value just under the limit makes every later recursive walk (``json.dumps``, a
+  type check) fail. A cheap pre-scan bounds the depth to ``MAX_DEPTH``: past it the body is
+  refused as invalid JSON (``JSONError``). The reference (Go) accepts up to 10,000 levels; no
+  NATS request or CONNECT needs more than a handful, so leafjet is stricter here, on purpose.
+- **huge integers**: ``int()`` refuses more than 4,300 digits (``ValueError``) and is quadratic
+  below that. An integer literal longer than any 64-bit value becomes a ``float`` subclass
+  holding its text (``BigNumber``; ``inf`` beyond float's range), which every integer-typed field
+  refuses as out of range, with the text Go quotes.
+- **lone surrogate escapes** (``"\\ud800"``): Python keeps them in the ``str``, which then cannot
+  be encoded to UTF-8. Go turns each into U+FFFD; so does ``loads``.
+- **invalid UTF-8**: bytes are decoded with U+FFFD for each bad byte, as Go does inside strings.
+- ``NaN``/``Infinity`` are not JSON (Go refuses them): ``JSONError``.
+
+``JSONError`` is a ``ValueError``; callers turn it into their own invalid-JSON answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+MAX_DEPTH = 128
+
+# An integer literal this long cannot be an int64 or uint64 (20 digits and a sign): kept as text.
+_MAX_INT_CHARS = 21
+
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+_SURROGATE_ESCAPE_STR = re.compile(r"\\[uU][dD][89a-fA-F]")
+_SURROGATES = re.compile("[\ud800-\udfff]")
+# A string literal (escapes included) or one bracket: the pre-scan skips brackets inside strings.
+_DEPTH_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
+_DEPTH_TOKENS_STR = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
+
+
+class JSONError(ValueError):
+    """Untrusted bytes that are not acceptable JSON (too deep, NaN, or not JSON at all)."""
+
+
+class BigNumber(float):
+    """An integer literal too long for any Go integer type; ``literal`` is its text."""
+
+    literal: str
+
+    def __new__(cls, text: str) -> BigNumber:
+        obj = super().__new__(cls, float(text))  # float() has no digit limit; inf past 1e308
+        obj.literal = text
+        return obj
+
+
+def parse_int(text: str) -> int | float:
+    """``json``'s ``parse_int`` for untrusted input: no ``ValueError`` and no quadratic ``int()``."""
+    return BigNumber(text) if len(text) > _MAX_INT_CHARS else int(text)
+
+
+def too_deep(data: bytes | str, limit: int = MAX_DEPTH) -> bool:
+    """Does ``data`` nest arrays and objects more than ``limit`` deep? (Brackets inside strings do
+    not count.) Linear; the common case (fewer brackets than ``limit``) is two ``count`` calls."""
+    if isinstance(data, str):
+        if data.count("[") + data.count("{") <= limit:
+            return False
+        tokens = _DEPTH_TOKENS_STR.finditer(data)
+        opening: Any = ("[", "{")
+    else:
+        if data.count(b"[") + data.count(b"{") <= limit:
+            return False
+        tokens = _DEPTH_TOKENS.finditer(data)
+        opening = (b"[", b"{")
+    depth = 0
+    for m in tokens:
+        tok = m.group()
+        if len(tok) != 1:
+            continue  # a string
+        if tok in opening:
+            depth += 1
+            if depth > limit:
+                return True
+        elif depth:
+            depth -= 1
+    return False
+
+
+def text(data: bytes | bytearray | memoryview | str) -> str:
+    """Untrusted bytes as text: each byte that is not UTF-8 becomes U+FFFD (as Go reads them)."""
+    if isinstance(data, str):
+        return data
+    return bytes(data).decode("utf-8", "replace")
+
+
+def _reject_constant(name: str) -> Any:
+    raise JSONError(f"{name} is not JSON")
+
+
+def decoder(
+    *,
+    parse_float: Callable[[str], Any] | None = None,
+    parse_int_: Callable[[str], Any] | None = None,
+    parse_constant: Callable[[str], Any] | None = None,
+    object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
+) -> json.JSONDecoder:
+    """A ``json.JSONDecoder`` with the safe defaults (``parse_int``, NaN refused); for callers that
+    need ``raw_decode``. They must call ``check`` first and ``clean`` on what they decode."""
+    return json.JSONDecoder(
+        parse_float=parse_float,
+        parse_int=parse_int_ or parse_int,
+        parse_constant=parse_constant or _reject_constant,
+        object_pairs_hook=object_pairs_hook,
+    )
+
+
+def check(data: bytes | str, limit: int = MAX_DEPTH) -> None:
+    """Raise ``JSONError`` when ``data`` nests deeper than ``limit``."""
+    if too_deep(data, limit):
+        raise JSONError(f"JSON nested deeper than {limit} levels")
+
+
+def needs_clean(data: bytes | str) -> bool:
+    """May decoding ``data`` give a string holding a lone surrogate? (A ``\\uD8..``-``\\uDF..``
+    escape in it: valid pairs are joined by the decoder, lone ones are kept.)"""
+    if isinstance(data, str):
+        return _SURROGATE_ESCAPE_STR.search(data) is not None
+    return _SURROGATE_ESCAPE.search(data) is not None
+
+
+def clean(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys included) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATES.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [clean(v) for v in value]
+    if isinstance(value, dict):
+        return {clean(k): clean(v) for k, v in value.items()}
+    if isinstance(value, tuple):  # object_pairs_hook=tuple-like callers
+        return tuple(clean(v) for v in value)
+    return value
+
+
+def loads(data: bytes | bytearray | memoryview | str, *, limit: int = MAX_DEPTH, **kw: Any) -> Any:
+    """``json.loads`` for untrusted input: one JSON value, nothing after it. ``JSONError`` (a
+    ``ValueError``; ``json.JSONDecodeError`` for syntax errors) for anything unacceptable. Keyword
+    arguments go to ``json.JSONDecoder`` (``parse_int`` defaults to the safe one)."""
+    if not isinstance(data, str):
+        data = bytes(data)
+    check(data, limit)
+    s = text(data)
+    kw.setdefault("parse_int", parse_int)
+    kw.setdefault("parse_constant", _reject_constant)
+    try:
+        value = json.loads(s, **kw)
+    except RecursionError:  # not reachable past check(); kept so no caller ever sees one
+        raise JSONError("JSON nested too deep") from None
+    return clean(value) if needs_clean(s) else value
