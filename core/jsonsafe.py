@@ -30,7 +30,7 @@ from typing import Any
 MAX_DEPTH = 128
 
 # An integer literal this long cannot be an int64 or uint64 (20 digits and a sign): kept as text.
-_MAX_INT_CHARS = 21
+MAX_INT_CHARS = 21
 
 _SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
 _SURROGATE_ESCAPE_STR = re.compile(r"\\[uU][dD][89a-fA-F]")
@@ -57,7 +57,7 @@ class BigNumber(float):
 
 def parse_int(text: str) -> int | float:
     """``json``'s ``parse_int`` for untrusted input: no ``ValueError`` and no quadratic ``int()``."""
-    return BigNumber(text) if len(text) > _MAX_INT_CHARS else int(text)
+    return BigNumber(text) if len(text) > MAX_INT_CHARS else int(text)
 
 
 def too_deep(data: bytes | str, limit: int = MAX_DEPTH) -> bool:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from core import jsonsafe
 from core.api_errors import ApiError, api_error
 from core.errors import LeafjetError
 from core.jetstream.gotime import format_go_time, parse_go_time, rfc3339_nano
@@ -1231,7 +1232,11 @@ class PullRequest:
 
 def _unmarshal_error(text: str) -> str:
     """The error ``json.Unmarshal`` gives for malformed JSON (no offsets, its EOF wording)."""
-    decoder = json.JSONDecoder(parse_float=_FloatLiteral, parse_constant=_reject_constant)
+    if jsonsafe.too_deep(text):
+        return "exceeded max depth"
+    decoder = json.JSONDecoder(
+        parse_float=_FloatLiteral, parse_int=jsonsafe.parse_int, parse_constant=_reject_constant
+    )
     try:
         _, end = decoder.raw_decode(text)
     except json.JSONDecodeError as e:
@@ -1284,21 +1289,24 @@ def parse_pull_request(
 
 
 def _parse_pull_body(body: bytes | str) -> PullRequest:
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes | bytearray) else body
-    text = text.strip(" \t\r\n\v\f")
+    text = jsonsafe.text(body).strip(" \t\r\n\v\f")
     if not text:
         return PullRequest()
     if text[0] != "{":
         s = text[1:] if text[0] in "+-" else text
-        if s and _DIGITS.issuperset(s) and _INT64[0] <= int(text) <= _INT64[1]:
+        # (a digit string longer than any int64 is no batch; int() would refuse 4,300 digits)
+        if s and _DIGITS.issuperset(s) and len(s.lstrip("0")) <= 19 and _INT64[0] <= int(text) <= _INT64[1]:
             return PullRequest(batch=int(text))
         return PullRequest()
     err = _unmarshal_error(text)
     if err:
         raise PullRequestError(400, f"Bad Request - {err}")
-    decoder = json.JSONDecoder(parse_float=_FloatLiteral)
+    decoder = json.JSONDecoder(parse_float=_FloatLiteral, parse_int=jsonsafe.parse_int)
     try:
-        raw = _PULL_REQUEST.decode(decoder.decode(text), [], "", False)
+        value = decoder.decode(text)
+        if jsonsafe.needs_clean(text):
+            value = jsonsafe.clean(value)
+        raw = _PULL_REQUEST.decode(value, [], "", False)
     except _DecodeError as e:
         raise PullRequestError(400, f"Bad Request - {e}") from None
     raw = {} if raw is _ABSENT else raw

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from core import jsonsafe
 from core.api_errors import ApiError, api_error
 from core.jetstream.gotime import format_go_time, parse_go_time, rfc3339_nano
 from core.store.api import MAX_SEQ
@@ -97,9 +98,13 @@ class _NegativeZero(int):
         return super().__new__(cls, 0)
 
 
-def _parse_json_int(text: str) -> int:
-    """``json``'s ``parse_int`` for request bodies: keeps ``-0`` apart from ``0``."""
-    return _NegativeZero() if text == "-0" else int(text)
+def _parse_json_int(text: str) -> int | float:
+    """``json``'s ``parse_int`` for request bodies: keeps ``-0`` apart from ``0``; an integer too
+    long for any Go integer is kept as its text (``int()`` would refuse 4,300 digits, and is
+    quadratic below that), which every integer field then refuses, quoting it, as Go does."""
+    if text == "-0":
+        return _NegativeZero()
+    return _FloatLiteral(text) if len(text) > jsonsafe.MAX_INT_CHARS else int(text)
 
 
 class _DecodeError(Exception):
@@ -424,7 +429,9 @@ def decode_request(data: bytes | str) -> Any:
     ``JSInvalidJSONErr`` with Go's text for the common cases (approximate for the rest).
     Numbers with a fraction or exponent keep their source text so type errors can quote it.
     """
-    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes | bytearray) else data
+    text = jsonsafe.text(data)
+    if jsonsafe.too_deep(text):
+        raise api_error("JSInvalidJSONErr", err="exceeded max depth")
     decoder = json.JSONDecoder(
         parse_float=_FloatLiteral, parse_int=_parse_json_int, parse_constant=_reject_constant
     )
@@ -448,6 +455,8 @@ def decode_request(data: bytes | str) -> Any:
             raise api_error("JSInvalidJSONErr", err=msg) from None
         if value is None:
             continue
+        if jsonsafe.needs_clean(text):
+            value = jsonsafe.clean(value)  # a lone surrogate escape is U+FFFD, as in Go
         if not isinstance(value, dict):
             # Go stops at the first value it cannot decode into the request struct.
             return value
@@ -470,8 +479,8 @@ def _reject_constant(name: str) -> Any:
 def parse_json_value(data: bytes) -> Any:
     """One JSON value, as Go's ``json.Unmarshal`` reads a body (a direct get's): nothing else
     before or after it, no NaN or Infinity, and numbers kept as the request structs need them
-    (``-0``, a fraction's text). ``ValueError`` for anything else."""
-    return json.loads(
+    (``-0``, a fraction's text). ``ValueError`` for anything else (too deep included)."""
+    return jsonsafe.loads(
         data, parse_float=_FloatLiteral, parse_int=_parse_json_int, parse_constant=_reject_constant
     )
 

@@ -248,3 +248,90 @@ def test_hostile_stream_create_bodies_are_invalid_json_and_the_server_keeps_serv
         assert reply["error"]["code"] == 400
     assert js_server.proc.poll() is None
     assert_serving(js_server.port)
+
+
+def _session(port: int, steps: list[tuple[bytes, bytes]]) -> list[bytes]:
+    """One raw connection (headers on): for each step send its bytes, then read until the output
+    holds the step's marker (b"" reads until quiet). What each step read."""
+    outs = []
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.recv(4096)
+        s.sendall(b'CONNECT {"verbose":false,"headers":true}\r\n')
+        for data, marker in steps:
+            s.sendall(data)
+            out = b""
+            s.settimeout(0.5 if not marker else 10)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and (not marker or marker not in out):
+                try:
+                    chunk = s.recv(65536)
+                except TimeoutError:
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            outs.append(out)
+    return outs
+
+
+def _pub(subject: str, body: bytes, reply: str = "_r") -> bytes:
+    return f"PUB {subject} {reply} {len(body)}\r\n".encode() + body + b"\r\n"
+
+
+def test_hostile_pull_requests_and_ack_bodies_leave_the_server_serving(js_server):
+    """Deep nesting and huge numbers in pull requests, +NXT and -NAK bodies. The reference reads
+    a 3,000-deep unknown field (it allows 10,000 levels) where leafjet answers 400; a huge batch
+    is a 400 on both. Either way the server answers and keeps serving."""
+    port = js_server.port
+    made = _request(port, "$JS.API.STREAM.CREATE.S", b'{"name":"S","subjects":["s.>"]}')
+    assert "error" not in made, made
+    consumer = b'{"stream_name":"S","config":{"durable_name":"C","ack_policy":"explicit"}}'
+    assert "error" not in _request(port, "$JS.API.CONSUMER.CREATE.S.C", consumer)
+    deep_object = b'{"a":' * DEEP + b"1" + b"}" * DEEP
+    deep_array = b"[" * DEEP + b"]" * DEEP
+    huge = b"9" * 5000
+    nxt = "$JS.API.CONSUMER.MSG.NEXT.S.C"
+    hostile_pulls = [
+        (b'{"no_wait":true,"x":' + deep_object + b"}", b"HMSG _r 1 "),
+        (b'{"no_wait":true,"batch":1,"x":' + deep_array + b"}", b"HMSG _r 1 "),
+        (b'{"no_wait":true,"batch":' + huge + b"}", b"400 Bad Request"),
+        (b'{"no_wait":true,"x":' + huge + b"}", b"HMSG _r 1 "),
+        (b'{"no_wait":true,"group":"\\ud800"}', b"HMSG _r 1 "),
+    ]
+    steps = [(b"SUB _r 1\r\n", b"")] + [(_pub(nxt, body), marker) for body, marker in hostile_pulls]
+    outs = _session(port, steps)
+    for (body, marker), out in zip(hostile_pulls, outs[1:], strict=True):
+        assert marker in out, (body[:40], out[:200])
+    assert js_server.proc.poll() is None
+
+    # A delivered message, then hostile +NXT and -NAK bodies sent to its ack subject.
+    assert b"PONG" in exchange(port, _pub("s.1", b"hi", "_p") + b"PING\r\n")[0]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.recv(4096)
+        s.sendall(
+            b'CONNECT {"verbose":false,"headers":true}\r\nSUB _m 1\r\n' + _pub(nxt, b'{"batch":1}', "_m")
+        )
+        got = b""
+        while b"\r\nhi\r\n" not in got:
+            got += s.recv(65536)
+        ack = got.split(b"\r\n")[0].split()[3].decode()
+        assert ack.startswith("$JS.ACK.")
+        for body in (
+            b"+NXT " + deep_object,
+            b"+NXT " + huge,
+            b'+NXT {"batch":' + huge + b"}",
+            b"-NAK " + deep_object,
+            b'-NAK {"delay":' + huge + b"}",
+            b"-NAK " + deep_array,
+        ):
+            s.sendall(_pub(ack, body, "_n"))
+        s.sendall(b"PING\r\n")
+        got = b""
+        while b"PONG\r\n" not in got:
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+    assert js_server.proc.poll() is None
+    info = _request(port, "$JS.API.INFO", b"")
+    assert info["type"] == "io.nats.jetstream.api.v1.account_info_response", info
+    assert_serving(port)
