@@ -68,7 +68,7 @@ from core.jetstream.models import (
     is_json_object_or_array,
     is_valid_asset_name,
 )
-from core.subjects import has_wildcard, is_subset, is_valid_subject, overlaps
+from core.subjects import SubjectIndex, has_wildcard, is_subset, is_valid_subject, overlaps
 
 DELIVER_POLICIES = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
 ACK_POLICIES = ("none", "all", "explicit", "flow_control")
@@ -956,12 +956,12 @@ def _check_cfg(c: dict[str, Any], stream: StreamConfig, limits: ConsumerLimits) 
     if any(f == "" for f in c["filter_subjects"]):
         raise api_error("JSConsumerEmptyFilter")
     filters = _filters(c)
+    index = SubjectIndex((f, j) for j, f in enumerate(filters))  # not a pass over every pair
     for i, subject in enumerate(filters):
         if not is_valid_subject(subject):
             raise _invalid_config("invalid subject")
-        for j, other in enumerate(filters):
-            if i != j and is_subset(subject, other):
-                raise api_error("JSConsumerOverlappingSubjectFilters")
+        if any(j != i for j in index.supersets(subject)):
+            raise api_error("JSConsumerOverlappingSubjectFilters")
 
     _check_start(c)
 

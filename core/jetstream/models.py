@@ -29,7 +29,7 @@ from core import jsonsafe
 from core.api_errors import ApiError, api_error
 from core.jetstream.gotime import format_go_time, parse_go_time, rfc3339_nano
 from core.store.api import MAX_SEQ
-from core.subjects import is_subset, is_valid_literal_subject, is_valid_subject, overlaps
+from core.subjects import SubjectIndex, is_subset, is_valid_literal_subject, is_valid_subject, overlaps
 
 API_TYPE_PREFIX = "io.nats.jetstream.api.v1."
 JS_API_PREFIX = "$JS.API"
@@ -870,13 +870,15 @@ class StreamConfig:
 
 def check_subject_overlap(config: StreamConfig, others: Iterable[StreamConfig]) -> None:
     """``JSStreamSubjectOverlapErr`` if another stream of the account captures a common subject."""
+    index: SubjectIndex[str] | None = None
     for other in others:
-        if other.name == config.name:
+        if other.name == config.name or not other.subjects:
             continue
+        if index is None:  # indexed: a pass over every pair took seconds with thousands of subjects
+            index = SubjectIndex((b, b) for b in config.subjects)
         for a in other.subjects:
-            for b in config.subjects:
-                if overlaps(a, b):
-                    raise api_error("JSStreamSubjectOverlapErr")
+            if index.overlapping(a):
+                raise api_error("JSStreamSubjectOverlapErr")
 
 
 def _required_api_level(c: Mapping[str, Any]) -> int:
@@ -1046,6 +1048,9 @@ def _check_stream_cfg(
         if mirror is not None:
             raise api_error("JSMirrorWithSubjectsErr")
         seen: set[str] = set()
+        # Each subject is checked against the ones after it, as a pairwise pass would (the error
+        # names the first later one that overlaps), through an index of them all.
+        index = SubjectIndex((s, i) for i, s in enumerate(subjects))
         for i, subj in enumerate(subjects):
             if not is_valid_subject(subj):
                 raise _invalid_config("invalid subject")
@@ -1064,9 +1069,10 @@ def _check_stream_cfg(
                         )
                 if overlaps(subj, "$SYS.>") and not is_subset(subj, "$SYS.ACCOUNT.>"):
                     raise _invalid_config("subjects that overlap with system api require no-ack to be true")
-            for other in subjects[i + 1 :]:
-                if overlaps(other, subj):
-                    raise _invalid_config(f"subject {json.dumps(subj)} overlaps with {json.dumps(other)}")
+            later = [j for j in index.overlapping(subj) if j > i]
+            if later:
+                other = subjects[min(later)]
+                raise _invalid_config(f"subject {json.dumps(subj)} overlaps with {json.dumps(other)}")
             seen.add(subj)
 
     if not subjects and not c["sources"] and mirror is None:  # pragma: no cover - as in the reference
