@@ -335,3 +335,59 @@ def test_hostile_pull_requests_and_ack_bodies_leave_the_server_serving(js_server
     info = _request(port, "$JS.API.INFO", b"")
     assert info["type"] == "io.nats.jetstream.api.v1.account_info_response", info
     assert_serving(port)
+
+
+# ---------------------------------------------------------------------- many subjects
+
+
+@pytest.mark.anyio
+async def test_thousands_of_subjects_and_filters_validate_without_stalling_others(js_server):
+    """A stream with 5,000 subjects (create, update, a second such stream beside it) and a consumer
+    with 2,000 filter_subjects, within a client's 5 s timeout, while a bystander's round trips
+    stay short. Pairwise overlap checks took 12 s (create), 41 s (the second stream) and 3.5 s
+    (the consumer), all on the event loop."""
+    nc = await nats.connect(js_server.url, allow_reconnect=False)
+    bystander = await nats.connect(js_server.url, allow_reconnect=False)
+    rtts: list[float] = []
+    done = anyio.Event()
+
+    async def ping() -> None:
+        while not done.is_set():
+            t0 = time.monotonic()
+            await bystander.flush(timeout=60)
+            rtts.append(time.monotonic() - t0)
+            await anyio.sleep(0.01)
+
+    async def request(subject: str, body: dict) -> dict:
+        reply = await nc.request(subject, json.dumps(body).encode(), timeout=5)
+        return json.loads(reply.data)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ping)
+            subjects = [f"s.{i}.x" for i in range(5000)]
+            r = await request("$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": subjects})
+            assert "error" not in r, r
+            r = await request("$JS.API.STREAM.UPDATE.S", {"name": "S", "subjects": subjects[::-1]})
+            assert "error" not in r, r
+            r = await request(
+                "$JS.API.STREAM.CREATE.T", {"name": "T", "subjects": [f"t.{i}" for i in range(5000)]}
+            )
+            assert "error" not in r, r
+            clash = [f"u.{i}" for i in range(4999)] + ["s.4999.*"]
+            r = await request("$JS.API.STREAM.CREATE.U", {"name": "U", "subjects": clash})
+            assert r["error"]["err_code"] == 10065, r  # JSStreamSubjectOverlapErr
+            own = [f"v.{i}" for i in range(4998)] + ["v.*", "w"]
+            r = await request("$JS.API.STREAM.CREATE.V", {"name": "V", "subjects": own})
+            assert r["error"]["description"] == 'subject "v.0" overlaps with "v.*"', r
+            config = {"name": "C", "ack_policy": "explicit", "filter_subjects": subjects[:2000]}
+            r = await request("$JS.API.CONSUMER.CREATE.S.C", {"stream_name": "S", "config": config})
+            assert "error" not in r, r
+            config = {"name": "D", "ack_policy": "explicit", "filter_subjects": [*subjects[:1999], "s.*.x"]}
+            r = await request("$JS.API.CONSUMER.CREATE.S.D", {"stream_name": "S", "config": config})
+            assert r["error"]["err_code"] == 10138, r  # JSConsumerOverlappingSubjectFilters
+            done.set()
+    finally:
+        await nc.close()
+        await bystander.close()
+    assert max(rtts) < 2.0, rtts
