@@ -130,13 +130,13 @@ def _json_kind(v: Any) -> str:
 def _number_text(v: Any) -> str:
     if isinstance(v, _NegativeZero):
         return "-0"
-    if isinstance(v, _FloatLiteral):
+    if isinstance(v, _FloatLiteral | jsonsafe.BigNumber):
         return v.literal
     return repr(v) if isinstance(v, float) else str(v)
 
 
 def _raw_text(v: Any) -> str:
-    if isinstance(v, _FloatLiteral):
+    if isinstance(v, _FloatLiteral | jsonsafe.BigNumber):
         return v.literal
     return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
 
