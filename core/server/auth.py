@@ -230,9 +230,11 @@ class Authenticator:
     """Checks CONNECT credentials against the configured users, nkeys and token.
 
     Construction hashes plain secrets (about 50 ms each) and decodes every nkey, raising
-    ConfigError for a malformed one. ``authenticate`` is CPU-bound for passwords and tokens
-    (one scrypt, ~50 ms, GIL released); a successful (hash, secret) pair is remembered as a
-    keyed HMAC so that reconnect storms do not repeat the scrypt.
+    ConfigError for a malformed one. Checking a password or token costs one scrypt (~50 ms,
+    GIL released): ``begin`` decides what is cheap and hands that part back as a
+    ``Verification`` for the server to run on a worker thread (``authenticate`` runs it in
+    place). A successful (hash, secret) pair is remembered as a keyed HMAC so that reconnect
+    storms do not repeat the scrypt.
     """
 
     _VERIFIED_MAX = 1024

@@ -2,7 +2,8 @@
 
 Three tasks, owned by the connection's task group:
 - the reader: receive bytes, feed the parser, handle each event (synchronously: routing
-  never awaits), then apply back-pressure to receivers that fell behind;
+  never awaits; only a CONNECT whose password must be hashed waits, for the bounded auth
+  pool, before the next event), then apply back-pressure to receivers that fell behind;
 - the writer: sends the outbound buffer whenever something is queued, each send bounded
   by ``write_deadline``;
 - the pinger: a PING every ``ping_interval``; more than ``ping_max`` unanswered pings close
