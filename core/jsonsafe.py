@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 MAX_DEPTH = 128
@@ -63,16 +63,16 @@ def parse_int(text: str) -> int | float:
 def too_deep(data: bytes | str, limit: int = MAX_DEPTH) -> bool:
     """Does ``data`` nest arrays and objects more than ``limit`` deep? (Brackets inside strings do
     not count.) Linear; the common case (fewer brackets than ``limit``) is two ``count`` calls."""
+    tokens: Iterator[re.Match[str]] | Iterator[re.Match[bytes]]
+    opening: tuple[str, str] | tuple[bytes, bytes]
     if isinstance(data, str):
         if data.count("[") + data.count("{") <= limit:
             return False
-        tokens = _DEPTH_TOKENS_STR.finditer(data)
-        opening: Any = ("[", "{")
+        tokens, opening = _DEPTH_TOKENS_STR.finditer(data), ("[", "{")
     else:
         if data.count(b"[") + data.count(b"{") <= limit:
             return False
-        tokens = _DEPTH_TOKENS.finditer(data)
-        opening = (b"[", b"{")
+        tokens, opening = _DEPTH_TOKENS.finditer(data), (b"[", b"{")
     depth = 0
     for m in tokens:
         tok = m.group()

@@ -1175,14 +1175,14 @@ def _check_mirror(
         raise api_error("JSMirrorMultipleFiltersNotAllowed")
     if c["subject_delete_marker_ttl"] > 0:
         raise _invalid_config("subject delete markers forbidden on mirrors")
+    index = SubjectIndex((tr["src"], j) for j, tr in enumerate(transforms))  # not pairwise
     for i, tr in enumerate(transforms):
         if tr["src"] and not is_valid_subject(tr["src"]):
             raise api_error("JSMirrorInvalidSubjectFilter", err=f"invalid subject {tr['src']}")
         if (err := _destination_error(tr["dest"], tr["src"])) is not None:
             raise api_error("JSMirrorInvalidTransformDestination", err=err)
-        for j, other in enumerate(transforms):
-            if i != j and overlaps(tr["src"], other["src"]):
-                raise api_error("JSMirrorOverlappingSubjectFilters")
+        if any(j != i for j in index.overlapping(tr["src"])):
+            raise api_error("JSMirrorOverlappingSubjectFilters")
     ext = m.get("external")
     if ext is None:
         if not is_valid_asset_name(m["name"]):
@@ -1242,10 +1242,10 @@ def _check_source(
             raise api_error("JSSourceInvalidSubjectFilter", err=f"invalid subject {tr['src']}")
         if (err := _destination_error(tr["dest"], tr["src"])) is not None:
             raise api_error("JSSourceInvalidTransformDestination", err=err)
+    index = SubjectIndex((tr["src"], j) for j, tr in enumerate(transforms))  # not pairwise
     for i, tr in enumerate(transforms):
-        for j, other in enumerate(transforms):
-            if i != j and is_subset(tr["src"], other["src"]):
-                raise api_error("JSSourceOverlappingSubjectFilters")
+        if any(j != i for j in index.supersets(tr["src"])):
+            raise api_error("JSSourceOverlappingSubjectFilters")
     cons = src.get("consumer")
     if cons is not None:
         if (

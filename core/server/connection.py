@@ -358,7 +358,7 @@ class ClientConnection:
         elif type(ev) is Connect:
             return self._on_connect(ev.options)
         elif self.state is not State.CONNECTED and not self._require_connected():
-            return
+            return None
         elif type(ev) is Ping:
             self._send(encoder.PONG)
         elif type(ev) is Pong:
@@ -367,6 +367,7 @@ class ClientConnection:
             self._on_sub(ev)
         elif type(ev) is Unsub:
             self._on_unsub(ev)
+        return None
 
     def _require_connected(self) -> bool:
         if self.state is State.CONNECTED:
