@@ -127,8 +127,9 @@ class _IndexNode:
 
     def __init__(self) -> None:
         self.children: dict[str, _IndexNode] = {}
-        self.here: list[Any] = []  # values of subjects that end at this node
-        self.rest: list[Any] = []  # values of subjects with ">" as their next token
+        # Made on first use (most nodes hold neither): building 10,000 nodes is most of the cost.
+        self.here: list[Any] | None = None  # values of subjects that end at this node
+        self.rest: list[Any] | None = None  # values of subjects with ">" as their next token
 
 
 class SubjectIndex(Generic[T]):
@@ -149,12 +150,16 @@ class SubjectIndex(Generic[T]):
         node = self._root
         for token in subject.split("."):
             if token == ">":
+                if node.rest is None:
+                    node.rest = []
                 node.rest.append(value)
                 return
             child = node.children.get(token)
             if child is None:
                 child = node.children[token] = _IndexNode()
             node = child
+        if node.here is None:
+            node.here = []
         node.here.append(value)
 
     def overlapping(self, subject: str) -> list[T]:
@@ -166,9 +171,11 @@ class SubjectIndex(Generic[T]):
         while stack:
             node, i = stack.pop()
             if i == n:
-                out.extend(node.here)  # same length; a longer subject never overlaps
+                if node.here:  # same length; a longer subject never overlaps
+                    out.extend(node.here)
                 continue
-            out.extend(node.rest)  # a ">" here overlaps anything with a token here
+            if node.rest:  # a ">" here overlaps anything with a token here
+                out.extend(node.rest)
             token = tokens[i]
             if token == ">":
                 _collect_below(node, out)
@@ -192,9 +199,11 @@ class SubjectIndex(Generic[T]):
         while stack:
             node, i = stack.pop()
             if i == n:
-                out.extend(node.here)
+                if node.here:
+                    out.extend(node.here)
                 continue
-            out.extend(node.rest)  # ">" here takes any subject with a token here
+            if node.rest:  # ">" here takes any subject with a token here
+                out.extend(node.rest)
             token = tokens[i]
             if token == ">":
                 continue  # only a ">" is a superset of a ">"
@@ -213,6 +222,8 @@ def _collect_below(node: _IndexNode, out: list[Any]) -> None:
     stack = list(node.children.values())
     while stack:
         n = stack.pop()
-        out.extend(n.here)
-        out.extend(n.rest)
+        if n.here:
+            out.extend(n.here)
+        if n.rest:
+            out.extend(n.rest)
         stack.extend(n.children.values())

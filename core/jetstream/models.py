@@ -868,6 +868,9 @@ class StreamConfig:
         return new
 
 
+_RESERVED_FIRST_TOKENS = frozenset(("$JS", "$JSC", "$NRG", "$SYS", "*", ">"))
+
+
 def check_subject_overlap(config: StreamConfig, others: Iterable[StreamConfig]) -> None:
     """``JSStreamSubjectOverlapErr`` if another stream of the account captures a common subject."""
     index: SubjectIndex[str] | None = None
@@ -1061,7 +1064,8 @@ def _check_stream_cfg(
                     raise _invalid_config("capturing all subjects requires no-ack to be true")
                 if c["num_replicas"] != 1:
                     raise _invalid_config("capturing all subjects requires replicas of 1")
-            if not c["no_ack"]:
+            # (only a subject whose first token is one of these, or a wildcard, can overlap them)
+            if not c["no_ack"] and subj.partition(".")[0] in _RESERVED_FIRST_TOKENS:
                 for ns in ("$JS.>", "$JSC.>", "$NRG.>"):
                     if overlaps(subj, ns) and not is_subset(subj, "$JS.EVENT.>"):
                         raise _invalid_config(
