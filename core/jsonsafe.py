@@ -87,6 +87,25 @@ def too_deep(data: bytes | str, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
+_STRINGS_STR = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+
+
+def innermost_open(prefix: str) -> str | None:
+    """The innermost array or object (``"["`` or ``"{"``) still open at the end of ``prefix``, a
+    JSON text read so far (brackets inside strings do not count); None at the top level. Linear,
+    in C: strings and everything but brackets are cut out, then matched pairs removed, one pass
+    per level (at most ``MAX_DEPTH + 1`` passes: callers bound the depth first)."""
+    brackets = _NOT_BRACKETS.sub("", _STRINGS_STR.sub("", prefix))
+    for _ in range(MAX_DEPTH + 2):
+        shorter = brackets.replace("[]", "").replace("{}", "")
+        if shorter == brackets:
+            break
+        brackets = shorter
+    opened = brackets.rstrip("]}")
+    return opened[-1] if opened else None
+
+
 def text(data: bytes | bytearray | memoryview | str) -> str:
     """Untrusted bytes as text: each byte that is not UTF-8 becomes U+FFFD (as Go reads them)."""
     if isinstance(data, str):
@@ -113,6 +132,20 @@ def decoder(
         parse_constant=parse_constant or _reject_constant,
         object_pairs_hook=object_pairs_hook,
     )
+
+
+def raw_decode(fast: json.JSONDecoder, slow: json.JSONDecoder, text: str, pos: int = 0) -> tuple[Any, int]:
+    """``fast.raw_decode`` — a decoder whose ``parse_int`` is ``int``, which the C scanner runs
+    without a Python call (a body of 500,000 integers: ~10x faster) — or, when it meets an
+    integer past ``int()``'s digit limit, ``slow``'s (whose ``parse_int`` is safe)."""
+    try:
+        return fast.raw_decode(text, pos)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as e:
+        if "integer string conversion" not in str(e):
+            raise
+        return slow.raw_decode(text, pos)
 
 
 def check(data: bytes | str, limit: int = MAX_DEPTH) -> None:

@@ -1230,15 +1230,22 @@ class PullRequest:
     priority_group: bool = False
 
 
+_SYNTAX_DECODER = json.JSONDecoder(
+    parse_float=_FloatLiteral, parse_int=jsonsafe.parse_int, parse_constant=_reject_constant
+)
+_SYNTAX_DECODER_FAST = json.JSONDecoder(
+    parse_float=_FloatLiteral, parse_int=int, parse_constant=_reject_constant
+)
+_PULL_DECODER = json.JSONDecoder(parse_float=_FloatLiteral, parse_int=jsonsafe.parse_int)
+_PULL_DECODER_FAST = json.JSONDecoder(parse_float=_FloatLiteral, parse_int=int)
+
+
 def _unmarshal_error(text: str) -> str:
     """The error ``json.Unmarshal`` gives for malformed JSON (no offsets, its EOF wording)."""
     if jsonsafe.too_deep(text):
         return "exceeded max depth"
-    decoder = json.JSONDecoder(
-        parse_float=_FloatLiteral, parse_int=jsonsafe.parse_int, parse_constant=_reject_constant
-    )
     try:
-        _, end = decoder.raw_decode(text)
+        _, end = jsonsafe.raw_decode(_SYNTAX_DECODER_FAST, _SYNTAX_DECODER, text)
     except json.JSONDecodeError as e:
         if e.pos >= len(text) or e.msg.startswith("Unterminated string"):
             return "unexpected end of JSON input"
@@ -1301,9 +1308,8 @@ def _parse_pull_body(body: bytes | str) -> PullRequest:
     err = _unmarshal_error(text)
     if err:
         raise PullRequestError(400, f"Bad Request - {err}")
-    decoder = json.JSONDecoder(parse_float=_FloatLiteral, parse_int=jsonsafe.parse_int)
     try:
-        value = decoder.decode(text)
+        value = jsonsafe.raw_decode(_PULL_DECODER_FAST, _PULL_DECODER, text)[0]  # checked: one value
         if jsonsafe.needs_clean(text):
             value = jsonsafe.clean(value)
         raw = _PULL_REQUEST.decode(value, [], "", False)

@@ -98,12 +98,15 @@ class _NegativeZero(int):
         return super().__new__(cls, 0)
 
 
+_NEGATIVE_ZERO = _NegativeZero()
+
+
 def _parse_json_int(text: str) -> int | float:
     """``json``'s ``parse_int`` for request bodies: keeps ``-0`` apart from ``0``; an integer too
     long for any Go integer is kept as its text (``int()`` would refuse 4,300 digits, and is
     quadratic below that), which every integer field then refuses, quoting it, as Go does."""
     if text == "-0":
-        return _NegativeZero()
+        return _NEGATIVE_ZERO
     return _FloatLiteral(text) if len(text) > jsonsafe.MAX_INT_CHARS else int(text)
 
 
@@ -432,9 +435,8 @@ def decode_request(data: bytes | str) -> Any:
     text = jsonsafe.text(data)
     if jsonsafe.too_deep(text):
         raise api_error("JSInvalidJSONErr", err="exceeded max depth")
-    decoder = json.JSONDecoder(
-        parse_float=_FloatLiteral, parse_int=_parse_json_int, parse_constant=_reject_constant
-    )
+    # ``-0`` (kept apart from 0 for unsigned fields) needs the Python parse_int; else C's int().
+    decoder = _REQUEST_DECODER if "-0" in text else _REQUEST_DECODER_FAST
     result: Any = _ABSENT
     pos, n = 0, len(text)
     while True:
@@ -443,7 +445,7 @@ def decode_request(data: bytes | str) -> Any:
         if pos >= n:
             break
         try:
-            value, pos = decoder.raw_decode(text, pos)
+            value, pos = jsonsafe.raw_decode(decoder, _REQUEST_DECODER, text, pos)
         except json.JSONDecodeError as e:
             raise api_error("JSInvalidJSONErr", err=_go_syntax_error(e, text)) from None
         except _ConstantError as e:
@@ -474,6 +476,14 @@ class _ConstantError(ValueError):
 
 def _reject_constant(name: str) -> Any:
     raise _ConstantError(name)
+
+
+_REQUEST_DECODER = json.JSONDecoder(
+    parse_float=_FloatLiteral, parse_int=_parse_json_int, parse_constant=_reject_constant
+)
+_REQUEST_DECODER_FAST = json.JSONDecoder(
+    parse_float=_FloatLiteral, parse_int=int, parse_constant=_reject_constant
+)
 
 
 def parse_json_value(data: bytes) -> Any:
@@ -513,18 +523,8 @@ def _go_syntax_error(e: json.JSONDecodeError, text: str) -> str:
         what = "after object key"
     elif e.msg.startswith("Expecting ','"):
         # Python reports the position of the bad character; decide object or array by nesting.
-        depth: list[str] = []
-        in_str = esc = False
-        for c in text[: e.pos]:
-            if in_str:
-                esc, in_str = (False, True) if esc else (c == "\\", c != '"')
-            elif c == '"':
-                in_str = True
-            elif c in "{[":
-                depth.append(c)
-            elif c in "}]" and depth:
-                depth.pop()
-        what = "after array element" if depth and depth[-1] == "[" else "after object key:value pair"
+        inner = jsonsafe.innermost_open(text[: e.pos])
+        what = "after array element" if inner == "[" else "after object key:value pair"
     elif e.msg.startswith("Invalid control character"):
         what = "in string"
     else:
