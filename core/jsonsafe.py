@@ -22,9 +22,11 @@ What plain ``json.loads`` does with hostile input, and what happens here instead
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 MAX_DEPTH = 128
@@ -35,9 +37,9 @@ MAX_INT_CHARS = 21
 _SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
 _SURROGATE_ESCAPE_STR = re.compile(r"\\[uU][dD][89a-fA-F]")
 _SURROGATES = re.compile("[\ud800-\udfff]")
-# A string literal (escapes included) or one bracket: the pre-scan skips brackets inside strings.
-_DEPTH_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
-_DEPTH_TOKENS_STR = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 
 
 class JSONError(ValueError):
@@ -47,6 +49,7 @@ class JSONError(ValueError):
 class BigNumber(float):
     """An integer literal too long for any Go integer type; ``literal`` is its text."""
 
+    __slots__ = ("literal",)
     literal: str
 
     def __new__(cls, text: str) -> BigNumber:
@@ -61,49 +64,48 @@ def parse_int(text: str) -> int | float:
 
 
 def too_deep(data: bytes | str, limit: int = MAX_DEPTH) -> bool:
-    """Does ``data`` nest arrays and objects more than ``limit`` deep? (Brackets inside strings do
-    not count.) Linear; the common case (fewer brackets than ``limit``) is two ``count`` calls."""
-    tokens: Iterator[re.Match[str]] | Iterator[re.Match[bytes]]
-    opening: tuple[str, str] | tuple[bytes, bytes]
+    """Does ``data`` nest arrays and objects more than ``limit`` deep? Brackets inside strings do
+    not count; unclosed ones do (the scanner recurses into them before it finds the text
+    invalid). No Python loop per character: the common case (fewer brackets than ``limit``) is
+    two ``count`` calls; else strings and everything but brackets are cut out and the depth
+    measured by a running sum in C (less than what ``json`` then takes for the same text)."""
     if isinstance(data, str):
         if data.count("[") + data.count("{") <= limit:
             return False
-        tokens, opening = _DEPTH_TOKENS_STR.finditer(data), ("[", "{")
-    else:
-        if data.count(b"[") + data.count(b"{") <= limit:
-            return False
-        tokens, opening = _DEPTH_TOKENS.finditer(data), (b"[", b"{")
-    depth = 0
-    for m in tokens:
-        tok = m.group()
-        if len(tok) != 1:
-            continue  # a string
-        if tok in opening:
-            depth += 1
-            if depth > limit:
-                return True
-        elif depth:
-            depth -= 1
-    return False
+    elif data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    steps = _brackets(data).translate(_STEPS)
+    return max(map(operator.sub, itertools.accumulate(steps), itertools.count(1)), default=0) > limit
 
 
-_STRINGS_STR = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
-_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+def _brackets(data: bytes | str) -> bytes:
+    """The brackets of a JSON text outside its strings, in order: one regex and a
+    ``bytes.translate``, both in C (brackets, quotes and backslashes are ASCII, never part of a
+    longer UTF-8 sequence)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if b'"' in raw:
+        raw = _STRINGS.sub(b"", raw)
+    return raw.translate(None, _NOT_BRACKETS)
+
+
+def _depths(brackets: bytes) -> list[int]:
+    """The nesting depth after each bracket: 2 * (opening brackets so far) - position, a running
+    sum in C (a closing bracket of the other kind counts as closing: the scanner stops there)."""
+    return list(map(operator.sub, itertools.accumulate(brackets.translate(_STEPS)), itertools.count(1)))
 
 
 def innermost_open(prefix: str) -> str | None:
     """The innermost array or object (``"["`` or ``"{"``) still open at the end of ``prefix``, a
-    JSON text read so far (brackets inside strings do not count); None at the top level. Linear,
-    in C: strings and everything but brackets are cut out, then matched pairs removed, one pass
-    per level (at most ``MAX_DEPTH + 1`` passes: callers bound the depth first)."""
-    brackets = _NOT_BRACKETS.sub("", _STRINGS_STR.sub("", prefix))
-    for _ in range(MAX_DEPTH + 2):
-        shorter = brackets.replace("[]", "").replace("{}", "")
-        if shorter == brackets:
-            break
-        brackets = shorter
-    opened = brackets.rstrip("]}")
-    return opened[-1] if opened else None
+    JSON text read so far (brackets inside strings do not count); None at the top level. No
+    Python loop per character: after the last point where the depth was one less than at the
+    end comes the bracket that opened the innermost level."""
+    brackets = _brackets(prefix)
+    depths = [0, *_depths(brackets)]
+    final = depths[-1]
+    if final <= 0:
+        return None
+    last_below = len(depths) - 1 - depths[::-1].index(final - 1)
+    return chr(brackets[last_below])  # depths[k] follows brackets[k - 1]: the next bracket opens
 
 
 def text(data: bytes | bytearray | memoryview | str) -> str:

@@ -6,6 +6,8 @@ import json
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core import jsonsafe
 from core.api_errors import ApiError
@@ -38,12 +40,18 @@ def test_brackets_inside_strings_do_not_count_as_depth():
     assert jsonsafe.loads(data) == json.loads(data)
 
 
-def test_depth_scan_of_a_megabyte_is_fast():
-    data = b'{"a":"' + b"x[" * 500_000 + b'"}'
+def test_depth_scan_of_a_megabyte_takes_less_than_decoding_it():
+    data = b'{"a":"' + b"x[" * 500_000 + b'"}'  # brackets in a string: cut out by one regex
     t0 = time.perf_counter()
     assert not jsonsafe.too_deep(data)
-    assert jsonsafe.too_deep(b'{"a":' * 600_000)
-    assert time.perf_counter() - t0 < 1.0  # a few ms
+    assert time.perf_counter() - t0 < 0.5  # a few ms
+    deep = b'{"a":[' + (b"[" * 127 + b"]" * 127 + b",") * 4000 + b"1]}"  # 1 MB, 129 deep
+    t0 = time.perf_counter()
+    assert jsonsafe.too_deep(deep)
+    scan = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    json.loads(deep)
+    assert scan < 2 * (time.perf_counter() - t0) + 0.05  # about a third of json's own time
 
 
 def test_huge_integers_are_kept_as_their_text():
@@ -137,3 +145,36 @@ def test_connect_options_are_canonical_typed_and_surrogate_free():
     parser = ServerParser(max_control_line=1 << 20)
     (ev,) = parser.feed(rb'CONNECT {"USER":"\ud800","Pass":"p","verbose":null,"x":' + HUGE + b"}\r\n")
     assert ev.options == {"user": "\ufffd", "pass": "p"}
+
+
+def _scan(text: str) -> tuple[int, bool, str | None]:
+    """A character-by-character reference: the deepest nesting, whether a closer ever underflows,
+    and the innermost bracket left open (strings skipped, escapes honoured)."""
+    depth = deepest = 0
+    underflow = in_str = esc = False
+    stack: list[str] = []
+    for c in text:
+        if in_str:
+            esc, in_str = (False, True) if esc else (c == "\\", c != '"')
+        elif c == '"':
+            in_str = True
+        elif c in "{[":
+            depth += 1
+            deepest = max(deepest, depth)
+            stack.append(c)
+        elif c in "}]":
+            depth -= 1
+            underflow |= depth < 0
+            if stack:
+                stack.pop()
+    return deepest, underflow, (stack[-1] if stack else None)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet='[]{}"\\aé', max_size=60), st.integers(0, 4))
+def test_depth_scan_agrees_with_a_character_scan(text, limit):
+    deepest, underflow, inner = _scan(text)
+    assert jsonsafe.too_deep(text, limit) == (deepest > limit)
+    assert jsonsafe.too_deep(text.encode(), limit) == (deepest > limit)
+    if not underflow:  # (only asked about prefixes a decoder accepted)
+        assert jsonsafe.innermost_open(text) == inner
