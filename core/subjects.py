@@ -7,6 +7,11 @@ both are wildcards only as whole tokens (``a*`` is a literal token, as in the re
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
 _WHITESPACE = frozenset(" \t\r\n\f\v")
 
 
@@ -115,3 +120,110 @@ def overlaps(a: str, b: str) -> bool:
         if x != "*" and y != "*" and x != y:
             return False
     return True
+
+
+class _IndexNode:
+    __slots__ = ("children", "here", "rest")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _IndexNode] = {}
+        # Made on first use (most nodes hold neither): building 10,000 nodes is most of the cost.
+        self.here: list[Any] | None = None  # values of subjects that end at this node
+        self.rest: list[Any] | None = None  # values of subjects with ">" as their next token
+
+
+class SubjectIndex(Generic[T]):
+    """Subjects (any strings: tokens are what ``split(".")`` gives) in a token trie, queried for
+    the ones that ``overlaps`` or are supersets (``is_subset``) of a subject, with exactly those
+    functions' answers but without a pass over every subject: validating a stream's 5,000
+    subjects pairwise took seconds. A ``>`` token ends a subject here, as it ends both functions'
+    walks. Each query visits a trie node at most once, with no recursion."""
+
+    __slots__ = ("_root",)
+
+    def __init__(self, items: Iterable[tuple[str, T]] = ()) -> None:
+        self._root = _IndexNode()
+        for subject, value in items:
+            self.add(subject, value)
+
+    def add(self, subject: str, value: T) -> None:
+        node = self._root
+        for token in subject.split("."):
+            if token == ">":
+                if node.rest is None:
+                    node.rest = []
+                node.rest.append(value)
+                return
+            child = node.children.get(token)
+            if child is None:
+                child = node.children[token] = _IndexNode()
+            node = child
+        if node.here is None:
+            node.here = []
+        node.here.append(value)
+
+    def overlapping(self, subject: str) -> list[T]:
+        """The values of the subjects ``s`` with ``overlaps(subject, s)``."""
+        tokens = subject.split(".")
+        n = len(tokens)
+        out: list[T] = []
+        stack = [(self._root, 0)]
+        while stack:
+            node, i = stack.pop()
+            if i == n:
+                if node.here:  # same length; a longer subject never overlaps
+                    out.extend(node.here)
+                continue
+            if node.rest:  # a ">" here overlaps anything with a token here
+                out.extend(node.rest)
+            token = tokens[i]
+            if token == ">":
+                _collect_below(node, out)
+            elif token == "*":
+                stack.extend((child, i + 1) for child in node.children.values())
+            else:
+                child = node.children.get(token)
+                if child is not None:
+                    stack.append((child, i + 1))
+                star = node.children.get("*")
+                if star is not None and token != "*":
+                    stack.append((star, i + 1))
+        return out
+
+    def supersets(self, subject: str) -> list[T]:
+        """The values of the subjects ``s`` with ``is_subset(subject, s)``."""
+        tokens = subject.split(".")
+        n = len(tokens)
+        out: list[T] = []
+        stack = [(self._root, 0)]
+        while stack:
+            node, i = stack.pop()
+            if i == n:
+                if node.here:
+                    out.extend(node.here)
+                continue
+            if node.rest:  # ">" here takes any subject with a token here
+                out.extend(node.rest)
+            token = tokens[i]
+            if token == ">":
+                continue  # only a ">" is a superset of a ">"
+            star = node.children.get("*")
+            if star is not None:
+                stack.append((star, i + 1))
+            if token != "*":
+                child = node.children.get(token)
+                if child is not None:
+                    stack.append((child, i + 1))
+        return out
+
+
+def _collect_below(node: _IndexNode, out: list[Any]) -> None:
+    """Every value stored under ``node``'s children (each has a token at ``node``'s depth)."""
+    stack = list(node.children.values())
+    while stack:
+        n = stack.pop()
+        if n.here:
+            out.extend(n.here)
+        if n.rest:
+            out.extend(n.rest)
+        stack.extend(n.children.values())

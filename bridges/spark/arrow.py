@@ -79,7 +79,7 @@ def parse_json_columns(
     for payload in payloads:
         try:
             obj = json.loads(payload)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # deep nesting too: corrupt
             obj = None
         if not isinstance(obj, dict):
             for col in cols:

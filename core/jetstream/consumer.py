@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
-from core import subjects
+from core import jsonsafe, subjects
 from core.jetstream.consumer_models import GO_ZERO_TIME_NS, PullRequestError, parse_pull_request
 from core.jetstream.gotime import format_go_time, parse_go_duration
 from core.protocol.headers import encode_headers, parse_headers
@@ -1378,8 +1378,8 @@ def parse_nak_delay(arg: bytes) -> int | None:
         except (ValueError, UnicodeDecodeError):
             return None
     try:  # an object (it starts with "{"), read as a list of its pairs
-        pairs = json.loads(arg, object_pairs_hook=list, parse_constant=_refuse)  # NaN: not JSON
-    except (ValueError, UnicodeDecodeError):
+        pairs = jsonsafe.loads(arg, object_pairs_hook=list)  # NaN, deep nesting: not read
+    except ValueError:
         return None
     delay = 0
     for key, value in pairs:
@@ -1389,10 +1389,6 @@ def parse_nak_delay(arg: bytes) -> int | None:
             return None  # a fraction, an exponent, a string...: Go's int64 refuses it
         delay = value
     return delay
-
-
-def _refuse(text: str) -> Any:
-    raise ValueError(text)
 
 
 def _wire_size(to: str, reply: str, headers: bytes | None, payload: bytes) -> int:

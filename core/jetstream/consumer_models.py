@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from core import jsonsafe
 from core.api_errors import ApiError, api_error
 from core.errors import LeafjetError
 from core.jetstream.gotime import format_go_time, parse_go_time, rfc3339_nano
@@ -67,7 +68,7 @@ from core.jetstream.models import (
     is_json_object_or_array,
     is_valid_asset_name,
 )
-from core.subjects import has_wildcard, is_subset, is_valid_subject, overlaps
+from core.subjects import SubjectIndex, has_wildcard, is_subset, is_valid_subject, overlaps
 
 DELIVER_POLICIES = ("all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject")
 ACK_POLICIES = ("none", "all", "explicit", "flow_control")
@@ -955,12 +956,12 @@ def _check_cfg(c: dict[str, Any], stream: StreamConfig, limits: ConsumerLimits) 
     if any(f == "" for f in c["filter_subjects"]):
         raise api_error("JSConsumerEmptyFilter")
     filters = _filters(c)
+    index = SubjectIndex((f, j) for j, f in enumerate(filters))  # not a pass over every pair
     for i, subject in enumerate(filters):
         if not is_valid_subject(subject):
             raise _invalid_config("invalid subject")
-        for j, other in enumerate(filters):
-            if i != j and is_subset(subject, other):
-                raise api_error("JSConsumerOverlappingSubjectFilters")
+        if any(j != i for j in index.supersets(subject)):
+            raise api_error("JSConsumerOverlappingSubjectFilters")
 
     _check_start(c)
 
@@ -1229,11 +1230,22 @@ class PullRequest:
     priority_group: bool = False
 
 
+_SYNTAX_DECODER = json.JSONDecoder(
+    parse_float=_FloatLiteral, parse_int=jsonsafe.parse_int, parse_constant=_reject_constant
+)
+_SYNTAX_DECODER_FAST = json.JSONDecoder(
+    parse_float=_FloatLiteral, parse_int=int, parse_constant=_reject_constant
+)
+_PULL_DECODER = json.JSONDecoder(parse_float=_FloatLiteral, parse_int=jsonsafe.parse_int)
+_PULL_DECODER_FAST = json.JSONDecoder(parse_float=_FloatLiteral, parse_int=int)
+
+
 def _unmarshal_error(text: str) -> str:
     """The error ``json.Unmarshal`` gives for malformed JSON (no offsets, its EOF wording)."""
-    decoder = json.JSONDecoder(parse_float=_FloatLiteral, parse_constant=_reject_constant)
+    if jsonsafe.too_deep(text):
+        return "exceeded max depth"
     try:
-        _, end = decoder.raw_decode(text)
+        _, end = jsonsafe.raw_decode(_SYNTAX_DECODER_FAST, _SYNTAX_DECODER, text)
     except json.JSONDecodeError as e:
         if e.pos >= len(text) or e.msg.startswith("Unterminated string"):
             return "unexpected end of JSON input"
@@ -1284,21 +1296,23 @@ def parse_pull_request(
 
 
 def _parse_pull_body(body: bytes | str) -> PullRequest:
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes | bytearray) else body
-    text = text.strip(" \t\r\n\v\f")
+    text = jsonsafe.text(body).strip(" \t\r\n\v\f")
     if not text:
         return PullRequest()
     if text[0] != "{":
         s = text[1:] if text[0] in "+-" else text
-        if s and _DIGITS.issuperset(s) and _INT64[0] <= int(text) <= _INT64[1]:
+        # (a digit string longer than any int64 is no batch; int() would refuse 4,300 digits)
+        if s and _DIGITS.issuperset(s) and len(s.lstrip("0")) <= 19 and _INT64[0] <= int(text) <= _INT64[1]:
             return PullRequest(batch=int(text))
         return PullRequest()
     err = _unmarshal_error(text)
     if err:
         raise PullRequestError(400, f"Bad Request - {err}")
-    decoder = json.JSONDecoder(parse_float=_FloatLiteral)
     try:
-        raw = _PULL_REQUEST.decode(decoder.decode(text), [], "", False)
+        value = jsonsafe.raw_decode(_PULL_DECODER_FAST, _PULL_DECODER, text)[0]  # checked: one value
+        if jsonsafe.needs_clean(text):
+            value = jsonsafe.clean(value)
+        raw = _PULL_REQUEST.decode(value, [], "", False)
     except _DecodeError as e:
         raise PullRequestError(400, f"Bad Request - {e}") from None
     raw = {} if raw is _ABSENT else raw

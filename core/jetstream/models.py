@@ -25,10 +25,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from core import jsonsafe
 from core.api_errors import ApiError, api_error
 from core.jetstream.gotime import format_go_time, parse_go_time, rfc3339_nano
 from core.store.api import MAX_SEQ
-from core.subjects import is_subset, is_valid_literal_subject, is_valid_subject, overlaps
+from core.subjects import SubjectIndex, is_subset, is_valid_literal_subject, is_valid_subject, overlaps
 
 API_TYPE_PREFIX = "io.nats.jetstream.api.v1."
 JS_API_PREFIX = "$JS.API"
@@ -82,6 +83,7 @@ def _pedantic(msg: str) -> ApiError:
 class _FloatLiteral(float):
     """A JSON number with a fraction or exponent that remembers its source text (Go quotes it)."""
 
+    __slots__ = ("literal",)  # no instance dict: half the cost of a body full of numbers
     literal: str
 
     def __new__(cls, text: str) -> _FloatLiteral:
@@ -97,9 +99,16 @@ class _NegativeZero(int):
         return super().__new__(cls, 0)
 
 
-def _parse_json_int(text: str) -> int:
-    """``json``'s ``parse_int`` for request bodies: keeps ``-0`` apart from ``0``."""
-    return _NegativeZero() if text == "-0" else int(text)
+_NEGATIVE_ZERO = _NegativeZero()
+
+
+def _parse_json_int(text: str) -> int | float:
+    """``json``'s ``parse_int`` for request bodies: keeps ``-0`` apart from ``0``; an integer too
+    long for any Go integer is kept as its text (``int()`` would refuse 4,300 digits, and is
+    quadratic below that), which every integer field then refuses, quoting it, as Go does."""
+    if text == "-0":
+        return _NEGATIVE_ZERO
+    return _FloatLiteral(text) if len(text) > jsonsafe.MAX_INT_CHARS else int(text)
 
 
 class _DecodeError(Exception):
@@ -125,13 +134,13 @@ def _json_kind(v: Any) -> str:
 def _number_text(v: Any) -> str:
     if isinstance(v, _NegativeZero):
         return "-0"
-    if isinstance(v, _FloatLiteral):
+    if isinstance(v, _FloatLiteral | jsonsafe.BigNumber):
         return v.literal
     return repr(v) if isinstance(v, float) else str(v)
 
 
 def _raw_text(v: Any) -> str:
-    if isinstance(v, _FloatLiteral):
+    if isinstance(v, _FloatLiteral | jsonsafe.BigNumber):
         return v.literal
     return json.dumps(v, separators=(",", ":"), ensure_ascii=False)
 
@@ -424,10 +433,11 @@ def decode_request(data: bytes | str) -> Any:
     ``JSInvalidJSONErr`` with Go's text for the common cases (approximate for the rest).
     Numbers with a fraction or exponent keep their source text so type errors can quote it.
     """
-    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes | bytearray) else data
-    decoder = json.JSONDecoder(
-        parse_float=_FloatLiteral, parse_int=_parse_json_int, parse_constant=_reject_constant
-    )
+    text = jsonsafe.text(data)
+    if jsonsafe.too_deep(text):
+        raise api_error("JSInvalidJSONErr", err="exceeded max depth")
+    # ``-0`` (kept apart from 0 for unsigned fields) needs the Python parse_int; else C's int().
+    decoder = _REQUEST_DECODER if "-0" in text else _REQUEST_DECODER_FAST
     result: Any = _ABSENT
     pos, n = 0, len(text)
     while True:
@@ -436,7 +446,7 @@ def decode_request(data: bytes | str) -> Any:
         if pos >= n:
             break
         try:
-            value, pos = decoder.raw_decode(text, pos)
+            value, pos = jsonsafe.raw_decode(decoder, _REQUEST_DECODER, text, pos)
         except json.JSONDecodeError as e:
             raise api_error("JSInvalidJSONErr", err=_go_syntax_error(e, text)) from None
         except _ConstantError as e:
@@ -448,6 +458,8 @@ def decode_request(data: bytes | str) -> Any:
             raise api_error("JSInvalidJSONErr", err=msg) from None
         if value is None:
             continue
+        if jsonsafe.needs_clean(text):
+            value = jsonsafe.clean(value)  # a lone surrogate escape is U+FFFD, as in Go
         if not isinstance(value, dict):
             # Go stops at the first value it cannot decode into the request struct.
             return value
@@ -467,11 +479,19 @@ def _reject_constant(name: str) -> Any:
     raise _ConstantError(name)
 
 
+_REQUEST_DECODER = json.JSONDecoder(
+    parse_float=_FloatLiteral, parse_int=_parse_json_int, parse_constant=_reject_constant
+)
+_REQUEST_DECODER_FAST = json.JSONDecoder(
+    parse_float=_FloatLiteral, parse_int=int, parse_constant=_reject_constant
+)
+
+
 def parse_json_value(data: bytes) -> Any:
     """One JSON value, as Go's ``json.Unmarshal`` reads a body (a direct get's): nothing else
     before or after it, no NaN or Infinity, and numbers kept as the request structs need them
-    (``-0``, a fraction's text). ``ValueError`` for anything else."""
-    return json.loads(
+    (``-0``, a fraction's text). ``ValueError`` for anything else (too deep included)."""
+    return jsonsafe.loads(
         data, parse_float=_FloatLiteral, parse_int=_parse_json_int, parse_constant=_reject_constant
     )
 
@@ -504,18 +524,8 @@ def _go_syntax_error(e: json.JSONDecodeError, text: str) -> str:
         what = "after object key"
     elif e.msg.startswith("Expecting ','"):
         # Python reports the position of the bad character; decide object or array by nesting.
-        depth: list[str] = []
-        in_str = esc = False
-        for c in text[: e.pos]:
-            if in_str:
-                esc, in_str = (False, True) if esc else (c == "\\", c != '"')
-            elif c == '"':
-                in_str = True
-            elif c in "{[":
-                depth.append(c)
-            elif c in "}]" and depth:
-                depth.pop()
-        what = "after array element" if depth and depth[-1] == "[" else "after object key:value pair"
+        inner = jsonsafe.innermost_open(text[: e.pos])
+        what = "after array element" if inner == "[" else "after object key:value pair"
     elif e.msg.startswith("Invalid control character"):
         what = "in string"
     else:
@@ -859,15 +869,20 @@ class StreamConfig:
         return new
 
 
+_RESERVED_FIRST_TOKENS = frozenset(("$JS", "$JSC", "$NRG", "$SYS", "*", ">"))
+
+
 def check_subject_overlap(config: StreamConfig, others: Iterable[StreamConfig]) -> None:
     """``JSStreamSubjectOverlapErr`` if another stream of the account captures a common subject."""
+    index: SubjectIndex[str] | None = None
     for other in others:
-        if other.name == config.name:
+        if other.name == config.name or not other.subjects:
             continue
+        if index is None:  # indexed: a pass over every pair took seconds with thousands of subjects
+            index = SubjectIndex((b, b) for b in config.subjects)
         for a in other.subjects:
-            for b in config.subjects:
-                if overlaps(a, b):
-                    raise api_error("JSStreamSubjectOverlapErr")
+            if index.overlapping(a):
+                raise api_error("JSStreamSubjectOverlapErr")
 
 
 def _required_api_level(c: Mapping[str, Any]) -> int:
@@ -1037,6 +1052,9 @@ def _check_stream_cfg(
         if mirror is not None:
             raise api_error("JSMirrorWithSubjectsErr")
         seen: set[str] = set()
+        # Each subject is checked against the ones after it, as a pairwise pass would (the error
+        # names the first later one that overlaps), through an index of them all.
+        index = SubjectIndex((s, i) for i, s in enumerate(subjects))
         for i, subj in enumerate(subjects):
             if not is_valid_subject(subj):
                 raise _invalid_config("invalid subject")
@@ -1047,7 +1065,8 @@ def _check_stream_cfg(
                     raise _invalid_config("capturing all subjects requires no-ack to be true")
                 if c["num_replicas"] != 1:
                     raise _invalid_config("capturing all subjects requires replicas of 1")
-            if not c["no_ack"]:
+            # (only a subject whose first token is one of these, or a wildcard, can overlap them)
+            if not c["no_ack"] and subj.partition(".")[0] in _RESERVED_FIRST_TOKENS:
                 for ns in ("$JS.>", "$JSC.>", "$NRG.>"):
                     if overlaps(subj, ns) and not is_subset(subj, "$JS.EVENT.>"):
                         raise _invalid_config(
@@ -1055,9 +1074,10 @@ def _check_stream_cfg(
                         )
                 if overlaps(subj, "$SYS.>") and not is_subset(subj, "$SYS.ACCOUNT.>"):
                     raise _invalid_config("subjects that overlap with system api require no-ack to be true")
-            for other in subjects[i + 1 :]:
-                if overlaps(other, subj):
-                    raise _invalid_config(f"subject {json.dumps(subj)} overlaps with {json.dumps(other)}")
+            later = [j for j in index.overlapping(subj) if j > i]
+            if later:
+                other = subjects[min(later)]
+                raise _invalid_config(f"subject {json.dumps(subj)} overlaps with {json.dumps(other)}")
             seen.add(subj)
 
     if not subjects and not c["sources"] and mirror is None:  # pragma: no cover - as in the reference
@@ -1160,14 +1180,14 @@ def _check_mirror(
         raise api_error("JSMirrorMultipleFiltersNotAllowed")
     if c["subject_delete_marker_ttl"] > 0:
         raise _invalid_config("subject delete markers forbidden on mirrors")
+    index = SubjectIndex((tr["src"], j) for j, tr in enumerate(transforms))  # not pairwise
     for i, tr in enumerate(transforms):
         if tr["src"] and not is_valid_subject(tr["src"]):
             raise api_error("JSMirrorInvalidSubjectFilter", err=f"invalid subject {tr['src']}")
         if (err := _destination_error(tr["dest"], tr["src"])) is not None:
             raise api_error("JSMirrorInvalidTransformDestination", err=err)
-        for j, other in enumerate(transforms):
-            if i != j and overlaps(tr["src"], other["src"]):
-                raise api_error("JSMirrorOverlappingSubjectFilters")
+        if any(j != i for j in index.overlapping(tr["src"])):
+            raise api_error("JSMirrorOverlappingSubjectFilters")
     ext = m.get("external")
     if ext is None:
         if not is_valid_asset_name(m["name"]):
@@ -1227,10 +1247,10 @@ def _check_source(
             raise api_error("JSSourceInvalidSubjectFilter", err=f"invalid subject {tr['src']}")
         if (err := _destination_error(tr["dest"], tr["src"])) is not None:
             raise api_error("JSSourceInvalidTransformDestination", err=err)
+    index = SubjectIndex((tr["src"], j) for j, tr in enumerate(transforms))  # not pairwise
     for i, tr in enumerate(transforms):
-        for j, other in enumerate(transforms):
-            if i != j and is_subset(tr["src"], other["src"]):
-                raise api_error("JSSourceOverlappingSubjectFilters")
+        if any(j != i for j in index.supersets(tr["src"])):
+            raise api_error("JSSourceOverlappingSubjectFilters")
     cons = src.get("consumer")
     if cons is not None:
         if (

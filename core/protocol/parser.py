@@ -10,9 +10,9 @@ the few places where leafjet is deliberately stricter.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from core import jsonsafe
 from core.errors import ProtocolError
 from core.protocol.events import OK, PING, PONG, Connect, Err, Info, Msg, Pub, Sub, Unsub
 
@@ -55,16 +55,70 @@ def _size(token: bytes) -> int:
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
-    """The JSON object of a CONNECT or INFO line; ``null`` counts as ``{}`` (as the reference)."""
+    """The JSON object of a CONNECT or INFO line; ``null`` counts as ``{}`` (as the reference).
+    Read with the safe decoder (``core.jsonsafe``): anything it refuses is a silent close."""
     try:
-        value = json.loads(raw.decode("utf-8", "replace"))
-    except (ValueError, RecursionError):
+        value = jsonsafe.loads(raw)
+    except ValueError:
         raise ProtocolError(None) from None
     if value is None:
         return {}
     if type(value) is not dict:
         raise ProtocolError(None)
     return value
+
+
+# The reference's ClientOpts (server/client.go): each field's JSON type. Go decodes CONNECT into
+# that struct: a field of the wrong type fails the whole CONNECT (a silent close), null leaves the
+# field as it was, names match case-insensitively, and unknown names are ignored.
+_CONNECT_FIELDS: dict[str, type] = {
+    **dict.fromkeys(
+        ("echo", "verbose", "pedantic", "tls_required", "new_account", "headers", "no_responders"), bool
+    ),
+    **dict.fromkeys(
+        ("nkey", "jwt", "sig", "auth_token", "user", "pass", "name", "lang", "version", "account"), str
+    ),
+    **dict.fromkeys(("remote_account", "proxy_sig"), str),
+    "protocol": int,
+    "import": dict,
+    "export": dict,
+}
+_CONNECT_FOLDED = {name.lower(): name for name in _CONNECT_FIELDS}
+_GO_INT = (-(1 << 63), (1 << 63) - 1)
+
+
+def _connect_options(raw: bytes) -> dict[str, Any]:
+    """A CONNECT's options as the reference reads them into its ``ClientOpts``: only the known
+    fields, under their canonical names, each of its Go type (``ProtocolError(None)`` otherwise),
+    nulls left out."""
+    out: dict[str, Any] = {}
+    for key, value in _json_object(raw).items():
+        name = key if key in _CONNECT_FIELDS else _CONNECT_FOLDED.get(key.lower())
+        if name is None or value is None:
+            continue
+        kind = _CONNECT_FIELDS[name]
+        if kind is int:
+            ok = type(value) is int and _GO_INT[0] <= value <= _GO_INT[1]
+        elif kind is dict:
+            ok = type(value) is dict and _subject_permission(value)
+        else:
+            ok = type(value) is kind
+        if not ok:
+            raise ProtocolError(None)
+        out[name] = value
+    return out
+
+
+def _subject_permission(value: dict[str, Any]) -> bool:
+    """Go's ``SubjectPermission``: ``allow`` and ``deny``, each a list of strings or null."""
+    for key, v in value.items():
+        if (
+            key.lower() in ("allow", "deny")
+            and v is not None
+            and (type(v) is not list or any(type(x) is not str for x in v))
+        ):
+            return False
+    return True
 
 
 # A frozen dataclass's __init__ assigns each field through object.__setattr__, which costs more
@@ -298,7 +352,7 @@ class ServerParser(_Parser):
         if op.startswith(b"PONG"):
             return PONG
         if op.startswith(b"CONNECT"):
-            return Connect(_json_object(line[7:]))
+            return Connect(_connect_options(line[7:]))
         if op.startswith(b"+OK"):
             return None  # the reference ignores a client's +OK
         if op.startswith(b"INFO"):

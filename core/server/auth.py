@@ -129,9 +129,15 @@ def _parse_hash(stored: str) -> tuple[int, int, int, bytes, bytes] | None:
     return n, r, p, salt, digest
 
 
+def _utf8(value: str) -> bytes:
+    """A client-supplied string as bytes. The safe JSON decoder leaves no lone surrogate in a
+    CONNECT's strings; ``surrogatepass`` makes sure one never raises here anyway."""
+    return value.encode("utf-8", "surrogatepass")
+
+
 def _scrypt(secret: str, salt: bytes, n: int, r: int, p: int, dklen: int) -> bytes:
     return hashlib.scrypt(
-        secret.encode(), salt=salt, n=n, r=r, p=p, dklen=dklen, maxmem=128 * n * r * p + (1 << 20)
+        _utf8(secret), salt=salt, n=n, r=r, p=p, dklen=dklen, maxmem=128 * n * r * p + (1 << 20)
     )
 
 
@@ -224,9 +230,11 @@ class Authenticator:
     """Checks CONNECT credentials against the configured users, nkeys and token.
 
     Construction hashes plain secrets (about 50 ms each) and decodes every nkey, raising
-    ConfigError for a malformed one. ``authenticate`` is CPU-bound for passwords and tokens
-    (one scrypt, ~50 ms, GIL released); a successful (hash, secret) pair is remembered as a
-    keyed HMAC so that reconnect storms do not repeat the scrypt.
+    ConfigError for a malformed one. Checking a password or token costs one scrypt (~50 ms,
+    GIL released): ``begin`` decides what is cheap and hands that part back as a
+    ``Verification`` for the server to run on a worker thread (``authenticate`` runs it in
+    place). A successful (hash, secret) pair is remembered as a keyed HMAC so that reconnect
+    storms do not repeat the scrypt.
     """
 
     _VERIFIED_MAX = 1024
@@ -263,6 +271,15 @@ class Authenticator:
         return secrets.token_urlsafe(11)
 
     def authenticate(self, connect: dict[str, Any], nonce: str | None) -> Principal:
+        """Check ``connect``'s credentials at once (the scrypt, if any, on the caller's thread)."""
+        decided = self.begin(connect, nonce)
+        return decided if isinstance(decided, Principal) else decided.run()
+
+    def begin(self, connect: dict[str, Any], nonce: str | None) -> Principal | Verification:
+        """The cheap part of a check: a Principal, an ``AuthError``, or — when a password or token
+        must be hashed (one scrypt, ~50 ms of CPU) — a ``Verification`` whose ``run`` the caller
+        sends to a worker thread. No auth, nkeys and a secret verified before (remembered as an
+        HMAC) never need one."""
         if not self.required:
             return Principal(GLOBAL_ACCOUNT, "", Permissions())
         nkey = connect.get("nkey")
@@ -274,9 +291,9 @@ class Authenticator:
             token = connect.get("auth_token")
             if not isinstance(token, str) or not token:
                 raise AuthError("no auth token offered")
-            if not self._verify(self._token, token):
-                raise AuthError("invalid auth token")
-            return Principal(GLOBAL_ACCOUNT, "token", Permissions())
+            return self._check(
+                self._token, token, Principal(GLOBAL_ACCOUNT, "token", Permissions()), "invalid auth token"
+            )
         user, password = connect.get("user"), connect.get("pass")
         if not self._by_name:
             raise AuthError("no nkey offered" if self._by_nkey else "no credentials offered")
@@ -284,11 +301,21 @@ class Authenticator:
             raise AuthError("no user and password offered")
         u = self._by_name.get(user)
         if u is None:
-            verify_password(_DUMMY_HASH, password)
-            raise AuthError(f"unknown user {user!r}")
-        if not self._verify(self._hashes[user], password):
-            raise AuthError(f"bad password for user {user!r}")
-        return Principal(u.account, user, u.permissions)
+            # A fixed, unknown password: unknown user names cost as much as known ones.
+            return Verification(self, _DUMMY_HASH, password, None, f"unknown user {user!r}")
+        principal = Principal(u.account, user, u.permissions)
+        return self._check(self._hashes[user], password, principal, f"bad password for user {user!r}")
+
+    def _check(
+        self, stored: str, candidate: str, principal: Principal, failure: str
+    ) -> Principal | Verification:
+        known = self._verified.get(stored)
+        if known is not None and hmac.compare_digest(known, self._mac(candidate)):
+            return principal
+        return Verification(self, stored, candidate, principal, failure)
+
+    def _mac(self, candidate: str) -> bytes:
+        return hmac.new(self._mac_key, _utf8(candidate), hashlib.sha256).digest()
 
     def _auth_nkey(self, nkey: Any, sig: Any, nonce: str | None) -> Principal:
         if not isinstance(nkey, str):
@@ -315,17 +342,29 @@ class Authenticator:
             raise AuthError(f"nkey {nkey}: signature verification failed") from None
         return Principal(user.account, nkey, user.permissions)
 
-    def _verify(self, stored: str, candidate: str) -> bool:
-        mac = hmac.new(self._mac_key, candidate.encode(), hashlib.sha256).digest()
-        known = self._verified.get(stored)
-        if known is not None and hmac.compare_digest(known, mac):
-            return True
-        if not verify_password(stored, candidate):
-            return False
+    def _remember(self, stored: str, candidate: str) -> None:
         if len(self._verified) >= self._VERIFIED_MAX:
             self._verified.clear()
-        self._verified[stored] = mac
-        return True
+        self._verified[stored] = self._mac(candidate)
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """A password or token check that needs one scrypt. ``run`` is safe on a worker thread: it
+    touches only its own values and, on success, one dict assignment in the authenticator."""
+
+    auth: Authenticator
+    stored: str
+    candidate: str
+    principal: Principal | None  # None: an unknown user (always refused, after the same work)
+    failure: str
+
+    def run(self) -> Principal:
+        """The Principal, or ``AuthError`` with the failure reason."""
+        if not verify_password(self.stored, self.candidate) or self.principal is None:
+            raise AuthError(self.failure)
+        self.auth._remember(self.stored, self.candidate)
+        return self.principal
 
 
 # ---------------------------------------------------------------------- permissions

@@ -2,7 +2,8 @@
 
 Three tasks, owned by the connection's task group:
 - the reader: receive bytes, feed the parser, handle each event (synchronously: routing
-  never awaits), then apply back-pressure to receivers that fell behind;
+  never awaits; only a CONNECT whose password must be hashed waits, for the bounded auth
+  pool, before the next event), then apply back-pressure to receivers that fell behind;
 - the writer: sends the outbound buffer whenever something is queued, each send bounded
   by ``write_deadline``;
 - the pinger: a PING every ``ping_interval``; more than ``ping_max`` unanswered pings close
@@ -18,6 +19,7 @@ import asyncio
 import logging
 import math
 import time
+import weakref
 from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -33,7 +35,7 @@ from core.protocol import headers as hdrs
 from core.protocol.events import Connect, Ping, Pong, Pub, Sub, Unsub
 from core.protocol.parser import ServerParser
 from core.server.accounts import Account, Subscription
-from core.server.auth import PermissionChecker, Principal
+from core.server.auth import Authenticator, PermissionChecker, Principal, Verification
 from core.server.tcp import TcpStream
 
 if TYPE_CHECKING:
@@ -192,13 +194,19 @@ class ClientConnection:
                 faults.fault_point("client_reader", self.name)
             try:
                 for event in self.parser.feed(data):
-                    handle(event)
+                    # Only a CONNECT whose password must be hashed gives a Verification: the ops
+                    # after it wait, in order, until it is decided.
+                    pending = handle(event)
+                    if pending is not None:
+                        await self._verify_connect(pending)
                     if self.state is State.CLOSING:
                         return
             except ProtocolError as e:
                 # Ops parsed before the bad one in this chunk still count, as on the reference.
                 for event in e.events:
-                    handle(event)
+                    pending = handle(event)
+                    if pending is not None:
+                        await self._verify_connect(pending)
                     if self.state is State.CLOSING:
                         return
                 self._protocol_error(e)
@@ -379,13 +387,13 @@ class ClientConnection:
 
     # ------------------------------------------------------------------ inbound ops
 
-    def _handle(self, ev: Any) -> None:
+    def _handle(self, ev: Any) -> Verification | None:
         if type(ev) is Pub:
             self._on_pub(ev)
         elif type(ev) is Connect:
-            self._on_connect(ev.options)
+            return self._on_connect(ev.options)
         elif self.state is not State.CONNECTED and not self._require_connected():
-            return
+            return None
         elif type(ev) is Ping:
             self._send(encoder.PONG)
         elif type(ev) is Pong:
@@ -394,6 +402,7 @@ class ClientConnection:
             self._on_sub(ev)
         elif type(ev) is Unsub:
             self._on_unsub(ev)
+        return None
 
     def _require_connected(self) -> bool:
         if self.state is State.CONNECTED:
@@ -415,26 +424,57 @@ class ClientConnection:
         if e.close:
             self._close_reason = f"protocol error: {e.message or 'parser error'}"
 
-    def _on_connect(self, opts: dict[str, Any]) -> None:
+    def _on_connect(self, opts: dict[str, Any]) -> Verification | None:
+        """Apply a CONNECT. Decided here when that is cheap (no auth, a token or password verified
+        before, nkeys); a password or token that must be hashed is returned as a Verification for
+        the reader to await (``_verify_connect``) before it handles the client's next op."""
         if self.state is State.CONNECTED:
             # A second CONNECT may change options but never the identity.
             self._apply_options(opts)
             self._ok()
-            return
+            return None
         if not self._apply_options(opts):
-            return
+            return None
         auth = self.server.authenticator
         principal: Principal | None = None
         if auth.required:
             try:
-                principal = auth.authenticate(opts, self.nonce)
+                decided = auth.begin(opts, self.nonce)
             except AuthError as e:
-                log.warning("client %d %s: authorization violation: %s", self.cid, self.client_ip, e)
-                self.close(f"authorization violation: {e}", "Authorization Violation")
-                return
+                self._auth_violation(e)
+                return None
+            if isinstance(decided, Verification):
+                return decided
+            principal = decided
+        self._accept(principal)
+        return None
+
+    async def _verify_connect(self, verification: Verification) -> None:
+        """Run the CONNECT's password check on the bounded worker pool, then accept or refuse.
+        Past the pool's queue bound the CONNECT is refused at once."""
+        workers = _auth_workers(self.server.authenticator)
+        if not workers.reserve():
+            self._auth_violation(AuthError("too many authentications pending"))
+            return
+        try:
+            principal = await anyio.to_thread.run_sync(verification.run, limiter=workers.limiter)
+        except AuthError as e:
+            if self.state is State.HANDSHAKE:
+                self._auth_violation(e)
+            return
+        finally:
+            workers.release()
+        if self.state is State.HANDSHAKE:  # not closed meanwhile (auth timeout, server shutdown)
+            self._accept(principal)
+
+    def _accept(self, principal: Principal | None) -> None:
         account = self.server.accounts.get(principal.account if principal else self.server.default_account)
         self._enter_account(account, principal)
         self._ok()
+
+    def _auth_violation(self, e: AuthError) -> None:
+        log.warning("client %d %s: authorization violation: %s", self.cid, self.client_ip, e)
+        self.close(f"authorization violation: {e}", "Authorization Violation")
 
     def _apply_options(self, opts: dict[str, Any]) -> bool:
         self.verbose = bool(opts.get("verbose", self.verbose))
@@ -528,6 +568,39 @@ def _run_bytes(msgs: Sequence[tuple[str, str | None, bytes | None, bytes]], with
     if with_headers:
         return sum(len(p) + (len(h) if h is not None else 0) for _s, _r, h, p in msgs)
     return sum(len(p) for _s, _r, _h, p in msgs)
+
+
+class _AuthWorkers:
+    """The bounded pool that runs password checks (scrypt) off the event loop, one per server's
+    Authenticator: ``WORKERS`` threads at a time, at most ``PENDING`` CONNECTs running or waiting
+    (beyond that a CONNECT is refused at once, so a flood of bad passwords costs the loop nothing
+    and queues nothing unbounded)."""
+
+    WORKERS = 2
+    PENDING = 32
+
+    def __init__(self) -> None:
+        self.limiter = anyio.CapacityLimiter(self.WORKERS)
+        self.pending = 0
+
+    def reserve(self) -> bool:
+        if self.pending >= self.PENDING:
+            return False
+        self.pending += 1
+        return True
+
+    def release(self) -> None:
+        self.pending -= 1
+
+
+_WORKERS: weakref.WeakKeyDictionary[Authenticator, _AuthWorkers] = weakref.WeakKeyDictionary()
+
+
+def _auth_workers(auth: Authenticator) -> _AuthWorkers:
+    workers = _WORKERS.get(auth)
+    if workers is None:
+        workers = _WORKERS[auth] = _AuthWorkers()
+    return workers
 
 
 def _valid_queue(queue: str) -> bool:

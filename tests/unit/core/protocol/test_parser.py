@@ -85,7 +85,7 @@ def test_connect_gives_its_json_object():
 
 
 def test_connect_tolerates_tab_and_surrounding_whitespace():
-    assert parse_three_ways(b'CONNECT\t  {"a":1}  \r\n') == [Connect({"a": 1})]
+    assert parse_three_ways(b'CONNECT\t  {"protocol":1}  \r\n') == [Connect({"protocol": 1})]
 
 
 def test_connect_null_counts_as_empty_options():

@@ -1,0 +1,48 @@
+"""SubjectIndex answers exactly what a pass of overlaps / is_subset over every subject answers."""
+
+from __future__ import annotations
+
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.subjects import SubjectIndex, is_subset, overlaps
+
+# Small alphabets so that overlaps are frequent; "" and a ">" before the end test the functions'
+# answers on the invalid subjects a request may hold.
+TOKEN = st.sampled_from(["a", "b", "*", ">", "", "a*"])
+SUBJECT = st.lists(TOKEN, min_size=1, max_size=5).map(".".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(SUBJECT, max_size=25), SUBJECT)
+def test_queries_agree_with_a_scan_of_every_subject(subjects, query):
+    index = SubjectIndex((s, i) for i, s in enumerate(subjects))
+    assert sorted(index.overlapping(query)) == [i for i, s in enumerate(subjects) if overlaps(query, s)]
+    assert sorted(index.supersets(query)) == [i for i, s in enumerate(subjects) if is_subset(query, s)]
+
+
+def test_each_value_once_even_for_duplicates():
+    index = SubjectIndex([("a.b", 1), ("a.b", 2), ("a.>", 3), ("*.b", 4), ("a", 5)])
+    assert sorted(index.overlapping("a.b")) == [1, 2, 3, 4]
+    assert sorted(index.overlapping(">")) == [1, 2, 3, 4, 5]
+    assert sorted(index.supersets("a.b")) == [1, 2, 3, 4]
+    assert sorted(index.supersets("a.*")) == [3]
+
+
+def test_five_thousand_subjects_index_and_query_in_milliseconds():
+    subjects = [f"orders.{i}.created" for i in range(5000)]
+    t0 = time.perf_counter()
+    index = SubjectIndex((s, i) for i, s in enumerate(subjects))
+    hits = [index.overlapping(s) for s in subjects]
+    elapsed = time.perf_counter() - t0
+    assert hits == [[i] for i in range(5000)]
+    assert elapsed < 1.0  # ~20 ms; a pairwise pass is 12.5 million overlaps() calls (seconds)
+
+
+def test_a_very_long_subject_needs_no_recursion():
+    long = ".".join(["t"] * 50_000)
+    index = SubjectIndex([(long, 1)])
+    assert index.overlapping(long) == [1]
+    assert index.supersets(long) == [1]
