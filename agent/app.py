@@ -1,7 +1,7 @@
 """The edge composition root: config -> server (+ later the SQLite-backed JetStream and leaf remotes).
 
 Start-up is a handshake: the readiness line is printed (and systemd notified) only after the
-listener is bound. SIGTERM and SIGINT start the ordered shutdown.
+listener is bound. SIGTERM and SIGINT start the ordered shutdown; SIGHUP reloads the config.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,10 +17,11 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from agent import systemd
+from agent.config import AgentConfig
 from bridges.mqtt.config import MqttBridgeConfig
 from core.config import ServerConfig
 from core.datadir import DataDirLock, lock_data_dir
-from core.errors import StartupError
+from core.errors import ConfigError, StartupError
 from core.jetstream.engine import JetStream
 from core.server.failures import describe_failure
 from core.server.server import Server
@@ -39,14 +41,20 @@ def prepare_data_dir(path: str) -> Path:
     return d
 
 
-async def serve_agent(cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = ()) -> None:
+ReloadSource = Callable[[], AgentConfig]
+"""Reads the config again as the agent was started (the same file, flags and variables)."""
+
+
+async def serve_agent(
+    cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = (), reload_source: ReloadSource | None = None
+) -> None:
     """Start JetStream (recovering streams) before the listener, then the in-process bridges; stop
     in the reverse order: the bridges, then stop accepting, drain clients, then stop the streams
-    and close their stores."""
+    and close their stores. SIGHUP reloads the config from ``reload_source``."""
     data_dir = prepare_data_dir(cfg.data_dir)
     locks = [lock_data_dir(data_dir)]  # held until the process exits
     try:
-        await _serve(cfg, data_dir, locks, mqtt)
+        await _serve(cfg, data_dir, locks, mqtt, reload_source)
     finally:
         for lock in locks:
             lock.release()
@@ -54,7 +62,11 @@ async def serve_agent(cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = ()
 
 
 async def _serve(
-    cfg: ServerConfig, data_dir: Path, locks: list[DataDirLock], mqtt: tuple[MqttBridgeConfig, ...]
+    cfg: ServerConfig,
+    data_dir: Path,
+    locks: list[DataDirLock],
+    mqtt: tuple[MqttBridgeConfig, ...],
+    reload_source: ReloadSource | None,
 ) -> None:
     server = Server(cfg)
     js: JetStream | None = None
@@ -97,34 +109,112 @@ async def _serve(
             f"(server {server.name}, data {cfg.data_dir})",
             flush=True,
         )
-        bridges_scope = anyio.CancelScope()
-        if mqtt:
-            # In-process bridges are ordinary NATS clients of this agent's own listener.
-            own_url = f"nats://127.0.0.1:{port}"
-            await _start_bridges(tg, bridges_scope, [replace(b, nats_url=own_url) for b in mqtt])
-            log.info("started %d MQTT bridge(s)", len(mqtt))
+        # In-process bridges are ordinary NATS clients of this agent's own listener.
+        bridges = BridgeSet(tg, f"nats://127.0.0.1:{port}")
+        await bridges.apply(mqtt)
         systemd.notify("READY=1")
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    await _reload(server, bridges, reload_source)
+                    continue
                 log.info("received %s: shutting down", signal.Signals(signum).name)
                 systemd.notify("STOPPING=1")
-                bridges_scope.cancel()
+                bridges.stop_all()
                 server.request_shutdown()
                 break
 
 
-async def _start_bridges(tg: TaskGroup, scope: anyio.CancelScope, configs: list[MqttBridgeConfig]) -> None:
-    """The bridges run in one child task group under ``scope``, so shutdown cancels them first;
-    each under its own supervisor, so a bridge that fails is restarted and never ends the agent."""
+async def _reload(server: Server, bridges: BridgeSet, reload_source: ReloadSource | None) -> None:
+    """SIGHUP: read the config again and apply what may change at runtime, or refuse it whole
+    with one log line (the running config stays)."""
+    if reload_source is None:
+        log.warning("received SIGHUP: no config to reload")
+        return
+    systemd.notify("RELOADING=1")
+    try:
+        # Loading hashes the users' passwords (tens of ms each): off the loop.
+        agent_cfg = await anyio.to_thread.run_sync(reload_source)
+        plan = await server.reload(agent_cfg.server)
+    except ConfigError as e:
+        log.error("config reload refused, the running configuration stays: %s", e)
+        return
+    finally:
+        systemd.notify("READY=1")
+    set_log_level(agent_cfg.server)
+    log.debug("reload: the new config is %r", _redacted(agent_cfg.server))
+    changed = list(plan.changed)
+    if await bridges.apply(agent_cfg.mqtt):
+        changed.append("bridges")
+    log.info("reloaded configuration: %s", ", ".join(changed) if changed else "nothing changed")
 
-    async def run_all(*, task_status: TaskStatus[None]) -> None:
-        with scope:
-            async with anyio.create_task_group() as inner:
-                for b in configs:
-                    await inner.start(_supervise_bridge, b)
-                task_status.started()
 
-    await tg.start(run_all)
+def _redacted(cfg: ServerConfig) -> str:
+    """The config for a debug line, with no secret in it (users and TLS keys are named only)."""
+    users = [u.user or u.nkey for u in cfg.auth.users]
+    return f"{replace(cfg, auth=replace(cfg.auth, users=(), token=None))!r}, users={users}"
+
+
+_LOG_LEVEL_FIXED = False  # a --log-level flag or LEAFJET_LOG_LEVEL wins over the config's debug/trace
+
+
+def set_log_level(cfg: ServerConfig, *, fixed: str | None = None) -> None:
+    """The root logger's level: a fixed one from the command line, else DEBUG when the config asks
+    for debug or trace, else INFO."""
+    global _LOG_LEVEL_FIXED
+    if fixed is not None:
+        _LOG_LEVEL_FIXED = True
+        logging.getLogger().setLevel(fixed.upper())
+    elif not _LOG_LEVEL_FIXED:
+        logging.getLogger().setLevel(logging.DEBUG if cfg.debug or cfg.trace else logging.INFO)
+
+
+class BridgeSet:
+    """The in-process bridges, each under its own supervisor and cancel scope, so that a reload
+    starts the new ones, stops the removed ones and restarts the changed ones and leaves the
+    others running; shutdown stops them all first."""
+
+    STOP_TIMEOUT = 10.0
+
+    def __init__(self, tg: TaskGroup, own_url: str) -> None:
+        self._tg = tg
+        self._own_url = own_url
+        self._running: dict[str, tuple[MqttBridgeConfig, anyio.CancelScope, anyio.Event]] = {}
+
+    async def apply(self, configs: tuple[MqttBridgeConfig, ...]) -> bool:
+        """Run exactly ``configs`` (matched by name); whether anything changed."""
+        wanted = {b.name: replace(b, nats_url=self._own_url) for b in configs}
+        changed = False
+        for name, (cfg, scope, done) in list(self._running.items()):
+            if wanted.get(name) != cfg:
+                scope.cancel()
+                with anyio.move_on_after(self.STOP_TIMEOUT):
+                    await done.wait()  # its broker session is closed before a new one opens
+                del self._running[name]
+                log.info("stopped MQTT bridge %r", name)
+                changed = True
+        for name, cfg in wanted.items():
+            if name not in self._running:
+                scope, done = anyio.CancelScope(), anyio.Event()
+                self._running[name] = (cfg, scope, done)
+                await self._tg.start(self._run, cfg, scope, done)
+                log.info("started MQTT bridge %r", name)
+                changed = True
+        return changed
+
+    def stop_all(self) -> None:
+        for _cfg, scope, _done in self._running.values():
+            scope.cancel()
+
+    @staticmethod
+    async def _run(
+        cfg: MqttBridgeConfig, scope: anyio.CancelScope, done: anyio.Event, *, task_status: TaskStatus[None]
+    ) -> None:
+        try:
+            with scope:
+                await _supervise_bridge(cfg, task_status=task_status)
+        finally:
+            done.set()
 
 
 BRIDGE_RESTART_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0)
@@ -169,9 +259,18 @@ def _have_uvloop() -> bool:
     return True
 
 
-def run_agent(cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = ()) -> None:
+def run_agent(
+    cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = (), reload_source: ReloadSource | None = None
+) -> None:
     try:
-        anyio.run(serve_agent, cfg, mqtt, backend="asyncio", backend_options={"use_uvloop": _have_uvloop()})
+        anyio.run(
+            serve_agent,
+            cfg,
+            mqtt,
+            reload_source,
+            backend="asyncio",
+            backend_options={"use_uvloop": _have_uvloop()},
+        )
     except* StartupError as group:
         raise _first_leaf(group) from None
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import NoReturn
 
 from core.errors import ConfigError, StartupError
@@ -33,7 +36,10 @@ AGENT_EPILOG = """\
 precedence: a flag, then its LEAFJET_* variable, then the config file, then the default.
 
 signals: SIGTERM or SIGINT stop the agent in order (stop accepting, flush and close the
-clients, close the streams) and it exits 0.
+clients, close the streams) and it exits 0. SIGHUP (--signal reload) reads the config file
+again and applies users, permissions, TLS certificates, limits, debug/trace and bridges without
+a restart; a change that needs one (host, port, data or JetStream settings) refuses the whole
+reload with one log line, and the running config stays.
 
 exit codes:
   0  clean exit
@@ -84,9 +90,17 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument(
         "--log-level",
-        default=os.environ.get("LEAFJET_LOG_LEVEL", "info"),
+        default=os.environ.get("LEAFJET_LOG_LEVEL"),
         choices=["debug", "info", "warning", "error"],
-        help="log verbosity on stderr (default info; env LEAFJET_LOG_LEVEL)",
+        help="log verbosity on stderr (env LEAFJET_LOG_LEVEL; default: debug when the config sets"
+        " debug or trace, else info; the config's choice follows a reload, this one does not)",
+    )
+    a.add_argument(
+        "--signal",
+        metavar="SIGNAL[=PID]",
+        help="send a signal to a running agent and exit: reload (SIGHUP: apply the config file"
+        " again), stop or term (SIGTERM), quit (SIGINT). The agent is PID, or the one that holds"
+        " --data-dir (its pid is in <data-dir>/LOCK)",
     )
     c = sub.add_parser("certs", help="generate development TLS certificates", add_help=False)
     c.add_argument("rest", nargs=argparse.REMAINDER)
@@ -132,30 +146,72 @@ def _agent(args: argparse.Namespace) -> int:
     from agent.config import AgentConfig, load_agent_config
 
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=(args.log_level or "info").upper(),
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.signal:
+        return _send_signal(args)
+    config_path = args.config or os.environ.get("LEAFJET_CONFIG")
+
+    def load() -> AgentConfig:
+        """The config as given at start: the file (read again on reload), then flags and variables."""
+        agent_cfg = load_agent_config(config_path) if config_path else AgentConfig()
+        return replace(agent_cfg, server=_apply_overrides(agent_cfg.server, args))
+
     try:
         if args.check_config:
             load_agent_config(args.check_config)
             print(f"{args.check_config}: configuration is valid")
             return EXIT_OK
-        config_path = args.config or os.environ.get("LEAFJET_CONFIG")
-        agent_cfg = load_agent_config(config_path) if config_path else AgentConfig()
-        cfg = _apply_overrides(agent_cfg.server, args)
+        agent_cfg = load()
+        cfg = agent_cfg.server
     except ConfigError as e:
         return _fail(EXIT_USAGE, f"invalid configuration: {e}")
     if not cfg.data_dir:
         return _fail(EXIT_USAGE, "a data directory is required (--data-dir, LEAFJET_DATA_DIR or data_dir)")
-    from agent.app import run_agent
+    from agent.app import run_agent, set_log_level
 
+    set_log_level(cfg, fixed=args.log_level)
     try:
-        run_agent(cfg, agent_cfg.mqtt)
+        run_agent(cfg, agent_cfg.mqtt, load)
     except StartupError as e:
         return _fail(EXIT_STARTUP, f"cannot start: {e}")
     except KeyboardInterrupt:
         return EXIT_OK
+    return EXIT_OK
+
+
+_SIGNALS = {"reload": signal.SIGHUP, "stop": signal.SIGTERM, "term": signal.SIGTERM, "quit": signal.SIGINT}
+
+
+def _send_signal(args: argparse.Namespace) -> int:
+    """``--signal NAME[=PID]``, as the reference's: the pid given, or the data directory's holder."""
+    name, _, pid_text = args.signal.partition("=")
+    sig = _SIGNALS.get(name)
+    if sig is None:
+        return _fail(EXIT_USAGE, f"unknown signal {name!r} (use one of: {', '.join(_SIGNALS)})")
+    if pid_text:
+        if not pid_text.isdigit():
+            return _fail(EXIT_USAGE, f"not a process id: {pid_text!r}")
+        pid = int(pid_text)
+    else:
+        from core.datadir import holder_pid
+
+        data_dir = args.data_dir or os.environ.get("LEAFJET_DATA_DIR")
+        if not data_dir:
+            return _fail(EXIT_USAGE, "--signal needs a process id (reload=PID) or the agent's --data-dir")
+        found = holder_pid(Path(data_dir))
+        if found is None:
+            return _fail(EXIT_RUNTIME, f"no running agent holds {data_dir}")
+        pid = found
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return _fail(EXIT_RUNTIME, f"no process {pid}")
+    except PermissionError:
+        return _fail(EXIT_RUNTIME, f"not allowed to signal process {pid}")
+    print(f"sent {signal.Signals(sig).name} to {pid}")
     return EXIT_OK
 
 

@@ -105,6 +105,10 @@ class ServerConfig:
     # it binds http_host, or the client listener's host when that is empty.
     http_port: int | None = None
     http_host: str = ""
+    # Logging, the reference's switches: debug (and trace, which leafjet logs at the same level)
+    # lower the log level to DEBUG unless the command line set one. Both apply on reload.
+    debug: bool = False
+    trace: bool = False
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TLSConfig | None = None
     jetstream: JetStreamConfig = field(default_factory=JetStreamConfig)
@@ -217,6 +221,8 @@ def config_from_dict(data: dict[str, Any], *, base_dir: Path | None = None) -> S
         data_dir=t.string("data_dir", "") or "",
         http_port=http_port,
         http_host=http_host,
+        debug=t.flag("debug", False),
+        trace=t.flag("trace", False),
         auth=_read_auth(t),
         tls=_read_tls(t.take("tls"), base_dir) if "tls" in t.data else None,
         jetstream=_read_jetstream(t.take("jetstream", {})),
@@ -337,7 +343,7 @@ def _read_user(data: Any, path: str, account: str) -> User:
     return User(
         account=account,
         user=name,
-        password=hash_password(password) if password is not None else None,
+        password=hash_password(password, salt_for=f"user:{name}") if password is not None else None,
         nkey=nkey,
         permissions=perms,
     )
@@ -382,7 +388,7 @@ def _read_auth(root: ConfigTable) -> AuthConfig:
         raise ConfigError("authorization.token", "a token cannot be combined with users")
     return AuthConfig(
         users=tuple(users),
-        token=hash_password(token) if token is not None else None,
+        token=hash_password(token, salt_for="token") if token is not None else None,
         accounts=tuple(account_names),
         auth_timeout=timeout,
     )

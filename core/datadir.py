@@ -59,3 +59,21 @@ def _read_pid(fd: int) -> int | None:
         return int(text) if text.isdigit() else None
     except OSError:
         return None
+
+
+def holder_pid(directory: Path) -> int | None:
+    """The pid of the process that holds ``directory``'s lock now, or None when nobody does (no
+    LOCK file, or a stale one whose process died: its flock went with it)."""
+    path = directory / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_pid(fd)  # held: the pid it wrote is the holder's
+        return None  # we could lock it: nobody holds it
+    finally:
+        os.close(fd)

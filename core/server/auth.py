@@ -146,15 +146,28 @@ def is_password_hash(value: str) -> bool:
     return _parse_hash(value) is not None
 
 
-def hash_password(plain: str) -> str:
+# Keys the salts of secrets hashed with ``salt_for``: random per process, so no two processes (and
+# no two machines) share a salt, while one process hashes the same secret of the same user alike.
+_SALT_KEY = secrets.token_bytes(32)
+
+
+def hash_password(plain: str, *, salt_for: str | None = None) -> str:
     """Hash a password or token as ``scrypt$<n>$<r>$<p>$<salt_b64>$<hash_b64>`` (URL-safe base64).
 
     Idempotent: a value already in that format is returned unchanged, so a config may hold
     either the plain secret or its hash. (bcrypt ``$2a$`` hashes are not supported.)
+    With ``salt_for`` (the user it belongs to) the salt is derived from it and a per-process
+    key instead of drawn at random: a config loaded again in the same process gives an unchanged
+    secret the same hash, which is how a reload tells that a user's password did not change
+    without checking every connected client's password again.
     """
     if is_password_hash(plain):
         return plain
-    salt = secrets.token_bytes(_SALT_LEN)
+    if salt_for is None:
+        salt = secrets.token_bytes(_SALT_LEN)
+    else:
+        salt = hmac.new(_SALT_KEY, salt_for.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+        salt = salt[:_SALT_LEN]
     digest = _scrypt(plain, salt, _SCRYPT_N, _SCRYPT_R, _SCRYPT_P, _HASH_LEN)
     return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${_b64e(salt)}${_b64e(digest)}"
 

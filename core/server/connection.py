@@ -35,10 +35,19 @@ from core.protocol import headers as hdrs
 from core.protocol.events import Connect, Ping, Pong, Pub, Sub, Unsub
 from core.protocol.parser import ServerParser
 from core.server.accounts import Account, Subscription
-from core.server.auth import Authenticator, PermissionChecker, Principal, Verification
+from core.server.auth import (
+    AuthConfig,
+    Authenticator,
+    PermissionChecker,
+    Permissions,
+    Principal,
+    Verification,
+)
+from core.server.reload import secret_unchanged
 from core.server.tcp import TcpStream
 
 if TYPE_CHECKING:
+    from core.config import ServerConfig
     from core.server.server import Server
 
 log = logging.getLogger("leafjet.client")
@@ -66,6 +75,7 @@ class ClientConnection:
         self.parser = ServerParser(self.cfg.max_control_line, self.cfg.max_payload)
         self.account: Account | None = None
         self.principal: Principal | None = None
+        self._credentials: dict[str, Any] = {}
         self.perms: PermissionChecker | None = None
         self.subs: dict[str, Subscription] = {}
         self.name = ""
@@ -438,6 +448,9 @@ class ClientConnection:
         auth = self.server.authenticator
         principal: Principal | None = None
         if auth.required:
+            # Kept to check this client again when a reload changes the users (as the reference
+            # keeps its CONNECT options): only the fields an authenticator reads.
+            self._credentials = {k: opts[k] for k in _CREDENTIAL_FIELDS if k in opts}
             try:
                 decided = auth.begin(opts, self.nonce)
             except AuthError as e:
@@ -489,6 +502,80 @@ class ClientConnection:
             self.close("no responders without headers", "no responders requires headers support")
             return False
         return True
+
+    # ------------------------------------------------------------------ reload
+
+    def apply_limits(self, cfg: ServerConfig) -> None:
+        """A reloaded config's limits, for this live connection too (as the reference applies a
+        new max_payload to its clients): the parser's bounds, the buffer, pings, deadlines."""
+        self.cfg = cfg
+        self.parser.max_payload = cfg.max_payload
+        self.parser.max_control_line = cfg.max_control_line
+        self._high_water = cfg.max_pending * 3 // 4
+
+    def reauthorize(self, old: AuthConfig, auth: Authenticator) -> Verification | None:
+        """Check this client against reloaded users, with the credentials it connected with:
+        closed if they no longer pass, else given its (possibly new) permissions. A password
+        that must be hashed again comes back as a Verification for the caller to run off the loop
+        and then hand to ``reauthorized``; a secret the reload left as it was is not re-hashed."""
+        if self.state is not State.CONNECTED:
+            return None
+        if not auth.required:
+            self.reauthorized(Principal(self.account.name if self.account else "", "", Permissions()))
+            return None
+        creds = self._credentials
+        try:
+            decided = auth.begin(creds, self.nonce)
+        except AuthError as e:
+            self._refused_on_reload(e)
+            return None
+        if isinstance(decided, Verification):
+            if decided.principal is None:  # the user is gone: nothing to hash
+                self._refused_on_reload(AuthError(decided.failure))
+                return None
+            if not secret_unchanged(old, auth.config, creds):
+                return decided
+            decided = decided.principal
+        self.reauthorized(decided)
+        return None
+
+    def reauthorized(self, principal: Principal | AuthError) -> None:
+        """Apply the outcome of a reload's check: refused, moved to another account (closed: a
+        client's account is fixed for its life), or the new permissions, dropping every
+        subscription they no longer allow with the reference's error."""
+        if self.state is not State.CONNECTED:
+            return
+        if isinstance(principal, AuthError):
+            # A user whose secret changed: the reference answers this one with the error.
+            self._auth_violation(principal)
+            return
+        if self.account is not None and principal.account and principal.account != self.account.name:
+            self._refused_on_reload(AuthError(f"account changed by reload to {principal.account!r}"))
+            return
+        self.principal = principal
+        self.perms = self.server.permission_checker(principal.permissions)
+        for sub in list(self.subs.values()):
+            if not self.perms.can_subscribe(sub.subject, sub.queue):
+                self._unsubscribe(sub)
+                self._send(
+                    encoder.encode_err(
+                        f'Permissions Violation for Subscription to "{sub.subject}" (sid "{sub.sid}")'
+                    )
+                )
+                log.info(
+                    "client %d %s: removed subscription %r: not allowed after reload",
+                    self.cid,
+                    self.client_ip,
+                    sub.subject,
+                )
+            else:
+                sub.deny_filter = self.perms.deliver_filter(sub.subject, sub.queue)
+
+    def _refused_on_reload(self, e: AuthError) -> None:
+        # A client whose user (or nkey) a reload removed: the reference closes it without a word
+        # (no -ERR), and so does leafjet.
+        log.warning("client %d %s: no longer authorized after reload: %s", self.cid, self.client_ip, e)
+        self.close(f"no longer authorized after reload: {e}")
 
     def _enter_account(self, account: Account, principal: Principal | None) -> None:
         self.account = account
@@ -601,6 +688,9 @@ def _auth_workers(auth: Authenticator) -> _AuthWorkers:
     if workers is None:
         workers = _WORKERS[auth] = _AuthWorkers()
     return workers
+
+
+_CREDENTIAL_FIELDS = ("user", "pass", "auth_token", "nkey", "sig", "jwt")
 
 
 def _valid_queue(queue: str) -> bool:

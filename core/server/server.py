@@ -24,13 +24,14 @@ import anyio
 from anyio.abc import SocketAttribute, TaskStatus
 
 from core.config import GLOBAL_ACCOUNT, ServerConfig
-from core.errors import StartupError
+from core.errors import AuthError, StartupError
 from core.protocol import encoder
 from core.server import tcp
 from core.server.accounts import AccountRegistry
-from core.server.auth import Authenticator, PermissionChecker, Permissions
+from core.server.auth import AuthConfig, Authenticator, PermissionChecker, Permissions
 from core.server.connection import ClientConnection, State, aclose_quietly
 from core.server.failures import describe_failure
+from core.server.reload import ReloadPlan, plan_reload
 from core.server.tcp import TcpStream
 from core.store.crypto import CipherSpec
 from core.tls import server_ssl_context
@@ -160,6 +161,57 @@ class Server:
     def request_shutdown(self) -> None:
         self._stop.set()
 
+    # ------------------------------------------------------------------ reload
+
+    async def reload(self, new: ServerConfig) -> ReloadPlan:
+        """Apply a reloaded config, or refuse it whole (``ConfigError``; the old one stays).
+
+        Everything that can fail is built first: the new users' authenticator (its construction
+        hashes secrets: off the loop) and the TLS context (the certificate files are read again,
+        so renewed certificates take effect). Then the config is swapped in one step on the loop,
+        live connections get the new limits, and, when the users changed, each client is checked
+        again with the credentials it connected with (the reference's ``reloadAuthorization``):
+        closed if they no longer pass, else given its new permissions, losing the subscriptions
+        they no longer allow. A connection is never closed for a change that does not concern it.
+        """
+        plan = plan_reload(self.config, new)
+        old = self.config
+        auth = self.authenticator
+        if plan.auth_changed:
+            auth = await anyio.to_thread.run_sync(Authenticator, new.auth)
+        ssl_context = self.ssl_context
+        if "tls" in plan.changed:
+            ssl_context = server_ssl_context(new.tls) if new.tls is not None else None
+        self.config = new
+        self.authenticator = auth
+        self.ssl_context = ssl_context
+        for name in new.auth.accounts:
+            self.accounts.get(name)
+        self._checkers.clear()  # permission sets are compared by value: old ones may be gone
+        self._info_base = self._build_info()
+        clients = list(self.clients.values())
+        for client in clients:
+            client.apply_limits(new)
+        if plan.auth_changed:
+            await self._reauthorize(clients, old.auth, auth)
+        return plan
+
+    async def _reauthorize(
+        self, clients: list[ClientConnection], old: AuthConfig, auth: Authenticator
+    ) -> None:
+        for client in clients:
+            verification = client.reauthorize(old, auth)
+            if verification is None:
+                continue
+            # A changed password: one scrypt, on a worker thread (one at a time: a reload is rare
+            # and must not crowd out the CONNECTs being verified meanwhile).
+            try:
+                principal = await anyio.to_thread.run_sync(verification.run)
+            except AuthError as e:
+                client.reauthorized(e)
+            else:
+                client.reauthorized(principal)
+
     async def _drain_clients(self) -> None:
         for client in list(self.clients.values()):
             client.close("server shutdown")
@@ -181,6 +233,7 @@ class Server:
             return
         _set_nodelay(stream)
         client = ClientConnection(self, stream, cid, ip)
+        log.debug("client %d %s connected", cid, ip)
         self.clients[cid] = client
         self.stats.connections_total += 1
         try:

@@ -75,3 +75,33 @@ async def test_a_failing_bridge_is_restarted_and_never_ends_the_agent(mosquitto,
             assert (await js.publish("still", b"up")).seq == 1
     finally:
         assert agent.stop() == 0, "the agent shuts down cleanly with its bridge in a restart pause"
+
+
+async def test_a_reload_starts_a_new_bridge_and_keeps_the_agent_serving(mosquitto, tmp_path):
+    def bridge(name: str, prefix: str) -> dict:
+        return {
+            "name": name,
+            "url": f"mqtt://127.0.0.1:{mosquitto.port}",
+            "client_id": f"leafjet-{name}",
+            "inbound": [{"filter": "plant/#", "qos": 1, "subject_prefix": prefix}],
+        }
+
+    agent = start_leafjet(tmp_path / "agent", {"bridges": {"mqtt": [bridge("one", "mqtt")]}})
+    try:
+        async with jetstream(agent) as (_, js):
+            await js.add_stream(name="TWO", subjects=["two.>"])
+            agent.rewrite_config({"bridges": {"mqtt": [bridge("one", "mqtt"), bridge("two", "two")]}})
+            agent.reload()
+            with anyio.fail_after(30):
+                while "started MQTT bridge 'two'" not in agent.log():
+                    await anyio.sleep(0.05)
+            # the new bridge subscribes in the background: probe until its messages arrive
+            with anyio.fail_after(30):
+                while not (await js.stream_info("TWO")).state.messages:
+                    await anyio.to_thread.run_sync(
+                        lambda: devices.publish(mosquitto.port, [("plant/x", b"1")])
+                    )
+                    await anyio.sleep(0.2)
+        assert "stopped MQTT bridge 'one'" not in agent.log(), "an unchanged bridge keeps running"
+    finally:
+        assert agent.stop() == 0

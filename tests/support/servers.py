@@ -94,6 +94,21 @@ class RunningServer:
         self.proc, self.port = fresh.proc, fresh.port  # the fixture that owns self stops it
         return self
 
+    def rewrite_config(self, config: dict[str, Any]) -> None:
+        """Write ``config`` where the running server reads its config file, for a reload."""
+        self.config = dict(config)
+        if self.kind == "leafjet":
+            (self.workdir / "leafjet.toml").write_text(to_toml(config))
+            return
+        conf = {"host": "127.0.0.1", "port": self.port, **config}
+        if self.jetstream:
+            conf.setdefault("jetstream", {}).setdefault("store_dir", str(self.workdir / "data"))
+        (self.workdir / "nats-server.conf").write_text(json.dumps(conf, indent=1))
+
+    def reload(self) -> None:
+        """SIGHUP: both servers read their config file again."""
+        self.proc.send_signal(signal.SIGHUP)
+
     def log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
