@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import anyio
 
 from core import subjects
+from core.faults import fault_point
 from core.jetstream.consumer_models import GO_ZERO_TIME_NS, PullRequestError, parse_pull_request
 from core.jetstream.gotime import format_go_time, parse_go_duration
 from core.protocol.headers import encode_headers, parse_headers
@@ -116,6 +117,7 @@ class Consumer:
         self._wake = anyio.Event()
         self.acks = InternalReceiver(f"acks:{stream.name}:{self.name}", stream.account, capacity=65536)
         self.deleted = False
+        self.failed: str | None = None  # why its supervisor gave it up (engine._supervise)
         self._dirty = False
         self.last_interest_ns = time.monotonic_ns()
         self._remaining = -1
@@ -274,6 +276,7 @@ class Consumer:
             task_status.started()
             try:
                 while not self.deleted:
+                    fault_point("consumer", self.name)
                     self._wake = anyio.Event()
                     try:
                         self._pause_ended()

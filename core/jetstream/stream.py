@@ -28,9 +28,10 @@ import anyio
 from core import subjects
 from core.api_errors import ApiError, api_error
 from core.errors import StoreError
+from core.faults import fault_point
 from core.jetstream.gotime import format_go_seconds, parse_go_duration, rfc3339_nano
 from core.protocol.headers import HeaderError, encode_headers, parse_headers, replace_header, slice_header
-from core.server.internal import InboundMsg, InternalReceiver
+from core.server.internal import Backlog, InboundMsg, InternalReceiver, inbound_size
 from core.server.mailbox import Mailbox
 from core.store.api import (
     Append,
@@ -62,6 +63,14 @@ log = logging.getLogger("leafjet.stream")
 # server CPU per message. The store still merges the batches queued behind a commit into one
 # transaction, so with sync=always the fsyncs stay grouped.
 MAX_BATCH = 64
+# A batch also ends past this many bytes: what the pipeline holds (PIPELINE_DEPTH batches) stays
+# a few MiB with large messages (64 of 1 MiB each made 256 MiB in flight).
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+# The reference's defaults for a stream's inbound queue (stream.go streamDefaultMaxQueueMsgs,
+# streamDefaultMaxQueueBytes; jetstream.max_buffered_msgs / max_buffered_size).
+DEFAULT_BUFFERED_MSGS = 100_000
+DEFAULT_BUFFERED_SIZE = 128 * 1024 * 1024
+_TOO_MANY_REQUESTS = b"NATS/1.0 429 Too Many Requests\r\n\r\n"
 PIPELINE_DEPTH = 4
 _MAX_HEADERS = 65535  # as the reference: a JetStream message's header block fits in 16 bits
 _DEDUP_PREFIX = "dedup/"
@@ -124,7 +133,13 @@ class _Batch:
 
 class Stream:
     def __init__(
-        self, config: StreamConfig, store: StreamStore, created_ns: int, account: Account, domain: str | None
+        self,
+        config: StreamConfig,
+        store: StreamStore,
+        created_ns: int,
+        account: Account,
+        domain: str | None,
+        backlog: Backlog | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -132,7 +147,13 @@ class Stream:
         self.account = account
         self.domain = domain
         self.lock = asyncio.Lock()  # excludes the publish pipeline from purge, delete, reconfigure
-        self.receiver = InternalReceiver(f"stream:{config.name}", account)
+        # What publishers handed the stream and it has not answered yet: bounded, with
+        # back-pressure (see core/server/internal.py and DESIGN.md).
+        if backlog is None:
+            backlog = Backlog(DEFAULT_BUFFERED_MSGS, DEFAULT_BUFFERED_SIZE)
+        self.receiver = InternalReceiver(
+            f"stream:{config.name}", account, backlog=backlog, refused=self._too_many_requests
+        )
         self.consumers: dict[str, Consumer] = {}
         self._state: StreamState | None = None
         self._dedup: dict[str, tuple[int, int]] = {}
@@ -152,6 +173,7 @@ class Stream:
         self.first_seq_set = False  # see FIRST_SEQ_SET_KEY
         self._sdm_pending: dict[int, int] = {}  # seq -> when its delete marker was published
         self._next_expiry_ns = 0  # when the housekeeper looks next (wall ns)
+        self.failed: str | None = None  # why the pipeline was given up (see fail)
 
     @property
     def name(self) -> str:
@@ -272,19 +294,7 @@ class Stream:
             inbox = self.receiver.inbox
             try:
                 async for first in inbox:
-                    batch = [first]
-                    while len(batch) < MAX_BATCH:
-                        try:
-                            batch.append(inbox.receive_nowait())
-                        except (anyio.WouldBlock, anyio.EndOfStream):
-                            break
-                    async with self.lock:
-                        flight = await self._admit(batch)
-                        if flight.plan.ops:
-                            try:
-                                flight.commit = await self.store.submit(flight.plan.ops)
-                            except StoreError as e:
-                                flight.error = e
+                    flight = await self._submit(self._take_batch(first, inbox))
                     if self._inflight == 1 and (flight.commit is None or _done(flight.commit)):
                         # Nothing ahead of it and already committed (the store committed it
                         # inline): answer now instead of handing it to the second stage.
@@ -296,8 +306,65 @@ class Stream:
             await self.drain()
             tg.cancel_scope.cancel()
 
+    @staticmethod
+    def _take_batch(first: InboundMsg, inbox: Mailbox[InboundMsg]) -> tuple[list[InboundMsg], int]:
+        """``first`` and what is queued behind it, up to MAX_BATCH messages or MAX_BATCH_BYTES."""
+        batch = [first]
+        size = inbound_size(first.subject, first.reply, first.headers, first.payload)
+        while len(batch) < MAX_BATCH and size < MAX_BATCH_BYTES:
+            try:
+                m = inbox.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+            batch.append(m)
+            size += inbound_size(m.subject, m.reply, m.headers, m.payload)
+        return batch, size
+
+    async def _submit(self, taken: tuple[list[InboundMsg], int]) -> _Flight:
+        """Decide a batch and hand its operations to the store (stage one of ``run``)."""
+        batch, size = taken
+        try:
+            fault_point("stream_pipeline", self.name)
+            async with self.lock:
+                flight = await self._admit(batch)
+                flight.held = (len(batch), size)
+                if flight.plan.ops:
+                    try:
+                        flight.commit = await self.store.submit(flight.plan.ops)
+                    except StoreError as e:
+                        flight.error = e
+            return flight
+        except BaseException as e:
+            self._release(len(batch), size)
+            if isinstance(e, Exception):
+                # The supervisor (engine.py) restarts the pipeline; these publishers hear why.
+                err = api_error("JSStreamStoreFailedF", err=f"stream pipeline failed: {e}")
+                for msg in batch:
+                    if msg.reply:
+                        self.account.publish(msg.reply, None, None, self._nak(err))
+            raise
+
     async def close(self) -> None:
         self._closed = True
+        self.receiver.close()
+
+    def reset_pipeline(self) -> None:
+        """After the pipeline task failed, before it runs again: the batches it held are gone
+        (their publishers time out, or heard the error), the backlog counts what is queued."""
+        self._inflight = 0
+        self._idle.set()
+        self._predicted = None
+        self._state = None
+        backlog = self.receiver.backlog
+        if backlog is not None:
+            queued = self.receiver.inbox.queued()
+            size = sum(inbound_size(m.subject, m.reply, m.headers, m.payload) for m in queued)
+            backlog.recount(len(queued), size)
+
+    def fail(self, reason: str) -> None:
+        """The pipeline keeps failing: the stream takes no more publishes (they find no
+        responder) until the server restarts; reads, info and delete still work."""
+        self.failed = reason
         self.receiver.close()
 
     async def _housekeeping(self) -> None:
@@ -528,6 +595,19 @@ class Stream:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
+            self._release(*flight.held)
+
+    def _release(self, msgs: int, size: int) -> None:
+        """Publishes answered (or given up): they leave the backlog, and a paused publisher may go on."""
+        backlog = self.receiver.backlog
+        if backlog is not None and msgs:
+            backlog.release(msgs, size)
+
+    def _too_many_requests(self, reply: str) -> None:
+        """A publish refused at the backlog's limit, answered as the reference answers it
+        (stream.go ``queueInbound``): status 429 and ``JSStreamTooManyRequests``."""
+        body = self._nak(api_error("JSStreamTooManyRequests"))
+        self.account.publish(reply, None, _TOO_MANY_REQUESTS, body)
 
     async def _finish(self, flight: _Flight) -> None:
         plan = flight.plan
@@ -992,6 +1072,7 @@ class _Flight:
     commit: Awaitable[list[Any]] | None = None  # the store's answer, when the batch has operations
     results: list[Any] | None = None
     error: StoreError | None = None
+    held: tuple[int, int] = (0, 0)  # (messages, bytes) of the backlog it releases when answered
 
 
 def _done(commit: Awaitable[list[Any]]) -> bool:
