@@ -16,13 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import nats
-import nats.errors
 import pytest
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
 from tests.support.jsapi import api, jetstream
-from tests.support.servers import RunningServer, start_leafjet, wait_until
+from tests.support.servers import RunningServer, start_leafjet
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -102,7 +100,8 @@ def raw_publishes(port: int, subject: str, n: int, size: int) -> list[dict[str, 
         s.sendall(b'CONNECT {"verbose":false,"headers":true}\r\nSUB _R.> 1\r\nPING\r\n')
         assert f.readline() == b"PONG\r\n"
         body = b"z" * size
-        s.sendall(b"".join(b"PUB %s _R.%d %d\r\n%s\r\n" % (subject.encode(), i, size, body) for i in range(n)))
+        subj = subject.encode()
+        s.sendall(b"".join(b"PUB %s _R.%d %d\r\n%s\r\n" % (subj, i, size, body) for i in range(n)))
         replies: list[dict[str, Any]] = []
         deadline = time.monotonic() + 60
         while len(replies) < n and time.monotonic() < deadline:
