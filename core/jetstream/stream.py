@@ -70,6 +70,9 @@ MAX_BATCH_BYTES = 4 * 1024 * 1024
 # streamDefaultMaxQueueBytes; jetstream.max_buffered_msgs / max_buffered_size).
 DEFAULT_BUFFERED_MSGS = 100_000
 DEFAULT_BUFFERED_SIZE = 128 * 1024 * 1024
+# Scans over a stream (limits, interest, expiry) read this many messages at a time, and let
+# other tasks run between reads: a memory store's read never yields to the event loop.
+SCAN_CHUNK = 1024
 _TOO_MANY_REQUESTS = b"NATS/1.0 429 Too Many Requests\r\n\r\n"
 PIPELINE_DEPTH = 4
 _MAX_HEADERS = 65535  # as the reference: a JetStream message's header block fits in 16 bits
@@ -224,13 +227,14 @@ class Stream:
         limit = max((c.ack_floor_sseq for c in consumers), default=0) if acked_only else None
         start = (await self.state()).first_seq
         gone: list[int] = []
-        while chunk := await self.store.range(start, limit=1024):
+        while chunk := await self.store.range(start, limit=SCAN_CHUNK):
             if limit is not None:
                 chunk = [m for m in chunk if m.seq <= limit]
                 if not chunk:
                     break
             gone.extend(m.seq for m in chunk if all(c.has_acked(m.seq, m.subject) for c in consumers))
             start = chunk[-1].seq + 1
+            await anyio.lowlevel.checkpoint()  # a memory store's read does not yield
         if gone:
             self._predicted = None
             await self.store.apply([DeleteOp(s) for s in gone])
@@ -469,6 +473,7 @@ class Stream:
                 if len(old) < len(chunk):
                     break
                 start = chunk[-1].seq + 1
+                await anyio.lowlevel.checkpoint()
         for seq in due:
             if seq not in expired and (m := await self.store.get(seq)) is not None:
                 expired[seq] = m
@@ -908,8 +913,17 @@ class Stream:
         st = await self.state()
         cut = cut_bytes = 0
         if cfg.max_msgs > 0 and st.msgs > cfg.max_msgs:
-            oldest = await self.store.range(st.first_seq, limit=st.msgs - cfg.max_msgs)
-            cut, cut_bytes = oldest[-1].seq + 1, sum(self._size(m) for m in oldest)
+            # In chunks: a limit lowered by a million messages is not one read of them all
+            # (nor one loop over them that holds the event loop).
+            drop, start = st.msgs - cfg.max_msgs, st.first_seq
+            while drop > 0:
+                chunk = await self.store.range(start, limit=min(drop, SCAN_CHUNK))
+                if not chunk:
+                    break
+                drop -= len(chunk)
+                cut = start = chunk[-1].seq + 1
+                cut_bytes += sum(self._size(m) for m in chunk)
+                await anyio.lowlevel.checkpoint()
         if cfg.max_bytes > 0 and st.bytes - cut_bytes > cfg.max_bytes:
             # what max_msgs already cuts counts towards the bytes to drop
             excess, start = st.bytes - cut_bytes - cfg.max_bytes, max(cut, st.first_seq)
@@ -925,6 +939,7 @@ class Stream:
                     if excess <= 0:
                         break
                 start = chunk[-1].seq + 1
+                await anyio.lowlevel.checkpoint()
         if cut:
             await self.store.apply([PurgeOp(up_to_seq=cut)])
             self._removed_messages()
