@@ -89,7 +89,9 @@ class Backlog:
         self.max_msgs, self.max_bytes = max_msgs, max_bytes
         self._high_msgs, self._high_bytes = max_msgs // 2, max_bytes // 2
         self._low_msgs, self._low_bytes = max_msgs // 4, max_bytes // 4
-        self._stall = stall if stall is not None else (parent._stall if parent is not None else None)
+        if stall is None and parent is not None:
+            stall = parent._stall
+        self._stall: Callable[[Backlog], None] | None = stall
         self.parent = parent
         self.msgs = self.bytes = 0
         self.closed = False

@@ -190,6 +190,26 @@ async def test_an_unacknowledged_flood_of_large_publishes_keeps_memory_bounded(m
     assert grown < 250, f"peak RSS grew by {grown} MiB"
 
 
+@pytest.mark.soak
+async def test_the_issue_17_flood_keeps_memory_bounded(make_server):
+    """The attack of issue 17 at full size, default limits: 3000 publishes of 512 KiB without
+    waiting for acks. Before the bound, leafjet's peak RSS grew by 616 MiB; the reference's by
+    about 300 MiB. Prints the figures (core/jetstream/DESIGN.md quotes them)."""
+    srv = make_server({"max_payload": 2 * MiB}, jetstream=True)
+    n, size = 3000, 512 * 1024
+    async with jetstream(srv, timeout=60) as (nc, js):
+        await js.add_stream(name="BIG", subjects=["big.>"])
+        before = vm_kib(srv.pid, "VmHWM")
+        started = time.monotonic()
+        replies = await unacked_flood(nc, "big.x", n, b"b" * size)
+        took = time.monotonic() - started
+        grown = (vm_kib(srv.pid, "VmHWM") - before) // 1024
+        refused = sum("error" in r for r in replies)
+        assert await stored(js, "BIG") == n - refused
+    print(f"{srv.kind}: peak RSS +{grown} MiB, {refused} refused, {took:.1f}s")
+    assert grown < 512, f"peak RSS grew by {grown} MiB"
+
+
 # --------------------------------------------------------------------------- failure isolation
 
 
