@@ -260,12 +260,15 @@ class Stream:
         now = time.time_ns()
         window = self.config.duplicate_window
         stale: list[Op] = []
+        live: list[tuple[int, int, str]] = []
         for key, value in await self.store.meta_items(_DEDUP_PREFIX):
             seq_s, ts_s = value.decode().split(":")
             if now - int(ts_s) <= window:
-                self._dedup[key[len(_DEDUP_PREFIX) :]] = (int(seq_s), int(ts_s))
+                live.append((int(ts_s), int(seq_s), key[len(_DEDUP_PREFIX) :]))
             else:
                 stale.append(DelMetaOp(key))
+        live.sort()  # oldest first, as publishes add them: _expire finds the old ones at the front
+        self._dedup = {mid: (seq, ts) for ts, seq, mid in live}
         for key, value in await self.store.meta_items(_TTL_PREFIX):
             self._add_ttl(int(key[len(_TTL_PREFIX) :]), int(value))
         self._never = {
@@ -437,7 +440,13 @@ class Stream:
             ops.extend(DeleteOp(seq) for seq in due)
         ops.extend(DelMetaOp(f"{_TTL_PREFIX}{seq}") for seq in due)
         window = self.config.duplicate_window
-        old_ids = [mid for mid, (_s, ts) in self._dedup.items() if now - ts > window]
+        # Oldest first (publishes append, load sorts): the walk stops at the first live id, so it
+        # costs what expired, not every id in the window (millions with a busy stream).
+        old_ids: list[str] = []
+        for mid, (_s, ts) in self._dedup.items():
+            if now - ts <= window:
+                break
+            old_ids.append(mid)
         ops.extend(DelMetaOp(_DEDUP_PREFIX + mid) for mid in old_ids)
         if ops:
             try:
@@ -576,8 +585,13 @@ class Stream:
                 run.msgs = cfg.max_msgs
                 plan.removes = True
         self._predicted = run
-        # Later batches must see this batch's ids as duplicates even before it commits.
-        self._dedup.update(plan.dedup)
+        # Later batches must see this batch's ids as duplicates even before it commits. An id
+        # seen again (after its window) moves to the end, keeping the dict oldest first.
+        dedup = self._dedup
+        for mid, entry in plan.dedup.items():
+            if mid in dedup:
+                del dedup[mid]
+            dedup[mid] = entry
         if self._inflight == 0:
             self._idle.clear()
         self._inflight += 1
