@@ -3,7 +3,7 @@
 ``LEAFJET_FAULTS`` is a comma-separated list of ``kind:name`` entries (``name`` ``*``: any). A
 call site ``fault_point(kind, name)`` raises ``InjectedFault`` when the variable names it, each
 time it is reached. The variable is read once, at import; without it (production) a fault point
-is one dictionary-free boolean test and does nothing.
+tests an empty set and does nothing.
 
 Kinds in use: ``stream_pipeline`` (a stream's publish worker, per batch; name: the stream),
 ``consumer`` (a consumer's worker, per delivery round; name: the consumer), ``api`` (the

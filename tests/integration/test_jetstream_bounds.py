@@ -145,6 +145,24 @@ async def test_a_publish_past_the_queue_limit_is_refused_with_429(make_server):
         assert sorted(r["seq"] for r in acked) == list(range(1, len(acked) + 1))
 
 
+async def test_the_account_limit_bounds_all_its_streams_together(tmp_path):
+    """leafjet's own account-wide bound (max_buffered_account_size): a stream whose own limits
+    are far away is refused at the account's, with the same 429."""
+    srv = start_leafjet(tmp_path / "lj", {"jetstream": {"max_buffered_account_size": 16 * 1024}})
+    try:
+        async with jetstream(srv) as (_, js):
+            await js.add_stream(name="ONE", subjects=["one.>"])
+        replies = await asyncio.to_thread(raw_publishes, srv.port, "one.a", 500, 1024)
+        assert len(replies) == 500
+        refused = [r for r in replies if "error" in r]
+        assert refused and all(r["error"]["err_code"] == 10167 for r in refused)
+        async with jetstream(srv) as (_, js):
+            assert await stored(js, "ONE") == 500 - len(refused)
+        assert "IPQ size limit reached" in srv.log()
+    finally:
+        srv.stop()
+
+
 # --------------------------------------------------------------------------- unbounded memory
 
 
