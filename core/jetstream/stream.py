@@ -278,6 +278,8 @@ class Stream:
             await self.store.apply(stale)
 
     def subscribe(self) -> None:
+        if self.failed is not None:
+            return  # given up (see fail): publishes find no responder, even after an update
         for subj in self.config.subjects:
             self.receiver.subscribe(subj)
 
