@@ -374,6 +374,12 @@ class Stream:
         """The pipeline keeps failing: the stream takes no more publishes (they find no
         responder) until the server restarts; reads, info and delete still work."""
         self.failed = reason
+        self.receiver.unsubscribe_all()
+        # What reached the queue before the unsubscribe is answered, not left to time out.
+        nak = self._nak(api_error("JSStreamStoreFailedF", err=f"stream pipeline failed: {reason}"))
+        for msg in self.receiver.inbox.queued():
+            if msg.reply:
+                self.account.publish(msg.reply, None, None, nak)
         self.receiver.close()
 
     async def _housekeeping(self) -> None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 import pytest
 from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
@@ -262,6 +263,8 @@ async def test_a_failing_stream_pipeline_ends_only_that_stream(tmp_path, monkeyp
                     break
                 except APIError:
                     continue
+                except nats.errors.TimeoutError:
+                    pytest.fail(f"a publish to the failing stream got no answer:\n{srv.log()}")
             else:
                 pytest.fail("the failing stream was never given up")
             assert (await js.stream_info("BAD")).config.name == "BAD"
