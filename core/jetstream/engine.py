@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("leafjet.jetstream")
 
 API_PREFIX = "$JS.API."
+API_QUEUE_MSGS = 4096  # what an account's API queue holds
+API_QUEUE_BYTES = 64 * 1024 * 1024
 # A stream pipeline or consumer task that fails is restarted, this many times within RESTART_WINDOW
 # seconds; one more failure ends that asset (see _supervise).
 MAX_RESTARTS = 5
@@ -71,8 +73,13 @@ class ApiReceiver(InternalReceiver):
     next-message subject). Taken in the API's turn, it would wait there while the consumer
     counts those acks; a fetch loop sends the two together."""
 
-    def __init__(self, ajs: AccountJetStream, domain: str | None) -> None:
-        super().__init__(f"jsapi:{ajs.account.name}", ajs.account, capacity=4096)
+    def __init__(
+        self, ajs: AccountJetStream, domain: str | None, stall: Callable[[Backlog], None] | None = None
+    ) -> None:
+        # Bounded in messages and bytes: a flood of large requests pauses its publisher, and
+        # past the limit is dropped (core/server/internal.py).
+        backlog = Backlog(API_QUEUE_MSGS, API_QUEUE_BYTES, stall=stall)
+        super().__init__(f"jsapi:{ajs.account.name}", ajs.account, backlog=backlog, release_on_receive=True)
         self.ajs = ajs
         self.domain = domain
 
@@ -117,7 +124,7 @@ class JetStream:
                 for account in self.server.accounts:
                     ajs = self._account(account)
                     await self._recover(ajs)
-                    rx = ApiReceiver(ajs, self.domain)
+                    rx = ApiReceiver(ajs, self.domain, self._stall)
                     rx.subscribe(API_PREFIX + ">")
                     if self.domain:
                         rx.subscribe(f"$JS.{self.domain}.API.>")

@@ -14,8 +14,9 @@ service says they are done (``Backlog.release``), against the reference's two li
 - at a limit, the message is refused as the reference refuses it (stream.go ``queueInbound``):
   a warning in the log, and a publisher with a reply subject gets ``refused(reply)`` (a stream
   answers "429 Too Many Requests", ``JSStreamTooManyRequests``).
-A receiver without one (consumers' acks, the API) drops a message its full queue cannot take and
-counts it, as the reference drops for a slow consumer.
+The consumers' ack queues and the API's count with a backlog too, released as their task takes
+each message (``release_on_receive``): a flood of large messages to ``$JS.ACK.…`` or
+``$JS.API.…`` pauses its publisher, and past the limit is dropped, never queued without bound.
 """
 
 from __future__ import annotations
@@ -67,7 +68,6 @@ class Backlog:
         "_high_msgs",
         "_low_bytes",
         "_low_msgs",
-        "_stall",
         "_watched",
         "bytes",
         "closed",
@@ -75,6 +75,7 @@ class Backlog:
         "max_msgs",
         "msgs",
         "parent",
+        "stall",
     )
 
     def __init__(
@@ -90,8 +91,8 @@ class Backlog:
         self._high_msgs, self._high_bytes = max_msgs // 2, max_bytes // 2
         self._low_msgs, self._low_bytes = max_msgs // 4, max_bytes // 4
         if stall is None and parent is not None:
-            stall = parent._stall
-        self._stall: Callable[[Backlog], None] | None = stall
+            stall = parent.stall
+        self.stall: Callable[[Backlog], None] | None = stall  # marks it in server.stalled
         self.parent = parent
         self.msgs = self.bytes = 0
         self.closed = False
@@ -135,8 +136,8 @@ class Backlog:
         self.release(self.msgs - msgs, self.bytes - size)
 
     def _stalled(self) -> None:
-        if self._stall is not None and not self.closed:
-            self._stall(self)
+        if self.stall is not None and not self.closed:
+            self.stall(self)
 
     async def wait_drained(self) -> None:
         """(``server.stalled``) Until this backlog is down to its low-water mark, or closed."""
@@ -169,13 +170,19 @@ class InternalReceiver:
         *,
         backlog: Backlog | None = None,
         refused: Callable[[str], None] | None = None,
+        release_on_receive: bool = False,
     ) -> None:
         self.name = name
         self.account = account
         self.backlog = backlog
         self.refused = refused  # told the reply subject of a message refused at the backlog's limit
         # With a backlog, its max_msgs is the bound; the mailbox's own is only a backstop.
-        self.inbox: Mailbox[InboundMsg] = Mailbox(backlog.max_msgs + 1 if backlog is not None else capacity)
+        if backlog is None:
+            self.inbox: Mailbox[InboundMsg] = Mailbox(capacity)
+        elif release_on_receive:
+            self.inbox = _ReleasingInbox(backlog.max_msgs + 1, backlog)
+        else:  # the service releases what it is done with (Backlog.release)
+            self.inbox = Mailbox(backlog.max_msgs + 1)
         self.subs: list[Subscription] = []
         self.dropped = 0
 
@@ -234,3 +241,18 @@ class InternalReceiver:
         self.inbox.close()
         if self.backlog is not None:
             self.backlog.close()
+
+
+class _ReleasingInbox(Mailbox[InboundMsg]):
+    """A mailbox whose backlog lets go of a message as soon as its reader takes it."""
+
+    __slots__ = ("_backlog",)
+
+    def __init__(self, capacity: int, backlog: Backlog) -> None:
+        super().__init__(capacity)
+        self._backlog = backlog
+
+    def receive_nowait(self) -> InboundMsg:
+        m = super().receive_nowait()
+        self._backlog.release(1, inbound_size(m.subject, m.reply, m.headers, m.payload))
+        return m

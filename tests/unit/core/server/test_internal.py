@@ -78,3 +78,16 @@ def test_a_receiver_refuses_at_its_backlog_limit_and_tells_a_publisher_with_a_re
     assert refused == ["r.3"]  # the one without a reply cannot be told
     rx.close()
     assert rx.backlog is not None and rx.backlog.closed
+
+
+def test_a_queue_that_releases_on_receive_makes_room_as_its_reader_takes() -> None:
+    backlog = Backlog(100, 250)
+    rx = InternalReceiver("acks:S:C", Account("A"), backlog=backlog, release_on_receive=True)
+    sub = rx.subscribe("ack.>")
+    for _ in range(3):
+        rx.deliver(sub, "ack.1", None, None, b"x" * 95)  # 100 bytes each with the subject
+    assert (len(rx.inbox), rx.dropped, backlog.bytes) == (2, 1, 200)
+    rx.inbox.receive_nowait()
+    assert backlog.bytes == 100
+    rx.deliver(sub, "ack.1", None, None, b"x" * 95)
+    assert (len(rx.inbox), backlog.msgs) == (2, 2)
