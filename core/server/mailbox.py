@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 class Drains(Protocol):
     """What a publisher's reader waits on after routing fed it past its high-water mark
-    (``server.stalled``): a slow client connection, or a stream's backlog (``internal.Backlog``)."""
+    (``server.stalled``): a slow client connection, or an internal service's ``internal.Backlog``."""
 
     async def wait_drained(self) -> None: ...
 
