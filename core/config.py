@@ -85,6 +85,13 @@ class JetStreamConfig:
     # "chachapoly" (default) or "aes".
     key: str | None = field(default=None, repr=False)
     cipher: str = "chachapoly"
+    # What publishers may hand a stream before it stores it (the reference's max_buffered_msgs,
+    # max_buffered_size; stream.go's defaults), and all of an account's streams together
+    # (leafjet's own). Past half of one, publishers pause; at one, a publish is refused
+    # (429 JSStreamTooManyRequests to one with a reply). See core/server/internal.py.
+    max_buffered_msgs: int = 100_000
+    max_buffered_size: int = 128 * 1024 * 1024
+    max_buffered_account_size: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +301,9 @@ def _read_jetstream(data: Any) -> JetStreamConfig:
         max_file=t.size("max_file_store", 1 << 62) if "max_file_store" in t.data else -1,
         key=t.string("key"),
         cipher=(t.string("cipher", d.cipher) or d.cipher).lower(),
+        max_buffered_msgs=t.integer("max_buffered_msgs", d.max_buffered_msgs, minimum=1),
+        max_buffered_size=t.size("max_buffered_size", d.max_buffered_size),
+        max_buffered_account_size=t.size("max_buffered_account_size", d.max_buffered_account_size),
     )
     if js.cipher not in ("chachapoly", "aes"):
         raise ConfigError("jetstream.cipher", f'expected "chachapoly" or "aes", got {js.cipher!r}')

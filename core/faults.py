@@ -1,38 +1,48 @@
-"""Test-only fault injection: make a named task fail on purpose, to prove its failure is contained.
+"""Test-only fault injection: make a named task fail on purpose, to prove its owner contains it.
 
-``LEAFJET_FAULTS`` (read once, at import) lists ``kind:name`` entries separated by commas; a name
-of ``*`` matches any. ``fault_point(kind, name)`` raises ``InjectedFault`` where an entry matches.
-Unset (production), ``ARMED`` is False and call sites skip the call: the check costs one global
-load on the paths that have one.
+``LEAFJET_FAULTS`` is a comma-separated list of ``kind:name`` entries (``name`` ``*``: any). A
+call site ``fault_point(kind, name)`` raises ``InjectedFault`` when the variable names it, each
+time it is reached. The variable is read once, at import; without it (production) ``ARMED`` is
+False, hot call sites skip the call (one global load), and the others test an empty set.
 
 Kinds in use (each names what the call site passes as ``name``):
 - ``client_reader``, ``client_writer``, ``client_pinger``: a client connection's three tasks
   (the client's CONNECT ``name``);
 - ``mqtt_bridge``: an in-process MQTT bridge, once connected to NATS (the bridge's ``name``);
+- ``stream_pipeline``: a stream's publish worker, per batch (the stream);
+- ``consumer``: a consumer's worker, per delivery round (the consumer);
+- ``api``: the JetStream API dispatcher, per request (the request's first subject token after
+  ``$JS.API.``, e.g. ``STREAM``).
+
+Integration tests set it in the server process's environment (tests/integration/
+test_failure_isolation.py, test_jetstream_bounds.py).
 """
 
 from __future__ import annotations
 
 import os
 
+ENV = "LEAFJET_FAULTS"
+
 
 class InjectedFault(RuntimeError):
     """Raised by an armed fault point; never caught specifically, so it travels as a bug would."""
 
 
-def _parse(spec: str) -> frozenset[tuple[str, str]]:
+def _parse(raw: str) -> frozenset[tuple[str, str]]:
     entries = set()
-    for part in spec.split(","):
-        kind, sep, name = part.strip().partition(":")
-        if kind and sep:
+    for item in raw.split(","):
+        kind, sep, name = item.strip().partition(":")
+        if kind and sep and name:
             entries.add((kind, name))
     return frozenset(entries)
 
 
-_ENTRIES = _parse(os.environ.get("LEAFJET_FAULTS", ""))
-ARMED = bool(_ENTRIES)
+_FAULTS = _parse(os.environ.get(ENV, ""))
+ARMED = bool(_FAULTS)
 
 
 def fault_point(kind: str, name: str) -> None:
-    if (kind, name) in _ENTRIES or (kind, "*") in _ENTRIES:
+    """Raise ``InjectedFault`` if ``LEAFJET_FAULTS`` names ``kind:name`` (or ``kind:*``)."""
+    if _FAULTS and ((kind, name) in _FAULTS or (kind, "*") in _FAULTS):
         raise InjectedFault(f"injected fault at {kind}:{name}")

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import anyio
 
 from core import jsonsafe, subjects
+from core.faults import fault_point
 from core.jetstream.consumer_models import GO_ZERO_TIME_NS, PullRequestError, parse_pull_request
 from core.jetstream.gotime import format_go_time, parse_go_duration
 from core.protocol.headers import encode_headers, parse_headers
-from core.server.internal import InboundMsg, InternalReceiver
+from core.server.internal import Backlog, InboundMsg, InternalReceiver
 from core.store.api import DeleteOp, SetMetaOp, StoredMsg
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ STATE_PREFIX = "consumer/"
 # Push flow control, as the reference: a window that starts at 1/16 of 32 MiB and doubles with
 # every answered request; a request goes out at half the window, delivery stalls at a full one.
 _FC_LIMIT = 32 << 20
+# What a consumer's ack queue holds (acks, NAKs, pull requests, flow-control replies).
+ACK_QUEUE_MSGS = 65536
+ACK_QUEUE_BYTES = 16 * 1024 * 1024
 # Messages read from the store per query. A read of 1024 x 1 KiB held up delivery while its
 # rows were fetched and decoded: an ordered consumer's catch-up of 100k x 1 KiB ran at a median
 # of 124k msgs/s with 1024 against 156k with 256 (4 runs each, same machine and hour).
@@ -114,8 +118,17 @@ class Consumer:
         self._last_push_ns = time.monotonic_ns()
         # plumbing
         self._wake = anyio.Event()
-        self.acks = InternalReceiver(f"acks:{stream.name}:{self.name}", stream.account, capacity=65536)
+        # Bounded in bytes too: a flood of large messages to its ack subjects pauses the
+        # publisher, and past the limit is dropped (core/server/internal.py).
+        stall = stream.receiver.backlog.stall if stream.receiver.backlog is not None else None
+        self.acks = InternalReceiver(
+            f"acks:{stream.name}:{self.name}",
+            stream.account,
+            backlog=Backlog(ACK_QUEUE_MSGS, ACK_QUEUE_BYTES, stall=stall),
+            release_on_receive=True,
+        )
         self.deleted = False
+        self.failed: str | None = None  # why its supervisor gave it up (engine._supervise)
         self._dirty = False
         self.last_interest_ns = time.monotonic_ns()
         self._remaining = -1
@@ -274,6 +287,7 @@ class Consumer:
             task_status.started()
             try:
                 while not self.deleted:
+                    fault_point("consumer", self.name)
                     self._wake = anyio.Event()
                     try:
                         self._pause_ended()

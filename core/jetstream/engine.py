@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,7 @@ import anyio
 from core.api_errors import ApiError, api_error
 from core.config import JetStreamConfig
 from core.errors import StartupError, StoreError
+from core.faults import fault_point
 from core.jetstream import api
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
 from core.jetstream.consumer_models import ConsumerConfig, paused_config
@@ -33,7 +35,7 @@ from core.jetstream.models import StreamConfig
 from core.jetstream.monitoring import JetStreamMonitor
 from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
 from core.server.accounts import Subscription
-from core.server.internal import InboundMsg, InternalReceiver
+from core.server.internal import Backlog, InboundMsg, InternalReceiver
 from core.store.api import DelMetaOp, PurgeOp, SetMetaOp
 from core.store.memory import MemoryStore
 from core.store.sqlite import SqliteStore
@@ -45,6 +47,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("leafjet.jetstream")
 
 API_PREFIX = "$JS.API."
+API_QUEUE_MSGS = 4096  # what an account's API queue holds
+API_QUEUE_BYTES = 64 * 1024 * 1024
+# A stream pipeline or consumer task that fails is restarted, this many times within RESTART_WINDOW
+# seconds; one more failure ends that asset (see _supervise).
+MAX_RESTARTS = 5
+RESTART_WINDOW = 60.0
 
 
 @dataclass
@@ -54,6 +62,8 @@ class AccountJetStream:
     streams: dict[str, Stream] = field(default_factory=dict)
     api_total: int = 0
     api_errors: int = 0
+    # the bytes all its streams hold before storing them (jetstream.max_buffered_account_size)
+    inbound: Backlog | None = None
 
 
 class ApiReceiver(InternalReceiver):
@@ -64,8 +74,13 @@ class ApiReceiver(InternalReceiver):
     next-message subject). Taken in the API's turn, it would wait there while the consumer
     counts those acks; a fetch loop sends the two together."""
 
-    def __init__(self, ajs: AccountJetStream, domain: str | None) -> None:
-        super().__init__(f"jsapi:{ajs.account.name}", ajs.account, capacity=4096)
+    def __init__(
+        self, ajs: AccountJetStream, domain: str | None, stall: Callable[[Backlog], None] | None = None
+    ) -> None:
+        # Bounded in messages and bytes: a flood of large requests pauses its publisher, and
+        # past the limit is dropped (core/server/internal.py).
+        backlog = Backlog(API_QUEUE_MSGS, API_QUEUE_BYTES, stall=stall)
+        super().__init__(f"jsapi:{ajs.account.name}", ajs.account, backlog=backlog, release_on_receive=True)
         self.ajs = ajs
         self.domain = domain
 
@@ -112,7 +127,7 @@ class JetStream:
                 for account in self.server.accounts:
                     ajs = self._account(account)
                     await self._recover(ajs)
-                    rx = ApiReceiver(ajs, self.domain)
+                    rx = ApiReceiver(ajs, self.domain, self._stall)
                     rx.subscribe(API_PREFIX + ">")
                     if self.domain:
                         rx.subscribe(f"$JS.{self.domain}.API.>")
@@ -151,6 +166,7 @@ class JetStream:
             ajs = self.accounts[account.name] = AccountJetStream(
                 account, self.root / account.name / "streams"
             )
+            ajs.inbound = Backlog(1 << 62, self.config.max_buffered_account_size, stall=self._stall)
         return ajs
 
     async def _recover(self, ajs: AccountJetStream) -> None:
@@ -176,6 +192,44 @@ class JetStream:
             await self._start_stream(ajs, cfg, store, created)
             log.info("recovered stream %s (account %s)", cfg.name, ajs.account.name)
 
+    def _stall(self, backlog: Backlog) -> None:
+        """A backlog past its high-water mark: the publisher whose read chunk fed it pauses."""
+        self.server.stalled.add(backlog)
+
+    async def _supervise(
+        self,
+        what: str,
+        run: Callable[..., Awaitable[None]],
+        restart: Callable[[], None],
+        give_up: Callable[[str], None],
+        task_status: anyio.abc.TaskStatus[None],
+    ) -> None:
+        """Run an asset's task (``run(task_status=...)``). When it fails after it started, log
+        one line and run it again after ``restart()``; past MAX_RESTARTS failures within
+        RESTART_WINDOW seconds, ``give_up(reason)`` ends the asset. The failure never reaches
+        JetStream's task group (ARCHITECTURE.md rule 15)."""
+        failures: list[float] = []
+        status = _Started(task_status)
+        while True:
+            try:
+                await run(task_status=status)
+                return
+            except Exception as e:
+                if not status.done:
+                    raise  # it never started: its creator hears the error
+                leaf = _first_leaf(e)
+                now = time.monotonic()
+                failures = [t for t in failures if now - t < RESTART_WINDOW] + [now]
+                reason = f"{type(leaf).__name__}: {leaf}"
+                if len(failures) > MAX_RESTARTS:
+                    n = len(failures)
+                    log.error("%s failed %d times within %gs, stopped: %s", what, n, RESTART_WINDOW, reason)
+                    give_up(reason)
+                    return
+                log.error("%s failed, restarting: %s", what, reason)
+                restart()
+            await anyio.sleep(0.05 * len(failures))
+
     async def _open_store(self, cfg: StreamConfig, d: Path) -> Any:
         if cfg.storage == "memory":
             return MemoryStore()
@@ -190,7 +244,8 @@ class JetStream:
     async def _start_stream(
         self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, created: int
     ) -> Stream:
-        stream = Stream(cfg, store, created, ajs.account, self.domain)
+        backlog = Backlog(self.config.max_buffered_msgs, self.config.max_buffered_size, parent=ajs.inbound)
+        stream = Stream(cfg, store, created, ajs.account, self.domain, backlog=backlog)
         await stream.load()
         assert self._tg is not None
         scope = anyio.CancelScope()
@@ -198,7 +253,8 @@ class JetStream:
 
         async def run_stream(*, task_status: anyio.abc.TaskStatus[None]) -> None:
             with scope:
-                await stream.run(task_status=task_status)
+                what = f"stream {ajs.account.name}/{cfg.name}: pipeline"
+                await self._supervise(what, stream.run, stream.reset_pipeline, stream.fail, task_status)
 
         await self._tg.start(run_stream)
         try:
@@ -237,9 +293,18 @@ class JetStream:
         scope = anyio.CancelScope()
         self._consumer_scopes[(stream.account.name, stream.name, consumer.name)] = scope
 
+        def give_up(reason: str) -> None:
+            # Ended in memory only: its stored records stay, so a restart brings it back.
+            consumer.failed = reason
+            consumer.close()
+            if stream.consumers.get(consumer.name) is consumer:
+                del stream.consumers[consumer.name]
+            self._consumer_scopes.pop((stream.account.name, stream.name, consumer.name), None)
+
         async def run_consumer(*, task_status: anyio.abc.TaskStatus[None]) -> None:
             with scope:
-                await consumer.run(task_status=task_status)
+                what = f"consumer {stream.account.name}/{stream.name}/{consumer.name}"
+                await self._supervise(what, consumer.run, lambda: None, give_up, task_status)
 
         await self._tg.start(run_consumer)
         consumer.subscribe()
@@ -332,8 +397,11 @@ class JetStream:
                             # what it was given; it goes inactive_threshold after the last ack due
                             continue
                         log.info("consumer %s/%s inactive: removing", stream.name, consumer.name)
-                        async with stream.lock:
-                            await self.delete_consumer(stream, consumer)
+                        try:
+                            async with stream.lock:
+                                await self.delete_consumer(stream, consumer)
+                        except Exception as e:  # that consumer's problem, not the reaper's
+                            log.error("removing consumer %s/%s failed: %s", stream.name, consumer.name, e)
 
     # ------------------------------------------------------------------ streams
 
@@ -390,7 +458,9 @@ class JetStream:
             # A request without a reply subject is carried out all the same (as the reference:
             # fire-and-forget administration), and answered to no one.
             try:
-                await api.dispatch(self, ajs, _api_path(msg.subject, self.domain), msg)
+                path = _api_path(msg.subject, self.domain)
+                fault_point("api", path[0] if path else "")
+                await api.dispatch(self, ajs, path, msg)
             except ApiError:
                 pass  # dispatch replied with the error, and counted it
             except Exception:
@@ -407,6 +477,27 @@ class JetStream:
 
     def reply_raw(self, ajs: AccountJetStream, reply: str, headers: bytes | None, payload: bytes) -> None:
         ajs.account.publish(reply, None, headers, payload)
+
+
+class _Started:
+    """A task status that remembers whether its task started; the first start is passed on."""
+
+    def __init__(self, outer: anyio.abc.TaskStatus[None] | None) -> None:
+        self.outer = outer
+        self.done = False
+
+    def started(self, value: None = None) -> None:
+        self.done = True
+        if self.outer is not None:
+            outer, self.outer = self.outer, None
+            outer.started()
+
+
+def _first_leaf(e: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups, as a task group raises them."""
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    return e
 
 
 def _consumer_record(consumer: Consumer, cfg: ConsumerConfig) -> bytes:

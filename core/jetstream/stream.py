@@ -28,9 +28,10 @@ import anyio
 from core import subjects
 from core.api_errors import ApiError, api_error
 from core.errors import StoreError
+from core.faults import fault_point
 from core.jetstream.gotime import format_go_seconds, parse_go_duration, rfc3339_nano
 from core.protocol.headers import HeaderError, encode_headers, parse_headers, replace_header, slice_header
-from core.server.internal import InboundMsg, InternalReceiver
+from core.server.internal import Backlog, InboundMsg, InternalReceiver, inbound_size
 from core.server.mailbox import Mailbox
 from core.store.api import (
     Append,
@@ -62,6 +63,17 @@ log = logging.getLogger("leafjet.stream")
 # server CPU per message. The store still merges the batches queued behind a commit into one
 # transaction, so with sync=always the fsyncs stay grouped.
 MAX_BATCH = 64
+# A batch also ends past this many bytes: what the pipeline holds (PIPELINE_DEPTH batches) stays
+# a few MiB with large messages (64 of 1 MiB each made 256 MiB in flight).
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+# The reference's defaults for a stream's inbound queue (stream.go streamDefaultMaxQueueMsgs,
+# streamDefaultMaxQueueBytes; jetstream.max_buffered_msgs / max_buffered_size).
+DEFAULT_BUFFERED_MSGS = 100_000
+DEFAULT_BUFFERED_SIZE = 128 * 1024 * 1024
+# Scans over a stream (limits, interest, expiry) read this many messages at a time, and let
+# other tasks run between reads: a memory store's read never yields to the event loop.
+SCAN_CHUNK = 1024
+_TOO_MANY_REQUESTS = b"NATS/1.0 429 Too Many Requests\r\n\r\n"
 PIPELINE_DEPTH = 4
 _MAX_HEADERS = 65535  # as the reference: a JetStream message's header block fits in 16 bits
 _DEDUP_PREFIX = "dedup/"
@@ -124,7 +136,13 @@ class _Batch:
 
 class Stream:
     def __init__(
-        self, config: StreamConfig, store: StreamStore, created_ns: int, account: Account, domain: str | None
+        self,
+        config: StreamConfig,
+        store: StreamStore,
+        created_ns: int,
+        account: Account,
+        domain: str | None,
+        backlog: Backlog | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -132,7 +150,13 @@ class Stream:
         self.account = account
         self.domain = domain
         self.lock = asyncio.Lock()  # excludes the publish pipeline from purge, delete, reconfigure
-        self.receiver = InternalReceiver(f"stream:{config.name}", account)
+        # What publishers handed the stream and it has not answered yet: bounded, with
+        # back-pressure (see core/server/internal.py and DESIGN.md).
+        if backlog is None:
+            backlog = Backlog(DEFAULT_BUFFERED_MSGS, DEFAULT_BUFFERED_SIZE)
+        self.receiver = InternalReceiver(
+            f"stream:{config.name}", account, backlog=backlog, refused=self._too_many_requests
+        )
         self.consumers: dict[str, Consumer] = {}
         self._state: StreamState | None = None
         self._dedup: dict[str, tuple[int, int]] = {}
@@ -152,6 +176,7 @@ class Stream:
         self.first_seq_set = False  # see FIRST_SEQ_SET_KEY
         self._sdm_pending: dict[int, int] = {}  # seq -> when its delete marker was published
         self._next_expiry_ns = 0  # when the housekeeper looks next (wall ns)
+        self.failed: str | None = None  # why the pipeline was given up (see fail)
 
     @property
     def name(self) -> str:
@@ -202,13 +227,14 @@ class Stream:
         limit = max((c.ack_floor_sseq for c in consumers), default=0) if acked_only else None
         start = (await self.state()).first_seq
         gone: list[int] = []
-        while chunk := await self.store.range(start, limit=1024):
+        while chunk := await self.store.range(start, limit=SCAN_CHUNK):
             if limit is not None:
                 chunk = [m for m in chunk if m.seq <= limit]
                 if not chunk:
                     break
             gone.extend(m.seq for m in chunk if all(c.has_acked(m.seq, m.subject) for c in consumers))
             start = chunk[-1].seq + 1
+            await anyio.lowlevel.checkpoint()  # a memory store's read does not yield
         if gone:
             self._predicted = None
             await self.store.apply([DeleteOp(s) for s in gone])
@@ -234,12 +260,15 @@ class Stream:
         now = time.time_ns()
         window = self.config.duplicate_window
         stale: list[Op] = []
+        live: list[tuple[int, int, str]] = []
         for key, value in await self.store.meta_items(_DEDUP_PREFIX):
             seq_s, ts_s = value.decode().split(":")
             if now - int(ts_s) <= window:
-                self._dedup[key[len(_DEDUP_PREFIX) :]] = (int(seq_s), int(ts_s))
+                live.append((int(ts_s), int(seq_s), key[len(_DEDUP_PREFIX) :]))
             else:
                 stale.append(DelMetaOp(key))
+        live.sort()  # oldest first, as publishes add them: _expire finds the old ones at the front
+        self._dedup = {mid: (seq, ts) for ts, seq, mid in live}
         for key, value in await self.store.meta_items(_TTL_PREFIX):
             self._add_ttl(int(key[len(_TTL_PREFIX) :]), int(value))
         self._never = {
@@ -249,6 +278,8 @@ class Stream:
             await self.store.apply(stale)
 
     def subscribe(self) -> None:
+        if self.failed is not None:
+            return  # given up (see fail): publishes find no responder, even after an update
         for subj in self.config.subjects:
             self.receiver.subscribe(subj)
 
@@ -272,19 +303,7 @@ class Stream:
             inbox = self.receiver.inbox
             try:
                 async for first in inbox:
-                    batch = [first]
-                    while len(batch) < MAX_BATCH:
-                        try:
-                            batch.append(inbox.receive_nowait())
-                        except (anyio.WouldBlock, anyio.EndOfStream):
-                            break
-                    async with self.lock:
-                        flight = await self._admit(batch)
-                        if flight.plan.ops:
-                            try:
-                                flight.commit = await self.store.submit(flight.plan.ops)
-                            except StoreError as e:
-                                flight.error = e
+                    flight = await self._submit(self._take_batch(first, inbox))
                     if self._inflight == 1 and (flight.commit is None or _done(flight.commit)):
                         # Nothing ahead of it and already committed (the store committed it
                         # inline): answer now instead of handing it to the second stage.
@@ -296,8 +315,71 @@ class Stream:
             await self.drain()
             tg.cancel_scope.cancel()
 
+    @staticmethod
+    def _take_batch(first: InboundMsg, inbox: Mailbox[InboundMsg]) -> tuple[list[InboundMsg], int]:
+        """``first`` and what is queued behind it, up to MAX_BATCH messages or MAX_BATCH_BYTES."""
+        batch = [first]
+        size = inbound_size(first.subject, first.reply, first.headers, first.payload)
+        while len(batch) < MAX_BATCH and size < MAX_BATCH_BYTES:
+            try:
+                m = inbox.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+            batch.append(m)
+            size += inbound_size(m.subject, m.reply, m.headers, m.payload)
+        return batch, size
+
+    async def _submit(self, taken: tuple[list[InboundMsg], int]) -> _Flight:
+        """Decide a batch and hand its operations to the store (stage one of ``run``)."""
+        batch, size = taken
+        try:
+            fault_point("stream_pipeline", self.name)
+            async with self.lock:
+                flight = await self._admit(batch)
+                flight.held = (len(batch), size)
+                if flight.plan.ops:
+                    try:
+                        flight.commit = await self.store.submit(flight.plan.ops)
+                    except StoreError as e:
+                        flight.error = e
+            return flight
+        except BaseException as e:
+            self._release(len(batch), size)
+            if isinstance(e, Exception):
+                # The supervisor (engine.py) restarts the pipeline; these publishers hear why.
+                err = api_error("JSStreamStoreFailedF", err=f"stream pipeline failed: {e}")
+                for msg in batch:
+                    if msg.reply:
+                        self.account.publish(msg.reply, None, None, self._nak(err))
+            raise
+
     async def close(self) -> None:
         self._closed = True
+        self.receiver.close()
+
+    def reset_pipeline(self) -> None:
+        """After the pipeline task failed, before it runs again: the batches it held are gone
+        (their publishers time out, or heard the error), the backlog counts what is queued."""
+        self._inflight = 0
+        self._idle.set()
+        self._predicted = None
+        self._state = None
+        backlog = self.receiver.backlog
+        if backlog is not None:
+            queued = self.receiver.inbox.queued()
+            size = sum(inbound_size(m.subject, m.reply, m.headers, m.payload) for m in queued)
+            backlog.recount(len(queued), size)
+
+    def fail(self, reason: str) -> None:
+        """The pipeline keeps failing: the stream takes no more publishes (they find no
+        responder) until the server restarts; reads, info and delete still work."""
+        self.failed = reason
+        self.receiver.unsubscribe_all()
+        # What reached the queue before the unsubscribe is answered, not left to time out.
+        nak = self._nak(api_error("JSStreamStoreFailedF", err=f"stream pipeline failed: {reason}"))
+        for msg in self.receiver.inbox.queued():
+            if msg.reply:
+                self.account.publish(msg.reply, None, None, nak)
         self.receiver.close()
 
     async def _housekeeping(self) -> None:
@@ -366,7 +448,13 @@ class Stream:
             ops.extend(DeleteOp(seq) for seq in due)
         ops.extend(DelMetaOp(f"{_TTL_PREFIX}{seq}") for seq in due)
         window = self.config.duplicate_window
-        old_ids = [mid for mid, (_s, ts) in self._dedup.items() if now - ts > window]
+        # Oldest first (publishes append, load sorts): the walk stops at the first live id, so it
+        # costs what expired, not every id in the window (millions with a busy stream).
+        old_ids: list[str] = []
+        for mid, (_s, ts) in self._dedup.items():
+            if now - ts <= window:
+                break
+            old_ids.append(mid)
         ops.extend(DelMetaOp(_DEDUP_PREFIX + mid) for mid in old_ids)
         if ops:
             try:
@@ -402,6 +490,7 @@ class Stream:
                 if len(old) < len(chunk):
                     break
                 start = chunk[-1].seq + 1
+                await anyio.lowlevel.checkpoint()
         for seq in due:
             if seq not in expired and (m := await self.store.get(seq)) is not None:
                 expired[seq] = m
@@ -504,8 +593,13 @@ class Stream:
                 run.msgs = cfg.max_msgs
                 plan.removes = True
         self._predicted = run
-        # Later batches must see this batch's ids as duplicates even before it commits.
-        self._dedup.update(plan.dedup)
+        # Later batches must see this batch's ids as duplicates even before it commits. An id
+        # seen again (after its window) moves to the end, keeping the dict oldest first.
+        dedup = self._dedup
+        for mid, entry in plan.dedup.items():
+            if mid in dedup:
+                del dedup[mid]
+            dedup[mid] = entry
         if self._inflight == 0:
             self._idle.clear()
         self._inflight += 1
@@ -528,6 +622,19 @@ class Stream:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
+            self._release(*flight.held)
+
+    def _release(self, msgs: int, size: int) -> None:
+        """Publishes answered (or given up): they leave the backlog, and a paused publisher may go on."""
+        backlog = self.receiver.backlog
+        if backlog is not None and msgs:
+            backlog.release(msgs, size)
+
+    def _too_many_requests(self, reply: str) -> None:
+        """A publish refused at the backlog's limit, answered as the reference answers it
+        (stream.go ``queueInbound``): status 429 and ``JSStreamTooManyRequests``."""
+        body = self._nak(api_error("JSStreamTooManyRequests"))
+        self.account.publish(reply, None, _TOO_MANY_REQUESTS, body)
 
     async def _finish(self, flight: _Flight) -> None:
         plan = flight.plan
@@ -828,8 +935,17 @@ class Stream:
         st = await self.state()
         cut = cut_bytes = 0
         if cfg.max_msgs > 0 and st.msgs > cfg.max_msgs:
-            oldest = await self.store.range(st.first_seq, limit=st.msgs - cfg.max_msgs)
-            cut, cut_bytes = oldest[-1].seq + 1, sum(self._size(m) for m in oldest)
+            # In chunks: a limit lowered by a million messages is not one read of them all
+            # (nor one loop over them that holds the event loop).
+            drop, start = st.msgs - cfg.max_msgs, st.first_seq
+            while drop > 0:
+                chunk = await self.store.range(start, limit=min(drop, SCAN_CHUNK))
+                if not chunk:
+                    break
+                drop -= len(chunk)
+                cut = start = chunk[-1].seq + 1
+                cut_bytes += sum(self._size(m) for m in chunk)
+                await anyio.lowlevel.checkpoint()
         if cfg.max_bytes > 0 and st.bytes - cut_bytes > cfg.max_bytes:
             # what max_msgs already cuts counts towards the bytes to drop
             excess, start = st.bytes - cut_bytes - cfg.max_bytes, max(cut, st.first_seq)
@@ -845,6 +961,7 @@ class Stream:
                     if excess <= 0:
                         break
                 start = chunk[-1].seq + 1
+                await anyio.lowlevel.checkpoint()
         if cut:
             await self.store.apply([PurgeOp(up_to_seq=cut)])
             self._removed_messages()
@@ -992,6 +1109,7 @@ class _Flight:
     commit: Awaitable[list[Any]] | None = None  # the store's answer, when the batch has operations
     results: list[Any] | None = None
     error: StoreError | None = None
+    held: tuple[int, int] = (0, 0)  # (messages, bytes) of the backlog it releases when answered
 
 
 def _done(commit: Awaitable[list[Any]]) -> bool:

@@ -234,8 +234,12 @@ class ClientConnection:
         self.server.stalled = set()
         with anyio.move_on_after(self.cfg.write_deadline):
             for receiver in stalled:
-                while receiver.state is State.CONNECTED and receiver._pending > receiver._high_water // 2:
-                    await receiver._drained.wait()
+                await receiver.wait_drained()
+
+    async def wait_drained(self) -> None:
+        """(A receiver in ``server.stalled``) Until its buffer is down to half its high-water mark."""
+        while self.state is State.CONNECTED and self._pending > self._high_water // 2:
+            await self._drained.wait()
 
     async def _writer(self) -> None:
         # One cancel scope for the writer's life, armed with write_deadline only while a send is

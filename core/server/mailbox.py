@@ -19,11 +19,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import anyio
 
 T = TypeVar("T")
+
+
+class Drains(Protocol):
+    """What a publisher's reader waits on after routing fed it past its high-water mark
+    (``server.stalled``): a slow client connection, or an internal service's ``internal.Backlog``."""
+
+    async def wait_drained(self) -> None: ...
 
 
 class Wakeup:
@@ -66,6 +73,10 @@ class Mailbox(Generic[T]):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def queued(self) -> list[T]:
+        """A copy of what is queued, oldest first (for recounting after a reader failed)."""
+        return list(self._items)
 
     def send_nowait(self, item: T) -> None:
         if self._closed:

@@ -31,6 +31,7 @@ from core.server.accounts import AccountRegistry
 from core.server.auth import AuthConfig, Authenticator, PermissionChecker, Permissions
 from core.server.connection import ClientConnection, State, aclose_quietly
 from core.server.failures import describe_failure
+from core.server.mailbox import Drains
 from core.server.reload import ReloadPlan, plan_reload
 from core.server.tcp import TcpStream
 from core.store.crypto import CipherSpec
@@ -80,7 +81,7 @@ class Server:
         self.ssl_context: ssl.SSLContext | None = server_ssl_context(config.tls) if config.tls else None
         self.clients: dict[int, ClientConnection] = {}
         self.stats = ServerStats()
-        self.stalled: set[ClientConnection] = set()
+        self.stalled: set[Drains] = set()  # receivers past their high-water mark (back-pressure)
         self.port = config.port
         self._next_cid = 0
         self._checkers: dict[Permissions, PermissionChecker] = {}
