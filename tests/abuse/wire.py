@@ -93,6 +93,13 @@ class Raw:
             raise Closed("EOF")
         self.buf += chunk
 
+    def recv_some(self, timeout: float) -> bytes:
+        """What the server sends next (what was buffered first); Closed, or TimeoutError."""
+        if not self.buf:
+            self._fill(time.monotonic() + timeout)
+        data, self.buf = self.buf, b""
+        return data
+
     def read_line(self, timeout: float = 5.0) -> bytes:
         deadline = time.monotonic() + timeout
         while b"\r\n" not in self.buf:
