@@ -160,7 +160,8 @@ class Raw:
                 raise Closed(f.line.decode(errors="replace"))
 
     def request(self, subject: str | bytes, body: bytes = b"", timeout: float = 5.0) -> Frame:
-        """Publish with a fresh reply inbox and return the first message that arrives on it."""
+        """Publish with a fresh reply inbox and return the first message that arrives on it
+        (a JetStream delivery arrives under its own subject, on the inbox's sid)."""
         subj = subject.encode() if isinstance(subject, str) else subject
         n = next(_inboxes)
         inbox = b"_INBOX.abuse%d.%d" % (os.getpid(), n)
@@ -172,7 +173,7 @@ class Raw:
         deadline = time.monotonic() + timeout
         while True:
             f = self.read_frame(max(0.0, deadline - time.monotonic()))
-            if f.op in (b"MSG", b"HMSG") and f.subject == inbox:
+            if f.op in (b"MSG", b"HMSG") and f.line.split()[2] == sid:  # a delivery keeps its subject
                 return f
             if f.op == b"-ERR":
                 raise Closed(f.line.decode(errors="replace"))
