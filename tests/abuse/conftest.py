@@ -45,6 +45,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+_TARGETS: list[Target] = []  # the current test's targets, for the failure report
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed case shows the end of each server's log (a leafjet traceback names the cause)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and _TARGETS:
+        for t in _TARGETS:
+            state = "alive" if t.alive() else f"exited with {t.srv.proc.returncode}"
+            report.sections.append((f"{t.srv.kind} log ({state})", t.log_tail(8000)))
+
+
 @pytest.fixture(autouse=True)
 def collect_client_leftovers() -> Iterator[None]:
     yield
@@ -212,9 +226,11 @@ def make_target(make_server: Any) -> Iterator[Callable[..., Target]]:
         srv = make_server(config, jetstream=True)
         t = Target(srv, connect, tls)
         made.append(t)
+        _TARGETS.append(t)
         return t.start()
 
     yield factory
+    _TARGETS.clear()
     for t in made:
         if t.bystander is not None and t.bystander.is_alive():
             t.bystander.finish()
