@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.abuse.wire import CONNECT, Raw, close_all, stored_payload
+from tests.abuse.wire import CONNECT, Closed, Raw, close_all, stored_payload
 from tests.support.servers import RunningServer
 
 STALL_LIMIT = 2.0  # seconds a bystander's PING may wait for its PONG
@@ -183,6 +183,26 @@ class Target:
         self.bystander = Bystander(self.port, self.connect, self.tls)
         self.bystander.start()
         return self
+
+    def answers_ping(self) -> bool:
+        try:
+            c = self.client(timeout=5)
+            try:
+                c.ping(5)
+            finally:
+                c.close()
+            return True
+        except (OSError, Closed, TimeoutError):
+            return False
+
+    def revive(self) -> None:
+        """Start a dead (or hung) server again on its data, with a new bystander: for loops of
+        cases that go on after one of them killed the server, and report it."""
+        if self.bystander is not None:
+            self.bystander.finish()
+        self.srv.restart(kill=True)
+        self.bystander = Bystander(self.port, self.connect, self.tls)
+        self.bystander.start()
 
     def assert_alive(self) -> None:
         assert self.alive(), f"the {self.srv.kind} process died:\n{self.log_tail()}"

@@ -219,6 +219,9 @@ def test_operations_after_an_unknown_one_are_not_stored(target):
     c = Raw(target.port)
     c.send(b"PUB guard.extra 3\r\nabc\r\nFOO\r\nPUB guard.extra 3\r\ndef\r\n")
     assert c.drain_until_closed(timeout=10) == b"-ERR 'Unknown Protocol Operation'\r\n"
-    info = target.client().api("$JS.API.STREAM.INFO.GUARD")
-    assert info["state"]["messages"] == len(target.guarded) + 1
+    c = target.client()
+    stored = lambda: c.api("$JS.API.STREAM.INFO.GUARD")["state"]["messages"]  # noqa: E731
+    wait_for(lambda: stored() == len(target.guarded) + 1, 10, "the PUB before the bad operation to be stored")
+    c.ping()
+    assert stored() == len(target.guarded) + 1, "the PUB after the bad operation was stored"
     target.assert_survived()

@@ -158,7 +158,7 @@ def _fetch_until_gone(port: int, stream: str, consumer: str, seen: list[int], er
     try:
         deadline = time.monotonic() + 30
         idle = 0
-        while time.monotonic() < deadline and idle < 4:
+        while time.monotonic() < deadline and idle < 3:
             c.send(
                 b"PUB $JS.API.CONSUMER.MSG.NEXT.%s.%s %s %d\r\n%s\r\n"
                 % (stream, consumer, inbox, len(body), body)
@@ -166,7 +166,7 @@ def _fetch_until_gone(port: int, stream: str, consumer: str, seen: list[int], er
             got = False
             while True:
                 try:
-                    f = c.read_frame(timeout=2)
+                    f = c.read_frame(timeout=1)
                 except TimeoutError:
                     break
                 if f.op == b"MSG":
