@@ -29,7 +29,7 @@ def hpub(subject: bytes, header_lines: bytes, payload: bytes, status: bytes = b"
 
 
 def exchange(
-    target, data: bytes, *, connect: bytes | None = CONNECT, quiet: float = 0.3
+    target, data: bytes, *, connect: bytes | None = CONNECT, quiet: float = 0.2
 ) -> tuple[bytes, bool]:
     """(bytes the server sent after INFO, whether it closed): read until it closes, or a PONG
     arrives followed by ``quiet`` seconds of silence."""
