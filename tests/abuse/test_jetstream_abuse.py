@@ -8,6 +8,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from core.jetstream.api import ROUTES
 from tests.abuse.wire import Closed, Raw
@@ -318,4 +320,63 @@ def test_absurd_pull_requests_and_ack_bodies_leave_the_consumer_serving(target):
         if f.op == b"MSG" and f.subject.startswith(b"pull."):
             got.append(f.payload)
     assert sorted(got) == [b"m2", b"m3", b"m4", b"m5", b"one"]
+    target.assert_survived()
+
+
+# -- generated JSON ----------------------------------------------------------------------------------
+KEYS = [
+    "name", "subjects", "max_msgs", "max_bytes", "max_age", "storage", "retention", "num_replicas", "config",
+    "durable_name", "deliver_subject", "ack_policy", "filter_subject", "filter_subjects", "batch", "expires",
+    "no_wait", "idle_heartbeat", "seq", "last_by_subj", "next_by_subj", "offset", "subject", "keep", "filter",
+    "stream_name", "deliver_policy", "opt_start_seq", "opt_start_time", "max_deliver", "backoff", "metadata",
+    "pause_until", "sources", "mirror", "republish", "subject_transform", "max_ack_pending", "ack_wait",
+    "duplicate_window", "discard", "max_msg_size", "allow_direct", "deny_delete", "sealed", "priority_groups",
+]  # fmt: skip
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=6), inner, max_size=5)
+    ),
+    max_leaves=25,
+)
+
+
+def _mangle(doc: object, cut: int | None, junk: bytes) -> bytes:
+    raw = json.dumps(doc).encode()
+    if cut is not None:
+        raw = raw[: cut % (len(raw) + 1)] + junk
+    return raw
+
+
+api_bodies = st.builds(
+    _mangle, json_values, st.none() | st.integers(0, 400), st.sampled_from([b"", b"\xff", b'"\\udcff"', b"}"])
+)
+API_ROUTES = _api_subjects("SCRATCH", "SC")
+
+
+@pytest.mark.timeout(120)
+def test_generated_json_to_every_api_subject_never_takes_the_server_down(target):
+    c = target.client()
+    _scratch(c, "SCRATCH", "SC")
+
+    @settings(
+        max_examples=150,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(st.sampled_from(API_ROUTES), api_bodies)
+    def attack(route: tuple[str, tuple[str, ...], str], body: bytes) -> None:
+        subject, path, type_name = route
+        if path in NOT_API_JSON:
+            c.send(b"PUB %s _INBOX.ignored %d\r\n%s\r\n" % (subject.encode(), len(body), body))
+            c.ping(10)
+        else:
+            reply = json.loads(c.request(subject, body, timeout=10).payload)
+            assert reply.get("type") == f"io.nats.jetstream.api.v1.{type_name}", (subject, body, reply)
+        assert target.alive(), f"the server died after {body!r} to {subject}"
+
+    attack()
     target.assert_survived()
