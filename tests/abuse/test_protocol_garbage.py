@@ -160,8 +160,9 @@ def check_cases(target, cases, *, connect: bytes | None = CONNECT, then: bytes =
         if answer != (expected, closes):
             differs.append(f"{case_id}: got {answer!r}, the reference answers {(expected, closes)!r}")
     target.assert_survived()
-    assert not killed, f"these cases killed the server: {killed}"
-    assert not differs, "these cases differ from the reference:\n" + "\n".join(differs)
+    assert not killed and not differs, (
+        f"these cases killed the server: {killed}\nthese differ from the reference:\n" + "\n".join(differs)
+    )
 
 
 def test_garbage_frames_get_the_reference_answers(target):
