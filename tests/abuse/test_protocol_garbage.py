@@ -334,7 +334,7 @@ def test_generated_frame_sequences_never_take_the_server_down(target):
 @pytest.mark.soak
 @pytest.mark.timeout(1800)
 def test_many_generated_byte_streams_and_frames_never_take_the_server_down(target):
-    @settings(GARBAGE_SETTINGS, max_examples=5000)
+    @settings(GARBAGE_SETTINGS, max_examples=20000)
     @given(st.one_of(chunks, frames))
     def attack(data: bytes) -> None:
         _send_and_hang_up(target, data)
