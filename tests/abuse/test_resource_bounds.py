@@ -26,7 +26,7 @@ class RssSampler(threading.Thread):
         while not self.halt.wait(0.05):
             try:
                 self.peak = max(self.peak, rss_mib(self.pid))
-            except OSError:
+            except (OSError, KeyError):  # the process is gone (or a zombie without VmRSS)
                 return
 
     def stop(self) -> float:
@@ -170,3 +170,27 @@ def test_many_connections_with_subscriptions_keep_memory_bounded(target):
         c.close()
     target.assert_survived()
     assert grown < 100, f"300 connections with 10 subscriptions each cost {grown:.0f} MiB"
+
+
+@pytest.mark.timeout(120)
+def test_flood_to_a_reader_that_stopped_keeps_memory_bounded_with_default_limits(target):
+    """With the default max_pending (64 MiB), 160 MiB sent to a client that does not read cost
+    at most that buffer and some slack: the client is cut, the publisher never waits on it."""
+    slow = Raw(target.port, rcvbuf=4096)
+    slow.send(b"SUB big 1\r\n")
+    slow.ping()
+    before = rss_mib(target.pid)
+    sampler = RssSampler(target.pid)
+    sampler.start()
+    # leafjet pauses a publisher that feeds a full receiver for up to write_deadline (10 s)
+    pub = Raw(target.port, timeout=30)
+    payload = b"b" * 65536
+    try:
+        for _ in range(0, 2560, 64):
+            pub.send(b"".join(b"PUB big %d\r\n%s\r\n" % (len(payload), payload) for _ in range(64)))
+        pub.ping(60)
+    finally:
+        grown = sampler.stop() - before
+    slow.drain_until_closed(timeout=30)
+    target.assert_survived()
+    assert grown < 200, f"RSS grew {grown:.0f} MiB for one reader that stopped (max_pending 64 MiB)"
