@@ -122,20 +122,30 @@ def test_thousands_of_rapid_connects_and_closes(target):
     target.assert_survived()
 
 
-def test_500_idle_connections_cost_bounded_memory_and_are_released(target):
+def _idle_connections(target, n: int, mib: float) -> None:
     before_fds, before_rss = fds(target.pid), rss_mib(target.pid)
-    idle = [Raw(target.port) for _ in range(500)]
+    idle = [Raw(target.port) for _ in range(n)]
     try:
         idle[-1].ping()
-        assert fds(target.pid) >= before_fds + 500
+        assert fds(target.pid) >= before_fds + n
         grown = rss_mib(target.pid) - before_rss
-        assert grown < 100, f"500 idle connections cost {grown:.0f} MiB"
+        assert grown < mib, f"{n} idle connections cost {grown:.0f} MiB"
         target.assert_alive()
     finally:
         for c in idle:
             c.close()
-    wait_for(lambda: fds(target.pid) <= before_fds + 5, 15, "the server to release 500 closed sockets")
+    wait_for(lambda: fds(target.pid) <= before_fds + 5, 30, f"the server to release {n} closed sockets")
     target.assert_survived()
+
+
+def test_500_idle_connections_cost_bounded_memory_and_are_released(target):
+    _idle_connections(target, 500, mib=100)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(600)
+def test_5000_idle_connections_cost_bounded_memory_and_are_released(target):
+    _idle_connections(target, 5000, mib=500)
 
 
 SLOW_CONFIG = {"max_pending": 2 * 1024 * 1024, "write_deadline": "2s"}
