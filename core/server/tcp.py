@@ -158,7 +158,10 @@ class _Protocol(asyncio.Protocol):
     def eof_received(self) -> bool:
         assert self._stream is not None
         self._stream._end(None)
-        return False  # close the transport: a client that half-closes is done
+        # Keep the transport open for writing: a client that half-closes still gets what it
+        # asked for before its FIN (the reference flushes a PONG to such a client). The
+        # connection closes the transport once its writer has flushed.
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._stream is not None:

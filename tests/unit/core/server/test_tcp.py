@@ -25,6 +25,7 @@ async def test_a_written_through_message_never_overtakes_one_waiting_for_room() 
     accepted: asyncio.Future[TcpStream] = asyncio.get_running_loop().create_future()
     server = await listen("127.0.0.1", 0, accepted.set_result)
     client = socket.create_connection(server.sockets[0].getsockname()[:2])
+    stream: TcpStream | None = None
     try:
         stream = await asyncio.wait_for(accepted, 5)
         protocol = stream._transport.get_protocol()
@@ -43,4 +44,35 @@ async def test_a_written_through_message_never_overtakes_one_waiting_for_room() 
         assert got == b"older newest"
     finally:
         client.close()
+        if stream is not None:
+            await stream.aclose()
+        server.close()
+
+
+async def test_a_client_that_half_closes_still_gets_what_is_sent_after_its_eof() -> None:
+    """EOF ends reading, not writing: the reference answers a PING that came just before a
+    client's FIN, so the transport stays open until the stream is closed."""
+    accepted: asyncio.Future[TcpStream] = asyncio.get_running_loop().create_future()
+    server = await listen("127.0.0.1", 0, accepted.set_result)
+    client = socket.create_connection(server.sockets[0].getsockname()[:2])
+    stream: TcpStream | None = None
+    try:
+        stream = await asyncio.wait_for(accepted, 5)
+        client.sendall(b"PING\r\n")
+        client.shutdown(socket.SHUT_WR)
+        with anyio.fail_after(5):
+            assert await stream.receive() == b"PING\r\n"
+            with pytest.raises(anyio.EndOfStream):
+                await stream.receive()
+        await stream.send(b"PONG\r\n")
+        await stream.aclose()
+        client.settimeout(5)
+        got = b""
+        while chunk := client.recv(100):
+            got += chunk
+        assert got == b"PONG\r\n"
+    finally:
+        client.close()
+        if stream is not None:
+            await stream.aclose()
         server.close()
