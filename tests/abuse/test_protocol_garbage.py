@@ -137,6 +137,12 @@ CASES = [
 ]
 
 
+# Chosen differences, listed in the README: leafjet refuses JSON nested past 128 levels (the
+# reference reads 10,000), so a CONNECT with a 2,000-deep unknown field is an invalid CONNECT: a
+# silent close, as for any CONNECT it cannot read (core/jsonsafe.py says why).
+LEAFJET_DIFFERS: dict[str, tuple[bytes, bool]] = {"deep_nesting": (b"", True)}
+
+
 def check_cases(target, cases, *, connect: bytes | None = CONNECT, then: bytes = b"") -> None:
     """Run each case on its own connection; a case that kills the server is recorded and the
     server started again, so one run reports every case that differs or kills."""
@@ -157,6 +163,8 @@ def check_cases(target, cases, *, connect: bytes | None = CONNECT, then: bytes =
             continue
         if expected is None:
             expected = b"-ERR 'maximum control line exceeded'\r\n"
+        if target.srv.kind == "leafjet" and case_id in LEAFJET_DIFFERS:
+            expected, closes = LEAFJET_DIFFERS[case_id]
         if answer != (expected, closes):
             differs.append(f"{case_id}: got {answer!r}, the reference answers {(expected, closes)!r}")
     target.assert_survived()
