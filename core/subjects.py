@@ -227,3 +227,15 @@ def _collect_below(node: _IndexNode, out: list[Any]) -> None:
         if n.rest:
             out.extend(n.rest)
         stack.extend(n.children.values())
+
+
+def storable(text: str) -> str:
+    """``text`` as a stream stores it: unchanged when it is valid UTF-8 (always, for ASCII), else
+    with each byte that is not UTF-8 (kept by the parser as a lone surrogate) as U+FFFD.
+
+    A subject or header value a client sent may hold any byte; the store keeps text. The
+    reference keeps the raw bytes and shows them as U+FFFD in its JSON (a MSG.GET of
+    ``orders.\\xff`` reads ``orders.\ufffd``): leafjet stores what that JSON shows."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -573,6 +573,10 @@ class Stream:
         if not self._closed:
             plain = self._plain_publishes_ok()
             for msg in batch:
+                if not msg.subject.isascii():
+                    # Bytes that are not UTF-8 (the parser keeps them as surrogates) cannot go
+                    # into the store's text: stored as U+FFFD, as the reference's JSON shows them.
+                    msg = msg._replace(subject=subjects.storable(msg.subject))
                 if plain and msg.headers is None and self._decide_plain(msg, plan, run):
                     continue
                 try:
@@ -775,7 +779,8 @@ class Stream:
                 raise api_error("JSStreamWrongLastSequenceErrF", seq=run.last_seq)
             if hdr("Nats-Schedule"):
                 raise api_error("JSMessageSchedulesDisabledErr")  # schedules: not built
-            msg_id = hdr("Nats-Msg-Id") or None
+            raw_id = hdr("Nats-Msg-Id")
+            msg_id = subjects.storable(raw_id) if raw_id else None
             if msg_id is not None:
                 dup = plan.dedup.get(msg_id) or self._dedup.get(msg_id)
                 if dup is not None and time.time_ns() - dup[1] <= cfg.duplicate_window:
