@@ -17,6 +17,7 @@ import contextlib
 import heapq
 import json
 import logging
+import math
 import secrets
 import time
 from collections.abc import Awaitable, Iterable
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from core.jetstream.consumer import Consumer
     from core.jetstream.models import StreamConfig
     from core.server.accounts import Account
+
+_NEVER_NS = 1 << 63  # the housekeeper's next look when nothing is due
 
 log = logging.getLogger("leafjet.stream")
 
@@ -382,15 +385,33 @@ class Stream:
                 self.account.publish(msg.reply, None, None, nak)
         self.receiver.close()
 
+    def _housekeeping_interval(self) -> float:
+        """Seconds until the housekeeper has something to do: an age limit to enforce (looked at
+        every quarter of max_age, at most 1 s apart), a message TTL running out, a dedup id
+        leaving the window. ``math.inf`` when nothing is due: an idle stream without limits costs
+        no wake-up (a thousand idle streams woke a thousand times a second)."""
+        interval = math.inf
+        if self.config.max_age:
+            interval = min(1.0, max(0.05, self.config.max_age / 1e9 / 4))
+        now = time.time_ns()
+        next_ttl = self._next_ttl()  # on time: a publish with an earlier one wakes us
+        if next_ttl is not None:
+            interval = min(interval, max(0.005, (next_ttl - now) / 1e9))
+        if self._dedup:
+            # oldest first: the first id leaves the window first (a publish of a new id wakes a
+            # housekeeper that sleeps for good)
+            _seq, ts = next(iter(self._dedup.values()))
+            due = ts + self.config.duplicate_window
+            interval = min(interval, max(1.0, (due - now) / 1e9))
+        return interval
+
     async def _housekeeping(self) -> None:
         while True:
-            interval = 1.0  # from the config of the moment: reconfigure wakes us to look again
-            if self.config.max_age:
-                interval = min(interval, max(0.05, self.config.max_age / 1e9 / 4))
-            next_ttl = self._next_ttl()  # on time: a publish with an earlier one wakes us
-            if next_ttl is not None:
-                interval = min(interval, max(0.005, (next_ttl - time.time_ns()) / 1e9))
-            self._next_expiry_ns = time.time_ns() + int(interval * 1e9)
+            interval = self._housekeeping_interval()  # a reconfigure wakes us to look again
+            if interval == math.inf:
+                self._next_expiry_ns = _NEVER_NS
+            else:
+                self._next_expiry_ns = time.time_ns() + int(interval * 1e9)
             self._reconfigured = anyio.Event()
             with anyio.move_on_after(interval):
                 await self._reconfigured.wait()
@@ -660,6 +681,8 @@ class Stream:
                 self._add_ttl(seq, expire)
                 if expire < self._next_expiry_ns:
                     self._reconfigured.set()  # due before the housekeeper would look: wake it
+            if plan.dedup and self._next_expiry_ns == _NEVER_NS:
+                self._reconfigured.set()  # the housekeeper sleeps for good: it must now forget these ids
             self._never.update(plan.nevers)
             self._state = None
             if plan.removes:
