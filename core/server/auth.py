@@ -23,12 +23,13 @@ import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from typing import TYPE_CHECKING, Any
 
 from core.errors import AuthError, ConfigError
+
+if TYPE_CHECKING:
+    # imported where an nkey is checked: cryptography costs an idle agent about 8 MB
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from core.subjects import is_subset, is_valid_subject, match, overlaps
 
 GLOBAL_ACCOUNT = "$G"
@@ -259,6 +260,8 @@ class Authenticator:
         self._by_nkey: dict[str, tuple[User, Ed25519PublicKey]] = {}
         for u in config.users:
             if u.nkey is not None:
+                from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
                 try:
                     pub = Ed25519PublicKey.from_public_bytes(decode_public_nkey(u.nkey))
                 except ValueError as e:
@@ -348,6 +351,8 @@ class Authenticator:
             raw = _decode_signature(sig)
         except (ValueError, binascii.Error):
             raise AuthError(f"nkey {nkey}: malformed signature") from None
+        from cryptography.exceptions import InvalidSignature
+
         user, pub = entry
         try:
             pub.verify(raw, nonce.encode())

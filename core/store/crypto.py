@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from core.errors import StoreError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+
+# ``cryptography`` is imported where a cipher is made, not here: it costs an idle agent about
+# 8 MB of memory, and only an agent with encryption at rest (or nkey users) needs it.
 
 Algorithm = Literal["aes-256-gcm", "chacha20-poly1305"]
 Kdf = Literal["scrypt", "hkdf"]
@@ -52,6 +52,8 @@ class AeadCipher:
     __slots__ = ("_aead", "name")
 
     def __init__(self, algorithm: str, key: bytes) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+
         if len(key) != 32:
             raise ValueError("key must be 32 bytes")
         if algorithm == "aes-256-gcm":
@@ -67,6 +69,8 @@ class AeadCipher:
         return nonce + self._aead.encrypt(nonce, plaintext, aad)
 
     def open(self, ciphertext: bytes, aad: bytes) -> bytes:
+        from cryptography.exceptions import InvalidTag
+
         if len(ciphertext) < NONCE + TAG:
             raise DecryptError("sealed blob is too short")
         try:
@@ -139,6 +143,10 @@ class CipherSpec:
 
     def derive(self, params: KdfParams, algorithm: str | None = None) -> AeadCipher:
         """The store's cipher for these parameters (``algorithm`` as recorded in the store)."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+        from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
+
         algorithm = algorithm or self.algorithm
         info = b"leafjet stream store " + algorithm.encode()
         if params.kdf == "scrypt":
