@@ -85,6 +85,11 @@ class JetStreamConfig:
     # "chachapoly" (default) or "aes".
     key: str | None = field(default=None, repr=False)
     cipher: str = "chachapoly"
+    # How many stream stores may hold open files at once (each SQLite store open holds up to 5
+    # descriptors); an idle store closes its files when another needs the room and reopens on its
+    # next use. 0: derived from RLIMIT_NOFILE -- half the soft limit, 5 per store (102 stores
+    # under the usual soft limit of 1,024). Process-wide: the last server started sets it.
+    max_open_stores: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +271,7 @@ def _read_jetstream(data: Any) -> JetStreamConfig:
         max_file=t.size("max_file_store", 1 << 62) if "max_file_store" in t.data else -1,
         key=t.string("key"),
         cipher=(t.string("cipher", d.cipher) or d.cipher).lower(),
+        max_open_stores=t.integer("max_open_stores", d.max_open_stores),
     )
     if js.cipher not in ("chachapoly", "aes"):
         raise ConfigError("jetstream.cipher", f'expected "chachapoly" or "aes", got {js.cipher!r}')

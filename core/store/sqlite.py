@@ -1102,6 +1102,8 @@ class SqliteStore:
         is in the batch: the store stops)."""
         if self._conn is not None or batch[0].kind == _STOP:
             return "run"
+        if not self._loaded and any(r.kind == _STOP for r in batch):  # an open given up on
+            return self._w_refuse(batch, StoreClosed(f"{self._path}: store is closed"))
         try:
             if self._w_ensure_open():
                 self._park_deadline = None
@@ -1113,7 +1115,9 @@ class SqliteStore:
             return self._w_refuse(batch, err)
         now = time.monotonic()
         if self._park_deadline is None:
-            self._park_deadline = now + (self._enqueue_timeout if self._loaded else self._open_timeout)
+            # an open gives up before its caller's deadline, so the caller hears why
+            wait = self._enqueue_timeout if self._loaded else 0.8 * self._open_timeout
+            self._park_deadline = now + wait
         if now >= self._park_deadline:
             self._park_deadline = None
             return self._w_refuse(batch, self._no_slot_error())
@@ -1124,7 +1128,7 @@ class SqliteStore:
 
     def _w_refuse(self, batch: list[_Req], err: StoreError) -> str:
         """The connections could not be opened: the batch's calls fail with ``err``."""
-        if not self._loaded:  # the first open: nothing to keep
+        if not self._loaded or batch[0].kind == _OPEN_REQ:  # the first open: nothing to keep
             self._post([(self._ready, None, err)], 0)
             self._resolve([(r, None, _fresh(err)) for r in batch])
             return "exit"
@@ -1153,8 +1157,8 @@ class SqliteStore:
                     self._conn = self._w_connect()
                 else:
                     self._w_open()
-                    self._loaded = True
                 self._rconn = self._connect_reader()
+            self._loaded = True
         except BaseException as e:
             self._w_close_conns()
             if isinstance(e, (sqlite3.Error, OSError)):
