@@ -323,6 +323,7 @@ class SqliteStore:
         self._shut = False  # closed for good (not for idleness): never reopened
         self._park_deadline: float | None = None  # a drain waiting for a slot gives up then
         self._open_timeout = 60.0
+        self._opened = False  # the open request was served (the drain job posts _ready)
         # Small batches commit on the loop's thread when the writer is idle and a COMMIT does
         # not fsync (see submit).
         self._inline = sync == "interval"
@@ -1074,6 +1075,10 @@ class SqliteStore:
             fatal = self._fatal = self._writer_failed(e)
             self._resolve([(r, None, _fresh(fatal)) for r in self._w_batch])
             more = False
+        if self._opened:
+            # Only now: the first call after open() may commit inline, which needs the lock.
+            self._opened = False
+            self._post([(self._ready, True, None)], 0)
         if not more:
             self._w_shutdown()
             return
@@ -1404,7 +1409,7 @@ class SqliteStore:
                 self._resolve([(x, None, StoreClosed("store is closed")) for x in batch[i:]])
                 return False
             if r.kind == _OPEN_REQ:
-                self._post([(self._ready, True, None)], 0)
+                self._opened = True  # the drain job says so once it let go of the writer lock
                 continue
             self._w_control(r)
         if applies:

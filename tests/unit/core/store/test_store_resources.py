@@ -153,7 +153,9 @@ async def _ts(s: SqliteStore, seq: int) -> int:
 
 
 @pytest.mark.parametrize("sync", ["always", "interval"])
-async def test_a_store_closed_for_idleness_reopens_with_its_state(tmp_path: Path, cap: object, sync: str) -> None:
+async def test_a_store_closed_for_idleness_reopens_with_its_state(
+    tmp_path: Path, cap: object, sync: str
+) -> None:
     cap(2)  # type: ignore[operator]
     a = await SqliteStore.open(tmp_path / "a.db", sync=sync)  # type: ignore[arg-type]
     others: list[SqliteStore] = []
