@@ -1,0 +1,91 @@
+"""Many streams under a low limit on open files: the agent keeps serving (issue 17).
+
+Each stream is a SQLite store; the stores share a few threads and at most
+``jetstream.max_open_stores`` of them hold files (by default from RLIMIT_NOFILE), so a soft
+limit far below the number of streams neither fails a create nor locks new clients out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import nats
+import pytest
+
+from tests.support.servers import RunningServer, start_leafjet
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@contextlib.contextmanager
+def _nofile(soft: int) -> Iterator[None]:
+    """Children started inside inherit a soft RLIMIT_NOFILE of ``soft``."""
+    old = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, old)
+
+
+def _proc(pid: int) -> tuple[int, int]:
+    """(threads, open descriptors) of a process."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    threads = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+    return threads, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def _create_streams(url: str, names: list[str]) -> None:
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream(timeout=10)
+        limiter = anyio.CapacityLimiter(16)
+
+        async def one(name: str) -> None:
+            async with limiter:
+                await js.add_stream(name=name, subjects=[f"{name}.>"])
+                await js.publish(f"{name}.x", name.encode())
+
+        async with anyio.create_task_group() as tg:
+            for name in names:
+                tg.start_soon(one, name)
+    finally:
+        await nc.close()
+
+
+@pytest.fixture
+def low_limit_agent(tmp_path: Path) -> Iterator[RunningServer]:
+    with _nofile(256):
+        srv = start_leafjet(tmp_path)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+async def test_three_hundred_streams_under_a_soft_limit_of_256_files(low_limit_agent: RunningServer) -> None:
+    srv = low_limit_agent
+    names = [f"S{i}" for i in range(300)]
+    await _create_streams(srv.url, names)
+    threads, fds = _proc(srv.pid)
+    assert fds < 256 and threads < 40, f"{threads} threads, {fds} descriptors for 300 streams"
+    # a fresh client connects, and every stream answers, its message intact
+    nc = await nats.connect(srv.url, allow_reconnect=False, connect_timeout=5)
+    try:
+        js = nc.jetstream(timeout=10)
+        for name in names:
+            info = await js.stream_info(name)
+            assert info.state.messages == 1, name
+        for name in names[::25]:  # reads and writes of stores closed for idleness
+            msg = await js.get_msg(name, 1)
+            assert msg.data == name.encode()
+            ack = await js.publish(f"{name}.y", b"again")
+            assert ack.seq == 2
+    finally:
+        await nc.close()
+    assert srv.proc.poll() is None
