@@ -89,3 +89,27 @@ async def test_three_hundred_streams_under_a_soft_limit_of_256_files(low_limit_a
     finally:
         await nc.close()
     assert srv.proc.poll() is None
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(2400)
+async def test_ten_thousand_streams_under_a_soft_limit_of_1024_files(tmp_path: Path) -> None:
+    """systemd's default soft limit; minutes (each create fsyncs a new file and its folder)."""
+    with _nofile(1024):
+        srv = start_leafjet(tmp_path)
+    try:
+        names = [f"S{i}" for i in range(10_000)]
+        with anyio.fail_after(1800):
+            await _create_streams(srv.url, names)
+        threads, fds = _proc(srv.pid)
+        assert fds < 1024 and threads < 40, f"{threads} threads, {fds} descriptors for 10,000 streams"
+        nc = await nats.connect(srv.url, allow_reconnect=False, connect_timeout=5)
+        try:
+            js = nc.jetstream(timeout=10)
+            for name in names[::97]:
+                assert (await js.stream_info(name)).state.messages == 1, name
+                assert (await js.get_msg(name, 1)).data == name.encode()
+        finally:
+            await nc.close()
+    finally:
+        srv.stop()
