@@ -238,3 +238,14 @@ async def test_an_open_that_fails_partway_leaves_no_thread_or_descriptor(tmp_pat
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert failed >= 3  # the limit did bite at several points
+
+
+def test_the_default_cap_is_half_the_soft_open_files_limit_at_five_per_store() -> None:
+    from core.store.pool import default_max_open_stores
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+        assert default_max_open_stores() == 102
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
