@@ -1,10 +1,11 @@
 """The process-wide resources every SqliteStore shares: a few worker threads, and a cap on open stores.
 
-* ``StorePool``: ``WORKERS`` daemon threads, started on first use, run the stores' jobs (a store's
-  batch of queued calls, an off-loop read, a checkpoint or interval fsync due on a timer). A store
-  with nothing to do has no job queued and costs no thread; the thread count does not grow with the
-  number of stores. Jobs are plain callables; a store keeps its own invariants (one writer at a time,
-  calls in order) with its own locks and its "scheduled" flag -- the pool only runs what it is given.
+* ``StorePool``: ``WORKERS`` daemon threads and a timer thread, started on first use, run the
+  stores' jobs (a store's batch of queued calls, an off-loop read, a checkpoint or interval fsync
+  due on a timer). A store with nothing to do has no job queued and costs no thread; the thread
+  count does not grow with the number of stores. Jobs are plain callables; a store keeps its own
+  invariants (one writer at a time, calls in order) with its own locks and its "scheduled" flag --
+  the pool only runs what it is given.
 * ``OpenSlots``: at most ``cap`` stores hold connections (file descriptors) at once. A store that
   needs its connections while the cap is reached closes the least recently used *idle* store (no
   call queued or running, no read running, no snapshot) and takes its slot; when none is idle, its
@@ -16,6 +17,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import queue
 import resource
 import threading
 import time
@@ -48,16 +50,22 @@ def default_max_open_stores() -> int:
 
 
 class StorePool:
-    """A few daemon threads running jobs (FIFO) and timers (by due time) for every store."""
+    """``WORKERS`` daemon threads running jobs in FIFO order, and one timer thread that hands
+    jobs due at a time to them; all started on first use.
+
+    The job queue is a ``queue.SimpleQueue`` (its blocking ``get`` is C code): a sync publish is a
+    job hand-over there and back. With a ``threading.Condition`` guarding a list instead, the
+    server's CPU per sync publish (``bench jetstream``, sync="always") was 375-480 us against
+    285-315 us with a writer thread per store; with the SimpleQueue, 355 us against 285-340 us."""
 
     def __init__(self, workers: int = WORKERS) -> None:
-        self._cond = threading.Condition()
-        self._jobs: list[Callable[[], None]] = []
-        self._head = 0
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._cond = threading.Condition()  # guards _timers
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._threads: list[threading.Thread] = []
-        self._idle = 0
+        self._start_lock = threading.Lock()
+        self._started = False
         self._max = workers
 
     @property
@@ -65,52 +73,48 @@ class StorePool:
         return len(self._threads)
 
     def submit(self, job: Callable[[], None]) -> None:
-        with self._cond:
-            self._jobs.append(job)
-            self._wake()
+        if not self._started:
+            self._start()
+        self._jobs.put(job)
 
     def call_at(self, when: float, job: Callable[[], None]) -> None:
         """Run ``job`` at ``when`` (``time.monotonic()``), or soon after."""
+        if not self._started:
+            self._start()
         with self._cond:
             heapq.heappush(self._timers, (when, next(self._seq), job))
-            self._wake()
+            if self._timers[0][2] is job:  # a new earliest: the timer thread sleeps too long
+                self._cond.notify()
 
-    def _wake(self) -> None:
-        if self._idle:
-            self._cond.notify()
-        elif len(self._threads) < self._max:
-            t = threading.Thread(target=self._run, name=f"leafjet-store-{len(self._threads)}", daemon=True)
-            self._threads.append(t)
-            t.start()
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._started:
+                return
+            targets = [(f"leafjet-store-{i}", self._work) for i in range(self._max)]
+            for name, target in [*targets, ("leafjet-store-timer", self._time)]:
+                t = threading.Thread(target=target, name=name, daemon=True)
+                t.start()
+                self._threads.append(t)
+            self._started = True
 
-    def _next(self) -> Callable[[], None]:
-        with self._cond:
-            while True:
-                now = time.monotonic()
-                timers = self._timers
-                if timers and timers[0][0] <= now:
-                    return heapq.heappop(timers)[2]
-                if self._head < len(self._jobs):
-                    job = self._jobs[self._head]
-                    self._head += 1
-                    if self._head > 1024 and self._head * 2 > len(self._jobs):
-                        del self._jobs[: self._head]
-                        self._head = 0
-                    return job
-                self._idle += 1
-                try:
-                    self._cond.wait(timers[0][0] - now if timers else None)
-                finally:
-                    self._idle -= 1
-
-    def _run(self) -> None:
+    def _work(self) -> None:
+        get = self._jobs.get
         while True:
-            job = self._next()
+            job = get()
             try:
                 job()
             except BaseException:  # a job owns its errors; one that escapes is a bug
                 log.exception("store job failed")
             del job
+
+    def _time(self) -> None:
+        with self._cond:
+            timers = self._timers
+            while True:
+                now = time.monotonic()
+                while timers and timers[0][0] <= now:
+                    self._jobs.put(heapq.heappop(timers)[2])
+                self._cond.wait(timers[0][0] - now if timers else None)
 
 
 class Evictable(Protocol):
