@@ -15,6 +15,7 @@ from pathlib import Path
 
 import anyio
 import nats
+import nats.js.errors
 import pytest
 
 from tests.support.servers import RunningServer, start_leafjet
@@ -89,6 +90,30 @@ async def test_three_hundred_streams_under_a_soft_limit_of_256_files(low_limit_a
     finally:
         await nc.close()
     assert srv.proc.poll() is None
+
+
+async def test_a_stream_create_that_fails_after_its_store_opened_leaves_nothing(tmp_path: Path) -> None:
+    """The create fails writing stream.json (a directory is in the way of its temporary file):
+    the store it opened is closed, its folder removed, and the same create works afterwards."""
+    srv = start_leafjet(tmp_path)
+    try:
+        folder = tmp_path / "data" / "jetstream" / "$G" / "streams" / "HALF"
+        (folder / "stream.tmp").mkdir(parents=True)
+        nc = await nats.connect(srv.url)
+        try:
+            js = nc.jetstream(timeout=10)
+            with pytest.raises(nats.js.errors.APIError) as failed:
+                await js.add_stream(name="HALF", subjects=["half.>"])
+            assert failed.value.err_code == 10049, failed.value
+            held = [os.readlink(f"/proc/{srv.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{srv.pid}/fd")]
+            assert not [f for f in held if str(folder) in f], "the failed create's store is still open"
+            assert not folder.exists()
+            await js.add_stream(name="HALF", subjects=["half.>"])
+            assert (await js.publish("half.x", b"1")).seq == 1
+        finally:
+            await nc.close()
+    finally:
+        srv.stop()
 
 
 @pytest.mark.soak
