@@ -435,6 +435,8 @@ class SqliteStore:
                 self._put_stop()
                 await asyncio.shield(self._exited)
             if isinstance(e, TimeoutError):
+                if self._park_deadline is not None:  # it was waiting for a slot all along
+                    raise self._no_slot_error() from e
                 raise StoreError(f"{self._path}: opening the stream database timed out") from e
             raise
 

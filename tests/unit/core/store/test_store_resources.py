@@ -146,6 +146,14 @@ async def test_two_hundred_stores_work_under_a_cap_of_sixteen_with_bounded_files
             await s.close()
 
 
+async def _settled(s: SqliteStore) -> None:
+    """Wait until the pool job that answered the store's last call has let go of it (the answer
+    can reach the loop first): only then is the store idle, the first to close for another."""
+    with anyio.fail_after(10):
+        while s._scheduled:
+            await anyio.sleep(0.001)
+
+
 async def _ts(s: SqliteStore, seq: int) -> int:
     m = await s.get(seq)
     assert m is not None
@@ -163,6 +171,7 @@ async def test_a_store_closed_for_idleness_reopens_with_its_state(
         await a.apply([Append(f"k.{i % 3}", None, b"v%d" % i, 1000 + i) for i in range(10)])
         state = await a.state()
         assert _files_open_on(tmp_path / "a.db") > 0
+        await _settled(a)
         for name in ("b", "c"):  # two more: a, the least recently used, makes room
             s = await SqliteStore.open(tmp_path / f"{name}.db", sync=sync)  # type: ignore[arg-type]
             others.append(s)
@@ -203,7 +212,7 @@ async def test_an_open_beyond_the_cap_with_nothing_idle_fails_with_a_clear_error
         snap = a.snapshot()  # a running snapshot keeps a busy
         await snap.__anext__()
         with pytest.raises(StoreError, match="max_open_stores"):
-            await SqliteStore.open(tmp_path / "b.db", open_timeout=0.3)
+            await SqliteStore.open(tmp_path / "b.db", open_timeout=1.0)
         await snap.aclose()
         b = await SqliteStore.open(tmp_path / "b.db", open_timeout=5)  # a is idle now: it makes room
         await b.close()
