@@ -92,6 +92,11 @@ class JetStreamConfig:
     max_buffered_msgs: int = 100_000
     max_buffered_size: int = 128 * 1024 * 1024
     max_buffered_account_size: int = 256 * 1024 * 1024
+    # How many stream stores may hold open files at once (each SQLite store open holds up to 5
+    # descriptors); an idle store closes its files when another needs the room and reopens on its
+    # next use. 0: derived from RLIMIT_NOFILE -- half the soft limit, 5 per store (102 stores
+    # under the usual soft limit of 1,024). Process-wide: the last server started sets it.
+    max_open_stores: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +309,7 @@ def _read_jetstream(data: Any) -> JetStreamConfig:
         max_buffered_msgs=t.integer("max_buffered_msgs", d.max_buffered_msgs, minimum=1),
         max_buffered_size=t.size("max_buffered_size", d.max_buffered_size),
         max_buffered_account_size=t.size("max_buffered_account_size", d.max_buffered_account_size),
+        max_open_stores=t.integer("max_open_stores", d.max_open_stores),
     )
     if js.cipher not in ("chachapoly", "aes"):
         raise ConfigError("jetstream.cipher", f'expected "chachapoly" or "aes", got {js.cipher!r}')

@@ -38,6 +38,7 @@ from core.server.accounts import Subscription
 from core.server.internal import Backlog, InboundMsg, InternalReceiver
 from core.store.api import DelMetaOp, PurgeOp, SetMetaOp
 from core.store.memory import MemoryStore
+from core.store.pool import set_max_open_stores
 from core.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ class JetStream:
         server.shutdown_hooks.append(self._server_shutdown)
         self.recovered = False  # every stream on disk loaded (/healthz answers 503 until then)
         server.jetstream_monitor = JetStreamMonitor(self)
+        set_max_open_stores(config.max_open_stores or None)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -412,16 +414,36 @@ class JetStream:
             store = await self._open_store(cfg, d)
         except StoreError as e:
             raise api_error("JSStreamCreateErrF", err=str(e)) from None
-        if cfg.first_seq > 0:
-            # An empty stream that starts at first_seq: last_seq moves to first_seq - 1, and
-            # it reports that first sequence (not 0) until its first message.
-            await store.apply([PurgeOp(up_to_seq=cfg.first_seq), SetMetaOp(FIRST_SEQ_SET_KEY, b"1")])
-        created = time.time_ns()
-        if cfg.storage != "memory":
-            _write_atomic(d / "stream.json", {"config": cfg.to_json(), "created": created})
-        stream = await self._start_stream(ajs, cfg, store, created)
+        try:
+            if cfg.first_seq > 0:
+                # An empty stream that starts at first_seq: last_seq moves to first_seq - 1, and
+                # it reports that first sequence (not 0) until its first message.
+                await store.apply([PurgeOp(up_to_seq=cfg.first_seq), SetMetaOp(FIRST_SEQ_SET_KEY, b"1")])
+            created = time.time_ns()
+            if cfg.storage != "memory":
+                _write_atomic(d / "stream.json", {"config": cfg.to_json(), "created": created})
+            stream = await self._start_stream(ajs, cfg, store, created)
+        except BaseException as e:
+            # The stream was never announced: nothing of it may stay behind (its store's
+            # connections, its task, its folder, which a restart would recover).
+            with anyio.CancelScope(shield=True):
+                await self._abandon_create(ajs, cfg, store, d)
+            if isinstance(e, StoreError | OSError):
+                raise api_error("JSStreamCreateErrF", err=str(e)) from None
+            raise
         self._action_advisory(stream, "create")
         return stream
+
+    async def _abandon_create(self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, d: Path) -> None:
+        scope = self._stream_scopes.pop((ajs.account.name, cfg.name), None)
+        if scope is not None:
+            scope.cancel()
+        try:
+            with anyio.move_on_after(10):
+                await store.close()
+        except StoreError as e:
+            log.error("closing the store of stream %s after a failed create failed: %s", cfg.name, e)
+        shutil.rmtree(d, ignore_errors=True)
 
     async def update_stream(self, ajs: AccountJetStream, stream: Stream, cfg: StreamConfig) -> None:
         if cfg.storage != "memory":

@@ -258,6 +258,8 @@ class JetStreamMonitor:
                 if name not in ajs.streams:
                     return f"JetStream stream '{acc} > {name}' could not be recovered"
             for s in list(ajs.streams.values()):
+                if getattr(s.store, "resting", False):
+                    continue  # closed while idle (the open-files cap): probing would reopen it
                 try:
                     with anyio.fail_after(_PROBE_TIMEOUT):
                         await s.store.meta_get("healthz-probe")

@@ -2,21 +2,24 @@
 
 Shape (see DESIGN.md for the reasoning):
 
-* **One writer.** A thread owned by the store holds the only writing connection. Callers on the event
-  loop put requests (a call's operations and a future) on a queue; the writer takes everything queued,
-  runs it in ONE transaction, COMMITs, publishes the new counters, and only then resolves the futures of
-  the whole batch (group commit). A failed transaction fails every call of the batch and stores nothing.
-* **Reads** go through a separate aiosqlite connection (WAL lets them run beside the writer); a read of
-  one row by an index, or a range by sequence expected to hold at most ``LOOP_RANGE_BYTES``, runs on
-  the loop's thread on a connection of its own (``_point_fetch``). Counters
+* **One writer.** The store holds the only writing connection, used by one thread at a time. Callers
+  on the event loop put requests (a call's operations and a future) on the store's queue; a job on
+  the shared pool (``core.store.pool``) takes everything queued, runs it in ONE transaction, COMMITs,
+  publishes the new counters, and only then resolves the futures of the whole batch (group commit).
+  A failed transaction fails every call of the batch and stores nothing.
+* **Reads** go through a second connection (WAL lets them run beside the writer): on the loop's
+  thread for a read of one row by an index, or a range by sequence expected to hold at most
+  ``LOOP_RANGE_BYTES`` (``_point_fetch``), as a pool job otherwise. Counters
   (``state()``, per-subject counts) are kept in memory, loaded at open and published after each commit.
 * **Durability.** ``sync="always"``: ``synchronous=FULL`` -- the WAL is fsynced by every COMMIT, so an
   acknowledged write is on disk. ``sync="interval"``: ``synchronous=NORMAL`` and the writer fsyncs the
   WAL every ``sync_interval`` seconds (and on ``flush``/``close``); a process crash loses nothing that was
   acknowledged, a power loss or kernel crash can lose the last ``sync_interval`` of acknowledged writes.
-* **Checkpoints**: PASSIVE on a timer while there are new commits, in a housekeeping thread beside the
-  writer; TRUNCATE only when the WAL file grows past ``wal_brake_bytes``; never RESTART. SQLite's own
-  auto-checkpoint is off.
+* **Checkpoints**: PASSIVE on a timer while there are new commits, as a pool job on the reading
+  connection, beside the writer; TRUNCATE only when the WAL file grows past ``wal_brake_bytes``;
+  never RESTART. SQLite's own auto-checkpoint is off.
+* **Open files are capped** (``pool.SLOTS``): an idle store closes its connections when another needs
+  a slot, and reopens them on its next use; its counters stay in memory meanwhile.
 """
 
 from __future__ import annotations
@@ -26,17 +29,16 @@ import contextlib
 import functools
 import json
 import os
-import queue
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
-import aiosqlite
 import anyio
 
 from core.errors import StoreError
@@ -64,6 +66,7 @@ from core.store.api import (
     normalize_filter,
 )
 from core.store.crypto import CipherSpec, KdfParams, key_matches, make_key_check
+from core.store.pool import POOL, SLOTS
 from core.store.rowcodec import RowCodec
 from core.store.snapshot import SnapshotEncoder, SnapshotHeader, restore_into
 from core.subjects import has_wildcard, match, tokens_match
@@ -80,7 +83,9 @@ OFFLOAD_DECODE_BYTES = 256 << 10
 # expected to hold at most this much: limit x the stream's mean stored message size.
 LOOP_RANGE_BYTES = 64 << 10
 POINT_READ_BUSY_MS = 20
-"""How long a point read on the event loop waits for a busy database before it goes through aiosqlite."""
+"""How long a read on the reading connection waits for a busy database: on the loop, before it goes to
+the pool; on the pool, before it tries again (up to READ_BUSY_TIMEOUT)."""
+READ_BUSY_TIMEOUT = 5.0
 COLS = "seq, subject, hdr, data, ts, flags"
 IN_SUBJECTS = "subject IN (SELECT value FROM json_each(?))"
 
@@ -105,7 +110,7 @@ LAST_CACHE_BYTES = 1 << 20
 _LAST_ENTRY_OVERHEAD = 256  # about what a dict slot, the key and a StoredMsg cost beyond the bytes
 _INSERT_CHUNK_SQL = schema.INSERT_MSG + ", (?, ?, ?, ?, ?, ?, ?)" * (INSERT_CHUNK - 1)
 
-_APPLY, _FLUSH, _LIMIT, _STOP = range(4)
+_APPLY, _FLUSH, _LIMIT, _STOP, _OPEN_REQ = range(5)
 
 # Stores open in this process, by real path: two writers on one file would corrupt the counters.
 _OPEN: set[str] = set()
@@ -258,8 +263,7 @@ def _fsync_dir(path: Path) -> None:
 
 class SqliteStore:
     """A StreamStore in a SQLite file. Create with ``await SqliteStore.open(path, ...)``; end with
-    ``await store.close()``. Needs the asyncio event loop (as aiosqlite does) -- the anyio asyncio backend
-    is fine."""
+    ``await store.close()``. Needs the asyncio event loop -- the anyio asyncio backend is fine."""
 
     def __init__(
         self,
@@ -305,11 +309,21 @@ class SqliteStore:
         self._last: dict[str, tuple[StoredMsg | None, int]] = {}  # subject -> (message, cost)
         self._last_bytes = 0
         self._last_ver = 0
-        self._q: queue.SimpleQueue[_Req] = queue.SimpleQueue()
-        self._qlock = threading.Lock()  # orders "enqueue" against "writer gone"
-        # Held while the writing connection is in use: by the writer thread for a batch, by the
-        # loop for an inline commit, by the housekeeping thread for a TRUNCATE checkpoint.
+        self._q: deque[_Req] = deque()
+        # Guards _q, _scheduled and _dead: orders "enqueue" against "writer gone".
+        self._qlock = threading.Lock()
+        self._scheduled = False  # a drain job (self._w_drain) is queued or running on the pool
+        # Held while the writing connection is in use: by a pool job for a batch, by the loop for
+        # an inline commit, by housekeeping for a TRUNCATE checkpoint, and to open or close the
+        # connections (taken before _rlock when both are).
         self._wlock = threading.RLock()  # re-entered by a recovery that reconnects
+        # Held while the reading connection is in use (a read, a PASSIVE checkpoint).
+        self._rlock = threading.Lock()
+        self._loaded = False  # the file was opened and checked once; later opens only reconnect
+        self._shut = False  # closed for good (not for idleness): never reopened
+        self._park_deadline: float | None = None  # a drain waiting for a slot gives up then
+        self._open_timeout = 60.0
+        self._opened = False  # the open request was served (the drain job posts _ready)
         # Small batches commit on the loop's thread when the writer is idle and a COMMIT does
         # not fsync (see submit).
         self._inline = sync == "interval"
@@ -320,14 +334,15 @@ class SqliteStore:
 
         # Loop side.
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._reader: aiosqlite.Connection | None = None
-        self._point: sqlite3.Connection | None = None  # point reads on the loop (see _point_fetch)
-        self._aux: set[aiosqlite.Connection] = set()
+        # The reading connection: point reads on the loop (see _point_fetch), other reads and the
+        # checkpoints on the pool. None while the store is closed for idleness.
+        self._rconn: sqlite3.Connection | None = None
+        self._aux: set[sqlite3.Connection] = set()  # snapshots' connections
         self._closed = False
         self._inflight = 0
+        self._reads = 0  # reads waiting on the pool (a store with one is not idle)
         self._space: asyncio.Event | None = None
         self._match_cache: dict[str, tuple[int, list[str]]] = {}
-        self._thread: threading.Thread | None = None
         self._ready: asyncio.Future[Any] | None = None
         self._exited: asyncio.Future[Any] | None = None
 
@@ -338,12 +353,11 @@ class SqliteStore:
         self._rows: list[tuple[Any, ...]] = []
         self._first_dirty = False
         self._w_batch: list[_Req] = []
-        # Housekeeping (interval fsync, checkpoints) runs in a thread of its own, so a 10-50 ms
-        # fsync or checkpoint never holds up a commit. The writer marks work due; ``_bg_cond``
-        # guards the marks.
-        self._bg_cond = threading.Condition()
-        self._bg_stop = False
-        self._bg_thread: threading.Thread | None = None
+        # Housekeeping (interval fsync, checkpoints) runs as a pool job of its own, on the reading
+        # connection, so a 10-50 ms fsync or checkpoint never holds up a commit. The writer marks
+        # work due and arms one timer; ``_bg_cond`` guards the marks.
+        self._bg_cond = threading.Lock()
+        self._hk_armed = False
         self._dirty_sync = self._dirty_ckpt = False
         self._next_sync = self._next_ckpt = 0.0
         self._dir_synced = False
@@ -404,49 +418,37 @@ class SqliteStore:
                 raise StoreError(f"{self._path}: stream database is already open in this process")
             _OPEN.add(self._key)
         loop = self._loop = asyncio.get_running_loop()
+        self._open_timeout = open_timeout
         self._ready = loop.create_future()
         self._exited = loop.create_future()
-        self._thread = threading.Thread(
-            target=self._w_main, name=f"leafjet-store-writer:{self._path.name}", daemon=True
-        )
-        self._thread.start()
+        # The open is the first request on the store's queue: a pool job opens the file (or fails
+        # and releases all it opened), and whatever is queued after it -- a close -- follows.
+        with self._qlock:
+            self._q.append(_Req(_OPEN_REQ, (), None))
+            self._schedule()
         try:
             with anyio.fail_after(open_timeout):
                 await asyncio.shield(self._ready)
-            self._reader = await self._connect_reader()
-            self._point = self._connect_point_reader()
         except BaseException as e:
             self._closed = True
             with anyio.CancelScope(shield=True), anyio.move_on_after(self._close_timeout):
-                if self._point is not None:
-                    self._point.close()
-                if self._reader is not None:
-                    await self._reader.close()
                 self._put_stop()
                 await asyncio.shield(self._exited)
             if isinstance(e, TimeoutError):
+                if self._park_deadline is not None:  # it was waiting for a slot all along
+                    raise self._no_slot_error() from e
                 raise StoreError(f"{self._path}: opening the stream database timed out") from e
             raise
 
-    async def _connect_reader(self) -> aiosqlite.Connection:
-        conn = await aiosqlite.connect(self._path)
-        try:
-            await conn.execute_fetchall("PRAGMA query_only = ON")
-            await conn.execute_fetchall("PRAGMA busy_timeout = 5000")
-            await conn.create_function("lj_match", 2, _sql_match, deterministic=True)
-        except BaseException:
-            await conn.close()
-            raise
-        return conn
-
-    def _connect_point_reader(self) -> sqlite3.Connection:
+    def _connect_reader(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
             self._path, isolation_level=None, check_same_thread=False, cached_statements=32
         )
         try:
             conn.execute("PRAGMA query_only = ON")
-            # Short: a point read that finds the database busy goes the aiosqlite way instead.
+            # Short: a read on the loop that finds the database busy goes to the pool instead.
             conn.execute(f"PRAGMA busy_timeout = {POINT_READ_BUSY_MS}")
+            conn.create_function("lj_match", 2, _sql_match, deterministic=True)
         except BaseException:
             conn.close()
             raise
@@ -463,7 +465,14 @@ class SqliteStore:
     def _put_stop(self) -> None:
         with self._qlock:
             if not self._dead:
-                self._q.put(_Req(_STOP, (), None))
+                self._q.append(_Req(_STOP, (), None))
+                self._schedule()
+
+    def _schedule(self) -> None:
+        """With ``_qlock`` held: make sure a drain job will look at the queue."""
+        if not self._scheduled:
+            self._scheduled = True
+            POOL.submit(self._w_drain)
 
     async def _submit(self, kind: int, ops: tuple[Op, ...] = (), arg: Any = None) -> Any:
         return await (await self._enqueue(kind, ops, arg))
@@ -488,7 +497,8 @@ class SqliteStore:
         with self._qlock:
             if self._dead:
                 raise StoreClosed(f"{self._path}: store writer has stopped")
-            self._q.put(_Req(kind, ops, fut, arg))
+            self._q.append(_Req(kind, ops, fut, arg))
+            self._schedule()
         self._inflight += 1
         return fut
 
@@ -542,6 +552,7 @@ class SqliteStore:
         if not ops:
             self._check_open()
             return _resolved([])
+        SLOTS.touch(self)
         if self._inline and self._inflight == 0 and len(ops) <= INLINE_MAX_OPS:
             done = self._commit_inline(ops)
             if done is not None:
@@ -619,36 +630,101 @@ class SqliteStore:
     def path(self) -> Path:
         return self._path
 
+    @property
+    def resting(self) -> bool:
+        """Closed for idleness (its files given back to the cap), and healthy: it reopens on its
+        next use. A health probe skips it rather than reopen every idle store."""
+        return self._conn is None and not self._dead
+
     # ----------------------------------------------------------------------------------- reads
 
+    async def _offload(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` as a pool job; its result (or exception)."""
+        assert self._loop is not None
+        fut = self._loop.create_future()
+
+        def job() -> None:
+            if fut.done():  # the caller gave up
+                return
+            try:
+                value, exc = fn(), None
+            except BaseException as e:
+                value, exc = None, e
+            self._post([(fut, value, exc)], 0)
+
+        POOL.submit(job)
+        return await fut
+
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """A read on the reading connection, as a pool job (reopening the store if it was closed
+        for idleness)."""
         self._check_open()
-        assert self._reader is not None
+        SLOTS.touch(self)
+        assert self._loop is not None
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        deadline = time.monotonic() + self._enqueue_timeout
+        self._reads += 1
         try:
-            return list(await self._reader.execute_fetchall(sql, params))
+            POOL.submit(functools.partial(self._r_job, fut, sql, params, deadline))
+            return await fut
+        finally:
+            self._reads -= 1
+
+    def _r_job(self, fut: asyncio.Future[Any], sql: str, params: Sequence[Any], deadline: float) -> None:
+        """Pool: run a read for ``_fetch``; parked while no slot is free (up to ``deadline``)."""
+        if fut.done():
+            return
+        try:
+            busy_until = time.monotonic() + READ_BUSY_TIMEOUT
+            while True:
+                if not self._ensure_conns():
+                    if time.monotonic() >= deadline:
+                        raise self._no_slot_error()
+                    SLOTS.park(functools.partial(self._r_job, fut, sql, params, deadline))
+                    return
+                with self._rlock:
+                    conn = self._rconn
+                    if conn is None:
+                        continue  # closed for idleness in between: open again
+                    try:
+                        rows = conn.execute(sql, params).fetchall()
+                        break
+                    except sqlite3.OperationalError as e:
+                        if ("locked" not in str(e) and "busy" not in str(e)) or time.monotonic() > busy_until:
+                            raise
+                time.sleep(0.002)
+            self._post([(fut, rows, None)], 0)
         except sqlite3.Error as e:
-            raise StoreError(f"{self._path}: read failed: {e}") from e
-        except ValueError as e:  # aiosqlite: "Connection closed"
-            raise StoreClosed(f"{self._path}: store is closed") from e
+            err = StoreError(f"{self._path}: read failed: {e}")
+            err.__cause__ = e
+            self._post([(fut, None, err)], 0)
+        except BaseException as e:
+            self._post([(fut, None, e)], 0)
+        SLOTS.idle()
 
     async def _point_fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """A read of at most one row by an index (a sequence, the newest of one subject, a meta key)
-        runs on the event loop's thread, on a connection of its own.
+        runs on the event loop's thread, on the reading connection.
 
-        It costs a few microseconds; the round trip through aiosqlite's thread cost about 50 us
+        It costs a few microseconds; the round trip through a reader thread cost about 50 us
         of CPU and two thread wake-ups, which was most of a KV get or a MSG.GET. WAL readers do
-        not wait for the writer. If the database is busy anyway (a TRUNCATE checkpoint), the read
-        goes through aiosqlite like any other."""
+        not wait for the writer. If the database is busy anyway (a TRUNCATE checkpoint), the
+        connection is in use on the pool (a checkpoint, a larger read), or the store is closed
+        for idleness, the read goes to the pool like any other."""
         self._check_open()
-        conn = self._point
-        if conn is not None:
+        if self._rconn is not None and self._rlock.acquire(blocking=False):
             try:
-                return conn.execute(sql, params).fetchall()
+                conn = self._rconn
+                if conn is not None:
+                    SLOTS.touch(self)
+                    return conn.execute(sql, params).fetchall()
             except sqlite3.OperationalError as e:
                 if "locked" not in str(e) and "busy" not in str(e):
                     raise StoreError(f"{self._path}: read failed: {e}") from e
             except sqlite3.Error as e:
                 raise StoreError(f"{self._path}: read failed: {e}") from e
+            finally:
+                self._rlock.release()
         return await self._fetch(sql, params)
 
     async def _point_one(self, sql: str, params: Sequence[Any]) -> StoredMsg | None:
@@ -666,7 +742,7 @@ class SqliteStore:
 
     async def _decode(self, rows: list[Any]) -> list[StoredMsg]:
         if len(rows) > 8 and any(r[5] for r in rows) and sum(len(r[3]) for r in rows) > OFFLOAD_DECODE_BYTES:
-            return await anyio.to_thread.run_sync(self._decode_sync, rows)
+            return list(await self._offload(functools.partial(self._decode_sync, rows)))
         return self._decode_sync(rows)
 
     async def _one(self, sql: str, params: Sequence[Any]) -> StoredMsg | None:
@@ -803,7 +879,7 @@ class SqliteStore:
             p = self._pub
         if by_index and p.msgs and limit * (p.nbytes // p.msgs) <= LOOP_RANGE_BYTES:
             # Small rows: a consumer's read-ahead of 256 x 128 B took about 0.7 ms through
-            # aiosqlite, most of it handing the GIL between threads.
+            # a reader thread (aiosqlite), most of it handing the GIL between threads.
             return self._decode_sync(await self._point_fetch(query, params))
         return await self._decode(await self._fetch(query, params))
 
@@ -907,24 +983,37 @@ class SqliteStore:
 
     async def snapshot(self) -> AsyncIterator[bytes]:
         """A consistent copy, read in one read transaction on a connection of its own (writes go on).
-        Use it to the end, or close it: ``async with contextlib.aclosing(store.snapshot()) as it``."""
+        Use it to the end, or close it: ``async with contextlib.aclosing(store.snapshot()) as it``.
+        Its connection's files are beyond the cap on open stores while it runs."""
         self._check_open()
-        conn = await aiosqlite.connect(self._path)
-        self._aux.add(conn)
+
+        def connect() -> sqlite3.Connection:
+            c = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            try:
+                c.execute("PRAGMA query_only = ON")
+                c.execute("BEGIN")
+            except BaseException:
+                c.close()
+                raise
+            return c
+
         try:
-            await conn.execute_fetchall("PRAGMA query_only = ON")
-            await conn.execute_fetchall("BEGIN")
-            (first_seq, last_seq, last_ts, msgs, _), *_rest = await conn.execute_fetchall(schema.SELECT_STATE)
-            metas = list(await conn.execute_fetchall("SELECT key, value FROM meta ORDER BY key"))
+            conn: sqlite3.Connection = await self._offload(connect)
+        except sqlite3.Error as e:
+            raise StoreError(f"{self._path}: snapshot failed: {e}") from e
+        self._aux.add(conn)
+
+        async def q(sql: str, params: Sequence[Any] = ()) -> list[Any]:
+            return list(await self._offload(lambda: conn.execute(sql, params).fetchall()))
+
+        try:
+            (first_seq, last_seq, last_ts, msgs, _), *_rest = await q(schema.SELECT_STATE)
+            metas = await q("SELECT key, value FROM meta ORDER BY key")
             header = SnapshotHeader(first_seq if msgs else last_seq + 1, last_seq, last_ts, msgs, len(metas))
             enc = SnapshotEncoder(header)
             after = 0
             while True:
-                rows = list(
-                    await conn.execute_fetchall(
-                        f"SELECT {COLS} FROM msgs WHERE seq > ? ORDER BY seq LIMIT 1000", (after,)
-                    )
-                )
+                rows = await q(f"SELECT {COLS} FROM msgs WHERE seq > ? ORDER BY seq LIMIT 1000", (after,))
                 if not rows:
                     break
                 after = rows[-1][0]
@@ -935,13 +1024,14 @@ class SqliteStore:
                 if (chunk := enc.meta(k, self._codec.open_meta(k, v))) is not None:
                     yield chunk
             yield enc.finish()
-            await conn.execute_fetchall("COMMIT")
+            await q("COMMIT")
         except sqlite3.Error as e:
             raise StoreError(f"{self._path}: snapshot failed: {e}") from e
         finally:
-            self._aux.discard(conn)
-            with anyio.CancelScope(shield=True):
-                await conn.close()
+            if conn in self._aux:
+                self._aux.discard(conn)
+                with anyio.CancelScope(shield=True):
+                    await self._offload(conn.close)
 
     async def restore(self, chunks: AsyncIterator[bytes] | Iterable[bytes]) -> None:
         """Load a snapshot into this fresh store, all-or-nothing (one transaction)."""
@@ -957,13 +1047,10 @@ class SqliteStore:
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(timeout) as scope:
                 for conn in list(self._aux):
-                    await conn.close()
-                if self._point is not None:
-                    self._point.close()
-                    self._point = None
-                if self._reader is not None:
-                    await self._reader.close()
-                # The writer closes last so its close checkpoints the WAL and removes it.
+                    self._aux.discard(conn)
+                    await self._offload(conn.close)
+                # The drain job closes the reader, then the writer, so the writer's close
+                # checkpoints the WAL and removes it.
                 self._put_stop()
                 if self._exited is not None:
                     await asyncio.shield(self._exited)
@@ -973,33 +1060,178 @@ class SqliteStore:
                     writer.interrupt()  # thread-safe; aborts the statement the writer is stuck in
                 raise StoreError(f"{self._path}: close timed out after {timeout}s with writes still pending")
 
-    # ============================================================================ writer thread
+    # ================================================================================ pool jobs
 
-    def _w_main(self) -> None:
+    def _w_drain(self) -> None:
+        """Pool job: run one batch of what is queued -- the store's writer for that batch -- then
+        give the thread back, scheduling itself again (behind other stores' jobs) if more is
+        queued. ``_scheduled`` keeps at most one drain job per store queued or running, so one
+        batch runs at a time and calls commit in the order they were queued."""
+        with self._qlock:
+            batch = self._w_take()
+            if not batch:
+                self._scheduled = False
+                return
+        self._w_batch = batch
         try:
-            self._w_open()
-        except BaseException as e:
-            self._w_close_conn()
-            err = e if isinstance(e, StoreError) else StoreError(f"{self._path}: cannot open: {e!r}")
-            if err is not e:
-                err.__cause__ = e
-            self._post([(self._ready, None, err)], 0)
-            self._w_exit()
-            return
-        self._post([(self._ready, True, None)], 0)
-        self._bg_thread = threading.Thread(
-            target=self._bg_main, name=f"leafjet-store-sync:{self._path.name}", daemon=True
-        )
-        self._bg_thread.start()
-        try:
-            self._w_loop()
+            with self._wlock:
+                how = self._w_prepare(batch)
+                if how == "parked":
+                    return
+                more = how == "failed" or (how == "run" and self._w_batch_run(batch))
         except BaseException as e:  # a bug, or a connection that cannot be recovered
             fatal = self._fatal = self._writer_failed(e)
             self._resolve([(r, None, _fresh(fatal)) for r in self._w_batch])
-        finally:
-            self._bg_halt()
+            more = False
+        if self._opened:
+            # Only now: the first call after open() may commit inline, which needs the lock.
+            self._opened = False
+            self._post([(self._ready, True, None)], 0)
+        if not more:
+            self._w_shutdown()
+            return
+        with self._qlock:
+            if self._q:
+                POOL.submit(self._w_drain)
+                return
+            self._scheduled = False
+        SLOTS.idle()
+
+    def _w_take(self) -> list[_Req]:
+        """With ``_qlock`` held: the next batch (at least one call, up to MAX_BATCH_OPS operations)."""
+        q = self._q
+        batch: list[_Req] = []
+        nops = 0
+        while q and nops < MAX_BATCH_OPS:
+            r = q.popleft()
+            batch.append(r)
+            nops += len(r.ops) or 1
+        return batch
+
+    def _w_prepare(self, batch: list[_Req]) -> str:
+        """With ``_wlock`` held: open the connections the batch needs. "run"; "parked" (no slot
+        yet: the batch is back at the head of the queue and the job will be retried); "failed"
+        (the calls got the error, the store goes on); "exit" (the first open failed, or a close
+        is in the batch: the store stops)."""
+        if self._conn is not None or batch[0].kind == _STOP:
+            return "run"
+        if not self._loaded and any(r.kind == _STOP for r in batch):  # an open given up on
+            return self._w_refuse(batch, StoreClosed(f"{self._path}: store is closed"))
+        try:
+            if self._w_ensure_open():
+                self._park_deadline = None
+                return "run"
+        except BaseException as e:
+            err = e if isinstance(e, StoreError) else StoreError(f"{self._path}: cannot open: {e!r}")
+            if err is not e:
+                err.__cause__ = e
+            return self._w_refuse(batch, err)
+        now = time.monotonic()
+        if self._park_deadline is None:
+            # an open gives up before its caller's deadline, so the caller hears why
+            wait = self._enqueue_timeout if self._loaded else 0.8 * self._open_timeout
+            self._park_deadline = now + wait
+        if now >= self._park_deadline:
+            self._park_deadline = None
+            return self._w_refuse(batch, self._no_slot_error())
+        with self._qlock:
+            self._q.extendleft(reversed(batch))
+        SLOTS.park(self._w_drain)
+        return "parked"
+
+    def _w_refuse(self, batch: list[_Req], err: StoreError) -> str:
+        """The connections could not be opened: the batch's calls fail with ``err``."""
+        if not self._loaded or batch[0].kind == _OPEN_REQ:  # the first open: nothing to keep
+            self._post([(self._ready, None, err)], 0)
+            self._resolve([(r, None, _fresh(err)) for r in batch])
+            return "exit"
+        self._resolve([(r, None, _fresh(err)) for r in batch if r.kind != _STOP])
+        return "exit" if any(r.kind == _STOP for r in batch) else "failed"
+
+    def _no_slot_error(self) -> StoreError:
+        return StoreError(
+            f"{self._path}: cannot open the stream database: {SLOTS.cap} stores are open "
+            "(jetstream.max_open_stores) and none went idle in time"
+        )
+
+    def _w_ensure_open(self) -> bool:
+        """With ``_wlock`` held: the connections are open -- opened now if the store was closed
+        for idleness (or not opened yet), taking a slot; False if no slot is free. On failure
+        everything opened is closed again and the slot released."""
+        if self._conn is not None:
+            return True
+        if self._shut:
+            raise StoreClosed(f"{self._path}: store is closed")
+        if not SLOTS.acquire(self):
+            return False
+        try:
+            with self._rlock:
+                if self._loaded:
+                    self._conn = self._w_connect()
+                else:
+                    self._w_open()
+                self._rconn = self._connect_reader()
+            self._loaded = True
+        except BaseException as e:
+            self._w_close_conns()
+            if isinstance(e, (sqlite3.Error, OSError)):
+                raise StoreError(f"{self._path}: cannot open the stream database: {e}") from e
+            raise
+        return True
+
+    def _ensure_conns(self) -> bool:
+        """Pool, no lock held: as ``_w_ensure_open``, for a reader."""
+        if self._rconn is not None:
+            return True
+        with self._wlock:
+            return self._w_ensure_open()
+
+    def _w_close_conns(self) -> None:
+        """Close the reading connection, then the writing one (the last close checkpoints the WAL
+        and removes it); free the slot."""
+        with self._wlock:
+            with self._rlock:
+                r, self._rconn = self._rconn, None
+                if r is not None:
+                    with contextlib.suppress(sqlite3.Error):
+                        r.close()
             self._w_close_conn()
-            self._w_exit()
+        SLOTS.forget(self)
+
+    def _try_evict(self) -> bool:
+        """Close the connections if the store is idle (nothing queued or running, no read, no
+        snapshot), without waiting for its locks; True if it was closed. Called by the slots on
+        another store's job; the store reopens on its next use."""
+        if self._scheduled or self._inflight or self._reads or self._aux:
+            return False
+        if not self._wlock.acquire(blocking=False):
+            return False
+        try:
+            if not self._rlock.acquire(blocking=False):
+                return False
+            try:
+                if self._scheduled or self._inflight or self._reads or self._aux or self._conn is None:
+                    return False
+                r, self._rconn = self._rconn, None
+                if r is not None:
+                    with contextlib.suppress(sqlite3.Error):
+                        r.close()
+                self._w_close_conn()  # syncs the WAL first in interval mode
+                with self._bg_cond:  # the close checkpointed: no housekeeping is due
+                    self._dirty_sync = self._dirty_ckpt = False
+            finally:
+                self._rlock.release()
+        finally:
+            self._wlock.release()
+        SLOTS.drop(self)
+        return True
+
+    def _w_shutdown(self) -> None:
+        """After a close (or a fatal error): close the connections, fail what is still queued."""
+        with self._wlock:
+            self._shut = True
+        self._w_close_conns()
+        self._w_exit()
 
     def _writer_failed(self, e: BaseException) -> StoreError:
         """The store's fatal error after the writing connection failed beyond recovery."""
@@ -1010,12 +1242,8 @@ class SqliteStore:
     def _w_exit(self) -> None:
         with self._qlock:
             self._dead = True
-            left: list[_Req] = []
-            while True:
-                try:
-                    left.append(self._q.get_nowait())
-                except queue.Empty:
-                    break
+            left = list(self._q)
+            self._q.clear()
         err = self._fatal or StoreClosed(f"{self._path}: store is closed")
         self._resolve([(r, None, _fresh(err)) for r in left])
         with _OPEN_LOCK:
@@ -1173,28 +1401,10 @@ class SqliteStore:
             conn.execute(schema.UPDATE_STATE, (w.first_seq, w.last_seq, w.last_ts, w.msgs, w.nbytes))
             conn.execute("COMMIT")
 
-    # -- loop
+    # -- the queue
 
-    def _w_loop(self) -> None:
-        q = self._q
-        while True:
-            first = q.get()
-            with self._wlock:
-                if not self._w_batch_run(first):
-                    return
-
-    def _w_batch_run(self, first: _Req) -> bool:
-        """Take what is queued after ``first`` as one batch and run it; False after a stop."""
-        q = self._q
-        self._w_batch = batch = [first]
-        nops = len(first.ops)
-        while nops < MAX_BATCH_OPS:
-            try:
-                r = q.get_nowait()
-            except queue.Empty:
-                break
-            batch.append(r)
-            nops += len(r.ops) or 1
+    def _w_batch_run(self, batch: list[_Req]) -> bool:
+        """Run a batch taken from the queue (``_wlock`` held); False after a stop."""
         applies: list[_Req] = []
         for i, r in enumerate(batch):
             if r.kind == _APPLY:
@@ -1206,6 +1416,9 @@ class SqliteStore:
             if r.kind == _STOP:
                 self._resolve([(x, None, StoreClosed("store is closed")) for x in batch[i:]])
                 return False
+            if r.kind == _OPEN_REQ:
+                self._opened = True  # the drain job says so once it let go of the writer lock
+                continue
             self._w_control(r)
         if applies:
             self._w_commit(applies)
@@ -1232,10 +1445,11 @@ class SqliteStore:
         got = conn.execute(f"PRAGMA max_page_count = {int(pages)}").fetchone()[0]
         return int(got) * int(page)
 
-    # -- housekeeping: WAL fsync (interval mode) and checkpoints, in their own thread
+    # -- housekeeping: WAL fsync (interval mode) and checkpoints, as pool jobs on a timer
 
     def _bg_due(self, now: float) -> None:
-        """Writer thread, after a commit: start the clocks of the work the commit makes due."""
+        """After a commit: start the clocks of the work the commit makes due (a dirty mark always
+        has a timer armed)."""
         if self._dirty_ckpt and (self._dirty_sync or self._sync != "interval"):
             return  # both clocks already run: the common case takes no lock
         with self._bg_cond:
@@ -1243,62 +1457,40 @@ class SqliteStore:
                 self._dirty_ckpt, self._next_ckpt = True, now + self._ckpt_interval
             if self._sync == "interval" and not self._dirty_sync:
                 self._dirty_sync, self._next_sync = True, now + self._sync_interval
-            self._bg_cond.notify()
+            if not self._hk_armed:
+                self._hk_armed = True
+                POOL.call_at(self._hk_next(), self._hk_job)
 
-    def _bg_halt(self) -> None:
-        t = self._bg_thread
-        if t is None:
-            return
-        with self._bg_cond:
-            self._bg_stop = True
-            self._bg_cond.notify()
-        t.join()
-        self._bg_thread = None
+    def _hk_next(self) -> float:
+        marks = ((self._next_sync, self._dirty_sync), (self._next_ckpt, self._dirty_ckpt))
+        return min(t for t, on in marks if on)
 
-    def _bg_main(self) -> None:
-        """Fsync the WAL (interval mode) and checkpoint when due, on a connection of its own.
+    def _hk_job(self) -> None:
+        """Pool, on its timer: fsync the WAL (interval mode) and checkpoint, when due.
 
         WAL lets a PASSIVE checkpoint run beside the writer's transactions, so commits go on
         while pages are copied and the database file is fsynced."""
-        conn: sqlite3.Connection | None = None
-        try:
-            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 5000")
-            while True:
-                with self._bg_cond:
-                    while True:
-                        if self._bg_stop:
-                            return
-                        now = time.monotonic()
-                        sync = self._dirty_sync and now >= self._next_sync
-                        ckpt = self._dirty_ckpt and now >= self._next_ckpt
-                        if sync or ckpt:
-                            break
-                        due = [
-                            t
-                            for t, on in (
-                                (self._next_sync, self._dirty_sync),
-                                (self._next_ckpt, self._dirty_ckpt),
-                            )
-                            if on
-                        ]
-                        self._bg_cond.wait(max(0.0, min(due) - now) if due else None)
-                    if sync:
-                        self._dirty_sync = False
-                    if ckpt:
-                        self._dirty_ckpt = False
-                if sync:
-                    try:
-                        self._sync_wal()
-                    except OSError as e:
-                        self._stats.last_error = repr(e)
-                if ckpt:
-                    self._checkpoint(conn)
-        except (sqlite3.Error, OSError) as e:
-            self._stats.last_error = repr(e)
-        finally:
-            if conn is not None:
-                conn.close()
+        now = time.monotonic()
+        with self._bg_cond:
+            sync = self._dirty_sync and now >= self._next_sync
+            ckpt = self._dirty_ckpt and now >= self._next_ckpt
+            if sync:
+                self._dirty_sync = False
+            if ckpt:
+                self._dirty_ckpt = False
+            if self._dirty_sync or self._dirty_ckpt:
+                POOL.call_at(self._hk_next(), self._hk_job)
+            else:
+                self._hk_armed = False
+        if self._dead:
+            return
+        if sync:
+            try:
+                self._sync_wal()
+            except OSError as e:
+                self._stats.last_error = repr(e)
+        if ckpt:
+            self._checkpoint()
 
     def _sync_wal(self) -> None:
         """Fsync the WAL file (interval mode: on the timer, on flush and on close)."""
@@ -1315,20 +1507,29 @@ class SqliteStore:
             self._dir_synced = True
         self._stats.syncs += 1
 
-    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+    def _checkpoint(self) -> None:
+        """A PASSIVE checkpoint on the reading connection; a TRUNCATE one (holding the writer
+        lock, so inline commits never wait for it on the loop) if the WAL is past the brake. A
+        store closed for idleness has nothing to do: its close checkpointed."""
         try:
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            self._stats.checkpoints += 1
-            if self._wal.exists() and self._wal.stat().st_size > self._wal_brake:
+            with self._rlock:
+                conn = self._rconn
+                if conn is None:
+                    return
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                self._stats.checkpoints += 1
+            if not (self._wal.exists() and self._wal.stat().st_size > self._wal_brake):
+                return
+            with self._wlock, self._rlock:
+                conn = self._rconn
+                if conn is None:
+                    return
                 conn.execute("PRAGMA busy_timeout = 200")
-                # A TRUNCATE checkpoint blocks writers while it runs: holding the writer lock
-                # keeps inline commits from waiting for it on the loop's thread.
                 try:
-                    with self._wlock:
-                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 finally:
-                    conn.execute("PRAGMA busy_timeout = 5000")
-                self._stats.wal_truncations += 1
+                    conn.execute(f"PRAGMA busy_timeout = {POINT_READ_BUSY_MS}")
+            self._stats.wal_truncations += 1
         except (sqlite3.Error, OSError) as e:
             self._stats.last_error = repr(e)
 

@@ -16,7 +16,7 @@ KINDS = ["memory", "sqlite", "sqlite-reopened", "sqlite-interval"]
 
 @pytest.fixture
 def anyio_backend() -> str:
-    return "asyncio"  # aiosqlite (and so SqliteStore) needs the asyncio event loop
+    return "asyncio"  # SqliteStore needs the asyncio event loop
 
 
 class FakeClock:
