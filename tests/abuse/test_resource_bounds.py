@@ -4,8 +4,11 @@ the same machine); a leafjet that exceeds them fails, whatever it does today."""
 
 from __future__ import annotations
 
+import contextlib
+import resource
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -144,14 +147,30 @@ def _assert_stream_costs(target, n: int) -> None:
     assert not over, "; ".join(over)
 
 
+@contextlib.contextmanager
+def _open_files_limit(soft: int) -> Iterator[None]:
+    """Start servers under a soft limit of ``soft`` open files (systemd's default is 1,024): a
+    child process inherits the limit this process has when it starts it."""
+    old = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, old)
+
+
 @pytest.mark.timeout(120)
-def test_fds_threads_and_memory_per_stream_are_bounded_for_hundreds_of_streams(target):
+def test_fds_threads_and_memory_per_stream_are_bounded_for_hundreds_of_streams(make_target):
+    with _open_files_limit(1024):
+        target = make_target()
     _assert_stream_costs(target, 200)
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(1200)
-def test_fds_threads_and_memory_per_stream_are_bounded_for_thousands_of_streams(target):
+def test_fds_threads_and_memory_per_stream_are_bounded_for_thousands_of_streams(make_target):
+    with _open_files_limit(1024):
+        target = make_target()
     _assert_stream_costs(target, 2000)
 
 

@@ -200,6 +200,22 @@ def wait_for_output(
 def start_reference(
     workdir: Path, config: dict[str, Any] | None = None, *, timeout: float = 15.0, jetstream: bool = False
 ) -> RunningServer:
+    if config and config.get("port"):
+        return _start_reference(workdir, config, timeout=timeout, jetstream=jetstream)
+    # A free port is picked here and bound by the server a moment later: a test running beside
+    # this one (pytest -n) may take it in between. Then pick another.
+    for attempt in range(3):
+        try:
+            return _start_reference(workdir, config, timeout=timeout, jetstream=jetstream)
+        except RuntimeError as e:
+            if "address already in use" not in str(e) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_reference(
+    workdir: Path, config: dict[str, Any] | None = None, *, timeout: float = 15.0, jetstream: bool = False
+) -> RunningServer:
     workdir.mkdir(parents=True, exist_ok=True)
     config = dict(config or {})
     port = config.pop("port", None) or free_port()
