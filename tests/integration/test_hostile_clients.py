@@ -344,8 +344,8 @@ def test_hostile_pull_requests_and_ack_bodies_leave_the_server_serving(js_server
 async def test_thousands_of_subjects_and_filters_validate_without_stalling_others(js_server):
     """A stream with 5,000 subjects (create, update, a second such stream beside it) and a consumer
     with 2,000 filter_subjects, each answered (within 30 s: the machine may be loaded), while a
-    bystander's round trips stay short. Pairwise overlap checks took 12 s (create), 41 s (the second stream) and 3.5 s
-    (the consumer), all on the event loop."""
+    bystander's round trips stay short. Pairwise overlap checks took 12 s (create), 41 s (the
+    second stream) and 3.5 s (the consumer), all on the event loop."""
     nc = await nats.connect(js_server.url, allow_reconnect=False)
     bystander = await nats.connect(js_server.url, allow_reconnect=False)
     rtts: list[float] = []
