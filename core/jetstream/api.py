@@ -18,7 +18,6 @@ from core.api_errors import ApiError, api_error
 from core.jetstream import direct
 from core.jetstream.consumer import Consumer
 from core.jetstream.consumer_models import (
-    consumer_info_json,
     consumer_list_json,
     consumer_names_json,
     paged_error_json,
@@ -368,25 +367,6 @@ def _consumer(stream: Stream, name: str) -> Consumer:
     return consumer
 
 
-async def _consumer_info(js: JetStream, consumer: Consumer) -> dict[str, Any]:
-    await consumer.settle_removals()  # counters after the stream's latest deletes and purges
-    if consumer.is_pull:
-        consumer.expire_waiters(time.monotonic_ns())  # num_waiting counts live requests only
-    return consumer_info_json(
-        consumer.stream.name,
-        consumer.name,
-        consumer.config,
-        consumer.created_ns,
-        delivered=(consumer.dseq, consumer.last_delivered_sseq, consumer.last_active_ns),
-        ack_floor=(consumer.ack_floor_dseq, consumer.ack_floor_sseq, consumer.last_ack_ns),
-        num_ack_pending=len(consumer.pending),
-        num_redelivered=consumer.num_redelivered,
-        num_waiting=len(consumer.waiting),  # after expire_waiters above
-        num_pending=await consumer.num_pending(),
-        push_bound=consumer.has_interest() if not consumer.is_pull else False,
-    )
-
-
 async def _create_consumer(
     js: JetStream, ajs: AccountJetStream, subject: str, msg: InboundMsg
 ) -> dict[str, Any]:
@@ -409,7 +389,7 @@ async def _create_consumer(
                 await js.update_consumer(stream, consumer, outcome.config)
         else:
             consumer = await js.create_consumer(stream, outcome.name, outcome.config)
-        info = await _consumer_info(js, consumer)  # a new consumer: before it delivers anything
+        info = await consumer.info()  # a new consumer: before it delivers anything
         if not outcome.existing:
             await js.start_consumer(stream, consumer)
     return api_response("consumer_create_response", info)
@@ -432,7 +412,7 @@ async def consumer_info(
 ) -> dict[str, Any]:
     _no_body(msg)
     consumer = _consumer(_stream(ajs, args[0]), args[1])
-    return api_response("consumer_info_response", await _consumer_info(js, consumer))
+    return api_response("consumer_info_response", await consumer.info())
 
 
 async def consumer_delete(
@@ -472,7 +452,7 @@ async def consumer_list(
     stream = _stream(ajs, args[0])
     # info (with its pending count) only for the page asked for, not for every consumer
     page = sorted(stream.consumers)[offset : offset + LIST_LIMIT]
-    body = consumer_list_json([await _consumer_info(js, stream.consumers[n]) for n in page])
+    body = consumer_list_json([await stream.consumers[n].info() for n in page])
     body.update(total=len(stream.consumers), offset=min(offset, len(stream.consumers)))
     return api_response("consumer_list_response", body)
 

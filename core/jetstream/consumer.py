@@ -26,7 +26,12 @@ import anyio
 
 from core import jsonsafe, subjects
 from core.faults import fault_point
-from core.jetstream.consumer_models import GO_ZERO_TIME_NS, PullRequestError, parse_pull_request
+from core.jetstream.consumer_models import (
+    GO_ZERO_TIME_NS,
+    PullRequestError,
+    consumer_info_json,
+    parse_pull_request,
+)
 from core.jetstream.gotime import format_go_time, parse_go_duration
 from core.protocol.headers import encode_headers, parse_headers
 from core.server.internal import Backlog, InboundMsg, InternalReceiver
@@ -1271,6 +1276,26 @@ class Consumer:
         return sseq not in self.pending and sseq < self.next_sseq
 
     # ------------------------------------------------------------------ info
+
+    async def info(self) -> dict[str, Any]:
+        """The consumer's info as CONSUMER.INFO answers it and /jsz shows it: counters after the
+        stream's latest deletes and purges, and only the pull requests still alive."""
+        await self.settle_removals()
+        if self.is_pull:
+            self.expire_waiters(time.monotonic_ns())
+        return consumer_info_json(
+            self.stream.name,
+            self.name,
+            self.config,
+            self.created_ns,
+            delivered=(self.dseq, self.last_delivered_sseq, self.last_active_ns),
+            ack_floor=(self.ack_floor_dseq, self.ack_floor_sseq, self.last_ack_ns),
+            num_ack_pending=len(self.pending),
+            num_redelivered=self.num_redelivered,
+            num_waiting=len(self.waiting),  # after expire_waiters above
+            num_pending=await self.num_pending(),
+            push_bound=self.has_interest() if not self.is_pull else False,
+        )
 
     async def num_pending(self) -> int:
         store = self.stream.store

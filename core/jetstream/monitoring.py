@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from core.errors import StoreError
-from core.jetstream.consumer_models import consumer_info_json
 from core.jetstream.models import stream_info_json
 
 if TYPE_CHECKING:
@@ -183,19 +182,7 @@ class JetStreamMonitor:
         return d
 
     async def _consumer_detail(self, consumer: Consumer, opts: JszOptions) -> dict[str, Any]:
-        info = consumer_info_json(
-            consumer.stream.name,
-            consumer.name,
-            consumer.config,
-            consumer.created_ns,
-            delivered=(consumer.dseq, consumer.last_delivered_sseq, consumer.last_active_ns),
-            ack_floor=(consumer.ack_floor_dseq, consumer.ack_floor_sseq, consumer.last_ack_ns),
-            num_ack_pending=len(consumer.pending),
-            num_redelivered=consumer.num_redelivered,
-            num_waiting=len(consumer.waiting),
-            num_pending=await consumer.num_pending(),
-            push_bound=consumer.has_interest() if not consumer.is_pull else False,
-        )
+        info = await consumer.info()
         if not opts.config:
             info.pop("config", None)
         return info
