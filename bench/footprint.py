@@ -114,23 +114,20 @@ def footprint_matrix(args: argparse.Namespace) -> int:
         ratio = f"{a / b:8.2f}" if b else f"{'-':>8s}"
         print(f"{label:40s} {fmt.format(a):>12s} {fmt.format(b):>12s} {ratio}")
 
-    for label, attr, fmt in (
-        ("idle RSS (MiB)", "rss_mib", "{:.1f}"),
+    figures = (
+        ("RSS (MiB)", "rss_mib", "{:.1f}"),
         ("threads", "threads", "{:d}"),
         ("open fds", "fds", "{:d}"),
         ("idle CPU (ms per s)", "idle_cpu_ms_per_s", "{:.2f}"),
-    ):
-        row(label, getattr(lj.bare, attr), getattr(ref.bare, attr), fmt)
+    )
+    for label, attr, fmt in figures:
+        bare_label = f"idle {label}" if attr == "rss_mib" else label
+        row(bare_label, getattr(lj.bare, attr), getattr(ref.bare, attr), fmt)
     if lj.loaded is not None and ref.loaded is not None:
         made = f"created: leafjet {lj.streams_created}, reference {ref.streams_created}"
         print(f"with {args.streams} idle streams ({made})")
-        for label, attr, fmt in (
-            ("  RSS (MiB)", "rss_mib", "{:.1f}"),
-            ("  threads", "threads", "{:d}"),
-            ("  open fds", "fds", "{:d}"),
-            ("  idle CPU (ms per s)", "idle_cpu_ms_per_s", "{:.2f}"),
-        ):
-            row(label, getattr(lj.loaded, attr), getattr(ref.loaded, attr), fmt)
+        for label, attr, fmt in figures:
+            row(f"  {label}", getattr(lj.loaded, attr), getattr(ref.loaded, attr), fmt)
         per = [
             (f.loaded.rss_mib - f.bare.rss_mib) * 1024 / max(f.streams_created, 1) if f.loaded else 0.0
             for f in (lj, ref)

@@ -14,7 +14,6 @@ import gc
 import os
 import ssl
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.abuse.wire import CONNECT, Closed, Raw, close_all, stored_payload
-from tests.support.servers import RunningServer
+from tests.support.servers import RunningServer, wait_until
 
 STALL_LIMIT = 2.0  # seconds a bystander's PING may wait for its PONG
 GUARD_STREAM = "GUARD"
@@ -93,14 +92,11 @@ def fds(pid: int) -> int:
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    """``wait_until``, failing as an assertion (a case's verdict, not an error of the harness)."""
+    try:
+        return wait_until(predicate, timeout, interval, what)
+    except TimeoutError as e:
+        raise AssertionError(str(e)) from None
 
 
 # -- the bystander ----------------------------------------------------------------------------------
