@@ -23,7 +23,7 @@ from core.config import ServerConfig
 from core.datadir import DataDirLock, lock_data_dir
 from core.errors import ConfigError, StartupError
 from core.jetstream.engine import JetStream
-from core.server.failures import describe_failure
+from core.server.failures import describe_failure, leaf_exception
 from core.server.server import Server
 
 log = logging.getLogger("leafjet.agent")
@@ -272,15 +272,7 @@ def run_agent(
             backend_options={"use_uvloop": _have_uvloop()},
         )
     except* StartupError as group:
-        raise _first_leaf(group) from None
-
-
-def _first_leaf(group: BaseExceptionGroup) -> BaseException:
-    """Task groups nest exception groups; the CLI reports the first real error as one line."""
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
+        raise leaf_exception(group) from None
 
 
 if __name__ == "__main__":

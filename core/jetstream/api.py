@@ -110,24 +110,10 @@ async def _info(
 async def account_info(
     js: JetStream, ajs: AccountJetStream, _args: list[str], _msg: InboundMsg
 ) -> dict[str, Any]:
-    memory = storage = consumers = reserved_memory = reserved_storage = 0
-    for s in ajs.streams.values():
-        st = await s.state()
-        reserved = max(s.config.max_bytes, 0)  # as the reference: what max_bytes sets aside
-        if s.config.storage == "memory":
-            memory += st.bytes
-            reserved_memory += reserved
-        else:
-            storage += st.bytes
-            reserved_storage += reserved
-        consumers += s.consumer_count
     body: dict[str, Any] = {
-        "memory": memory,
-        "storage": storage,
-        "reserved_memory": reserved_memory,
-        "reserved_storage": reserved_storage,
+        **await ajs.usage(),
         "streams": len(ajs.streams),
-        "consumers": consumers,
+        "consumers": sum(s.consumer_count for s in ajs.streams.values()),
         "limits": {
             "max_memory": -1,
             "max_storage": -1,

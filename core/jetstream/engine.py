@@ -35,6 +35,7 @@ from core.jetstream.models import StreamConfig
 from core.jetstream.monitoring import JetStreamMonitor
 from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
 from core.server.accounts import Subscription
+from core.server.failures import describe_failure
 from core.server.internal import Backlog, InboundMsg, InternalReceiver
 from core.store.api import DelMetaOp, PurgeOp, SetMetaOp
 from core.store.memory import MemoryStore
@@ -65,6 +66,26 @@ class AccountJetStream:
     api_errors: int = 0
     # the bytes all its streams hold before storing them (jetstream.max_buffered_account_size)
     inbound: Backlog | None = None
+
+    async def usage(self) -> dict[str, int]:
+        """What its streams store and reserve, by storage kind (account INFO, /jsz, /varz); a
+        stream's reservation is its max_bytes, as the reference counts it."""
+        memory = storage = reserved_memory = reserved_storage = 0
+        for s in list(self.streams.values()):
+            st = await s.state()
+            reserved = max(s.config.max_bytes, 0)
+            if s.config.storage == "memory":
+                memory += st.bytes
+                reserved_memory += reserved
+            else:
+                storage += st.bytes
+                reserved_storage += reserved
+        return {
+            "memory": memory,
+            "storage": storage,
+            "reserved_memory": reserved_memory,
+            "reserved_storage": reserved_storage,
+        }
 
 
 class ApiReceiver(InternalReceiver):
@@ -219,10 +240,9 @@ class JetStream:
             except Exception as e:
                 if not status.done:
                     raise  # it never started: its creator hears the error
-                leaf = _first_leaf(e)
                 now = time.monotonic()
                 failures = [t for t in failures if now - t < RESTART_WINDOW] + [now]
-                reason = f"{type(leaf).__name__}: {leaf}"
+                reason = describe_failure(e)
                 if len(failures) > MAX_RESTARTS:
                     n = len(failures)
                     log.error("%s failed %d times within %gs, stopped: %s", what, n, RESTART_WINDOW, reason)
@@ -513,13 +533,6 @@ class _Started:
         if self.outer is not None:
             outer, self.outer = self.outer, None
             outer.started()
-
-
-def _first_leaf(e: BaseException) -> BaseException:
-    """The first real error inside (nested) exception groups, as a task group raises them."""
-    while isinstance(e, BaseExceptionGroup) and e.exceptions:
-        e = e.exceptions[0]
-    return e
 
 
 def _consumer_record(consumer: Consumer, cfg: ConsumerConfig) -> bytes:

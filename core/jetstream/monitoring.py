@@ -88,24 +88,6 @@ class JetStreamMonitor:
             out["domain"] = self.js.domain
         return out
 
-    async def _usage(self, ajs: AccountJetStream) -> dict[str, Any]:
-        memory = storage = reserved_memory = reserved_storage = 0
-        for s in list(ajs.streams.values()):
-            st = await s.state()
-            reserved = max(s.config.max_bytes, 0)
-            if s.config.storage == "memory":
-                memory += st.bytes
-                reserved_memory += reserved
-            else:
-                storage += st.bytes
-                reserved_storage += reserved
-        return {
-            "memory": memory,
-            "storage": storage,
-            "reserved_memory": reserved_memory,
-            "reserved_storage": reserved_storage,
-        }
-
     def _active_accounts(self) -> list[AccountJetStream]:
         # The reference counts the accounts JetStream is enabled for; every account has it here,
         # but the reference lists only accounts that used it. Those with streams, or API calls.
@@ -117,7 +99,7 @@ class JetStreamMonitor:
         api_total = api_errors = 0
         active = self._active_accounts()
         for ajs in active:
-            usage = await self._usage(ajs)
+            usage = await ajs.usage()
             for k in totals:
                 totals[k] += usage[k]
             api_total += ajs.api_total
@@ -155,7 +137,7 @@ class JetStreamMonitor:
 
     async def _account_detail(self, ajs: AccountJetStream, opts: JszOptions) -> dict[str, Any]:
         name = ajs.account.name
-        d: dict[str, Any] = {"name": name, "id": name, **await self._usage(ajs)}
+        d: dict[str, Any] = {"name": name, "id": name, **await ajs.usage()}
         d["api"] = {"level": 0, "total": ajs.api_total, "errors": ajs.api_errors}
         if opts.streams or opts.consumers:
             d["stream_detail"] = [await self._stream_detail(s, opts) for s in list(ajs.streams.values())]

@@ -28,6 +28,7 @@ import anyio
 
 from core import subjects
 from core.api_errors import ApiError, api_error
+from core.config import JetStreamConfig
 from core.errors import StoreError
 from core.faults import fault_point
 from core.jetstream.gotime import format_go_seconds, parse_go_duration, rfc3339_nano
@@ -69,10 +70,6 @@ MAX_BATCH = 64
 # A batch also ends past this many bytes: what the pipeline holds (PIPELINE_DEPTH batches) stays
 # a few MiB with large messages (64 of 1 MiB each made 256 MiB in flight).
 MAX_BATCH_BYTES = 4 * 1024 * 1024
-# The reference's defaults for a stream's inbound queue (stream.go streamDefaultMaxQueueMsgs,
-# streamDefaultMaxQueueBytes; jetstream.max_buffered_msgs / max_buffered_size).
-DEFAULT_BUFFERED_MSGS = 100_000
-DEFAULT_BUFFERED_SIZE = 128 * 1024 * 1024
 # Scans over a stream (limits, interest, expiry) read this many messages at a time, and let
 # other tasks run between reads: a memory store's read never yields to the event loop.
 SCAN_CHUNK = 1024
@@ -156,7 +153,8 @@ class Stream:
         # What publishers handed the stream and it has not answered yet: bounded, with
         # back-pressure (see core/server/internal.py and DESIGN.md).
         if backlog is None:
-            backlog = Backlog(DEFAULT_BUFFERED_MSGS, DEFAULT_BUFFERED_SIZE)
+            defaults = JetStreamConfig()  # the reference's (jetstream.max_buffered_msgs / _size)
+            backlog = Backlog(defaults.max_buffered_msgs, defaults.max_buffered_size)
         self.receiver = InternalReceiver(
             f"stream:{config.name}", account, backlog=backlog, refused=self._too_many_requests
         )

@@ -19,7 +19,6 @@ import asyncio
 import logging
 import math
 import time
-import weakref
 from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -469,7 +468,7 @@ class ClientConnection:
     async def _verify_connect(self, verification: Verification) -> None:
         """Run the CONNECT's password check on the bounded worker pool, then accept or refuse.
         Past the pool's queue bound the CONNECT is refused at once."""
-        workers = _auth_workers(self.server.authenticator)
+        workers = self.server.auth_workers
         if not workers.reserve():
             self._auth_violation(AuthError("too many authentications pending"))
             return
@@ -661,18 +660,24 @@ def _run_bytes(msgs: Sequence[tuple[str, str | None, bytes | None, bytes]], with
     return sum(len(p) for _s, _r, _h, p in msgs)
 
 
-class _AuthWorkers:
-    """The bounded pool that runs password checks (scrypt) off the event loop, one per server's
-    Authenticator: ``WORKERS`` threads at a time, at most ``PENDING`` CONNECTs running or waiting
-    (beyond that a CONNECT is refused at once, so a flood of bad passwords costs the loop nothing
-    and queues nothing unbounded)."""
+class AuthWorkers:
+    """The bounded pool that runs password checks (scrypt) off the event loop, owned by the
+    server: ``WORKERS`` threads at a time, at most ``PENDING`` CONNECTs running or waiting (beyond
+    that a CONNECT is refused at once, so a flood of bad passwords costs the loop nothing and
+    queues nothing unbounded). A reload's checks of connected clients use the same threads."""
 
     WORKERS = 2
     PENDING = 32
 
     def __init__(self) -> None:
-        self.limiter = anyio.CapacityLimiter(self.WORKERS)
+        self._limiter: anyio.CapacityLimiter | None = None
         self.pending = 0
+
+    @property
+    def limiter(self) -> anyio.CapacityLimiter:
+        if self._limiter is None:  # made on first use: it needs the running event loop
+            self._limiter = anyio.CapacityLimiter(self.WORKERS)
+        return self._limiter
 
     def reserve(self) -> bool:
         if self.pending >= self.PENDING:
@@ -682,16 +687,6 @@ class _AuthWorkers:
 
     def release(self) -> None:
         self.pending -= 1
-
-
-_WORKERS: weakref.WeakKeyDictionary[Authenticator, _AuthWorkers] = weakref.WeakKeyDictionary()
-
-
-def _auth_workers(auth: Authenticator) -> _AuthWorkers:
-    workers = _WORKERS.get(auth)
-    if workers is None:
-        workers = _WORKERS[auth] = _AuthWorkers()
-    return workers
 
 
 _CREDENTIAL_FIELDS = ("user", "pass", "auth_token", "nkey", "sig", "jwt")

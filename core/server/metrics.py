@@ -136,16 +136,16 @@ class SnapshotCollector(Collector):
             g = GaugeMetricFamily(f"jetstream_server_{name}", f"JetStream {name}", labels=_SERVER_LABELS)
             g.add_metric(server, value)
             yield g
-        stream_families = {
-            "total_messages": "Messages in a stream",
-            "total_bytes": "Bytes stored in a stream",
-            "first_seq": "First sequence of a stream",
-            "last_seq": "Last sequence of a stream",
-            "consumer_count": "Consumers of a stream",
+        stream_families = {  # metric name -> (help, StreamFigures field)
+            "total_messages": ("Messages in a stream", "messages"),
+            "total_bytes": ("Bytes stored in a stream", "bytes"),
+            "first_seq": ("First sequence of a stream", "first_seq"),
+            "last_seq": ("Last sequence of a stream", "last_seq"),
+            "consumer_count": ("Consumers of a stream", "consumer_count"),
         }
         fams = {
-            k: GaugeMetricFamily(f"jetstream_stream_{k}", h, labels=_STREAM_LABELS)
-            for k, h in stream_families.items()
+            attr: GaugeMetricFamily(f"jetstream_stream_{k}", h, labels=_STREAM_LABELS)
+            for k, (h, attr) in stream_families.items()
         }
         commits = GaugeMetricFamily(
             "leafjet_store_commits", "Transactions a stream's store committed", labels=_STREAM_LABELS
@@ -155,11 +155,8 @@ class SnapshotCollector(Collector):
         )
         for s in snap.streams:
             labels = [*server, s.account, s.account, s.name, snap.server_name, "true"]
-            fams["total_messages"].add_metric(labels, s.messages)
-            fams["total_bytes"].add_metric(labels, s.bytes)
-            fams["first_seq"].add_metric(labels, s.first_seq)
-            fams["last_seq"].add_metric(labels, s.last_seq)
-            fams["consumer_count"].add_metric(labels, s.consumer_count)
+            for attr, fam in fams.items():
+                fam.add_metric(labels, getattr(s, attr))
             if s.store_commits is not None:
                 commits.add_metric(labels, s.store_commits)
             if s.store_failed_commits is not None:

@@ -29,7 +29,7 @@ from core.protocol import encoder
 from core.server import tcp
 from core.server.accounts import AccountRegistry
 from core.server.auth import AuthConfig, Authenticator, PermissionChecker, Permissions
-from core.server.connection import ClientConnection, State, aclose_quietly
+from core.server.connection import AuthWorkers, ClientConnection, State, aclose_quietly
 from core.server.failures import describe_failure
 from core.server.mailbox import Drains
 from core.server.reload import ReloadPlan, plan_reload
@@ -78,6 +78,7 @@ class Server:
         self.accounts = AccountRegistry((GLOBAL_ACCOUNT, *config.auth.accounts))
         self.default_account = GLOBAL_ACCOUNT
         self.authenticator = Authenticator(config.auth)
+        self.auth_workers = AuthWorkers()  # password checks off the loop, bounded
         self.ssl_context: ssl.SSLContext | None = server_ssl_context(config.tls) if config.tls else None
         self.clients: dict[int, ClientConnection] = {}
         self.stats = ServerStats()
@@ -204,10 +205,12 @@ class Server:
             verification = client.reauthorize(old, auth)
             if verification is None:
                 continue
-            # A changed password: one scrypt, on a worker thread (one at a time: a reload is rare
-            # and must not crowd out the CONNECTs being verified meanwhile).
+            # A changed password: one scrypt, on the auth workers' threads (one at a time: a
+            # reload is rare and must not crowd out the CONNECTs being verified meanwhile).
             try:
-                principal = await anyio.to_thread.run_sync(verification.run)
+                principal = await anyio.to_thread.run_sync(
+                    verification.run, limiter=self.auth_workers.limiter
+                )
             except AuthError as e:
                 client.reauthorized(e)
             else:

@@ -198,3 +198,19 @@ def test_signal_without_a_running_agent_fails_with_a_message(tmp_path):
     )
     assert r.returncode == 1
     assert "no running agent holds" in r.stderr
+
+
+def test_a_reload_of_a_broken_config_file_keeps_the_running_config(make_server, server_kind):
+    srv = make_server(_users(ALICE))
+    c = Client(srv.port, "alice", "s3cret")
+    try:
+        cfg = srv.workdir / ("leafjet.toml" if server_kind == "leafjet" else "nats-server.conf")
+        cfg.write_text("this is = = not a config {")
+        srv.reload()
+        if server_kind == "leafjet":
+            wait_until(lambda: "config reload refused" in srv.log(), 10, what="the refusal")
+        assert c.ping().endswith(b"PONG\r\n")
+        Client(srv.port, "alice", "s3cret").close()  # the users in force are still the old ones
+        assert srv.proc.poll() is None
+    finally:
+        c.close()
