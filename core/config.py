@@ -99,6 +99,53 @@ class JetStreamConfig:
     max_open_stores: int = 0
 
 
+LEAF_COMPRESSION_MODES = ("zstd", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteTLSConfig:
+    """TLS toward a hub (``leafnodes.remotes[].tls``): the CA that signs the hub's certificate
+    (none: the system's CAs) and, for mTLS, the certificate this leaf presents."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    timeout: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLeafConfig:
+    """One ``[[leafnodes.remotes]]``: a hub this server dials as a leaf (the reference's names)."""
+
+    urls: tuple[str, ...]
+    account: str = GLOBAL_ACCOUNT  # the local account bound to the link
+    # An nkey seed ("SU...", read from the file ``nkey`` names, or given inline): the leaf signs
+    # the hub's nonce with it. User and password go in the URL (nats-leaf://user:pass@host:7422).
+    nkey_seed: str | None = field(default=None, repr=False)
+    tls: RemoteTLSConfig | None = None
+    deny_imports: tuple[str, ...] = ()
+    deny_exports: tuple[str, ...] = ()
+    reconnect: float = 1.0  # seconds between attempts, plus up to as much again of jitter
+    first_info_timeout: float = 1.0
+    dial_timeout: float = 1.0
+    compression: str = "zstd"  # leafjet's own mode, used only when the hub is leafjet too
+
+
+@dataclass(frozen=True, slots=True)
+class LeafNodeConfig:
+    """``[leafnodes]``: the accept side (a listener for leafs, when ``port`` is set) and the
+    solicit side (``remotes``). ``auth`` is ``leafnodes.authorization``; without it a leaf
+    authenticates as a client would (the server's users, each bound to its account)."""
+
+    host: str = "0.0.0.0"
+    port: int | None = None  # None: no leaf listener
+    advertise: str = ""
+    tls: TLSConfig | None = None
+    auth: AuthConfig | None = None
+    compression: str = "zstd"  # offered to leafjet leafs; a nats-server leaf gets "off"
+    remotes: tuple[RemoteLeafConfig, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     host: str = "0.0.0.0"
@@ -124,6 +171,7 @@ class ServerConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     tls: TLSConfig | None = None
     jetstream: JetStreamConfig = field(default_factory=JetStreamConfig)
+    leafnodes: LeafNodeConfig = field(default_factory=LeafNodeConfig)
 
     def replace(self, **changes: Any) -> ServerConfig:
         return dataclasses.replace(self, **changes)
@@ -238,6 +286,9 @@ def config_from_dict(data: dict[str, Any], *, base_dir: Path | None = None) -> S
         auth=_read_auth(t),
         tls=_read_tls(t.take("tls"), base_dir) if "tls" in t.data else None,
         jetstream=_read_jetstream(t.take("jetstream", {})),
+        leafnodes=_read_leafnodes(t.take("leafnodes"), base_dir)
+        if "leafnodes" in t.data
+        else LeafNodeConfig(),
     )
     t.done()
     if cfg.max_payload > cfg.max_pending:
@@ -266,8 +317,8 @@ def _resolve(path: str | None, base_dir: Path | None) -> str | None:
     return str(base_dir / path)
 
 
-def _read_tls(data: Any, base_dir: Path | None) -> TLSConfig:
-    t = ConfigTable(data, "tls")
+def _read_tls(data: Any, base_dir: Path | None, path: str = "tls") -> TLSConfig:
+    t = ConfigTable(data, path)
     cert = _resolve(t.string("cert_file"), base_dir)
     key = _resolve(t.string("key_file"), base_dir)
     ca = _resolve(t.string("ca_file"), base_dir)
@@ -275,13 +326,176 @@ def _read_tls(data: Any, base_dir: Path | None) -> TLSConfig:
     timeout = t.duration("timeout", 2.0)
     t.done()
     if not cert or not key:
-        raise ConfigError("tls", "cert_file and key_file are both required")
+        raise ConfigError(path, "cert_file and key_file are both required")
     for name, f in (("cert_file", cert), ("key_file", key), ("ca_file", ca)):
         if f is not None and not Path(f).is_file():
-            raise ConfigError(f"tls.{name}", f"file not found: {f}")
+            raise ConfigError(f"{path}.{name}", f"file not found: {f}")
     if verify and not ca:
-        raise ConfigError("tls.verify", "verifying client certificates needs tls.ca_file")
+        raise ConfigError(f"{path}.verify", f"verifying client certificates needs {path}.ca_file")
     return TLSConfig(cert_file=cert, key_file=key, ca_file=ca, verify=verify, timeout=timeout)
+
+
+def _read_leafnodes(data: Any, base_dir: Path | None) -> LeafNodeConfig:
+    t = ConfigTable(data, "leafnodes")
+    d = LeafNodeConfig()
+    host = t.string("host", None) or t.string("listen", None)
+    port = t.integer("port", 0, maximum=65535) if "port" in t.data else None
+    if host is not None and ":" in host and port is None:  # listen = "host:port"
+        host, _, text = host.rpartition(":")
+        if not text.isdigit():
+            raise ConfigError("leafnodes.listen", f'expected "host:port", got {host}:{text}')
+        port = int(text)
+    advertise = t.string("advertise", "") or ""
+    tls = _read_tls(t.take("tls"), base_dir, "leafnodes.tls") if "tls" in t.data else None
+    auth = _read_leaf_auth(t.take("authorization")) if "authorization" in t.data else None
+    compression = _leaf_compression(t, d.compression)
+    remotes = tuple(_read_remote(r, base_dir) for r in t.tables("remotes"))
+    t.done()
+    return LeafNodeConfig(
+        host=host or d.host,
+        port=port,
+        advertise=advertise,
+        tls=tls,
+        auth=auth,
+        compression=compression,
+        remotes=remotes,
+    )
+
+
+def _leaf_compression(t: ConfigTable, default: str) -> str:
+    raw = t.take("compression", default)
+    if isinstance(raw, bool):  # the reference's compression = false / true
+        raw = default if raw else "off"
+    if raw not in LEAF_COMPRESSION_MODES:
+        raise ConfigError(t.at("compression"), f'expected "zstd" or "off", got {raw!r}')
+    return str(raw)
+
+
+def _read_leaf_auth(data: Any) -> AuthConfig:
+    """``leafnodes.authorization``: ``user``/``password``/``account``, or ``users`` each with
+    its ``account`` (or an ``nkey`` instead of user and password)."""
+    t = ConfigTable(data, "leafnodes.authorization")
+    users: list[User] = []
+    timeout = t.duration("timeout", 2.0)
+    single = {k: t.take(k) for k in ("user", "password", "account") if k in t.data}
+    if single:
+        account = single.pop("account", GLOBAL_ACCOUNT)
+        users.append(_read_user(single, "leafnodes.authorization", account))
+    for i, u in enumerate(_as_list(t.take("users", []), t.at("users"))):
+        path = f"leafnodes.authorization.users[{i}]"
+        if not isinstance(u, dict):
+            raise ConfigError(path, "expected a table")
+        u = dict(u)
+        account = u.pop("account", GLOBAL_ACCOUNT)
+        if not isinstance(account, str) or not account:
+            raise ConfigError(f"{path}.account", "expected an account name")
+        users.append(_read_user(u, path, account))
+    t.done()
+    return AuthConfig(
+        users=tuple(users), accounts=tuple(sorted({u.account for u in users})), auth_timeout=timeout
+    )
+
+
+def _read_remote(t: ConfigTable, base_dir: Path | None) -> RemoteLeafConfig:
+    d = RemoteLeafConfig(urls=())
+    urls = t.str_list("urls") if "urls" in t.data else t.str_list("url")
+    if not urls:
+        raise ConfigError(t.at("urls"), "a remote needs at least one URL")
+    for i, url in enumerate(urls):
+        _check_leaf_url(url, f"{t.at('urls')}[{i}]")
+    if "credentials" in t.data:
+        raise ConfigError(
+            t.at("credentials"),
+            "credentials files (JWT) are not supported: use nkey or user:password in the URL",
+        )
+    seed = _read_seed(t.string("nkey"), base_dir, t.at("nkey"))
+    tls = _read_remote_tls(t.take("tls"), base_dir, t.at("tls")) if "tls" in t.data else None
+    remote = RemoteLeafConfig(
+        urls=urls,
+        account=t.string("account", GLOBAL_ACCOUNT) or GLOBAL_ACCOUNT,
+        nkey_seed=seed,
+        tls=tls,
+        deny_imports=_subjects(t, "deny_imports"),
+        deny_exports=_subjects(t, "deny_exports"),
+        reconnect=t.duration("reconnect", d.reconnect)
+        if "reconnect" in t.data
+        else t.duration("reconnect_delay", d.reconnect),
+        first_info_timeout=t.duration("first_info_timeout", d.first_info_timeout),
+        dial_timeout=t.duration("dial_timeout", d.dial_timeout),
+        compression=_leaf_compression(t, d.compression),
+    )
+    t.done()
+    return remote
+
+
+def _check_leaf_url(url: str, path: str) -> None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url if "://" in url else f"nats-leaf://{url}")
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError(path, f"invalid URL {_without_userinfo(url)!r}: {e}") from None
+    if parts.scheme not in ("nats-leaf", "nats", "tls", "leafnode"):
+        raise ConfigError(path, f'unsupported scheme {parts.scheme!r} (use "nats-leaf://" or "tls://")')
+    if not parts.hostname:
+        raise ConfigError(path, f"no host in URL {_without_userinfo(url)!r}")
+    del port
+
+
+def _without_userinfo(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" in rest.split("/", 1)[0]:
+        rest = "***@" + rest.split("@", 1)[1]
+    return f"{scheme}://{rest}" if sep else rest
+
+
+def _read_seed(value: str | None, base_dir: Path | None, path: str) -> str | None:
+    """An nkey seed given inline (``SU...``) or as the path of a file holding it."""
+    if value is None:
+        return None
+    seed = value.strip()
+    if not seed.startswith("SU"):
+        f = Path(_resolve(seed, base_dir) or seed)
+        try:
+            seed = f.read_text().strip()
+        except OSError as e:
+            raise ConfigError(path, f"cannot read nkey seed file {f}: {e.strerror}") from None
+    if not (seed.startswith("SU") and len(seed) == 58):
+        raise ConfigError(
+            path, "expected a user nkey seed (58 characters starting with SU) or a file holding one"
+        )
+    return seed
+
+
+def _read_remote_tls(data: Any, base_dir: Path | None, path: str) -> RemoteTLSConfig:
+    t = ConfigTable(data, path)
+    tls = RemoteTLSConfig(
+        ca_file=_resolve(t.string("ca_file"), base_dir),
+        cert_file=_resolve(t.string("cert_file"), base_dir),
+        key_file=_resolve(t.string("key_file"), base_dir),
+        timeout=t.duration("timeout", 2.0),
+    )
+    t.done()
+    if (tls.cert_file is None) != (tls.key_file is None):
+        raise ConfigError(path, "cert_file and key_file go together")
+    for name in ("ca_file", "cert_file", "key_file"):
+        f = getattr(tls, name)
+        if f is not None and not Path(f).is_file():
+            raise ConfigError(f"{path}.{name}", f"file not found: {f}")
+    return tls
+
+
+def _subjects(t: ConfigTable, key: str) -> tuple[str, ...]:
+    from core.subjects import is_valid_subject
+
+    values = t.str_list(key)
+    for v in values:
+        if not is_valid_subject(v):
+            raise ConfigError(t.at(key), f"invalid subject {v!r}")
+    return values
 
 
 def _read_jetstream(data: Any) -> JetStreamConfig:

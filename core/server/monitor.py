@@ -412,8 +412,19 @@ class Monitor:
         return _json(await self.js.jsz(opts, self.server.server_id, self.now()))
 
     async def leafz(self, _req: Request) -> Response:
-        # Filled by the leaf node issue; the reference's shape with no leaf connections.
-        return _json({"server_id": self.server.server_id, "now": self.now(), "leafnodes": 0, "leafs": []})
+        """The reference's shape: each live leaf link (either role), plus leafjet's ``remotes``:
+        each configured remote's dial state (connected, reconnects, last error)."""
+        source = self.server.leafz_source
+        leafs, remotes = source() if source is not None else ([], [])
+        body: dict[str, Any] = {
+            "server_id": self.server.server_id,
+            "now": self.now(),
+            "leafnodes": len(leafs),
+            "leafs": leafs,
+        }
+        if remotes:
+            body["remotes"] = remotes
+        return _json(body)
 
     async def routez(self, _req: Request) -> Response:
         return _json(

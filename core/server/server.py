@@ -95,6 +95,8 @@ class Server:
         self.store_cipher = _cipher_spec(config)
         self.jetstream_monitor: JetStreamMonitor | None = None  # set by JetStream, read by /jsz
         self.monitor: Monitor | None = None  # the monitoring HTTP server, when http_port is set
+        # /leafz's rows: (live links, configured remotes' states); set by the leaf-node subsystem
+        self.leafz_source: Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]] | None = None
 
     # ------------------------------------------------------------------ run
 
@@ -223,12 +225,16 @@ class Server:
             while self.clients:
                 await anyio.sleep(0.01)
 
+    def allocate_cid(self) -> int:
+        """A connection id, unique across clients and links (INFO's ``client_id``)."""
+        self._next_cid += 1
+        return self._next_cid
+
     async def _handle_client(self, stream: TcpStream) -> None:
         """Serve one client. The supervision point for connections: whatever ends the client --
         the peer, a protocol error, or a bug in handling what it sent -- ends it alone, closed and
         logged once; nothing propagates into the listener's task group (see DESIGN.md)."""
-        self._next_cid += 1
-        cid = self._next_cid
+        cid = self.allocate_cid()
         ip = _peer_ip(stream)
         if len(self.clients) >= self.config.max_connections:
             with anyio.move_on_after(1), contextlib.suppress(Exception):
