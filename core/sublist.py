@@ -28,6 +28,7 @@ same entry (inserting the same object twice on the same subject and queue stores
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from typing import Generic, TypeVar
@@ -391,6 +392,21 @@ class Sublist(Generic[T]):
 
     def __len__(self) -> int:
         return self._count
+
+    def entries(self) -> Iterator[T]:
+        """Every indexed subscription, each once (a depth-first walk of the trie; not for the hot
+        path: a new federation link's first interest burst, tests)."""
+        stack = [self._root]
+        while stack:
+            node = stack.pop()
+            yield from node.psubs
+            for members in node.qsubs.values():
+                yield from members
+            stack.extend(node.nodes.values())
+            if node.pwc is not None:
+                stack.append(node.pwc)
+            if node.fwc is not None:
+                stack.append(node.fwc)
 
     def cache_count(self) -> int:
         return len(self._cache)

@@ -4,6 +4,12 @@ A message published in one account is matched only against that account's subscr
 so accounts never see each other's traffic. Routing is synchronous and never blocks: a
 delivery either lands in the receiver's bounded outbound buffer or the receiver is closed
 as a slow consumer (see connection.py).
+
+Federation links (leaf connections; later routes and gateways) are interest holders of an account
+like any client: each ``LS+`` a link sent is one ``Subscription`` whose ``link`` slot names the
+link. The account tells each link about the interest it may have (``interest.propagates``, through
+the link's ``InterestLedger``) and routes messages to links by the rules of
+``federation/DESIGN.md`` ("One interest graph"). An account with no links routes exactly as before.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
+from core.server.interest import InterestLedger, Link, is_lds_subject, new_lds_subject, propagates
 from core.sublist import Sublist
 
 
@@ -36,7 +43,17 @@ class Receiver(Protocol):
 class Subscription:
     """One SUB of one receiver. Identity-hashed: two SUBs on the same subject are two entries."""
 
-    __slots__ = ("delivered", "deny_filter", "max_msgs", "queue", "receiver", "sid", "subject")
+    __slots__ = (
+        "delivered",
+        "deny_filter",
+        "link",
+        "max_msgs",
+        "queue",
+        "receiver",
+        "sid",
+        "subject",
+        "weight",
+    )
 
     def __init__(self, receiver: Receiver, subject: str, queue: str | None, sid: str) -> None:
         self.receiver = receiver
@@ -48,23 +65,67 @@ class Subscription:
         # Set when the subscription is a wildcard that overlaps the owner's subscribe-deny list:
         # each message is then checked against the deny list before delivery.
         self.deny_filter: Callable[[str], bool] | None = None
+        # The federation link holding this interest (then also its receiver), None for a local
+        # client or service; set by Account.link_subscribe, never for a client's SUB.
+        self.link: Link | None = None
+        self.weight = 1  # a queue member's weight (a link's LS+ says it); 1 for everything local
 
     def __repr__(self) -> str:
         return f"Subscription({self.subject!r}, queue={self.queue!r}, sid={self.sid!r})"
 
 
+class _Discard:
+    """The receiver of an account's ``$LDS`` subject: interest that exists only to be announced."""
+
+    echo = True
+
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, headers: bytes | None, payload: bytes
+    ) -> None:
+        pass
+
+    def deliver_many(
+        self, sub: Subscription, msgs: Sequence[tuple[str, str | None, bytes | None, bytes]]
+    ) -> None:
+        pass
+
+
+class _Attached:
+    """One attached link's state: what we announced to it, and the interest it holds here."""
+
+    __slots__ = ("ledger", "link", "subs")
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.ledger = InterestLedger()
+        self.subs: dict[tuple[str, str | None], Subscription] = {}  # its LS+ keys
+
+
 class Account:
-    __slots__ = ("name", "sublist")
+    __slots__ = ("_attached", "lds_subject", "links", "name", "sublist")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.sublist: Sublist[Subscription] = Sublist()
+        self.links: list[Link] = []  # attached federation links, in attach order
+        self._attached: dict[int, _Attached] = {}  # id(link) -> its state
+        self.lds_subject: str | None = None  # $LDS.<nuid>, made when the first link attaches
 
     def subscribe(self, sub: Subscription) -> None:
-        self.sublist.insert(sub.subject, sub.queue, sub)
+        """Add a local subscription (a client's SUB, an internal service's); with links, announce
+        it to each of them through its ledger."""
+        sublist = self.sublist
+        if not self.links:
+            sublist.insert(sub.subject, sub.queue, sub)
+            return
+        n = len(sublist)
+        sublist.insert(sub.subject, sub.queue, sub)
+        if len(sublist) != n:  # a repeated insert of the same entry is no new interest
+            self._announce(sub, sub.weight)
 
     def unsubscribe(self, sub: Subscription) -> None:
-        self.sublist.remove(sub.subject, sub.queue, sub)
+        if self.sublist.remove(sub.subject, sub.queue, sub) and self.links:
+            self._announce(sub, -sub.weight)
 
     def publish(
         self,
@@ -72,8 +133,9 @@ class Account:
         reply: str | None,
         headers: bytes | None,
         payload: bytes,
-        origin: Receiver | None = None,
+        origin: Receiver | Link | None = None,
         route: str | None = None,
+        queues: Sequence[str] | None = None,
     ) -> int:
         """Route one message to every matching subscription; returns how many received it.
 
@@ -81,7 +143,12 @@ class Account:
         with ``echo`` off does not get its own messages. ``route``, when given, is the subject
         the subscriptions are matched on while the message keeps ``subject``: JetStream delivers
         a stored message, with its own subject, to a consumer's deliver subject or pull inbox.
+
+        With links attached, ``_publish_linked`` (the federation rules); ``origin`` may then be a
+        link, and ``queues`` the queue list of the frame it sent.
         """
+        if self.links:
+            return self._publish_linked(subject, reply, headers, payload, origin, route, queues)
         target = subject if route is None else route
         result = self.sublist.match(target)
         count = 0
@@ -105,6 +172,11 @@ class Account:
     def publish_many(self, route: str, msgs: Sequence[tuple[str, str | None, bytes | None, bytes]]) -> None:
         """``publish(subject, reply, headers, payload, route=route)`` for each of ``msgs``, in order,
         with ``route`` matched once: JetStream hands a pull request a run of messages at a time."""
+        if self.links:
+            # a link takes one LMSG per message, and its queue choice is made per message
+            for subject, reply, headers, payload in msgs:
+                self.publish(subject, reply, headers, payload, route=route)
+            return
         result = self.sublist.match(route)
         if any(s.max_msgs is not None for s in result.plain) or any(
             s.max_msgs is not None for _q, members in result.queues for s in members
@@ -121,6 +193,205 @@ class Account:
             for subject, reply, headers, payload in msgs:
                 sub = members[0] if len(members) == 1 else random.choice(members)
                 sub.receiver.deliver(sub, subject, reply, headers, payload)
+
+    # ------------------------------------------------------------------ federation links
+
+    def attach_link(self, link: Link) -> None:
+        """A link is up (its handshake done): track it with a fresh ledger and send it the whole
+        interest it may have (the initial ``LS+`` burst), each key once.
+
+        The first link makes the account's ``$LDS.<nuid>`` loop-detection subject: a local plain
+        interest, so it is announced to every link like any other and comes back to us only
+        through a cycle (``is_own_loop_subject``). It stays for the account's life, so every link
+        and every reconnect sees the same subject."""
+        if id(link) in self._attached:
+            raise ValueError(f"link {link.name!r} is already attached to account {self.name!r}")
+        if self.lds_subject is None:
+            self.lds_subject = new_lds_subject()
+            lds = Subscription(_Discard(), self.lds_subject, None, "$LDS")
+            self.sublist.insert(lds.subject, None, lds)
+        state = _Attached(link)
+        ledger, kind = state.ledger, link.kind
+        for sub in self.sublist.entries():
+            holder = sub.link
+            if holder is None:
+                if not propagates(None, kind):
+                    continue
+            elif not (propagates(holder.kind, kind) or (sub.queue is None and is_lds_subject(sub.subject))):
+                continue
+            ledger.apply(sub.subject, sub.queue, sub.weight)
+        for frame in ledger.frames():  # each key once, a queue group with its total weight
+            link.announce(frame)
+        self._attached[id(link)] = state
+        self.links.append(link)
+
+    def detach_link(self, link: Link) -> None:
+        """A link is gone: remove every interest it held, each removal announced to the other
+        links as an ``LS-`` would be, and forget its ledger. Unknown links are ignored."""
+        state = self._attached.pop(id(link), None)
+        if state is None:
+            return
+        self.links = [x for x in self.links if x is not link]  # by identity, as _attached
+        for sub in state.subs.values():
+            if self.sublist.remove(sub.subject, sub.queue, sub):
+                self._announce(sub, -sub.weight)
+        state.subs.clear()
+
+    def link_subscribe(self, link: Link, subject: str, queue: str | None = None, weight: int = 1) -> bool:
+        """An ``LS+`` arrived on ``link``; whether it was new interest (or a new weight).
+
+        Plain: one subscription per (link, subject); a repeated ``LS+`` is a no-op. Queue: one
+        per (link, subject, queue), weighing ``weight``; a repeated ``LS+`` sets the new weight and
+        the other links hear the difference. Raises ValueError for an invalid subject or a
+        weight below 1 (the link shell turns it into its protocol error), LookupError for a link
+        that is not attached. The shell checks ``is_own_loop_subject`` first."""
+        state = self._state(link)
+        key = (subject, queue)
+        sub = state.subs.get(key)
+        if queue is None:
+            if sub is not None:
+                return False
+            weight = 1
+        elif weight < 1:
+            raise ValueError(f"invalid queue weight {weight}")
+        elif sub is not None:
+            if weight == sub.weight:
+                return False
+            delta = weight - sub.weight
+            sub.weight = weight
+            self._announce(sub, delta)
+            return True
+        sub = Subscription(link, subject, queue, subject if queue is None else f"{subject} {queue}")
+        sub.link = link
+        sub.weight = weight
+        self.sublist.insert(subject, queue, sub)  # raises ValueError before anything is recorded
+        state.subs[key] = sub
+        self._announce(sub, weight)
+        return True
+
+    def link_unsubscribe(self, link: Link, subject: str, queue: str | None = None) -> bool:
+        """An ``LS-`` arrived on ``link``; False for a key it does not hold (ignored, as the
+        reference ignores it)."""
+        sub = self._state(link).subs.pop((subject, queue), None)
+        if sub is None:
+            return False
+        if self.sublist.remove(subject, queue, sub):
+            self._announce(sub, -sub.weight)
+        return True
+
+    def is_own_loop_subject(self, subject: str) -> bool:
+        """``subject`` is this account's ``$LDS`` subject: an ``LS+`` for it means the interest
+        graph has a cycle (the link shell answers the loop error and closes)."""
+        return subject == self.lds_subject
+
+    def ledger(self, link: Link) -> InterestLedger:
+        """What was announced to ``link`` (monitoring, tests)."""
+        return self._state(link).ledger
+
+    def _state(self, link: Link) -> _Attached:
+        state = self._attached.get(id(link))
+        if state is None:
+            raise LookupError(f"link {link.name!r} is not attached to account {self.name!r}")
+        return state
+
+    def _announce(self, sub: Subscription, delta: int) -> None:
+        """Pass one holder's change (``delta``: +-1 for a plain subject, the weight change for a
+        queue member) to each link it propagates to, through that link's ledger."""
+        holder = sub.link
+        subject, queue = sub.subject, sub.queue
+        if holder is None:
+            origin = None
+            everywhere = False
+        else:
+            origin = holder.kind
+            everywhere = queue is None and is_lds_subject(subject)
+        for state in self._attached.values():
+            link = state.link
+            if link is holder or not (everywhere or propagates(origin, link.kind)):
+                continue
+            frame = state.ledger.apply(subject, queue, delta)
+            if frame is not None:
+                link.announce(frame)
+
+    def _publish_linked(
+        self,
+        subject: str,
+        reply: str | None,
+        headers: bytes | None,
+        payload: bytes,
+        origin: Receiver | Link | None,
+        route: str | None,
+        queues: Sequence[str] | None,
+    ) -> int:
+        """``publish`` in an account with links (federation/DESIGN.md "Routing").
+
+        - local plain subscribers as without links;
+        - each link at most once per message, never the link the message came from, and from a
+          link only to a link whose interest was announced to it (``propagates(L.kind, O.kind)``);
+          several of a link's subscriptions matching (``a.*`` and ``a.b``) still make one frame;
+        - each queue group once: a local member if the group has one, else one link by weighted
+          choice among its members, and that link's frame names the group in its queue list;
+        - from a link: only the queue groups named in its frame (``queues``); none without.
+        A link that gets plain interest and queue groups gets one frame with the queue list. Over
+        a link the message goes on the matched subject (``route`` when given): the peer can only
+        route it by the subject its interest was for (a JetStream delivery to a deliver subject
+        crosses with that subject, not the stored message's own).
+        Returns how many received it, each link counting once.
+        """
+        target = subject if route is None else route
+        result = self.sublist.match(target)
+        came_on = None if origin is None else self._attached.get(id(origin))
+        okind = None if came_on is None else came_on.link.kind  # None: a local publisher
+        skip_self = origin is not None and not origin.echo
+        count = 0
+        out: dict[int, tuple[Link, list[str]]] = {}  # id(link) -> (link, queue groups for it)
+        for sub in result.plain:
+            link = sub.link
+            if link is None:
+                if skip_self and sub.receiver is origin:
+                    continue
+                if sub.deny_filter is not None and not sub.deny_filter(target):
+                    continue
+                sub.receiver.deliver(sub, subject, reply, headers, payload)
+                count += 1
+            elif (
+                link is not origin and id(link) not in out and (okind is None or propagates(link.kind, okind))
+            ):
+                out[id(link)] = (link, [])
+        if result.queues and (okind is None or queues):
+            wanted = None if okind is None or not queues else frozenset(queues)
+            for qname, members in result.queues:
+                if wanted is not None and qname not in wanted:
+                    continue
+                local = [m for m in members if m.link is None and not (skip_self and m.receiver is origin)]
+                if local:
+                    sub = local[0] if len(local) == 1 else random.choice(local)
+                    sub.receiver.deliver(sub, subject, reply, headers, payload)
+                    count += 1
+                    continue
+                remote = [
+                    m
+                    for m in members
+                    if m.link is not None
+                    and m.link is not origin
+                    and (okind is None or propagates(m.link.kind, okind))
+                ]
+                if not remote:
+                    continue
+                if len(remote) == 1:
+                    sub = remote[0]
+                else:
+                    sub = random.choices(remote, weights=[m.weight for m in remote])[0]
+                link = sub.link
+                assert link is not None
+                entry = out.get(id(link))
+                if entry is None:
+                    out[id(link)] = (link, [qname])
+                else:
+                    entry[1].append(qname)
+        for link, qnames in out.values():
+            link.forward(target, reply, headers, payload, tuple(qnames))
+        return count + len(out)
 
 
 class AccountRegistry:

@@ -405,3 +405,23 @@ def test_ack_and_inbox_matches_agree_with_a_brute_force_scan(ops: list, probes: 
 def test_subjects_collide_as_the_reference_decides_for_a_stream_filter(a: str, b: str, collide: bool) -> None:
     assert subjects.subjects_collide(a, b) is collide
     assert subjects.subjects_collide(b, a) is collide
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "a.b", "a.*", "a.>", "*.b", ">", "c.d.e"]), st.sampled_from([None, "q"])
+        ),
+        max_size=30,
+    )
+)
+def test_entries_lists_every_indexed_subscription_once(items) -> None:
+    sl: Sublist[S] = Sublist()
+    subs = [S(str(i)) for i in range(len(items))]
+    for s, (subject, queue) in zip(subs, items, strict=True):
+        sl.insert(subject, queue, s)
+    for s, (subject, queue) in list(zip(subs, items, strict=True))[::3]:
+        sl.remove(subject, queue, s)
+        subs.remove(s)
+    assert sorted(sl.entries(), key=id) == sorted(subs, key=id)

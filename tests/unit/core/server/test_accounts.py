@@ -65,3 +65,61 @@ def test_publish_many_stops_a_subscription_at_its_max_msgs():
     assert not [m for m in many if m[0] == "run"], "one publish at a time while a subscription may end"
     assert many == one
     assert [m[4] for m in many if m[0] == "1"] == [b"0", b"1"]
+
+
+class _Link:
+    """The least a link needs to be: it records what it is told."""
+
+    echo = True
+
+    def __init__(self, kind) -> None:
+        self.kind, self.name = kind, "link"
+        self.frames: list = []
+        self.forwarded: list = []
+
+    def announce(self, frame) -> None:
+        self.frames.append(str(frame))
+
+    def forward(self, subject, reply, headers, payload, queues) -> None:
+        self.forwarded.append((subject, queues))
+
+
+def test_local_subscriptions_are_announced_to_each_link_and_withdrawn():
+    from core.server.interest import LinkKind
+
+    acc = Account("A")
+    rec = Recorder(acc, [])
+    before = Subscription(rec, "old.x", None, "1")
+    acc.subscribe(before)
+    link = _Link(LinkKind.LEAF_SOLICITED)
+    acc.attach_link(link)
+    assert link.frames[-1] == "LS+ old.x" and link.frames[0] == f"LS+ {acc.lds_subject}"
+    sub = Subscription(rec, "new.x", "q", "2")
+    acc.subscribe(sub)
+    acc.subscribe(Subscription(rec, "new.x", "q", "3"))
+    acc.unsubscribe(sub)
+    acc.unsubscribe(before)
+    assert link.frames[2:] == ["LS+ new.x q 1", "LS+ new.x q 2", "LS+ new.x q 1", "LS- old.x"]
+
+
+def test_a_repeated_subscribe_of_one_entry_is_announced_once():
+    """The sublist stores the same entry once; the links hear of it once, and its one removal
+    withdraws it."""
+    from core.server.interest import LinkKind
+
+    acc = Account("A")
+    link = _Link(LinkKind.LEAF_ACCEPTED)
+    acc.attach_link(link)
+    sub = Subscription(Recorder(acc, []), "a.b", None, "1")
+    acc.subscribe(sub)
+    acc.subscribe(sub)
+    acc.unsubscribe(sub)
+    acc.unsubscribe(sub)
+    assert link.frames[1:] == ["LS+ a.b", "LS- a.b"]
+
+
+def test_an_account_without_links_announces_nothing_and_has_no_loop_subject():
+    acc = _account([])
+    assert acc.links == [] and acc.lds_subject is None
+    assert all(s.link is None and s.weight == 1 for s in acc.sublist.entries())
+    assert len(acc.sublist) == 3
