@@ -1,7 +1,9 @@
-"""Sans-IO NATS client protocol: events, parsers, encoders and message headers.
+"""Sans-IO NATS protocols: events, parsers, encoders and message headers.
 
-No I/O here: bytes in -> events out (``ServerParser``, ``ClientParser``), values in -> bytes out
-(``encoder``, ``headers``). See DESIGN.md for the invariants and the reference's rules.
+No I/O here: bytes in -> events out (``ServerParser``, ``ClientParser``, and ``LeafParser`` for
+leaf-node links), values in -> bytes out (``encoder``, ``headers``, ``leaf``), and the zstd stream
+codec of leafjet-to-leafjet links (``compress``). See DESIGN.md for the invariants and the
+reference's rules.
 """
 
 from core.protocol.encoder import (
@@ -32,6 +34,18 @@ from core.protocol.events import (
     Unsub,
 )
 from core.protocol.headers import HeaderError, Headers, encode_headers, parse_headers, status_headers
+from core.protocol.leaf import (
+    LeafMsg,
+    LeafOp,
+    LeafParser,
+    LeafSub,
+    LeafUnsub,
+    encode_lmsg,
+    encode_lmsgs,
+    encode_ls_minus,
+    encode_ls_plus,
+    lmsg_head,
+)
 from core.protocol.parser import MAX_CONTROL_LINE, MAX_PAYLOAD, UNKNOWN_OP, ClientParser, ServerParser
 
 __all__ = [
@@ -48,6 +62,11 @@ __all__ = [
     "HeaderError",
     "Headers",
     "Info",
+    "LeafMsg",
+    "LeafOp",
+    "LeafParser",
+    "LeafSub",
+    "LeafUnsub",
     "Msg",
     "Ok",
     "Ping",
@@ -61,10 +80,15 @@ __all__ = [
     "encode_err",
     "encode_headers",
     "encode_info",
+    "encode_lmsg",
+    "encode_lmsgs",
+    "encode_ls_minus",
+    "encode_ls_plus",
     "encode_msg",
     "encode_pub",
     "encode_sub",
     "encode_unsub",
+    "lmsg_head",
     "msg_head",
     "parse_headers",
     "status_headers",

@@ -1,8 +1,9 @@
 """Sans-IO parsers for the NATS client protocol: bytes in, events out.
 
 ``ServerParser`` reads what a client sends (the server side of a connection); ``ClientParser``
-reads what a server sends (leaf links, tests). Both share one loop in ``_Parser``: split control
-lines on ``\\n``, hand each line to the subclass, and read a payload of the size the line declared.
+reads what a server sends (tests, tools). Both, and ``leaf.LeafParser``, share one loop in
+``_Parser``: split control lines on ``\\n``, hand each line to the subclass, and read a payload of
+the size the line declared.
 
 The rules follow what the reference nats-server 2.15 does on the wire; DESIGN.md lists them and
 the few places where leafjet is deliberately stricter.
@@ -144,9 +145,11 @@ class _Parser:
     Invariants: ``_rest`` holds the unconsumed tail of the input. When ``_need`` is 0 the tail is
     part of one control line (no ``\\n`` in it); otherwise ``_head`` describes a payload-carrying
     op whose payload and ``\\r\\n`` (``_need`` bytes in all) start at the tail's first byte.
+    ``_held`` holds the bytes a ``stop_after`` left unparsed (any number of ops); it is non-empty
+    only between ops, when ``_rest`` is empty and ``_need`` is 0.
     """
 
-    __slots__ = ("_head", "_need", "_rest", "max_control_line")
+    __slots__ = ("_head", "_held", "_need", "_rest", "max_control_line")
 
     # Upper-cased starts of every op this side accepts ("PUB " needs its separator, "PING" does
     # not); a buffered partial line that cannot become one of them is rejected at once.
@@ -157,18 +160,27 @@ class _Parser:
         self._rest = bytearray()
         self._head: tuple[Any, ...] | None = None
         self._need = 0
+        self._held = b""
 
-    def feed(self, data: bytes) -> list[Any]:
+    def feed(self, data: bytes, *, stop_after: type | tuple[type, ...] | None = None) -> list[Any]:
         """Every complete op in ``data`` (plus what was buffered before), in order.
 
         On a protocol violation raises ``ProtocolError``; the ops parsed from this call before the
         bad one are attached to it as ``error.events`` so the caller can act on them first. The
         parser is unusable afterwards.
+
+        With ``stop_after`` (an event type, or a tuple of them, as for ``isinstance``) the call
+        returns right after the first such event, and the bytes after it stay buffered unparsed:
+        ``take_buffer()`` removes them (a link that switches to a compressed stream at that point),
+        a later ``feed`` (``feed(b"")`` to add nothing) parses them first.
         """
         events: list[Any] = []
         try:
             if type(data) is not bytes:
                 data = bytes(data)
+            if self._held:
+                data = self._held + data
+                self._held = b""
             rest = self._rest
             need = self._need
             if rest:
@@ -190,10 +202,14 @@ class _Parser:
                 # A payload announced by the previous feed is complete at the start of data.
                 if data[need - 2] != 13 or data[need - 1] != 10:
                     raise ProtocolError(UNKNOWN_OP)
-                events.append(self._finish(self._head, data, 0, need - 2))
+                event = self._finish(self._head, data, 0, need - 2)
+                events.append(event)
                 self._head = None
                 self._need = 0
                 pos = need
+                if stop_after is not None and isinstance(event, stop_after):
+                    self._held = data[pos:]
+                    return events
 
             n = len(data)
             find = data.find
@@ -214,6 +230,9 @@ class _Parser:
                     continue
                 if type(event) is not tuple:
                     append(event)
+                    if stop_after is not None and isinstance(event, stop_after):
+                        self._held = data[pos:]
+                        return events
                     continue
                 end = pos + event[0]
                 if end + 2 > n:
@@ -224,6 +243,9 @@ class _Parser:
                     raise ProtocolError(UNKNOWN_OP)
                 append(finish(event, data, pos, end))
                 pos = end + 2
+                if stop_after is not None and isinstance(events[-1], stop_after):
+                    self._held = data[pos:]
+                    return events
             if pos < n:
                 rest += memoryview(data)[pos:]
                 if not self._need:
@@ -232,6 +254,20 @@ class _Parser:
             e.events = events
             raise
         return events
+
+    def take_buffer(self) -> bytes:
+        """Remove and return the bytes received but not parsed yet: those a ``stop_after`` left,
+        or a partial control line. The parser goes on as if it had never received them.
+
+        Raises ``RuntimeError`` inside a message payload (its control line is already parsed, so
+        the bytes cannot be handed back whole); right after a ``stop_after`` that never happens.
+        """
+        if self._need:
+            raise RuntimeError("take_buffer() inside a message payload")
+        taken = self._held + self._rest
+        self._held = b""
+        self._rest.clear()
+        return bytes(taken)
 
     # ---------------------------------------------------------------- limits
 
