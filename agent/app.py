@@ -25,6 +25,7 @@ from core.errors import ConfigError, StartupError
 from core.jetstream.engine import JetStream
 from core.server.failures import describe_failure, leaf_exception
 from core.server.server import Server
+from federation.leafnode.manager import LeafNodes
 
 log = logging.getLogger("leafjet.agent")
 
@@ -46,7 +47,10 @@ ReloadSource = Callable[[], AgentConfig]
 
 
 async def serve_agent(
-    cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = (), reload_source: ReloadSource | None = None
+    cfg: ServerConfig,
+    mqtt: tuple[MqttBridgeConfig, ...] = (),
+    reload_source: ReloadSource | None = None,
+    role: str = "agent",
 ) -> None:
     """Start JetStream (recovering streams) before the listener, then the in-process bridges; stop
     in the reverse order: the bridges, then stop accepting, drain clients, then stop the streams
@@ -54,7 +58,7 @@ async def serve_agent(
     data_dir = prepare_data_dir(cfg.data_dir)
     locks = [lock_data_dir(data_dir)]  # held until the process exits
     try:
-        await _serve(cfg, data_dir, locks, mqtt, reload_source)
+        await _serve(cfg, data_dir, locks, mqtt, reload_source, role)
     finally:
         for lock in locks:
             lock.release()
@@ -67,8 +71,10 @@ async def _serve(
     locks: list[DataDirLock],
     mqtt: tuple[MqttBridgeConfig, ...],
     reload_source: ReloadSource | None,
+    role: str,
 ) -> None:
     server = Server(cfg)
+    leafnodes = LeafNodes(server) if LeafNodes.configured(cfg) else None
     js: JetStream | None = None
     if cfg.jetstream.enabled:
         store_dir = Path(cfg.jetstream.store_dir) if cfg.jetstream.store_dir else data_dir
@@ -80,6 +86,12 @@ async def _serve(
             server.extra_info["domain"] = cfg.jetstream.domain
     js_scope = anyio.CancelScope()
     monitor_scope = anyio.CancelScope()
+    leaf_scope = anyio.CancelScope()
+
+    async def run_leafnodes(*, task_status: TaskStatus[int | None]) -> None:
+        assert leafnodes is not None
+        with leaf_scope:
+            await leafnodes.run(task_status=task_status)
 
     async def run_monitor(*, task_status: TaskStatus[int]) -> None:
         with monitor_scope:
@@ -94,6 +106,7 @@ async def _serve(
         try:
             await server.run(task_status=task_status)
         finally:
+            leaf_scope.cancel()
             js_scope.cancel()
             monitor_scope.cancel()
 
@@ -104,9 +117,16 @@ async def _serve(
         if js is not None:
             await tg.start(run_jetstream)
         port = await tg.start(run_server)
+        leaf_note = ""
+        if leafnodes is not None:
+            leaf_port = await tg.start(run_leafnodes)
+            if leaf_port is not None:
+                leaf_note = f", leafnodes on {cfg.leafnodes.host}:{leaf_port}"
+            if cfg.leafnodes.remotes:
+                leaf_note += f", {len(cfg.leafnodes.remotes)} leafnode remote(s)"
         print(
-            f"leafjet agent ready: listening on nats://{cfg.host}:{port} "
-            f"(server {server.name}, data {cfg.data_dir})",
+            f"leafjet {role} ready: listening on nats://{cfg.host}:{port} "
+            f"(server {server.name}, data {cfg.data_dir}{leaf_note})",
             flush=True,
         )
         # In-process bridges are ordinary NATS clients of this agent's own listener.
@@ -260,7 +280,10 @@ def _have_uvloop() -> bool:
 
 
 def run_agent(
-    cfg: ServerConfig, mqtt: tuple[MqttBridgeConfig, ...] = (), reload_source: ReloadSource | None = None
+    cfg: ServerConfig,
+    mqtt: tuple[MqttBridgeConfig, ...] = (),
+    reload_source: ReloadSource | None = None,
+    role: str = "agent",
 ) -> None:
     try:
         anyio.run(
@@ -268,6 +291,7 @@ def run_agent(
             cfg,
             mqtt,
             reload_source,
+            role,
             backend="asyncio",
             backend_options={"use_uvloop": _have_uvloop()},
         )

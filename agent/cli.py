@@ -30,6 +30,19 @@ _OVERRIDES = {
     "http_port": ("http_port", "LEAFJET_HTTP_PORT"),
 }
 _PORTS = ("port", "http_port")
+DEFAULT_HUB_LEAF_PORT = 7422  # the reference's leaf port
+
+
+def _leaf_port(args: argparse.Namespace) -> int | None:
+    value = args.leaf_port
+    if value is None and "LEAFJET_LEAF_PORT" in os.environ:
+        text = os.environ["LEAFJET_LEAF_PORT"]
+        if not text.isdigit():
+            raise ConfigError("LEAFJET_LEAF_PORT", f"expected a port number, got {text!r}")
+        value = int(text)
+    if value is not None and not 0 <= value <= 65535:
+        raise ConfigError("leaf_port", f"must be between 0 and 65535, got {value}")
+    return value
 
 
 AGENT_EPILOG = """\
@@ -63,10 +76,35 @@ def _build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser(
         "agent",
         help="run the leaf agent (a NATS server with JetStream on SQLite)",
-        description="Run the leaf agent: a NATS server with JetStream, its streams in SQLite-WAL files.",
+        description="Run the leaf agent: a NATS server with JetStream, its streams in SQLite-WAL files;"
+        " it dials its hubs as a leaf node ([[leafnodes.remotes]]) and may accept leafs of its own.",
         epilog=AGENT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_server_flags(a)
+    h = sub.add_parser(
+        "hub",
+        help="run a hub (the same server, accepting leaf nodes on port 7422 by default)",
+        description="Run a hub: the same server core as the agent, with the leaf-node listener on"
+        f" (port {DEFAULT_HUB_LEAF_PORT} unless leafnodes.port or --leaf-port says otherwise).",
+        epilog=AGENT_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_server_flags(h)
+    c = sub.add_parser("certs", help="generate development TLS certificates", add_help=False)
+    c.add_argument("rest", nargs=argparse.REMAINDER)
+    b = sub.add_parser("bridge", help="run a bridge as a NATS client: leafjet bridge mqtt --config FILE")
+    b.add_argument("kind", choices=["mqtt"])
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    s = sub.add_parser(
+        "spark", help="Spark jobs over streams: leafjet spark aggregate --help", add_help=False
+    )
+    s.add_argument("rest", nargs=argparse.REMAINDER)
+    return p
+
+
+def _add_server_flags(a: argparse.ArgumentParser) -> None:
+    """The flags of the server roles (agent, hub): the same for both."""
     a.add_argument("--host", help="address to listen on (default 0.0.0.0; env LEAFJET_HOST)")
     a.add_argument(
         "--port", type=int, help="client port (default 4222; 0 picks a free port; env LEAFJET_PORT)"
@@ -84,6 +122,11 @@ def _build_parser() -> argparse.ArgumentParser:
         " config. One agent at a time owns it",
     )
     a.add_argument("--server-name", help="server name reported in INFO (env LEAFJET_SERVER_NAME)")
+    a.add_argument(
+        "--leaf-port",
+        type=int,
+        help="accept leaf nodes on this port (leafnodes.port; 0 picks a free port; env LEAFJET_LEAF_PORT)",
+    )
     a.add_argument("--config", help="TOML config file, nats-server's field names (env LEAFJET_CONFIG)")
     a.add_argument(
         "--check-config", metavar="FILE", help="validate a config file, print the verdict and exit"
@@ -102,16 +145,6 @@ def _build_parser() -> argparse.ArgumentParser:
         " again), stop or term (SIGTERM), quit (SIGINT). The agent is PID, or the one that holds"
         " --data-dir (its pid is in <data-dir>/LOCK)",
     )
-    c = sub.add_parser("certs", help="generate development TLS certificates", add_help=False)
-    c.add_argument("rest", nargs=argparse.REMAINDER)
-    b = sub.add_parser("bridge", help="run a bridge as a NATS client: leafjet bridge mqtt --config FILE")
-    b.add_argument("kind", choices=["mqtt"])
-    b.add_argument("rest", nargs=argparse.REMAINDER)
-    s = sub.add_parser(
-        "spark", help="Spark jobs over streams: leafjet spark aggregate --help", add_help=False
-    )
-    s.add_argument("rest", nargs=argparse.REMAINDER)
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _build_parser().parse_args(args_list)
     except SystemExit as e:
         return int(e.code or 0)
-    if args.command == "agent":
+    if args.command in ("agent", "hub"):
         return _agent(args)
     return EXIT_USAGE
 
@@ -157,7 +190,13 @@ def _agent(args: argparse.Namespace) -> int:
     def load() -> AgentConfig:
         """The config as given at start: the file (read again on reload), then flags and variables."""
         agent_cfg = load_agent_config(config_path) if config_path else AgentConfig()
-        return replace(agent_cfg, server=_apply_overrides(agent_cfg.server, args))
+        server = _apply_overrides(agent_cfg.server, args)
+        leaf_port = _leaf_port(args)
+        if leaf_port is None and args.command == "hub" and server.leafnodes.port is None:
+            leaf_port = DEFAULT_HUB_LEAF_PORT
+        if leaf_port is not None:
+            server = server.replace(leafnodes=replace(server.leafnodes, port=leaf_port))
+        return replace(agent_cfg, server=server)
 
     try:
         if args.check_config:
@@ -174,7 +213,7 @@ def _agent(args: argparse.Namespace) -> int:
 
     set_log_level(cfg, fixed=args.log_level)
     try:
-        run_agent(cfg, agent_cfg.mqtt, load)
+        run_agent(cfg, agent_cfg.mqtt, load, role=args.command)
     except StartupError as e:
         return _fail(EXIT_STARTUP, f"cannot start: {e}")
     except KeyboardInterrupt:

@@ -105,10 +105,18 @@ class ApiReceiver(InternalReceiver):
         super().__init__(f"jsapi:{ajs.account.name}", ajs.account, backlog=backlog, release_on_receive=True)
         self.ajs = ajs
         self.domain = domain
+        # The reference's domain mapping of the KV and object-store subjects: a client of another
+        # domain writes a bucket through ``$JS.<domain>.API.$KV.…`` (the bare ``$KV.>`` never
+        # crosses a leaf link); here that is the same publish on ``$KV.…``.
+        self._mapped = (f"$JS.{domain}.API.$KV.", f"$JS.{domain}.API.$OBJ.") if domain else ()
+        self._mapped_cut = len(f"$JS.{domain}.API.") if domain else 0
 
     def deliver(
         self, sub: Subscription, subject: str, reply: str | None, headers: bytes | None, payload: bytes
     ) -> None:
+        if self._mapped and subject.startswith(self._mapped):
+            self.account.publish(subject[self._mapped_cut :], reply, headers, payload)
+            return
         if ".CONSUMER.MSG.NEXT." in subject:
             path = _api_path(subject, self.domain)
             if len(path) == 5 and path[:3] == ["CONSUMER", "MSG", "NEXT"]:

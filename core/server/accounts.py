@@ -18,7 +18,14 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
-from core.server.interest import InterestLedger, Link, is_lds_subject, new_lds_subject, propagates
+from core.server.interest import (
+    InterestLedger,
+    Link,
+    is_lds_subject,
+    new_lds_subject,
+    propagates,
+    with_ack_subject,
+)
 from core.sublist import Sublist
 
 
@@ -284,6 +291,11 @@ class Account:
         graph has a cycle (the link shell answers the loop error and closes)."""
         return subject == self.lds_subject
 
+    def link_interest(self, link: Link) -> list[tuple[str, str | None]]:
+        """The (subject, queue) keys a link holds here (its LS+ interest), for monitoring."""
+        state = self._attached.get(id(link))
+        return list(state.subs) if state is not None else []
+
     def ledger(self, link: Link) -> InterestLedger:
         """What was announced to ``link`` (monitoring, tests)."""
         return self._state(link).ledger
@@ -389,6 +401,11 @@ class Account:
                     out[id(link)] = (link, [qname])
                 else:
                     entry[1].append(qname)
+        if out and target != subject and reply is not None:
+            # A JetStream delivery: the peer routes it by the deliver subject and must hand its
+            # client the stored message's own subject, which rides at the end of the ack reply
+            # (the reference's ``$JS.ACK.…@<subject>``; ``split_ack_subject`` undoes it).
+            reply = with_ack_subject(reply, subject)
         for link, qnames in out.values():
             link.forward(target, reply, headers, payload, tuple(qnames))
         return count + len(out)

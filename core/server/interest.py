@@ -213,7 +213,10 @@ class Link(Protocol):
     """
 
     kind: LinkKind
-    name: str  # for log lines
+
+    @property
+    def name(self) -> str: ...  # for log lines
+
     echo: bool  # True: a link never gets its own messages back anyway (the router skips it)
 
     def announce(self, frame: LeafInterestFrame) -> None:
@@ -269,3 +272,43 @@ class LinkDelivery:
     ) -> None:
         for subject, reply, headers, payload in msgs:
             self.forward(subject, reply, headers, payload, ())
+
+
+# ---------------------------------------------------------------------------------------------
+# A JetStream delivery across a link. JetStream delivers a stored message (its own subject) to a
+# deliver subject; across a link the frame carries the deliver subject (the peer's interest) and
+# the message's subject rides after an "@" at the end of its ack reply, as nats-server does:
+# ``$JS.ACK.<stream>.<consumer>.<dc>.<sseq>.<dseq>.<ts>.<pending>@<subject>``. Subject tokens may
+# contain "@", so only the first "@" after the ack token's eight dots counts.
+
+_ACK_PREFIX = "$JS.ACK."
+
+
+def _ack_suffix_index(reply: str) -> int:
+    if not reply.startswith(_ACK_PREFIX):
+        return -1
+    dots = 0
+    for i, ch in enumerate(reply):
+        if ch == ".":
+            dots += 1
+        elif ch == "@" and dots >= 8:
+            return i
+    return -1
+
+
+def with_ack_subject(reply: str, subject: str) -> str:
+    """``reply`` carrying ``subject`` for the peer, when it is an ack reply not carrying one yet."""
+    if not reply.startswith(_ACK_PREFIX) or _ack_suffix_index(reply) != -1:
+        return reply
+    return f"{reply}@{subject}"
+
+
+def split_ack_subject(reply: str | None) -> tuple[str | None, str | None]:
+    """``(reply, delivered subject)`` from a reply that came over a link: the subject the receiving
+    client must see, or None when the reply carries none."""
+    if reply is None:
+        return None, None
+    i = _ack_suffix_index(reply)
+    if i == -1:
+        return reply, None
+    return reply[:i], reply[i + 1 :]

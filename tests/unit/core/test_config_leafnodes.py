@@ -7,6 +7,7 @@ import pytest
 from core.config import GLOBAL_ACCOUNT, config_from_dict
 from core.errors import ConfigError
 
+NKEY = "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4"
 SEED = "SUAMLK2ZNL35WSMW37E7UD4VZ7ELPKW7DHC3BWBSD2GCZ7IUQQXZIORRBU"
 
 
@@ -25,7 +26,10 @@ def test_accept_side_with_users_bound_to_accounts():
                 "authorization": {
                     "users": [
                         {"user": "leaf1", "password": "s1", "account": "SITE1"},
-                        {"nkey": "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4", "account": "SITE2"},
+                        {
+                            "nkey": NKEY,
+                            "account": "SITE2",
+                        },
                     ]
                 },
             },
@@ -39,7 +43,9 @@ def test_accept_side_with_users_bound_to_accounts():
 
 
 def test_single_user_authorization_binds_its_account():
-    cfg = config_from_dict({"leafnodes": {"port": 0, "authorization": {"user": "u", "password": "p", "account": "A"}}})
+    cfg = config_from_dict(
+        {"leafnodes": {"port": 0, "authorization": {"user": "u", "password": "p", "account": "A"}}}
+    )
     assert cfg.leafnodes.auth is not None and cfg.leafnodes.auth.users[0].account == "A"
 
 
@@ -71,15 +77,27 @@ def test_remote_with_url_credentials_denies_and_nkey_seed(tmp_path):
     assert SEED not in repr(r2)  # the seed never reaches a log line through repr
 
 
+HUB = "nats-leaf://hub"
+
+
 @pytest.mark.parametrize(
     ("leafnodes", "path"),
     [
         ({"remotes": [{"urls": []}]}, "leafnodes.remotes[0].urls"),
         ({"remotes": [{"urls": ["http://hub:80"]}]}, "leafnodes.remotes[0].urls[0]"),
-        ({"remotes": [{"urls": ["nats-leaf://hub"], "deny_imports": ["a..b"]}]}, "leafnodes.remotes[0].deny_imports"),
-        ({"remotes": [{"urls": ["nats-leaf://hub"], "credentials": "x.creds"}]}, "leafnodes.remotes[0].credentials"),
-        ({"remotes": [{"urls": ["nats-leaf://hub"], "nkey": "/nonexistent/seed"}]}, "leafnodes.remotes[0].nkey"),
-        ({"remotes": [{"urls": ["nats-leaf://hub"], "bogus": 1}]}, "leafnodes.remotes[0].bogus"),
+        (
+            {"remotes": [{"urls": [HUB], "deny_imports": ["a..b"]}]},
+            "leafnodes.remotes[0].deny_imports",
+        ),
+        (
+            {"remotes": [{"urls": [HUB], "credentials": "x.creds"}]},
+            "leafnodes.remotes[0].credentials",
+        ),
+        (
+            {"remotes": [{"urls": [HUB], "nkey": "/nonexistent/seed"}]},
+            "leafnodes.remotes[0].nkey",
+        ),
+        ({"remotes": [{"urls": [HUB], "bogus": 1}]}, "leafnodes.remotes[0].bogus"),
         ({"port": 70000}, "leafnodes.port"),
         ({"compression": "s2_fast"}, "leafnodes.compression"),
         ({"authorization": {"users": [{"user": "x"}]}}, "leafnodes.authorization.users[0]"),

@@ -627,3 +627,19 @@ def test_a_reattached_link_learns_the_whole_interest_again():
     again = FakeLink("leaf0", LA)
     acc.attach_link(again)
     assert _user_peer(again) == {("a.b", None): 1}
+
+
+# ---------------------------------------------------------------- JetStream deliveries over a link
+
+
+def test_an_ack_reply_carries_the_delivered_subject_and_splits_back():
+    from core.server.interest import split_ack_subject, with_ack_subject
+
+    reply = "$JS.ACK.S.C.1.5.5.1700000000000000000.0"
+    carried = with_ack_subject(reply, "orders.eu@x")
+    assert carried == reply + "@orders.eu@x"
+    assert split_ack_subject(carried) == (reply, "orders.eu@x")
+    assert with_ack_subject(carried, "other") == carried  # never twice
+    assert with_ack_subject("_INBOX.a.b", "s") == "_INBOX.a.b"  # only ack replies carry it
+    assert split_ack_subject("$JS.ACK.a@b.c") == ("$JS.ACK.a@b.c", None)  # "@" before the 8th dot
+    assert split_ack_subject(None) == (None, None)
