@@ -352,7 +352,9 @@ class LeafLink:
         self.inbound = _checker(perms.publish, denies.imports)
         self.manager.replace_duplicate(self, account)
         zstd = opts.get(LEAFJET_COMPRESSION) == "zstd" and self.server.config.leafnodes.compression == "zstd"
-        if self.parser.take_buffer() and zstd:
+        # The leaf sends nothing after a CONNECT that asks for zstd until our connect_info
+        # INFO: anything already here would be read on the wrong side of the switch.
+        if zstd and self.parser.take_buffer():
             raise self._refuse(
                 "Unknown Protocol Operation", "data after a CONNECT that asked for compression"
             )
@@ -757,6 +759,7 @@ class LeafLink:
     def describe(self) -> dict[str, Any]:
         """One entry of /leafz, shaped like the reference's."""
         entry: dict[str, Any] = {
+            "id": self.cid,
             "name": self.peer_name,
             "is_spoke": self.kind is LinkKind.LEAF_SOLICITED,
             "account": self.account.name if self.account else "",
