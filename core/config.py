@@ -372,12 +372,12 @@ def _leaf_compression(t: ConfigTable, default: str) -> str:
 
 
 def _read_leaf_auth(data: Any) -> AuthConfig:
-    """``leafnodes.authorization``: ``user``/``password``/``account``, or ``users`` each with
-    its ``account`` (or an ``nkey`` instead of user and password)."""
+    """``leafnodes.authorization``: ``user``/``password`` (or ``nkey``) and ``account``, or
+    ``users`` each with its ``account`` (or an ``nkey`` instead of user and password)."""
     t = ConfigTable(data, "leafnodes.authorization")
     users: list[User] = []
     timeout = t.duration("timeout", 2.0)
-    single = {k: t.take(k) for k in ("user", "password", "account") if k in t.data}
+    single = {k: t.take(k) for k in ("user", "password", "nkey", "account") if k in t.data}
     if single:
         account = single.pop("account", GLOBAL_ACCOUNT)
         users.append(_read_user(single, "leafnodes.authorization", account))

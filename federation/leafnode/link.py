@@ -203,8 +203,7 @@ class LeafLink:
                 tg.cancel_scope.cancel()
 
     def _auth_timeout(self) -> float:
-        auth = self.authenticator
-        return auth.config.auth_timeout if auth is not None else 2.0
+        return self.manager.auth_timeout
 
     # ------------------------------------------------------------------ TLS
 
@@ -471,6 +470,10 @@ class LeafLink:
             except ProtocolError as e:
                 for ev in e.events:
                     await self._handle(ev)
+                if self.state is LinkState.HANDSHAKE and self.kind is LinkKind.LEAF_ACCEPTED:
+                    # Bytes that are not a CONNECT before one: the reference's answer.
+                    self.close("operation before CONNECT", "Authorization Violation")
+                    return
                 if e.message is not None:
                     self._send_now(encoder.encode_err(e.message))
                 self.close_reason = self.close_reason or f"protocol error: {e.message or 'parser error'}"
@@ -506,6 +509,10 @@ class LeafLink:
 
     async def _handle(self, ev: Any) -> None:
         t = type(ev)
+        if self.state is LinkState.HANDSHAKE and self.kind is LinkKind.LEAF_ACCEPTED and t is not Connect:
+            # Anything but CONNECT first (even a PING) is refused, as the reference does.
+            self.close("operation before CONNECT", "Authorization Violation")
+            return
         if t is LeafMsg:
             self._on_msg(ev)
         elif t is LeafSub:

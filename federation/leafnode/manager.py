@@ -72,7 +72,11 @@ class LeafNodes:
         cfg = server.config.leafnodes
         self.config = cfg
         self.version = LEAF_VERSION
-        self.authenticator = Authenticator(cfg.auth) if cfg.auth is not None else server.authenticator
+        # ``leafnodes.authorization`` without users (only a timeout) leaves leafs to the server's
+        # own users, as the reference: never "anyone may connect".
+        auth = cfg.auth
+        self.authenticator = Authenticator(auth) if auth is not None and auth.users else server.authenticator
+        self.auth_timeout = auth.auth_timeout if auth is not None else self.authenticator.config.auth_timeout
         self.ssl_context: ssl.SSLContext | None = server_ssl_context(cfg.tls) if cfg.tls else None
         self.links: dict[int, LeafLink] = {}
         self.remotes = [

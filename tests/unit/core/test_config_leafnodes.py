@@ -49,6 +49,13 @@ def test_single_user_authorization_binds_its_account():
     assert cfg.leafnodes.auth is not None and cfg.leafnodes.auth.users[0].account == "A"
 
 
+def test_single_nkey_authorization_binds_its_account():
+    # The reference's leafnodes.authorization {nkey, account} (its users list takes no nkey).
+    cfg = config_from_dict({"leafnodes": {"port": 0, "authorization": {"nkey": NKEY, "account": "A"}}})
+    assert cfg.leafnodes.auth is not None
+    assert [(u.nkey, u.account) for u in cfg.leafnodes.auth.users] == [(NKEY, "A")]
+
+
 def test_remote_with_url_credentials_denies_and_nkey_seed(tmp_path):
     seed_file = tmp_path / "leaf.nk"
     seed_file.write_text(SEED + "\n")
