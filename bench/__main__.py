@@ -8,6 +8,7 @@
     python -m bench putfloor [--ops 5000] [--runs 3]
     python -m bench footprint [--streams 1000] [--idle-seconds 10] [--nofile 1024]
     python -m bench monitoring [--msgs 100000] [--js-msgs 20000] [--runs 3] [--interval 1.0]
+    python -m bench leaf [--msgs 100000] [--sizes 128,1024] [--seconds 5] [--rate 1000000] [--runs 1]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
 core/jetstream/consumers figures are medians over --runs runs; each run uses a fresh server of each
@@ -29,6 +30,8 @@ from bench.core import CoreFigures, run_core
 from bench.footprint import add_parser as add_footprint_parser
 from bench.footprint import footprint_matrix
 from bench.jetstream import JsFigures, run_jetstream
+from bench.leaf import add_parser as add_leaf_parser
+from bench.leaf import leaf_matrix
 from bench.monitoring import add_parser as add_monitoring_parser
 from bench.monitoring import monitoring_matrix
 from bench.mqtt import run_mqtt
@@ -306,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     add_putfloor_parser(sub)
     add_footprint_parser(sub)
     add_monitoring_parser(sub)
+    add_leaf_parser(sub)
     args = p.parse_args(argv)
     if args.matrix == "core":
         return core_matrix(args)
@@ -323,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         return footprint_matrix(args)
     if args.matrix == "monitoring":
         return monitoring_matrix(args)
+    if args.matrix == "leaf":
+        return leaf_matrix(args)
     if args.matrix == "mqtt":
         return run_mqtt(args.msgs, args.size, args.inflight)
     return 2
