@@ -411,11 +411,12 @@ class Monitor:
         )
         return _json(await self.js.jsz(opts, self.server.server_id, self.now()))
 
-    async def leafz(self, _req: Request) -> Response:
-        """The reference's shape: each live leaf link (either role), plus leafjet's ``remotes``:
-        each configured remote's dial state (connected, reconnects, last error)."""
+    async def leafz(self, req: Request) -> Response:
+        """The reference's shape: each live leaf link (either role; ``?subs=1`` adds the interest
+        the peer announced, ``subscriptions_list``), plus leafjet's ``remotes``: each configured
+        remote's dial state (connected, reconnects, last error)."""
         source = self.server.leafz_source
-        leafs, remotes = source() if source is not None else ([], [])
+        leafs, remotes = source(_flag(req.query, "subs")) if source is not None else ([], [])
         body: dict[str, Any] = {
             "server_id": self.server.server_id,
             "now": self.now(),

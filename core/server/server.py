@@ -96,7 +96,7 @@ class Server:
         self.jetstream_monitor: JetStreamMonitor | None = None  # set by JetStream, read by /jsz
         self.monitor: Monitor | None = None  # the monitoring HTTP server, when http_port is set
         # /leafz's rows: (live links, configured remotes' states); set by the leaf-node subsystem
-        self.leafz_source: Callable[[], tuple[list[dict[str, Any]], list[dict[str, Any]]]] | None = None
+        self.leafz_source: Callable[[bool], tuple[list[dict[str, Any]], list[dict[str, Any]]]] | None = None
 
     # ------------------------------------------------------------------ run
 

@@ -326,6 +326,9 @@ class LeafLink:
     async def _on_connect(self, opts: dict[str, Any]) -> None:
         if self.state is not LinkState.HANDSHAKE:
             return  # a second CONNECT changes nothing on a leaf link
+        # Credentials first, as the reference: a client or a gateway without leaf credentials
+        # only ever learns "Authorization Violation".
+        principal = await self._authenticate(opts)
         if "lang" in opts:
             raise self._refuse(
                 "attempted to connect to leaf node port", "a client connected to the leaf port"
@@ -335,7 +338,6 @@ class LeafLink:
             raise self._refuse(
                 f'Rejecting connection from gateway "{gw}" on the leafnode port', "a gateway connected"
             )
-        principal = await self._authenticate(opts)
         self.peer = opts
         self.peer_name = str(opts.get("name") or opts.get("server_id") or "")
         self.peer_domain = opts.get("domain") or None
@@ -763,7 +765,7 @@ class LeafLink:
 
     # ------------------------------------------------------------------ monitoring
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, subs: bool = False) -> dict[str, Any]:
         """One entry of /leafz, shaped like the reference's."""
         entry: dict[str, Any] = {
             "id": self.cid,
@@ -782,6 +784,10 @@ class LeafLink:
         }
         if self.peer_domain:
             entry["domain"] = self.peer_domain
+        if subs and self.account is not None:
+            entry["subscriptions_list"] = sorted(
+                {subject for subject, _q in self.account.link_interest(self)}
+            )
         return entry
 
 

@@ -293,8 +293,9 @@ class LeafNodes:
     def disconnected(self, link: LeafLink) -> None:
         self.links.pop(link.cid, None)
 
-    def describe(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        return [link.describe() for link in self.links.values()], [s.describe() for s in self.remotes]
+    def describe(self, subs: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """/leafz: each live link (with its peer's interest when ``subs``), each remote's state."""
+        return [link.describe(subs) for link in self.links.values()], [s.describe() for s in self.remotes]
 
 
 def _advertised_host(host: str) -> str:
