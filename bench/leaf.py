@@ -44,11 +44,12 @@ from tests.support.leafnodes import (
     wait_for_leaf_connected,
 )
 
-PAIRS = (  # (leaf kind, hub kind)
-    ("reference", "reference"),
-    ("leafjet", "reference"),
-    ("reference", "leafjet"),
-    ("leafjet", "leafjet"),
+PAIRS = (  # (leaf kind, hub kind, the hub's leafnodes.compression: None = its default)
+    ("reference", "reference", None),
+    ("leafjet", "reference", None),
+    ("reference", "leafjet", None),
+    ("leafjet", "leafjet", "off"),
+    ("leafjet", "leafjet", None),  # zstd, negotiated between two leafjet peers
 )
 ACCOUNTS = {"APP": [("app", "app-pw")]}
 LEAF_USERS = [LeafUser("leaf", "leaf-pw", "APP")]
@@ -168,11 +169,15 @@ async def _throttled(hub_url: str, leaf_url: str, seconds: float, rate: float) -
         await sub_nc.close()
 
 
-def _run_pair(tmp: Path, leaf_kind: str, hub_kind: str, args: argparse.Namespace) -> LeafFigures:
+def _run_pair(
+    tmp: Path, leaf_kind: str, hub_kind: str, compression: str | None, args: argparse.Namespace
+) -> LeafFigures:
     figs: dict[int, float] = {}
-    topo = Topology(tmp / f"{leaf_kind}-{hub_kind}")
+    hub_node = Node(accounts=ACCOUNTS, domain="HUB", leaf_users=LEAF_USERS, leaf_compression=compression)
+    tag = f"{leaf_kind}-{hub_kind}-{compression or 'default'}"
+    topo = Topology(tmp / tag)
     try:
-        hub = topo.start("hub", hub_kind, Node(accounts=ACCOUNTS, domain="HUB", leaf_users=LEAF_USERS))
+        hub = topo.start("hub", hub_kind, hub_node)
         leaf = topo.start(
             "leaf",
             leaf_kind,
@@ -186,11 +191,9 @@ def _run_pair(tmp: Path, leaf_kind: str, hub_kind: str, args: argparse.Namespace
             )
     finally:
         topo.close()
-    topo = Topology(tmp / f"{leaf_kind}-{hub_kind}-throttled")
+    topo = Topology(tmp / f"{tag}-throttled")
     try:
-        hub, proxy = topo.start_behind_proxy(
-            "hub", hub_kind, Node(accounts=ACCOUNTS, domain="HUB", leaf_users=LEAF_USERS)
-        )
+        hub, proxy = topo.start_behind_proxy("hub", hub_kind, hub_node)
         leaf = topo.start(
             "leaf",
             leaf_kind,
@@ -215,26 +218,29 @@ def _run_pair(tmp: Path, leaf_kind: str, hub_kind: str, args: argparse.Namespace
 
 def leaf_matrix(args: argparse.Namespace) -> int:
     args.sizes = [int(s) for s in str(args.sizes).split(",") if s]
-    results: dict[tuple[str, str], LeafFigures] = {}
+    results: dict[tuple[str, str, str | None], LeafFigures] = {}
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-leaf-") as tmp:
-        for leaf_kind, hub_kind in PAIRS:
+        for leaf_kind, hub_kind, compression in PAIRS:
             if missing_leafjet_roles([(leaf_kind, "solicit"), (hub_kind, "accept")]):
                 notes.append(f"{leaf_kind} leaf -> {hub_kind} hub: skipped, leafjet leaf links not built yet")
                 continue
-            results[leaf_kind, hub_kind] = _run_pair(Path(tmp), leaf_kind, hub_kind, args)
+            results[leaf_kind, hub_kind, compression] = _run_pair(
+                Path(tmp), leaf_kind, hub_kind, compression, args
+            )
     sizes = "+".join(f"{s}B" for s in args.sizes)
     print(
         f"\nleaf N={args.msgs},MsgSz={sizes},runs={args.runs}; "
         f"throttled: link {args.rate / 1e6:g} MB/s per direction, ~200B JSON telemetry, {args.seconds:g}s"
     )
     print("  leaf publisher -> link -> hub subscriber, stock nats-py; ratios are to reference -> reference.")
-    base = results.get(("reference", "reference"))
+    base = results.get(("reference", "reference", None))
     head = f"{'leaf -> hub':26s}" + "".join(f" {f'{s}B msgs/s':>14s} {'ratio':>6s}" for s in args.sizes)
     head += f" {'throttled msgs/s':>16s} {'ratio':>6s} {'payload/link':>12s}  link compression"
     print(head)
-    for (leaf_kind, hub_kind), f in results.items():
-        row = f"{leaf_kind + ' -> ' + hub_kind:26s}"
+    for (leaf_kind, hub_kind, compression), f in results.items():
+        label = f"{leaf_kind} -> {hub_kind}" + (f" ({compression})" if compression else "")
+        row = f"{label:26s}"
         for s in args.sizes:
             ratio = f.msgs_per_s[s] / base.msgs_per_s[s] if base else float("nan")
             row += f" {f.msgs_per_s[s]:>14,.0f} {ratio:6.2f}"

@@ -269,6 +269,21 @@ def encode_lmsg(
 ) -> bytes:
     """A whole LMSG (``headers`` None) or HMSG, ready to write. With ``queues`` the reply goes
     after a ``+`` (``+ <reply> <q...>``), or a ``|`` stands for no reply (``| <q...>``)."""
+    if not queues:
+        # The common frames in one bytes formatting each: about half the cost of building the
+        # control line as text and joining (measured: 0.33 against 0.58 us for 128 B).
+        subj = subject.encode("utf-8", "surrogateescape")
+        if headers is None:
+            if reply is None:
+                return b"LMSG %b %d\r\n%b\r\n" % (subj, len(payload), payload)
+            rep = reply.encode("utf-8", "surrogateescape")
+            return b"LMSG %b %b %d\r\n%b\r\n" % (subj, rep, len(payload), payload)
+        hdr = len(headers)
+        total = hdr + len(payload)
+        if reply is None:
+            return b"HMSG %b %d %d\r\n%b%b\r\n" % (subj, hdr, total, headers, payload)
+        rep = reply.encode("utf-8", "surrogateescape")
+        return b"HMSG %b %b %d %d\r\n%b%b\r\n" % (subj, rep, hdr, total, headers, payload)
     if headers is None:
         return b"".join((lmsg_head(subject, reply, queues, len(payload)), payload, b"\r\n"))
     return b"".join(

@@ -26,7 +26,7 @@ from core.server.interest import (
     propagates,
     with_ack_subject,
 )
-from core.sublist import Sublist
+from core.sublist import Sublist, SublistResult
 
 
 class Receiver(Protocol):
@@ -108,8 +108,11 @@ class _Attached:
         self.subs: dict[tuple[str, str | None], Subscription] = {}  # its LS+ keys
 
 
+_PLANS_MAX = 4096
+
+
 class Account:
-    __slots__ = ("_attached", "lds_subject", "links", "name", "sublist")
+    __slots__ = ("_attached", "_plans", "lds_subject", "links", "name", "sublist")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -117,6 +120,13 @@ class Account:
         self.links: list[Link] = []  # attached federation links, in attach order
         self._attached: dict[int, _Attached] = {}  # id(link) -> its state
         self.lds_subject: str | None = None  # $LDS.<nuid>, made when the first link attaches
+        # A match result's plain subscriptions split into local ones and the distinct links,
+        # kept per result object (results are immutable and replaced on any change, and the plan
+        # holds its result, so an id is never reused while its plan lives): the per-message
+        # loop then does no de-duplication.
+        self._plans: dict[
+            int, tuple[SublistResult[Subscription], tuple[Subscription, ...], tuple[Link, ...]]
+        ] = {}
 
     def subscribe(self, sub: Subscription) -> None:
         """Add a local subscription (a client's SUB, an internal service's); with links, announce
@@ -325,6 +335,20 @@ class Account:
             if frame is not None:
                 link.announce(frame)
 
+    def _plan(
+        self, result: SublistResult[Subscription]
+    ) -> tuple[SublistResult[Subscription], tuple[Subscription, ...], tuple[Link, ...]]:
+        local = tuple(sub for sub in result.plain if sub.link is None)
+        links: dict[int, Link] = {}
+        for sub in result.plain:
+            if sub.link is not None:
+                links.setdefault(id(sub.link), sub.link)
+        plan = (result, local, tuple(links.values()))
+        if len(self._plans) >= _PLANS_MAX:
+            self._plans.clear()
+        self._plans[id(result)] = plan
+        return plan
+
     def _publish_linked(
         self,
         subject: str,
@@ -357,18 +381,18 @@ class Account:
         skip_self = origin is not None and not origin.echo
         count = 0
         out: dict[int, tuple[Link, list[str]]] = {}  # id(link) -> (link, queue groups for it)
-        for sub in result.plain:
-            link = sub.link
-            if link is None:
-                if skip_self and sub.receiver is origin:
-                    continue
-                if sub.deny_filter is not None and not sub.deny_filter(target):
-                    continue
-                sub.receiver.deliver(sub, subject, reply, headers, payload)
-                count += 1
-            elif (
-                link is not origin and id(link) not in out and (okind is None or propagates(link.kind, okind))
-            ):
+        plan = self._plans.get(id(result))
+        if plan is None or plan[0] is not result:
+            plan = self._plan(result)
+        for sub in plan[1]:
+            if skip_self and sub.receiver is origin:
+                continue
+            if sub.deny_filter is not None and not sub.deny_filter(target):
+                continue
+            sub.receiver.deliver(sub, subject, reply, headers, payload)
+            count += 1
+        for link in plan[2]:
+            if link is not origin and (okind is None or propagates(link.kind, okind)):
                 out[id(link)] = (link, [])
         if result.queues and (okind is None or queues):
             wanted = None if okind is None or not queues else frozenset(queues)

@@ -498,8 +498,12 @@ class LeafLink:
             )
             events = self.parser.feed(data, stop_after=stop)
             data = b""
+            on_msg = self._on_msg
             for ev in events:
-                await self._handle(ev)
+                if type(ev) is LeafMsg:  # the hot path, without a coroutine per message
+                    on_msg(ev)
+                else:
+                    await self._handle(ev)
                 if self.state is LinkState.CLOSING:
                     return
             if stop is None or not events or type(events[-1]) is not stop:
@@ -598,7 +602,9 @@ class LeafLink:
                 )
             return
         assert self.account is not None
-        reply, delivered = split_ack_subject(ev.reply)
+        reply, delivered = ev.reply, None
+        if reply is not None and reply.startswith("$JS.ACK."):
+            reply, delivered = split_ack_subject(reply)
         if delivered is None:
             self.account.publish(subject, reply, ev.headers, ev.payload, self, queues=ev.queues)
         else:  # a JetStream delivery: routed by its deliver subject, seen with its own subject

@@ -86,6 +86,7 @@ class Node:
     leaf_users: list[LeafUser] = field(default_factory=list)
     remotes: list[Remote] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # more top-level fields, verbatim
+    leaf_compression: str | None = None  # leafnodes.compression of an accepting node ("off": none)
 
     @property
     def accepts(self) -> bool:
@@ -108,6 +109,8 @@ class Node:
             leafnodes.update(host="127.0.0.1", port=leaf_listen_port)
             if self.advertise:
                 leafnodes["advertise"] = self.advertise
+            if self.leaf_compression is not None:
+                leafnodes["compression"] = self.leaf_compression
             if self.leaf_users:
                 leafnodes["authorization"] = {
                     "users": [
