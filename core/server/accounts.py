@@ -418,11 +418,11 @@ class Account:
                     sub = remote[0]
                 else:
                     sub = random.choices(remote, weights=[m.weight for m in remote])[0]
-                link = sub.link
-                assert link is not None
-                entry = out.get(id(link))
+                holder = sub.link
+                assert holder is not None
+                entry = out.get(id(holder))
                 if entry is None:
-                    out[id(link)] = (link, [qname])
+                    out[id(holder)] = (holder, [qname])
                 else:
                     entry[1].append(qname)
         if out and target != subject and reply is not None:
