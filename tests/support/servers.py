@@ -134,6 +134,7 @@ def start_leafjet(
     *,
     timeout: float = 15.0,
     extra_args: tuple[str, ...] = (),
+    role: str = "agent",
 ) -> RunningServer:
     workdir.mkdir(parents=True, exist_ok=True)
     config = dict(config or {})
@@ -141,7 +142,7 @@ def start_leafjet(
         sys.executable,
         "-m",
         "agent.cli",
-        "agent",
+        role,
         "--host",
         "127.0.0.1",
         "--port",
