@@ -15,9 +15,7 @@ the receiver as a slow consumer instead of growing memory or stalling the publis
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import math
 import time
 from collections.abc import Sequence
 from enum import Enum
@@ -42,6 +40,7 @@ from core.server.auth import (
     Principal,
     Verification,
 )
+from core.server.output import BufferedOutput
 from core.server.reload import secret_unchanged
 from core.server.tcp import TcpStream
 
@@ -63,7 +62,9 @@ class State(Enum):
     CLOSED = "closed"
 
 
-class ClientConnection:
+class ClientConnection(BufferedOutput):
+    writer_fault = "client_writer"
+
     def __init__(self, server: Server, stream: ByteStream, cid: int, client_ip: str) -> None:
         self.server = server
         self.cfg = server.config
@@ -94,16 +95,9 @@ class ClientConnection:
         self.in_bytes = 0
         self.out_msgs = 0
         self.out_bytes = 0
-        # outbound buffer
-        self._out: list[bytes] = []
-        self._pending = 0
-        # asyncio's Event, set and cleared in place: the writer wakes once per outbound burst, and
-        # making an anyio Event per wake-up cost more than the rest of the wake-up.
-        self._wake = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._close_reason = ""
+        self.close_reason = ""
         self._scope: anyio.CancelScope | None = None
-        self._high_water = self.cfg.max_pending * 3 // 4
+        self._init_output()  # the outbound buffer (core/server/output.py)
         self._connected = anyio.Event()
 
     # ------------------------------------------------------------------ lifecycle
@@ -119,8 +113,8 @@ class ClientConnection:
             self._remove_subscriptions()
             with anyio.CancelScope(shield=True):
                 await aclose_quietly(self.stream)
-            if self._close_reason:
-                log.info("client %d %s closed: %s", self.cid, self.client_ip, self._close_reason)
+            if self.close_reason:
+                log.info("client %d %s closed: %s", self.cid, self.client_ip, self.close_reason)
 
     async def _serve(self) -> None:
         auth = self.server.authenticator
@@ -130,7 +124,7 @@ class ClientConnection:
             await self.stream.send(self.server.info_for(self))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             # A health check or port scan that connects and closes at once: nothing to serve.
-            self._close_reason = "client closed the connection before INFO"
+            self.close_reason = "client closed the connection before INFO"
             return
         if self.server.ssl_context is not None and not await self._start_tls():
             return
@@ -159,10 +153,10 @@ class ClientConnection:
                     standard_compatible=False,
                 )
         except (TimeoutError, OSError, anyio.BrokenResourceError, anyio.EndOfStream) as e:
-            self._close_reason = f"TLS handshake failed: {e.__class__.__name__}: {e}"
+            self.close_reason = f"TLS handshake failed: {e.__class__.__name__}: {e}"
             return False
         except Exception as e:  # ssl.SSLError is an OSError, but be sure garbage never escapes
-            self._close_reason = f"TLS handshake failed: {e!r}"
+            self.close_reason = f"TLS handshake failed: {e!r}"
             return False
         return True
 
@@ -172,7 +166,7 @@ class ClientConnection:
             return
         if err is not None:
             self._out.append(encoder.encode_err(err))
-        self._close_reason = reason
+        self.close_reason = reason
         self._begin_close()
 
     def _begin_close(self) -> None:
@@ -197,7 +191,7 @@ class ClientConnection:
             try:
                 data = await stream.receive(_READ_SIZE)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                self._close_reason = self._close_reason or "client closed the connection"
+                self.close_reason = self.close_reason or "client closed the connection"
                 return
             if faults.ARMED:
                 faults.fault_point("client_reader", self.name)
@@ -224,79 +218,6 @@ class ClientConnection:
             if self.server.stalled:
                 await self._wait_for_stalled()
 
-    async def _wait_for_stalled(self) -> None:
-        """Back-pressure: a publisher waits (bounded) while receivers past their high-water mark drain.
-
-        Routing is synchronous, so the receivers marked during this chunk were fed by it.
-        """
-        stalled = self.server.stalled
-        self.server.stalled = set()
-        with anyio.move_on_after(self.cfg.write_deadline):
-            for receiver in stalled:
-                await receiver.wait_drained()
-
-    async def wait_drained(self) -> None:
-        """(A receiver in ``server.stalled``) Until its buffer is down to half its high-water mark."""
-        while self.state is State.CONNECTED and self._pending > self._high_water // 2:
-            await self._drained.wait()
-
-    async def _writer(self) -> None:
-        # One cancel scope for the writer's life, armed with write_deadline only while a send is
-        # under way: a fail_after per send cost more CPU than the send itself.
-        with anyio.CancelScope() as guard:
-            try:
-                await self._write_loop(guard)
-            except BaseException:
-                # Nobody will flush now: the reader's final wait for the drain must not wait
-                # out write_deadline for a writer that is gone.
-                self._drained.set()
-                raise
-        if guard.cancelled_caught:
-            self._close_reason = "write deadline exceeded (slow consumer)"
-            self._out.clear()
-            self._drained.set()
-            self.server.stats.slow_consumers += 1
-            self._begin_close()
-            if self._scope is not None:
-                self._scope.cancel()
-
-    async def _write_loop(self, guard: anyio.CancelScope) -> None:
-        stream = self.stream
-        deadline = self.cfg.write_deadline
-        clock = asyncio.get_running_loop().time  # the clock anyio's deadlines use on asyncio
-        while True:
-            if not self._out:
-                self._drained.set()
-                if self.state is State.CLOSING:
-                    # Everything, including a final -ERR, is out: end the connection's tasks.
-                    if self._scope is not None:
-                        self._scope.cancel()
-                    return
-                await self._wake.wait()
-                self._wake.clear()
-                if faults.ARMED:
-                    faults.fault_point("client_writer", self.name)
-                continue
-            # A plain TCP connection whose transport takes the bytes at once needs no deadline:
-            # arming and disarming one (a timer on the loop) cost a tenth of a request's CPU.
-            if self._write_through():
-                continue
-            data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
-            self._out.clear()
-            self._pending = 0
-            guard.deadline = clock() + deadline
-            try:
-                await stream.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                self._close_reason = self._close_reason or "write failed"
-                self._out.clear()
-                self._drained.set()
-                self._begin_close()
-                if self._scope is not None:
-                    self._scope.cancel()
-                return
-            guard.deadline = math.inf
-
     async def _pinger(self) -> None:
         while True:
             await anyio.sleep(self.cfg.ping_interval)
@@ -316,22 +237,22 @@ class ClientConnection:
         if self.state is State.HANDSHAKE:
             self.close("authentication timeout", "Authentication Timeout")
 
-    # ------------------------------------------------------------------ monitoring (read-only)
-
-    @property
-    def pending_bytes(self) -> int:
-        return self._pending
-
     # ------------------------------------------------------------------ outbound
 
     def _send(self, data: bytes) -> None:
         if self.state is State.CLOSED:
             return
-        self._out.append(data)
-        self._pending += len(data)
-        self._wake.set()
-        if self._drained.is_set():
-            self._drained.clear()
+        self._queue(data)
+
+    # BufferedOutput's questions
+    def _is_open(self) -> bool:
+        return self.state is State.CONNECTED
+
+    def _is_closing(self) -> bool:
+        return self.state is State.CLOSING
+
+    def _slow_consumer(self) -> None:
+        self.server.stats.slow_consumers += 1
 
     def deliver(
         self, sub: Subscription, subject: str, reply: str | None, headers: bytes | None, payload: bytes
@@ -435,7 +356,7 @@ class ClientConnection:
         if e.message is not None:
             self._send(encoder.encode_err(e.message))
         if e.close:
-            self._close_reason = f"protocol error: {e.message or 'parser error'}"
+            self.close_reason = f"protocol error: {e.message or 'parser error'}"
 
     def _on_connect(self, opts: dict[str, Any]) -> Verification | None:
         """Apply a CONNECT. Decided here when that is cheap (no auth, a token or password verified

@@ -16,12 +16,9 @@ Permissions are two filters built once the handshake settles them:
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import math
 import secrets
 import time
-from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +37,11 @@ from core.protocol.leaf import (
     LeafUnsub,
     encode_lmsg,
 )
-from core.server.accounts import Account, Subscription
+from core.server.accounts import Account
 from core.server.auth import Authenticator, Permission, PermissionChecker, Permissions, Principal
 from core.server.connection import aclose_quietly
-from core.server.interest import LinkKind, split_ack_subject
+from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
+from core.server.output import BufferedOutput
 from core.subjects import is_subset, overlaps
 from federation.domains import link_denies
 
@@ -78,7 +76,7 @@ class LinkClosed(Exception):
     """The link ended for a reason worth a log line (its text)."""
 
 
-class LeafLink:
+class LeafLink(LinkDelivery, BufferedOutput):
     """A leaf link of either role; see the module docstring."""
 
     echo = True
@@ -133,15 +131,10 @@ class LeafLink:
         self.rtt: float | None = None
         self._ping_sent_at: float | None = None
         self.pings_out = 0
-        # outbound buffer: as a client connection's (see core/server/DESIGN.md)
-        self._out: list[bytes] = []
-        self._pending = 0
-        self._high_water = self.cfg.max_pending * 3 // 4
-        self._wake = asyncio.Event()
-        self._drained = asyncio.Event()
         self._connected = anyio.Event()
         self._scope: anyio.CancelScope | None = None
         self.close_reason = ""
+        self._init_output()  # the outbound buffer, as a client connection's
         self.was_connected = False
         self._attached = False
         self._plain_head = b""  # bytes queued before compression started: they go out plain
@@ -612,65 +605,21 @@ class LeafLink:
                 delivered, reply, ev.headers, ev.payload, self, route=subject, queues=ev.queues
             )
 
-    async def _wait_for_stalled(self) -> None:
-        stalled = self.server.stalled
-        self.server.stalled = set()
-        with anyio.move_on_after(self.cfg.write_deadline):
-            for receiver in stalled:
-                await receiver.wait_drained()
+    # BufferedOutput's questions (core/server/output.py)
+    def _is_open(self) -> bool:
+        return self.state is LinkState.CONNECTED
 
-    async def wait_drained(self) -> None:
-        while self.state is LinkState.CONNECTED and self._pending > self._high_water // 2:
-            await self._drained.wait()
+    def _is_closing(self) -> bool:
+        return self.state is LinkState.CLOSING
 
-    async def _writer(self) -> None:
-        with anyio.CancelScope() as guard:
-            try:
-                await self._write_loop(guard)
-            except BaseException:
-                self._drained.set()
-                raise
-        if guard.cancelled_caught:
-            self.close_reason = self.close_reason or "write deadline exceeded (slow consumer)"
-            self._out.clear()
-            self._drained.set()
-            self._begin_close()
-            if self._scope is not None:
-                self._scope.cancel()
-
-    async def _write_loop(self, guard: anyio.CancelScope) -> None:
-        deadline = self.cfg.write_deadline
-        clock = asyncio.get_running_loop().time
-        while True:
-            if not self._out:
-                self._drained.set()
-                if self.state is LinkState.CLOSING:
-                    if self._scope is not None:
-                        self._scope.cancel()
-                    return
-                await self._wake.wait()
-                self._wake.clear()
-                continue
-            data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
-            self._out.clear()
-            self._pending = 0
-            if self._zw is not None:
-                # One call for everything queued: a batch compresses far better than a frame
-                # at a time (core/protocol/compress.py), and costs less CPU per message.
-                data = self._plain_head + self._zw.compress(data)
-                self._plain_head = b""
-            guard.deadline = clock() + deadline
-            try:
-                await self.stream.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                self.close_reason = self.close_reason or "write failed"
-                self._out.clear()
-                self._drained.set()
-                self._begin_close()
-                if self._scope is not None:
-                    self._scope.cancel()
-                return
-            guard.deadline = math.inf
+    def _prepare(self, data: bytes) -> bytes:
+        if self._zw is None:
+            return data
+        # One call for everything queued: a batch compresses far better than a frame at a time
+        # (core/protocol/compress.py), and costs less CPU per message.
+        data = self._plain_head + self._zw.compress(data)
+        self._plain_head = b""
+        return data
 
     async def _pinger(self) -> None:
         await self._connected.wait()
@@ -699,11 +648,7 @@ class LeafLink:
         self._append(data)
 
     def _append(self, data: bytes) -> None:
-        self._out.append(data)
-        self._pending += len(data)
-        self._wake.set()
-        if self._drained.is_set():
-            self._drained.clear()
+        self._queue(data)
 
     def announce(self, frame: LeafInterestFrame) -> None:
         """(The account) tell the peer about an interest change: LS+ / LS-, unless the peer may
@@ -757,17 +702,6 @@ class LeafLink:
             self._wake.set()
             if self._drained.is_set():
                 self._drained.clear()
-
-    def deliver(
-        self, sub: Subscription, subject: str, reply: str | None, headers: bytes | None, payload: bytes
-    ) -> None:
-        self.forward(subject, reply, headers, payload)
-
-    def deliver_many(
-        self, sub: Subscription, msgs: Sequence[tuple[str, str | None, bytes | None, bytes]]
-    ) -> None:
-        for subject, reply, headers, payload in msgs:
-            self.forward(subject, reply, headers, payload)
 
     # ------------------------------------------------------------------ monitoring
 
