@@ -245,7 +245,7 @@ async def test_no_dial_storm_while_the_hub_is_down(topo: Topology) -> None:
     for kind in kinds:
         await links_up((hubs[kind], 1), (topo[f"leaf-{kind}"], 1))
     print(f"dials in {DOWN_FOR:g}s with the hub down: {dials}")
-    # the default reconnect interval is 1 s: about 5 dials each (the reference: 5-6)
+    # the default reconnect interval is 1 s: about 4-5 dials each (observed: the reference 4, leafjet 3-4)
     assert 2 <= dials["reference"] <= DOWN_FOR + 3, dials
     assert 2 <= dials["leafjet"] <= DOWN_FOR + 3, dials
     assert dials["leafjet"] <= 2 * dials["reference"], dials
