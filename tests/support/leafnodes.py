@@ -59,13 +59,14 @@ class Remote:
     deny_exports: list[str] = field(default_factory=list)
     via: Proxy | None = None
     reconnect: float | None = None  # seconds between dials (the reference's default is 1 s)
+    urls_before: list[str] = field(default_factory=list)  # listed before the hub's (a dead port)
 
     def url(self) -> str:
         where = self.via.address if self.via is not None else f"127.0.0.1:{leaf_port(self.hub)}"
         return f"nats-leaf://{self.user}:{self.password}@{where}"
 
     def config(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"urls": [self.url()], "account": self.account}
+        out: dict[str, Any] = {"urls": [*self.urls_before, self.url()], "account": self.account}
         if self.deny_imports:
             out["deny_imports"] = list(self.deny_imports)
         if self.deny_exports:

@@ -7,6 +7,8 @@ async ones (its methods are plain calls that return once the proxy has applied t
         ... point a leaf at p.port ...
         p.cut()                # every live connection closed (RST), new ones reset at once
         p.restore()            # new connections are forwarded again
+        p.freeze()             # live connections go silent and stay open: a peer that died
+                               # where the other end cannot see it; new ones are forwarded
         p.delay(0.05)          # 50 ms added per direction
         p.throttle(1_000_000)  # 1 MB/s per direction (shared by all connections); None: unlimited
         p.bytes_forwarded      # {"up": client->target bytes, "down": target->client bytes}
@@ -82,6 +84,7 @@ class Proxy:
         self._buckets = {d: _Bucket() for d in DIRECTIONS}
         self._bytes = dict.fromkeys(DIRECTIONS, 0)
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._frozen: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._accepted = 0
         self._loop = asyncio.new_event_loop()
@@ -115,12 +118,24 @@ class Proxy:
 
         async def cut() -> None:
             self._cut = True
-            for client, upstream in list(self._pairs):
+            for client, upstream in list(self._pairs | self._frozen):
                 _reset(client)
                 _reset(upstream)
             self._pairs.clear()
+            self._frozen.clear()
 
         self._call(cut())
+
+    def freeze(self) -> None:
+        """Every live connection stops forwarding, both ways, and when one of its ends closes the
+        other is kept open: as if the peer had vanished behind a middlebox that says nothing.
+        Connections made afterwards are forwarded as usual; ``cut`` and ``close`` end frozen ones."""
+
+        async def freeze() -> None:
+            self._frozen |= self._pairs
+            self._pairs.clear()
+
+        self._call(freeze())
 
     def restore(self) -> None:
         async def restore() -> None:
@@ -147,10 +162,11 @@ class Proxy:
 
         async def shutdown() -> None:
             self._server.close()
-            for client, upstream in list(self._pairs):
+            for client, upstream in list(self._pairs | self._frozen):
                 client.transport.abort()
                 upstream.transport.abort()
             self._pairs.clear()
+            self._frozen.clear()
             for t in list(self._tasks):
                 t.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -213,6 +229,8 @@ class Proxy:
                 data = await reader.read(bucket.piece())
                 if not data:
                     break
+                if pair in self._frozen:
+                    continue
                 await bucket.take(len(data))
                 queue.put_nowait((time.monotonic() + self._delay, data))
             queue.put_nowait((0.0, b""))  # end of stream: half-close after what is queued
@@ -223,7 +241,7 @@ class Proxy:
             writer_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, OSError):
                 await writer_task
-            if not done.is_set():
+            if not done.is_set() and pair not in self._frozen:
                 done.set()
                 # one side ended: end the other too (a proxy does not keep half of a link)
                 for w in pair:
