@@ -33,6 +33,7 @@ import nats
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
+from bench.procstat import cpu_seconds
 from tests.support.leafnodes import (
     LeafUser,
     Node,
@@ -58,6 +59,7 @@ LEAF_USERS = [LeafUser("leaf", "leaf-pw", "APP")]
 @dataclass
 class LeafFigures:
     msgs_per_s: dict[int, float]  # size -> msgs/s
+    cpu_us: dict[int, tuple[float, float]]  # size -> (leaf, hub) server CPU per message, us
     throttled_msgs_per_s: float
     throttled_payload_x_link: float
     compression: str
@@ -173,6 +175,7 @@ def _run_pair(
     tmp: Path, leaf_kind: str, hub_kind: str, compression: str | None, args: argparse.Namespace
 ) -> LeafFigures:
     figs: dict[int, float] = {}
+    cpu: dict[int, tuple[float, float]] = {}
     hub_node = Node(accounts=ACCOUNTS, domain="HUB", leaf_users=LEAF_USERS, leaf_compression=compression)
     tag = f"{leaf_kind}-{hub_kind}-{compression or 'default'}"
     topo = Topology(tmp / tag)
@@ -186,9 +189,16 @@ def _run_pair(
         wait_for_leaf_connected(hub, 1, timeout=30)
         hub_url, leaf_url = client_url(hub, "app", "app-pw"), client_url(leaf, "app", "app-pw")
         for size in args.sizes:
-            figs[size] = statistics.median(
-                asyncio.run(_throughput(hub_url, leaf_url, args.msgs, size)) for _ in range(args.runs)
-            )
+            # CPU per message says what throughput cannot on a loaded 2-core machine, where the
+            # Python client and both servers share the cores: what each server spent.
+            runs, leaf_cpu, hub_cpu = [], [], []
+            for _ in range(args.runs):
+                l0, h0 = cpu_seconds(leaf.pid), cpu_seconds(hub.pid)
+                runs.append(asyncio.run(_throughput(hub_url, leaf_url, args.msgs, size)))
+                leaf_cpu.append((cpu_seconds(leaf.pid) - l0) / args.msgs * 1e6)
+                hub_cpu.append((cpu_seconds(hub.pid) - h0) / args.msgs * 1e6)
+            figs[size] = statistics.median(runs)
+            cpu[size] = (statistics.median(leaf_cpu), statistics.median(hub_cpu))
     finally:
         topo.close()
     topo = Topology(tmp / f"{tag}-throttled")
@@ -213,7 +223,7 @@ def _run_pair(
         compression = str((z2.get("leafs") or [{}])[0].get("compression", compression))
     finally:
         topo.close()
-    return LeafFigures(figs, tput, x_link, compression)
+    return LeafFigures(figs, cpu, tput, x_link, compression)
 
 
 def leaf_matrix(args: argparse.Namespace) -> int:
@@ -247,6 +257,17 @@ def leaf_matrix(args: argparse.Namespace) -> int:
         tr = f.throttled_msgs_per_s / base.throttled_msgs_per_s if base else float("nan")
         row += f" {f.throttled_msgs_per_s:>16,.0f} {tr:6.2f} {f.throttled_payload_x_link:>11.2f}x"
         row += f"  {f.compression}"
+        print(row)
+    print(
+        "\nserver CPU per message (us), median of the runs: leaf / hub; ratio of their sum to the reference's"
+    )
+    for (leaf_kind, hub_kind, compression), f in results.items():
+        label = f"{leaf_kind} -> {hub_kind}" + (f" ({compression})" if compression else "")
+        row = f"{label:26s}"
+        for s in args.sizes:
+            lc, hc = f.cpu_us[s]
+            ratio = (lc + hc) / sum(base.cpu_us[s]) if base else float("nan")
+            row += f"   {s}B {lc:5.2f} / {hc:5.2f} ({ratio:4.2f}x)"
         print(row)
     for note in notes:
         print(f"  {note}")
