@@ -37,13 +37,15 @@ from core.protocol.leaf import (
     LeafUnsub,
     encode_lmsg,
 )
+from core.protocol.parser import UNKNOWN_OP
 from core.server.accounts import Account
 from core.server.auth import Authenticator, Permission, PermissionChecker, Permissions, Principal
 from core.server.connection import aclose_quietly
 from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
 from core.server.output import BufferedOutput
-from core.subjects import is_subset, overlaps
+from core.subjects import has_wildcard, is_subset, overlaps
 from federation.domains import link_denies
+from federation.leafnode.credentials import redact_url, sign_nonce, url_credentials
 
 if TYPE_CHECKING:
     from core.config import RemoteLeafConfig
@@ -102,7 +104,8 @@ class LeafLink(LinkDelivery, BufferedOutput):
         self.cid = cid
         self.address = address
         self.remote = remote
-        self.url = url  # the URL dialled, without userinfo (solicited)
+        self.url = redact_url(url) if url else ""  # the URL dialled, without its userinfo (logs)
+        self._raw_url = url  # with its userinfo: read only to build the CONNECT
         self.authenticator = authenticator  # who may connect (accepted)
         self.state = LinkState.HANDSHAKE
         self.parser = LeafParser(
@@ -264,7 +267,6 @@ class LeafLink(LinkDelivery, BufferedOutput):
         self.nonce = info.get("nonce")
 
     def _connect_options(self, info: dict[str, Any]) -> dict[str, Any]:
-        from federation.leafnode.credentials import sign_nonce, url_credentials
 
         assert self.remote is not None
         server = self.server
@@ -297,8 +299,6 @@ class LeafLink(LinkDelivery, BufferedOutput):
             else:
                 opts["auth_token"] = user
         return opts
-
-    _raw_url = ""  # set by the dialler: the URL with its userinfo, read only for CONNECT
 
     def _on_connect_info(self, info: dict[str, Any]) -> None:
         """The hub accepted us: its permissions for this link, then our interest (never before:
@@ -528,7 +528,7 @@ class LeafLink(LinkDelivery, BufferedOutput):
                 self._ping_sent_at = None
         elif t is Connect:
             if self.kind is not LinkKind.LEAF_ACCEPTED:
-                raise_protocol("Unknown Protocol Operation")
+                raise ProtocolError(UNKNOWN_OP)  # a CONNECT from our hub
             try:
                 await self._on_connect(ev.options)
             except LinkClosed as e:
@@ -572,7 +572,7 @@ class LeafLink(LinkDelivery, BufferedOutput):
             return
         # A literal subject we may never send is refused (the hub side closes the link, as the
         # reference); a wildcard is kept and each message under it checked in ``forward``.
-        if not _has_wildcard(ev.subject) and not self.outbound.can_publish(ev.subject):
+        if not has_wildcard(ev.subject) and not self.outbound.can_publish(ev.subject):
             if self.kind is LinkKind.LEAF_ACCEPTED:
                 q = f' using queue "{ev.queue}"' if ev.queue else ""
                 err = f'Permissions Violation for Subscription to "{ev.subject}"{q}'
@@ -663,7 +663,7 @@ class LeafLink(LinkDelivery, BufferedOutput):
     def _may_receive(self, subject: str) -> bool:
         """May the peer send us something on ``subject`` (a literal: exactly it; a wildcard: at
         least one subject under it)?"""
-        if not _has_wildcard(subject):
+        if not has_wildcard(subject):
             return self.inbound.can_publish(subject)
         perm = self.inbound.permissions.publish
         if any(is_subset(subject, d) for d in perm.deny):
@@ -729,15 +729,6 @@ class LeafLink(LinkDelivery, BufferedOutput):
                 {subject for subject, _q in self.account.link_interest(self)}
             )
         return entry
-
-
-def raise_protocol(message: str) -> None:
-    raise ProtocolError(message)
-
-
-def _has_wildcard(subject: str) -> bool:
-    tokens = subject.split(".")
-    return "*" in tokens or tokens[-1] == ">"
 
 
 def _permission(raw: Any) -> Permission:

@@ -228,17 +228,10 @@ class LeafNodes:
             self._remote_error(state, f"cannot reach {redact_url(raw_url)}: {e.strerror or e}")
             return None
         cid = self.server.allocate_cid()
+        address = f"{host}:{port}"
         link = LeafLink(
-            self,
-            self.server,
-            stream,
-            LinkKind.LEAF_SOLICITED,
-            cid,
-            f"{host}:{port}",
-            remote=remote,
-            url=redact_url(raw_url),
+            self, self.server, stream, LinkKind.LEAF_SOLICITED, cid, address, remote=remote, url=raw_url
         )
-        link._raw_url = raw_url
         state.link = link
         state.url = link.url
         return link
