@@ -325,17 +325,15 @@ class SourceWorker:
                 return
             # kicked: the backoff is gone (fails = 0), go again with only throttle and jitter
 
-    def _start(self) -> dict[str, Any]:
-        """Where the new consumer starts (the reference's rules)."""
+    def _start(self, first_seq: int, last_ts: int) -> dict[str, Any]:
+        """Where the new consumer starts (the reference's rules), given the stream's first
+        sequence and last timestamp."""
         seq = 0 if self.reset else self.committed + 1
         spec = self.spec
         if seq > 1:
             return {"deliver_policy": "by_start_sequence", "opt_start_seq": seq}
         if spec.get("opt_start_seq"):
             return {"deliver_policy": "by_start_sequence", "opt_start_seq": spec["opt_start_seq"]}
-        st = self.stream._state  # the last known state is enough here (FastState)
-        last_ts = st.last_ts if st is not None else 0
-        first_seq = st.first_seq if st is not None else 0
         if spec.get("opt_start_time"):
             start = spec["opt_start_time"]
             with contextlib.suppress(ValueError, TypeError):
@@ -356,7 +354,9 @@ class SourceWorker:
             ident = f"{ident} {self.iname}"
         return get_hash(ident)
 
-    def _request(self, deliver: str, level: int, sourcing: bool) -> tuple[str, bytes | None, bytes]:
+    def _request(
+        self, deliver: str, level: int, sourcing: bool, start: dict[str, Any]
+    ) -> tuple[str, bytes | None, bytes]:
         """The consumer create request the reference sends: subject, headers, body."""
         spec = self.spec
         name = f"JS_SRC_{self._consumer_hash()}"
@@ -365,7 +365,7 @@ class SourceWorker:
         meta = {"_nats.src.stream": self.stream.name, "_nats.src.acc": self.stream.account.name}
         if self.stream.domain:
             meta["_nats.src.domain"] = self.stream.domain
-        cfg: dict[str, Any] = {"name": name, "deliver_subject": deliver, **self._start()}
+        cfg: dict[str, Any] = {"name": name, "deliver_subject": deliver, **start}
         cfg.update(ack_policy="none", ack_wait=ACK_WAIT_NS, max_deliver=1)
         flt = spec.get("filter_subject") or ""
         srcs = [t.get("src", "") for t in spec.get("subject_transforms") or []]
@@ -420,10 +420,12 @@ class SourceWorker:
         self._to(SourceState.CREATING)
         early: list[InboundMsg] = []
         level, sourcing = API_LEVEL, True
+        st = await self.stream.state()
+        start = self._start(st.first_seq, st.last_ts)
         while True:
             reply = sync_subject("$JSC.R")
             reply_sub = rx.subscribe(reply)
-            subject, headers, body = self._request(deliver, level, sourcing)
+            subject, headers, body = self._request(deliver, level, sourcing, start)
             self._last_request = time.monotonic()
             self.requests += 1
             if not self.stream.account.publish(subject, reply, headers, body):

@@ -8,6 +8,7 @@ in the middle of a catch-up; every leaf message ends up on the hub exactly once,
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -162,31 +163,47 @@ async def test_a_hub_sources_a_leaf_stream_across_domains(
         assert src["lag"] == 0 and "error" not in src and src["active"] >= 0
 
 
-@pytest.mark.parametrize("leaf_kind", ["leafjet", "reference"])
-async def test_a_link_cut_while_the_leaf_publishes_loses_and_duplicates_nothing(
-    topo: Topology, leaf_kind: str
-) -> None:
+async def cut_while_publishing(topo: Topology, leaf_kind: str, cuts: int) -> None:
+    """The leaf publishes while its link is cut, ``cuts`` times; the hub ends with every
+    message once, in order."""
     hub, leaf, proxy = start_pair(topo, "leafjet", leaf_kind)
     async with client(hub) as hub_nc, client(leaf) as leaf_nc:
         await create(leaf_nc, {"name": "ORDERS", "subjects": ["orders.>"]})
         await create(hub_nc, {"name": "AGG", "sources": [SOURCE]})
         await publish_core(leaf_nc, "orders.a", [b"%d" % i for i in range(100)])
         await wait_msgs(hub_nc, "AGG", 100)
-        for cycle in range(2):
+        for cycle in range(cuts):
             proxy.cut()
             await anyio.to_thread.run_sync(lambda: wait_until(lambda: leaf_count(hub) == 0, 10))
             base = 100 + cycle * 300
             await publish_core(leaf_nc, "orders.a", [b"%d" % i for i in range(base, base + 200)])
             proxy.restore()
             await publish_core(leaf_nc, "orders.a", [b"%d" % i for i in range(base + 200, base + 300)])
-            await wait_msgs(hub_nc, "AGG", base + 300)
-        total = 100 + 2 * 300
+            await wait_msgs(hub_nc, "AGG", base + 300, timeout=30)
+        total = 100 + cuts * 300
         await wait_msgs(leaf_nc, "ORDERS", total)
         await anyio.sleep(0.5)  # anything that would arrive twice has had time to
-        got = [d for _s, d, _h in await stored(hub_nc, "AGG")]
+        got = await payloads(hub_nc, "AGG")
         assert got == [b"%d" % i for i in range(total)]
         (src,) = (await info(hub_nc, "AGG"))["sources"]
         assert src["lag"] == 0 and "error" not in src
+
+
+@pytest.mark.parametrize("leaf_kind", ["leafjet", "reference"])
+async def test_a_link_cut_while_the_leaf_publishes_loses_and_duplicates_nothing(
+    topo: Topology, leaf_kind: str
+) -> None:
+    await cut_while_publishing(topo, leaf_kind, cuts=1)
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("leaf_kind", ["leafjet", "reference"])
+async def test_repeated_link_cuts_while_the_leaf_publishes_lose_and_duplicate_nothing(
+    topo: Topology, leaf_kind: str, request: pytest.FixtureRequest
+) -> None:
+    if "chaos" not in (request.config.option.markexpr or "") and os.environ.get("LEAFJET_CHAOS") != "1":
+        pytest.skip("chaos variant: select with -m chaos or LEAFJET_CHAOS=1")
+    await cut_while_publishing(topo, leaf_kind, cuts=6)
 
 
 async def test_a_hub_killed_mid_catch_up_resumes_exactly_where_it_stored(topo: Topology) -> None:
@@ -212,3 +229,31 @@ async def test_a_hub_killed_mid_catch_up_resumes_exactly_where_it_stored(topo: T
         await anyio.sleep(0.5)
         got = await payloads(hub_nc, "AGG")
     assert got == [b"%d" % i for i in range(n)]
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize("leaf_kind", ["leafjet", "reference"])
+async def test_an_outage_longer_than_the_upstream_consumer_lives_resumes_at_once_on_reconnect(
+    topo: Topology, leaf_kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Cut for 13 s: the leaf drops the hub's consumer (10 s without interest), the hub's
+    source stalls and backs off; the link's return cuts the backoff short (the reference's
+    leaf-connect kick) and the source resumes after what it stored."""
+    if "chaos" not in (request.config.option.markexpr or "") and os.environ.get("LEAFJET_CHAOS") != "1":
+        pytest.skip("chaos variant: select with -m chaos or LEAFJET_CHAOS=1")
+    hub, leaf, proxy = start_pair(topo, "leafjet", leaf_kind)
+    async with client(hub) as hub_nc, client(leaf) as leaf_nc:
+        await create(leaf_nc, {"name": "ORDERS", "subjects": ["orders.>"]})
+        await create(hub_nc, {"name": "AGG", "sources": [SOURCE]})
+        await publish_core(leaf_nc, "orders.a", [b"%d" % i for i in range(100)])
+        await wait_msgs(hub_nc, "AGG", 100)
+        proxy.cut()
+        await publish_core(leaf_nc, "orders.a", [b"%d" % i for i in range(100, 300)])
+        await anyio.sleep(13)
+        proxy.restore()
+        t0 = anyio.current_time()
+        await wait_msgs(hub_nc, "AGG", 300, timeout=30)
+        caught_up = anyio.current_time() - t0
+        got = await payloads(hub_nc, "AGG")
+        assert got == [b"%d" % i for i in range(300)]
+        assert caught_up < 8, f"took {caught_up:.1f}s after the link came back"
