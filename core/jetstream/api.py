@@ -8,6 +8,7 @@ reference's (ADR-1).
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -39,7 +40,8 @@ from core.jetstream.models import (
     is_json_object_or_array,
     stream_info_json,
 )
-from core.protocol.headers import no_responders_headers
+from core.jetstream.sourcing import STREAM_IDENTITY, stream_identity
+from core.protocol.headers import encode_headers, no_responders_headers, slice_header
 from core.server.internal import InboundMsg
 from core.store.api import StoredMsg
 
@@ -100,6 +102,7 @@ async def _info(
         subjects=subj_counts,
         server_name=js.server.name,
         domain=js.domain if with_domain else None,
+        sources=stream.sourcing.info() if stream.sourcing is not None else (),
         first_seq_set=stream.first_seq_set,
     )
 
@@ -137,7 +140,7 @@ async def stream_create(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
     name = args[0]
-    cfg = StreamConfig.from_json(decode_request(msg.payload), expected_name=name)
+    cfg = StreamConfig.from_json(decode_request(msg.payload), expected_name=name, lookup=_lookup_config(ajs))
     existing = ajs.streams.get(name)
     if existing is not None:
         if existing.config.to_json() != cfg.to_json():
@@ -148,6 +151,17 @@ async def stream_create(
         stream = await js.create_stream(ajs, cfg)
     info = await _info(js, stream, with_domain=False)
     return api_response("stream_create_response", {**info, "did_create": True})
+
+
+def _lookup_config(ajs: AccountJetStream) -> Callable[[str], StreamConfig | None]:
+    """The account's stream configs by name: the checks that look at a source's or mirror's
+    origin (cycles, max_msg_size, mirror_direct) read them, as the reference's do."""
+
+    def lookup(name: str) -> StreamConfig | None:
+        stream = ajs.streams.get(name)
+        return stream.config if stream is not None else None
+
+    return lookup
 
 
 def _no_body(msg: InboundMsg) -> None:
@@ -162,7 +176,7 @@ async def stream_update(
 ) -> dict[str, Any]:
     name = args[0]
     new = StreamConfig.from_json(
-        decode_request(msg.payload), create=False, expected_name=name
+        decode_request(msg.payload), create=False, expected_name=name, lookup=_lookup_config(ajs)
     )  # first, as the reference
     stream = _stream(ajs, name)
     cfg = StreamConfig.check_update(stream.config, new)
@@ -355,9 +369,17 @@ def _consumer(stream: Stream, name: str) -> Consumer:
 
 async def _create_consumer(
     js: JetStream, ajs: AccountJetStream, subject: str, msg: InboundMsg
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     req = parse_create_request(subject, msg.payload)
     stream = _stream(ajs, req.stream_name)
+    identity = None
+    if req.config.direct or req.config.sourcing:
+        # as the reference: a sourcing stream learns the upstream's identity, and asks for it
+        # again when it recreates its consumer; a stream deleted and made again answers 10225
+        identity = stream_identity(stream.created_ns)
+        asked = slice_header(msg.headers, STREAM_IDENTITY) if msg.headers else None
+        if asked and asked != identity:
+            raise api_error("JSConsumerStreamIdentityMismatchF", msg=identity)
     async with stream.lock:
         outcome = resolve_create(
             req,
@@ -378,18 +400,23 @@ async def _create_consumer(
         info = await consumer.info()  # a new consumer: before it delivers anything
         if not outcome.existing:
             await js.start_consumer(stream, consumer)
-    return api_response("consumer_create_response", info)
+    response = api_response("consumer_create_response", info)
+    if identity is None or not msg.reply:
+        return response
+    headers = encode_headers([(STREAM_IDENTITY, identity)])
+    js.reply_raw(ajs, msg.reply, headers, json.dumps(response, separators=(",", ":")).encode())
+    return None
 
 
 async def consumer_create(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     return await _create_consumer(js, ajs, "$JS.API.CONSUMER.CREATE." + ".".join(args), msg)
 
 
 async def consumer_durable_create(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     return await _create_consumer(js, ajs, "$JS.API.CONSUMER.DURABLE.CREATE." + ".".join(args), msg)
 
 

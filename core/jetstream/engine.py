@@ -33,6 +33,7 @@ from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_ke
 from core.jetstream.consumer_models import ConsumerConfig, paused_config
 from core.jetstream.models import StreamConfig
 from core.jetstream.monitoring import JetStreamMonitor
+from core.jetstream.sourcing import Sourcing
 from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
 from core.server.accounts import Subscription
 from core.server.failures import describe_failure
@@ -139,6 +140,7 @@ class JetStream:
         self._tg: anyio.abc.TaskGroup | None = None
         self._stream_scopes: dict[tuple[str, str], anyio.CancelScope] = {}
         self._consumer_scopes: dict[tuple[str, str, str], anyio.CancelScope] = {}
+        self._sourcing_scopes: dict[tuple[str, str], anyio.CancelScope] = {}
         server.shutdown_hooks.append(self._server_shutdown)
         self.recovered = False  # every stream on disk loaded (/healthz answers 503 until then)
         server.jetstream_monitor = JetStreamMonitor(self)
@@ -294,7 +296,27 @@ class JetStream:
         await self._recover_consumers(stream)
         stream.subscribe()
         ajs.streams[cfg.name] = stream
+        await self._start_sourcing(ajs, stream)
         return stream
+
+    async def _start_sourcing(self, ajs: AccountJetStream, stream: Stream) -> None:
+        """The stream's source workers (core/jetstream/sourcing.py), in a scope of their own
+        that ends with the stream; each worker contains its own failures."""
+        assert self._tg is not None
+        sourcing = stream.sourcing = Sourcing(stream)
+        scope = anyio.CancelScope()
+        self._sourcing_scopes[(ajs.account.name, stream.name)] = scope
+
+        async def run_sourcing(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+            with scope:
+                await sourcing.run(task_status=task_status)
+
+        await self._tg.start(run_sourcing)
+
+    def _stop_sourcing(self, ajs: AccountJetStream, name: str) -> None:
+        scope = self._sourcing_scopes.pop((ajs.account.name, name), None)
+        if scope is not None:
+            scope.cancel()
 
     # ------------------------------------------------------------------ consumers
 
@@ -463,6 +485,7 @@ class JetStream:
         return stream
 
     async def _abandon_create(self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, d: Path) -> None:
+        self._stop_sourcing(ajs, cfg.name)
         scope = self._stream_scopes.pop((ajs.account.name, cfg.name), None)
         if scope is not None:
             scope.cancel()
@@ -479,9 +502,12 @@ class JetStream:
                 ajs.root / cfg.name / "stream.json", {"config": cfg.to_json(), "created": stream.created_ns}
             )
         await stream.reconfigure(cfg)
+        if stream.sourcing is not None:
+            await stream.sourcing.reconcile()
         self._action_advisory(stream, "modify")
 
     async def delete_stream(self, ajs: AccountJetStream, stream: Stream) -> None:
+        self._stop_sourcing(ajs, stream.name)
         async with stream.lock:
             with anyio.move_on_after(10):
                 await stream.drain()

@@ -45,6 +45,7 @@ from core.store.api import (
     PurgeOp,
     SetMetaOp,
     SkipOp,
+    SourcePosOp,
     StoredMsg,
     StreamState,
     StreamStore,
@@ -53,6 +54,7 @@ from core.store.api import (
 if TYPE_CHECKING:
     from core.jetstream.consumer import Consumer
     from core.jetstream.models import StreamConfig
+    from core.jetstream.sourcing import Sourcing
     from core.server.accounts import Account
 
 _NEVER_NS = 1 << 63  # the housekeeper's next look when nothing is due
@@ -178,6 +180,7 @@ class Stream:
         self._sdm_pending: dict[int, int] = {}  # seq -> when its delete marker was published
         self._next_expiry_ns = 0  # when the housekeeper looks next (wall ns)
         self.failed: str | None = None  # why the pipeline was given up (see fail)
+        self.sourcing: Sourcing | None = None  # its sources' workers (core/jetstream/sourcing.py)
 
     @property
     def name(self) -> str:
@@ -688,6 +691,51 @@ class Stream:
             await self._enforce_limits()
             self.wake_consumers()
         self._send_outcomes(plan, flight.results or [])
+
+    async def ingest_sourced(
+        self, key: str, msgs: list[tuple[int, str, bytes | None, bytes]]
+    ) -> tuple[int, ApiError | None]:
+        """Store what source ``key`` delivered, ``(upstream seq, subject, headers, payload)`` in
+        upstream order, and the upstream sequence of the last one taken in the same transaction
+        (``SourcePosOp``; core/jetstream/DESIGN.md, "Sources and mirrors"). They are decided as
+        publishes are (dedup, limits, retention), with no one to answer. Returns how many were
+        taken (stored, or dropped as ``Nats-Msg-Id`` duplicates) and why the next one was not:
+        all and None, or fewer when the one after them was refused (a discard-new limit, its
+        size); the position is then the last taken's. A commit that fails raises StoreError:
+        neither the messages nor the position were stored."""
+        async with self.lock:
+            await self.drain()
+            if self._closed or self.failed is not None:
+                raise StoreError(f"stream {self.name} is closed")
+            batch = [InboundMsg(subj, None, hdrs, data, None) for _s, subj, hdrs, data in msgs]  # type: ignore[arg-type]
+            flight = await self._admit(batch)
+            outcomes = flight.plan.outcomes
+            taken = next((i for i, (_r, o) in enumerate(outcomes) if isinstance(o, ApiError)), len(batch))
+            refusal: ApiError | None = None
+            if taken < len(batch):
+                refusal = outcomes[taken][1]
+                self._unadmit(flight)
+                if taken == 0:
+                    return 0, refusal
+                flight = await self._admit(batch[:taken])
+            flight.plan.ops.append(SourcePosOp(key, msgs[taken - 1][0]))
+            try:
+                flight.commit = await self.store.submit(flight.plan.ops)
+            except StoreError as e:
+                flight.error = e
+        await self._settle(flight)
+        if flight.error is not None:
+            raise flight.error
+        return taken, refusal
+
+    def _unadmit(self, flight: _Flight) -> None:
+        """Forget a batch ``_admit`` decided and nothing submitted (the pipeline was drained)."""
+        for mid in flight.plan.dedup:
+            self._dedup.pop(mid, None)
+        self._predicted = None
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
 
     async def drain(self) -> None:
         """Wait until every admitted batch has been committed and answered."""

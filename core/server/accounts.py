@@ -112,7 +112,7 @@ _PLANS_MAX = 4096
 
 
 class Account:
-    __slots__ = ("_attached", "_plans", "lds_subject", "links", "name", "sublist")
+    __slots__ = ("_attached", "_plans", "lds_subject", "link_watchers", "links", "name", "sublist")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -120,6 +120,9 @@ class Account:
         self.links: list[Link] = []  # attached federation links, in attach order
         self._attached: dict[int, _Attached] = {}  # id(link) -> its state
         self.lds_subject: str | None = None  # $LDS.<nuid>, made when the first link attaches
+        # Called after a link attached (its interest burst sent): JetStream's sourcing streams
+        # retry a source that waits out a backoff at once (the reference's leaf-connect kick).
+        self.link_watchers: list[Callable[[], None]] = []
         # A match result's plain subscriptions split into local ones and the distinct links,
         # kept per result object (results are immutable and replaced on any change, and the plan
         # holds its result, so an id is never reused while its plan lives): the per-message
@@ -241,6 +244,8 @@ class Account:
             link.announce(frame)
         self._attached[id(link)] = state
         self.links.append(link)
+        for watcher in list(self.link_watchers):
+            watcher()
 
     def detach_link(self, link: Link) -> None:
         """A link is gone: remove every interest it held, each removal announced to the other

@@ -291,9 +291,42 @@ class DelMetaOp:
         _check_meta_key(self.key)
 
 
-Op: TypeAlias = Append | PurgeOp | DeleteOp | ExpireOp | SkipOp | SetMetaOp | DelMetaOp
+SOURCE_POS_PREFIX = "srcpos/"
+"""Where ``SourcePosOp`` keeps its positions in the metadata side table (no other key starts so)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePosOp:
+    """Record the last upstream sequence a source delivered into this stream (``key`` names the
+    source: its index name). Put into the same call as the messages it stored, it commits with
+    them or not at all: a sourcing stream resumes at ``seq + 1`` with nothing stored twice or
+    skipped. Purges and deletes leave it alone; ``source_positions()`` reads it back (after a
+    reopen too); a snapshot carries it. Result: None."""
+
+    key: str
+    seq: int
+
+    def __post_init__(self) -> None:
+        _check_meta_key(SOURCE_POS_PREFIX + self.key if type(self.key) is str else self.key)
+        _int("seq", self.seq, 0)
+
+    @property
+    def meta_key(self) -> str:
+        return SOURCE_POS_PREFIX + self.key
+
+    @property
+    def meta_value(self) -> bytes:
+        return b"%d" % self.seq
+
+
+def decode_source_positions(items: Iterable[tuple[str, bytes]]) -> dict[str, int]:
+    """``source_positions()`` from the metadata rows under ``SOURCE_POS_PREFIX``."""
+    return {k[len(SOURCE_POS_PREFIX) :]: int(v) for k, v in items if k.startswith(SOURCE_POS_PREFIX)}
+
+
+Op: TypeAlias = Append | PurgeOp | DeleteOp | ExpireOp | SkipOp | SetMetaOp | DelMetaOp | SourcePosOp
 Result: TypeAlias = int | bool | None
-OP_TYPES = (Append, PurgeOp, DeleteOp, ExpireOp, SkipOp, SetMetaOp, DelMetaOp)
+OP_TYPES = (Append, PurgeOp, DeleteOp, ExpireOp, SkipOp, SetMetaOp, DelMetaOp, SourcePosOp)
 
 
 def check_ops(ops: Sequence[Op], last_seq: int) -> None:
@@ -390,6 +423,10 @@ class StreamStore(Protocol):
 
     async def meta_items(self, prefix: str = "") -> list[tuple[str, bytes]]:
         """The metadata entries whose key starts with ``prefix``, sorted by key."""
+        ...
+
+    async def source_positions(self) -> dict[str, int]:
+        """What ``SourcePosOp`` recorded: source key -> last upstream sequence stored."""
         ...
 
     def snapshot(self) -> AsyncIterator[bytes]:

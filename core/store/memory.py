@@ -17,6 +17,7 @@ from itertools import islice
 
 from core.errors import StoreError
 from core.store.api import (
+    SOURCE_POS_PREFIX,
     Append,
     DeleteOp,
     DelMetaOp,
@@ -27,10 +28,12 @@ from core.store.api import (
     Result,
     SetMetaOp,
     SkipOp,
+    SourcePosOp,
     StoreClosed,
     StoredMsg,
     StreamState,
     check_ops,
+    decode_source_positions,
     make_state,
     msg_size,
     normalize_filter,
@@ -103,6 +106,9 @@ class MemoryStore:
             return None
         if isinstance(op, DelMetaOp):
             return self._meta.pop(op.key, None) is not None
+        if isinstance(op, SourcePosOp):
+            self._meta[op.meta_key] = op.meta_value
+            return None
         raise InvalidOperation(f"not a store operation: {op!r}")
 
     def _append(self, op: Append) -> int:
@@ -341,6 +347,9 @@ class MemoryStore:
     async def meta_items(self, prefix: str = "") -> list[tuple[str, bytes]]:
         self._check_open()
         return sorted((k, v) for k, v in self._meta.items() if k.startswith(prefix))
+
+    async def source_positions(self) -> dict[str, int]:
+        return decode_source_positions(await self.meta_items(SOURCE_POS_PREFIX))
 
     # ------------------------------------------------------------------------- snapshot, lifecycle
 

@@ -46,6 +46,7 @@ from core.store import schema
 from core.store.api import (
     FILE_MSG_OVERHEAD,
     MAX_SEQ,
+    SOURCE_POS_PREFIX,
     Append,
     DeleteOp,
     DelMetaOp,
@@ -56,11 +57,13 @@ from core.store.api import (
     Result,
     SetMetaOp,
     SkipOp,
+    SourcePosOp,
     StoreClosed,
     StoredMsg,
     StoreFull,
     StreamState,
     check_ops,
+    decode_source_positions,
     file_msg_size,
     make_state,
     normalize_filter,
@@ -979,6 +982,9 @@ class SqliteStore:
             rows = await self._fetch("SELECT key, value FROM meta ORDER BY key")
         return [(k, self._codec.open_meta(k, v)) for k, v in rows if k.startswith(prefix)]
 
+    async def source_positions(self) -> dict[str, int]:
+        return decode_source_positions(await self.meta_items(SOURCE_POS_PREFIX))
+
     # ------------------------------------------------------------------------ snapshot/restore
 
     async def snapshot(self) -> AsyncIterator[bytes]:
@@ -1738,6 +1744,11 @@ class SqliteStore:
             return None
         if cls is DelMetaOp:
             return conn.execute("DELETE FROM meta WHERE key = ?", (op.key,)).rowcount > 0  # type: ignore[union-attr]
+        if cls is SourcePosOp:
+            key = op.meta_key  # type: ignore[union-attr]
+            value = self._codec.seal_meta(key, op.meta_value)  # type: ignore[union-attr]
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+            return None
         raise InvalidOperation(f"not a store operation: {op!r}")
 
     def _w_count(self, subject: str) -> int:

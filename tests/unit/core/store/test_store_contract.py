@@ -17,6 +17,7 @@ from core.store import (
     SequenceMismatch,
     SetMetaOp,
     SkipOp,
+    SourcePosOp,
     StoreClosed,
     StreamStore,
     file_msg_size,
@@ -470,6 +471,37 @@ async def test_meta_is_written_in_the_same_call_as_messages(h: StoreHarness) -> 
     await store.apply([PurgeOp()])
     store = await h.reopen()
     assert await store.meta_get("consumer/c1") == b"\x00\xff"
+
+
+async def test_a_source_position_commits_with_the_messages_it_stored_and_survives_reopen(
+    h: StoreHarness,
+) -> None:
+    """A sourcing stream writes the last upstream sequence of each source in the same call as
+    the messages: both are there after a reopen, or (a refused call) neither."""
+    assert await h.store.source_positions() == {}
+    res = await h.store.apply(
+        [Append("a", None, b"1", 1), Append("a", None, b"2", 2), SourcePosOp("ORDERS > >", 7)]
+    )
+    assert res == [1, 2, None]
+    with pytest.raises(SequenceMismatch):  # the call is refused whole: no message, no position
+        await h.store.apply(
+            [Append("a", None, b"3", 3), SourcePosOp("ORDERS > >", 9), Append("a", None, b"x", 4, seq=1)]
+        )
+    await h.store.apply([SourcePosOp("OTHER:abc orders.> >", 3)])
+    store = await h.reopen()
+    assert await store.source_positions() == {"ORDERS > >": 7, "OTHER:abc orders.> >": 3}
+    assert [m.data for m in await store.range(1)] == [b"1", b"2"]
+    # Purges and deletes leave the positions (a purged sourcing stream does not source again).
+    await store.apply([PurgeOp(), SourcePosOp("ORDERS > >", 8)])
+    store = await h.reopen()
+    assert await store.source_positions() == {"ORDERS > >": 8, "OTHER:abc orders.> >": 3}
+    # A snapshot carries them.
+    chunks = [c async for c in store.snapshot()]
+    target = await h.fresh()
+    await target.restore(chunks)
+    assert await target.source_positions() == {"ORDERS > >": 8, "OTHER:abc orders.> >": 3}
+    with pytest.raises(InvalidOperation):
+        SourcePosOp("x", -1)
 
 
 async def test_per_subject_counts(h: StoreHarness) -> None:

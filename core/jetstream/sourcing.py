@@ -1,0 +1,649 @@
+"""A stream's sources: one worker per source, reading an upstream push consumer it creates.
+
+A source is another stream, in this account or (``external.api``) behind another API prefix, such
+as a leaf's ``$JS.EDGE.API``. Its worker does what the reference's ``setupSourceConsumer`` and
+``processInboundSourceMsg`` do (../shared/research/federation-wire.md §3), through the account
+only: it subscribes to a fresh deliver subject and reply inbox, publishes the consumer create
+request, and reads what arrives. Nothing here knows about leaf links: a request to
+``$JS.EDGE.API`` and the deliveries back are ordinary account traffic, and the federation
+package routes them (core never imports federation; see DESIGN.md, "Sources and mirrors").
+
+Exactly once: the stream stores each batch of delivered messages together with the upstream
+sequence of the last one (``Stream.ingest_sourced``, one store transaction), and every
+(re)creation of the upstream consumer starts right after that stored sequence. A flow-control
+reply goes out only after what came before it is committed.
+
+The worker's states and their transitions are data (``SourceState``, ``TRANSITIONS``); it is
+the only writer of its state. A failure (a store error, garbage from upstream, a bug) ends that
+attempt, is logged and shown in the stream's info, and the worker tries again after the
+reference's backoff; the stream is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import random
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from core.api_errors import ApiError, ApiErrorSpec, api_error
+from core.errors import StoreError
+from core.jetstream.gotime import parse_rfc3339, rfc3339_nano
+from core.protocol.headers import encode_headers, slice_header
+from core.server.failures import describe_failure
+from core.server.internal import InboundMsg, InternalReceiver, inbound_size
+
+if TYPE_CHECKING:
+    from core.jetstream.stream import Stream
+
+log = logging.getLogger("leafjet.sourcing")
+
+# The reference's constants (server/stream.go)
+HEARTBEAT_NS = 1_000_000_000  # sourceHealthHB: the upstream consumer's idle heartbeat
+INACTIVE_THRESHOLD_NS = 10_000_000_000  # sourceHealthCheckInterval: the upstream consumer's
+HEALTH_INTERVAL = 10.0  # s without a message or heartbeat: the source is stalled and recreated
+CREATE_WAIT = 30.0  # srcConsumerWaitTime: how long a consumer create is waited for
+REQUEST_THROTTLE = 2.0  # sourceConsumerRetryThreshold: at most one create per 2 s per source
+RETRY_BACKOFF = 5.0  # retryBackOff: 5 s x 2 x fails ...
+RETRY_MAXIMUM = 120.0  # ... up to retryMaximum
+ACK_WAIT_NS = 22 * 3600 * 1_000_000_000
+API_LEVEL = 5  # what a source asks of the upstream first (Nats-Required-Api-Level)
+# After a link comes up, a source that heard nothing for this long is recreated at once.
+KICK_STALE = 2.0
+
+MAX_BATCH = 1024  # deliveries stored per transaction
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+INBOX_CAPACITY = 65536  # past it a delivery is dropped: a dseq gap, and the consumer is recreated
+
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_CONTROL = b"NATS/1.0 100 "
+_API_PREFIX = "$JS.API"
+STREAM_SOURCE = "Nats-Stream-Source"
+STREAM_IDENTITY = "Nats-Stream-Identity"
+_REMOVED_PREFIXES = (b"Nats-Expected-", b"Nats-Batch-")
+_EMPTY_HEADERS_LEN = len(b"NATS/1.0\r\n\r\n")
+
+
+# ------------------------------------------------------------------------------ pure helpers
+
+
+def get_hash(name: str, size: int = 8) -> str:
+    """The reference's ``getHash``: sha256, each of the first ``size`` bytes taken mod 62."""
+    b = hashlib.sha256(name.encode()).digest()
+    return "".join(_BASE62[x % 62] for x in b[:size])
+
+
+def stream_identity(created_ns: int) -> str:
+    """A stream's ``Nats-Stream-Identity``: the hash of its creation time (the reference's
+    ``stream.identity``), so a stream deleted and created again under its name is told apart."""
+    return get_hash(rfc3339_nano(created_ns))
+
+
+def sync_subject(prefix: str) -> str:
+    """``<prefix>.<8 random base62>``, as the reference's ``syncSubject``."""
+    return prefix + "." + "".join(secrets.choice(_BASE62) for _ in range(8))
+
+
+def index_name(src: Mapping[str, Any]) -> str:
+    """The reference's ``composeIName``: ``<name>[:<hash(api)>][:C=<hash(consumer)>] <filter> <dest>``,
+    filters and destinations of several transforms joined by a form feed, ``>`` for none."""
+    iname = src["name"]
+    ext = src.get("external")
+    if ext is not None:
+        iname += ":" + get_hash(ext.get("api", ""))
+    cons = src.get("consumer")
+    if cons is not None:
+        iname += ":C=" + get_hash(cons.get("name", ""))
+    transforms = src.get("subject_transforms") or []
+    if transforms:
+        source = "\f".join(t.get("src") or ">" for t in transforms)
+        dest = "\f".join(t.get("dest") or ">" for t in transforms)
+    else:
+        source, dest = src.get("filter_subject") or ">", ">"
+    return f"{iname} {source} {dest}"
+
+
+def retry_backoff(fails: int) -> float:
+    """The reference's ``calculateRetryBackoff``: 10 s, 20 s, 30 s ... up to 2 min."""
+    return min(RETRY_BACKOFF * 2 * fails, RETRY_MAXIMUM)
+
+
+@dataclass(frozen=True, slots=True)
+class AckInfo:
+    """What a delivery's ack reply says (v1: 9 tokens; v2: 11 or more)."""
+
+    consumer: str
+    delivered: int
+    sseq: int
+    dseq: int
+    ts: int
+    pending: int
+
+
+def parse_ack_reply(reply: str | None) -> AckInfo | None:
+    if not reply or not reply.startswith("$JS.ACK."):
+        return None
+    t = reply.split(".")
+    if len(t) == 9:
+        off = 2
+    elif len(t) >= 11:
+        off = 4
+    else:
+        return None
+    nums = t[off + 2 : off + 7]
+    if not all(n.isascii() and n.isdigit() for n in nums):
+        return None
+    dc, sseq, dseq, ts, pending = (int(n) for n in nums)
+    return AckInfo(t[off + 1], dc, sseq, dseq, ts, pending)
+
+
+def is_control(headers: bytes | None, payload: bytes) -> bool:
+    """A heartbeat or flow-control request: no body, a ``100`` status (the reference's test)."""
+    return not payload and bool(headers) and headers.startswith(_CONTROL)  # type: ignore[union-attr]
+
+
+def source_header_value(iname: str, reply: str, subject: str, ident: str) -> str:
+    """``Nats-Stream-Source``: ``<name[:hash]> <upstream seq> <filter> <dest> <subject>[ <identity>]``
+    (the reference's ``genSourceHeader``; the sequence is the ack reply's, "1" without one)."""
+    name, flt, dest = iname.split(" ")
+    t = reply.split(".")
+    seq = "1"
+    if len(t) >= 2 and t[0] == "$JS" and t[1] == "ACK":
+        if len(t) == 9:
+            seq = t[5]
+        elif len(t) >= 11:
+            seq = t[7]
+    value = f"{name} {seq} {flt} {dest} {subject}"
+    return f"{value} {ident}" if ident else value
+
+
+def _remove_lines(hdr: bytes, match: Any) -> bytes:
+    lines = hdr.split(b"\r\n")
+    kept = [lines[0]] + [ln for ln in lines[1:] if not match(ln)]
+    return b"\r\n".join(kept)
+
+
+def sourced_headers(headers: bytes | None, value: str) -> bytes:
+    """The stored header block of a sourced message, as the reference writes it: an incoming
+    ``Nats-Stream-Source`` (a daisy chain) and any ``Nats-Expected-*`` and ``Nats-Batch-*``
+    lines removed, then ``Nats-Stream-Source: <value>`` added last."""
+    if headers and len(headers) > _EMPTY_HEADERS_LEN:
+        exact = STREAM_SOURCE.encode() + b":"
+        h = _remove_lines(headers, lambda ln: ln.startswith(exact) or ln.startswith(_REMOVED_PREFIXES))
+        if len(h) > _EMPTY_HEADERS_LEN:
+            return h[:-2] + f"{STREAM_SOURCE}: {value}\r\n\r\n".encode("utf-8", "surrogateescape")
+    return f"NATS/1.0\r\n{STREAM_SOURCE}: {value}\r\n\r\n".encode("utf-8", "surrogateescape")
+
+
+def flow_control_reply(dseq: int, sseq: int) -> bytes:
+    return f"NATS/1.0\r\nNats-Last-Consumer: {dseq}\r\nNats-Last-Stream: {sseq}\r\n\r\n".encode()
+
+
+def _header_int(headers: bytes, name: str) -> int:
+    v = slice_header(headers, name)
+    return int(v) if v and v.isascii() and v.isdigit() else -1
+
+
+# ------------------------------------------------------------------------------ the worker
+
+
+class SourceState(Enum):
+    WAITING = "waiting"  # its turn to ask comes after the throttle and backoff
+    CREATING = "creating"  # one consumer create in flight (never more than one per source)
+    ACTIVE = "active"  # reading deliveries
+
+
+TRANSITIONS: dict[SourceState, frozenset[SourceState]] = {
+    SourceState.WAITING: frozenset({SourceState.CREATING}),
+    SourceState.CREATING: frozenset({SourceState.ACTIVE, SourceState.WAITING}),
+    SourceState.ACTIVE: frozenset({SourceState.WAITING}),
+}
+
+
+class _Recreate(Exception):
+    """Make a new upstream consumer, at the stored position + 1."""
+
+    def __init__(self, why: str, *, fail: bool = False, error: ApiError | None = None) -> None:
+        super().__init__(why)
+        self.fail = fail  # counts towards the backoff
+        self.error = error
+
+
+class _Receiver(InternalReceiver):
+    """A source's deliver subject and reply inbox: one queue, read by its worker."""
+
+
+class SourceWorker:
+    """One source of a stream: creates its upstream consumer, reads and stores its deliveries."""
+
+    def __init__(self, stream: Stream, spec: Mapping[str, Any], iname: str, position: int) -> None:
+        self.stream = stream
+        self.spec = dict(spec)
+        self.iname = iname
+        self.upstream: str = spec["name"]
+        self.committed = position  # the last upstream sequence stored (SourcePosOp)
+        self.sseq = position  # the last upstream sequence taken
+        self.dseq = 0
+        self.cname = ""
+        self.ident = ""  # the upstream's Nats-Stream-Identity
+        self.reset = False  # the upstream was recreated: start over (the reference's si.rc)
+        self.lag = 0
+        self.heard_ns = 0  # wall ns of the last message or heartbeat; 0: never
+        self._heard = 0.0  # the same, monotonic
+        self.error: ApiError | None = None
+        self.fails = 0
+        self.requests = 0
+        self._last_request: float | None = None
+        self.state = SourceState.WAITING
+        self._kick = anyio.Event()
+        self._kicked = False
+
+    # ---------------------------------------------------------------- state
+
+    def _to(self, state: SourceState) -> None:
+        if state is not self.state:
+            assert state in TRANSITIONS[self.state], f"{self.state} -> {state}"
+            self.state = state
+
+    def kick(self) -> None:
+        """A link came up: the reference resets the backoff and retries a waiting or stale source."""
+        self.fails = 0
+        self._kicked = True
+        self._kick.set()
+
+    def info(self) -> dict[str, Any]:
+        """The reference's ``StreamSourceInfo``."""
+        d: dict[str, Any] = {"name": self.upstream}
+        ext = self.spec.get("external")
+        if ext is not None:
+            d["external"] = {"api": ext.get("api", ""), "deliver": ext.get("deliver", "")}
+        d["lag"] = self.lag
+        d["seq"] = self.sseq  # the reference's 2.15: the last upstream sequence taken
+        d["active"] = time.time_ns() - self.heard_ns if self.heard_ns else -1
+        if self.error is not None:
+            d["error"] = self.error.to_json()
+        if self.spec.get("filter_subject"):
+            d["filter_subject"] = self.spec["filter_subject"]
+        transforms = self.spec.get("subject_transforms") or []
+        if transforms:
+            d["subject_transforms"] = [
+                {"src": t.get("src", ""), "dest": t.get("dest", "")} for t in transforms
+            ]
+        return d
+
+    # ---------------------------------------------------------------- the loop
+
+    async def run(self) -> None:
+        if self.spec.get("consumer") is not None:
+            err = "durable sourcing (sources[].consumer) is not supported by this server"
+            self.error = api_error("JSSourceConsumerSetupFailedErrF", err=err)
+            await anyio.sleep_forever()
+        while True:
+            await self._wait_turn()
+            try:
+                await self._attempt()
+            except _Recreate as r:
+                if r.fail:
+                    self.fails += 1
+                if r.error is not None:
+                    self.error = r.error
+                log.debug("stream %s source %s: recreating (%s)", self.stream.name, self.upstream, r)
+            except Exception as e:
+                self.fails += 1
+                why = str(e) if isinstance(e, StoreError) else describe_failure(e)
+                self.error = api_error("JSSourceConsumerSetupFailedErrF", err=why)
+                log.error("stream %s source %s failed, retrying: %s", self.stream.name, self.upstream, why)
+            finally:
+                if self.state is not SourceState.WAITING:
+                    self._to(SourceState.WAITING)
+            self.sseq, self.dseq = self.committed, 0
+
+    async def _wait_turn(self) -> None:
+        """The reference's schedule: 2 s since the last request, the backoff after failures,
+        100-200 ms of jitter. A kick (a link came up) cuts the backoff short."""
+        while True:
+            delay = 0.0
+            if self._last_request is not None:
+                delay = max(0.0, REQUEST_THROTTLE - (time.monotonic() - self._last_request))
+                if self.fails:
+                    delay += retry_backoff(self.fails)
+            delay += 0.1 + random.random() * 0.1
+            self._kick = anyio.Event()
+            self._kicked = False
+            with anyio.move_on_after(delay) as scope:
+                await self._kick.wait()
+            if scope.cancelled_caught:
+                return
+            # kicked: the backoff is gone (fails = 0), go again with only throttle and jitter
+
+    def _start(self, first_seq: int, last_ts: int) -> dict[str, Any]:
+        """Where the new consumer starts (the reference's rules), given the stream's first
+        sequence and last timestamp."""
+        seq = 0 if self.reset else self.committed + 1
+        spec = self.spec
+        if seq > 1:
+            return {"deliver_policy": "by_start_sequence", "opt_start_seq": seq}
+        if spec.get("opt_start_seq"):
+            return {"deliver_policy": "by_start_sequence", "opt_start_seq": spec["opt_start_seq"]}
+        if spec.get("opt_start_time"):
+            start = spec["opt_start_time"]
+            with contextlib.suppress(ValueError, TypeError):
+                if last_ts and parse_rfc3339(start) < last_ts:
+                    start = rfc3339_nano(last_ts)
+            return {"deliver_policy": "by_start_time", "opt_start_time": start}
+        if first_seq > 1 and last_ts and not self.reset:
+            return {"deliver_policy": "by_start_time", "opt_start_time": rfc3339_nano(last_ts)}
+        return {"deliver_policy": "all"}
+
+    def _consumer_hash(self) -> str:
+        stream = self.stream
+        base = f"{stream.name} {stream.account.name}"
+        if stream.domain:
+            base += f" {stream.domain}"
+        ident = get_hash(base)
+        if sum(1 for s in stream.config.sources if s and s.get("name") == self.upstream) > 1:
+            ident = f"{ident} {self.iname}"
+        return get_hash(ident)
+
+    def _request(
+        self, deliver: str, level: int, sourcing: bool, start: dict[str, Any]
+    ) -> tuple[str, bytes | None, bytes]:
+        """The consumer create request the reference sends: subject, headers, body."""
+        spec = self.spec
+        name = f"JS_SRC_{self._consumer_hash()}"
+        if not sourcing:
+            name += "_" + "".join(secrets.choice(_BASE62) for _ in range(8))
+        meta = {"_nats.src.stream": self.stream.name, "_nats.src.acc": self.stream.account.name}
+        if self.stream.domain:
+            meta["_nats.src.domain"] = self.stream.domain
+        cfg: dict[str, Any] = {"name": name, "deliver_subject": deliver, **start}
+        cfg.update(ack_policy="none", ack_wait=ACK_WAIT_NS, max_deliver=1)
+        flt = spec.get("filter_subject") or ""
+        srcs = [t.get("src", "") for t in spec.get("subject_transforms") or []]
+        if not flt and len(srcs) == 1:
+            flt, srcs = srcs[0], []
+        if flt:
+            cfg["filter_subject"] = flt
+        if srcs:
+            cfg["filter_subjects"] = srcs
+        cfg.update(replay_policy="instant", flow_control=True, idle_heartbeat=HEARTBEAT_NS)
+        cfg.update(inactive_threshold=INACTIVE_THRESHOLD_NS, num_replicas=0, direct=True)
+        if sourcing:
+            cfg["sourcing"] = True
+        cfg["metadata"] = meta
+        subject = f"{_API_PREFIX}.CONSUMER.CREATE.{self.upstream}"
+        if flt:
+            subject += f".{name}.{flt}"
+        ext = spec.get("external")
+        if ext is not None and ext.get("api"):
+            subject = subject.replace(_API_PREFIX, ext["api"], 1).replace("..", ".")
+        headers = None
+        if level >= 4:
+            items = [("Nats-Required-Api-Level", str(level))]
+            if level >= 5:
+                items.append((STREAM_IDENTITY, self.ident))
+            headers = encode_headers(items)
+        body = {"stream_name": self.upstream, "config": cfg, "action": ""}
+        return subject, headers, json.dumps(body, separators=(",", ":")).encode()
+
+    async def _attempt(self) -> None:
+        """Create the upstream consumer and read it, until something calls for a new one."""
+        account = self.stream.account
+        ext = self.spec.get("external")
+        prefix = (ext or {}).get("deliver") or ""
+        deliver = (prefix + ".S." if prefix else "$JS.S.").replace("..", ".")
+        deliver = sync_subject(deliver[:-1])
+        rx = _Receiver(f"source:{self.stream.name}:{self.upstream}", account, INBOX_CAPACITY)
+        try:
+            rx.subscribe(deliver)  # before asking: nothing the consumer sends is missed
+            early = await self._create(rx, deliver)
+            self._to(SourceState.ACTIVE)
+            self.error = None
+            self.fails = 0
+            self._heard = time.monotonic()
+            await self._read(rx, early)
+        finally:
+            rx.close()
+
+    async def _create(self, rx: _Receiver, deliver: str) -> list[InboundMsg]:
+        """Send the consumer create (downgrading as the reference does) and wait for its answer;
+        what arrived on the deliver subject meanwhile is returned, to be read first."""
+        self._to(SourceState.CREATING)
+        early: list[InboundMsg] = []
+        level, sourcing = API_LEVEL, True
+        st = await self.stream.state()
+        start = self._start(st.first_seq, st.last_ts)
+        while True:
+            reply = sync_subject("$JSC.R")
+            reply_sub = rx.subscribe(reply)
+            subject, headers, body = self._request(deliver, level, sourcing, start)
+            self._last_request = time.monotonic()
+            self.requests += 1
+            if not self.stream.account.publish(subject, reply, headers, body):
+                raise _Recreate(
+                    "no responders",
+                    fail=True,
+                    error=api_error("JSSourceConsumerSetupFailedErrF", err=f"no responders for {subject}"),
+                )
+            resp: InboundMsg | None = None
+            with anyio.move_on_after(CREATE_WAIT):
+                async for m in rx.inbox:
+                    if m.sub is reply_sub:
+                        resp = m
+                        break
+                    early.append(m)
+            self.stream.account.unsubscribe(reply_sub)
+            rx.subs.remove(reply_sub)
+            if resp is None:
+                err = api_error("JSSourceConsumerSetupFailedErrF", err="timeout")
+                raise _Recreate("consumer create timed out", fail=True, error=err)
+            try:
+                ccr = json.loads(resp.payload)
+                if not isinstance(ccr, dict):
+                    raise ValueError("not an object")
+            except ValueError:
+                err = api_error("JSSourceConsumerSetupFailedErrF", err="invalid consumer create response")
+                raise _Recreate("bad create response", fail=True, error=err) from None
+            error = ccr.get("error")
+            if isinstance(error, dict):
+                code = error.get("err_code")
+                if code == 10225:  # the upstream stream was deleted and created again
+                    log.warning(
+                        "stream %s: source stream %s was recreated, resetting source state",
+                        self.stream.name,
+                        self.upstream,
+                    )
+                    self.reset, self.ident = True, ""
+                    raise _Recreate("upstream recreated")
+                if sourcing and code in (10185, 10025):
+                    if level > 4:
+                        level -= 1
+                    else:
+                        level, sourcing = 0, False
+                    continue
+                raise _Recreate("create refused", fail=True, error=_remote_error(error))
+            cfg = ccr.get("config")
+            if not isinstance(cfg, dict) or not isinstance(ccr.get("name"), str):
+                err = api_error("JSSourceConsumerSetupFailedErrF", err="invalid consumer create response")
+                raise _Recreate("bad create response", fail=True, error=err)
+            ident = slice_header(resp.headers, STREAM_IDENTITY) if resp.headers else None
+            if self.reset or (ident and self.ident and ident != self.ident):
+                self.sseq = 0
+            self.reset = False
+            self.ident = ident or ""
+            delivered = ccr.get("delivered")
+            up_to = delivered.get("stream_seq", 0) if isinstance(delivered, dict) else 0
+            if isinstance(up_to, int) and up_to > self.sseq:
+                self.sseq = up_to
+            self.cname = ccr["name"]
+            self.dseq = 0
+            other = cfg.get("deliver_subject")
+            if isinstance(other, str) and other and other != deliver:
+                rx.subscribe(other)
+            return early
+
+    async def _read(self, rx: _Receiver, early: list[InboundMsg]) -> None:
+        inbox = rx.inbox
+        pending = early
+        while True:
+            if not pending:
+                with anyio.move_on_after(1.0):
+                    pending = [await inbox.receive()]
+                size = sum(inbound_size(m.subject, m.reply, m.headers, m.payload) for m in pending)
+                while pending and len(pending) < MAX_BATCH and size < MAX_BATCH_BYTES:
+                    try:
+                        m = inbox.receive_nowait()
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                    pending.append(m)
+                    size += inbound_size(m.subject, m.reply, m.headers, m.payload)
+            if not pending:
+                quiet = time.monotonic() - self._heard
+                if quiet > HEALTH_INTERVAL:
+                    raise _Recreate("stalled")
+                if self._kicked and quiet > KICK_STALE:
+                    raise _Recreate("link came up, source quiet")
+                continue
+            msgs, pending = pending, []
+            await self._handle(msgs)
+
+    async def _handle(self, msgs: list[InboundMsg]) -> None:
+        """The reference's gap rules, per message, in order; the batch is stored before a
+        flow-control reply, and before any recreate."""
+        batch: list[tuple[int, str, bytes | None, bytes]] = []
+        account = self.stream.account
+        for m in msgs:
+            if m.sub.subject.startswith("$JSC.R."):
+                continue  # a late create response
+            self._heard = time.monotonic()
+            self.heard_ns = time.time_ns()
+            headers = m.headers
+            if headers and is_control(headers, m.payload):
+                if m.reply:  # flow control: answered once what came before it is stored
+                    await self._flush(batch)
+                    batch = []
+                    account.publish(m.reply, None, flow_control_reply(self.dseq, self.sseq), b"")
+                else:
+                    last = _header_int(headers, "Nats-Last-Consumer")
+                    if last > 0 and last != self.dseq:
+                        await self._flush(batch)
+                        raise _Recreate(f"heartbeat says delivered {last}, got {self.dseq}")
+                    stalled = slice_header(headers, "Nats-Consumer-Stalled")
+                    if stalled:
+                        account.publish(stalled, None, None, b"")
+                continue
+            ack = parse_ack_reply(m.reply)
+            if ack is None or ack.consumer != self.cname or ack.delivered > 1:
+                continue
+            if ack.sseq <= self.sseq:
+                if ack.dseq == self.dseq + 1:
+                    self.dseq += 1
+                continue
+            if ack.dseq == self.dseq + 1:
+                self.dseq, self.sseq = ack.dseq, ack.sseq
+            elif ack.dseq > self.dseq:
+                await self._flush(batch)
+                raise _Recreate(f"delivery gap: {self.dseq} then {ack.dseq}")
+            else:
+                continue
+            self.lag = ack.pending - 1 if ack.pending else 0
+            assert m.reply is not None
+            value = source_header_value(self.iname, m.reply, m.subject, self.ident)
+            batch.append((ack.sseq, m.subject, sourced_headers(headers, value), m.payload))
+        await self._flush(batch)
+
+    async def _flush(self, batch: list[tuple[int, str, bytes | None, bytes]]) -> None:
+        if not batch:
+            return
+        taken, refusal = await self.stream.ingest_sourced(self.iname, batch)
+        if taken:
+            self.committed = batch[taken - 1][0]
+        if refusal is not None:
+            raise _Recreate(f"stream refused upstream sequence {batch[taken][0]}", error=refusal)
+
+
+def _remote_error(error: Mapping[str, Any]) -> ApiError:
+    """The upstream's create error, kept as it came (the reference stores it as returned)."""
+    spec = ApiErrorSpec(
+        "remote",
+        _int_or(error.get("code"), 500),
+        _int_or(error.get("err_code"), 10045),
+        str(error.get("description", "")),
+    )
+    return ApiError(spec)
+
+
+def _int_or(value: Any, default: int) -> int:
+    return value if type(value) is int else default
+
+
+# ------------------------------------------------------------------------------ a stream's sources
+
+
+class Sourcing:
+    """The workers of one stream's sources, started, reconciled on update, and stopped with it."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream = stream
+        self.workers: dict[str, tuple[SourceWorker, anyio.CancelScope]] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    def info(self) -> list[dict[str, Any]]:
+        return [w.info() for w, _s in self.workers.values()]
+
+    def _kick(self) -> None:
+        for w, _s in self.workers.values():
+            w.kick()
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        account = self.stream.account
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            account.link_watchers.append(self._kick)
+            try:
+                await self.reconcile()
+                task_status.started()
+                await anyio.sleep_forever()
+            finally:
+                self._tg = None
+                with contextlib.suppress(ValueError):
+                    account.link_watchers.remove(self._kick)
+                tg.cancel_scope.cancel()
+
+    async def reconcile(self) -> None:
+        """Start a worker for each configured source that has none; stop the removed ones
+        (their stored positions stay: the source comes back where it left off, as the
+        reference's does)."""
+        if self._tg is None:
+            return
+        wanted = {index_name(s): s for s in self.stream.config.sources if s}
+        for iname in [k for k in self.workers if k not in wanted]:
+            _w, scope = self.workers.pop(iname)
+            scope.cancel()
+        new = [k for k in wanted if k not in self.workers]
+        if not new:
+            return
+        positions = await self.stream.store.source_positions()
+        for iname in new:
+            worker = SourceWorker(self.stream, wanted[iname], iname, positions.get(iname, 0))
+            scope = anyio.CancelScope()
+            self.workers[iname] = (worker, scope)
+            self._tg.start_soon(self._run_worker, worker, scope)
+
+    async def _run_worker(self, worker: SourceWorker, scope: anyio.CancelScope) -> None:
+        with scope:
+            try:
+                await worker.run()
+            except Exception as e:  # run contains its failures; this is the last line
+                log.error(
+                    "stream %s source %s ended: %s", self.stream.name, worker.upstream, describe_failure(e)
+                )
