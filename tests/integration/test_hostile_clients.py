@@ -60,7 +60,9 @@ def assert_serving_auth(port: int) -> None:
 )
 def test_lone_surrogates_in_credentials_are_an_authorization_violation(make_server, config, connect):
     srv = make_server(config)
-    out, closed = exchange(srv.port, connect + b"\r\nPING\r\n", connect=None)
+    # A password is checked with scrypt on a worker thread: on a loaded machine that takes far
+    # longer than exchange's default quiet time. The server closes, so a long wait costs nothing.
+    out, closed = exchange(srv.port, connect + b"\r\nPING\r\n", connect=None, quiet=10.0, timeout=15.0)
     assert (out, closed) == (AUTH_VIOLATION, True)
     assert srv.proc.poll() is None
     if config is USERS:
