@@ -103,6 +103,24 @@ async def test_a_mirror_of_a_purged_upstream_starts_at_its_first_sequence(js_ser
         assert await stored(nc, "M") == await stored(nc, "UP")
 
 
+async def test_a_mirror_resumes_after_its_last_sequence_after_a_restart(make_server):
+    srv = make_server(jetstream=True)
+    async with jetstream(srv) as (nc, js):
+        await create(nc, {"name": "UP", "subjects": ["up.>"]})
+        await create(nc, {"name": "M", "mirror": {"name": "UP"}})
+        for i in range(20):
+            await js.publish("up.x", b"%d" % i)
+        await wait_last(nc, "M", 20)
+    srv = srv.restart()
+    async with jetstream(srv) as (nc, js):
+        for i in range(20, 30):
+            await js.publish("up.x", b"%d" % i)
+        await wait_last(nc, "M", 30, timeout=20)
+        await anyio.sleep(0.5)
+        assert counts((await info(nc, "M"))["state"]) == (30, 1, 30, 0)
+        assert await stored(nc, "M") == await stored(nc, "UP")
+
+
 async def test_a_mirror_takes_no_publishes_and_no_config_changes(js_server):
     async with jetstream(js_server) as (nc, js):
         await create(nc, {"name": "UP", "subjects": ["up.>"]})
