@@ -313,7 +313,7 @@ class SourceWorker:
 
     async def run(self) -> None:
         if self.spec.get("consumer") is not None:
-            err = "durable sourcing (sources[].consumer) is not supported by this server"
+            err = "durable sourcing (a consumer of its own) is not supported by this server"
             self.error = api_error(self.SETUP_ERROR, err=err)
             await anyio.sleep_forever()
         while True:
