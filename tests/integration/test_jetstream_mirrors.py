@@ -149,3 +149,19 @@ async def test_a_mirror_takes_no_publishes_and_no_config_changes(js_server):
             errors.append(r.get("error"))
         assert [(e or {}).get("err_code") for e in errors] == [10055, 10034, 10031, 10034, 10031, 10143]
         assert counts((await info(nc, "M"))["state"]) == (1, 1, 1, 0)
+
+
+async def test_a_mirror_promoted_to_a_stream_of_its_own_stops_mirroring(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await create(nc, {"name": "UP", "subjects": ["up.>"]})
+        await create(nc, {"name": "M", "mirror": {"name": "UP"}})
+        await js.publish("up.x", b"1")
+        await wait_last(nc, "M", 1)
+        cfg = {k: v for k, v in (await info(nc, "M"))["config"].items() if k != "mirror"}
+        r = await api(nc, "$JS.API.STREAM.UPDATE.M", {**cfg, "subjects": ["m.>"]})
+        assert "error" not in r and "mirror" not in r, r
+        await js.publish("up.x", b"2")
+        ack = await js.publish("m.x", b"own")
+        assert (ack.stream, ack.seq) == ("M", 2)
+        i = await info(nc, "M")
+        assert counts(i["state"]) == (2, 1, 2, 0) and "mirror" not in i
