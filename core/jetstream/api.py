@@ -102,6 +102,7 @@ async def _info(
         subjects=subj_counts,
         server_name=js.server.name,
         domain=js.domain if with_domain else None,
+        mirror=stream.sourcing.mirror_info() if stream.sourcing is not None else None,
         sources=stream.sourcing.info() if stream.sourcing is not None else (),
         first_seq_set=stream.first_seq_set,
     )

@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
@@ -41,6 +41,7 @@ from core.jetstream.gotime import parse_rfc3339, rfc3339_nano
 from core.protocol.headers import encode_headers, slice_header
 from core.server.failures import describe_failure
 from core.server.internal import InboundMsg, InternalReceiver, inbound_size
+from core.store.api import SequenceMismatch, StreamState
 
 if TYPE_CHECKING:
     from core.jetstream.stream import Stream
@@ -117,6 +118,17 @@ def retry_backoff(fails: int) -> float:
     return min(RETRY_BACKOFF * 2 * fails, RETRY_MAXIMUM)
 
 
+class Delivery(NamedTuple):
+    """A message from upstream, as the stream stores it: its upstream sequence and timestamp
+    (from the ack reply), subject, headers (as rewritten for storing) and payload."""
+
+    sseq: int
+    subject: str
+    headers: bytes | None
+    payload: bytes
+    ts: int
+
+
 @dataclass(frozen=True, slots=True)
 class AckInfo:
     """What a delivery's ack reply says (v1: 9 tokens; v2: 11 or more)."""
@@ -184,6 +196,14 @@ def sourced_headers(headers: bytes | None, value: str) -> bytes:
     return f"NATS/1.0\r\n{STREAM_SOURCE}: {value}\r\n\r\n".encode("utf-8", "surrogateescape")
 
 
+def mirrored_headers(headers: bytes | None) -> bytes | None:
+    """A mirrored message's headers, as the reference stores them: as they came, less any
+    ``Nats-Expected-*`` and ``Nats-Batch-*`` lines (they were checked upstream)."""
+    if not headers or (b"Nats-Expected-" not in headers and b"Nats-Batch-" not in headers):
+        return headers
+    return _remove_lines(headers, lambda ln: ln.startswith(_REMOVED_PREFIXES))
+
+
 def flow_control_reply(dseq: int, sseq: int) -> bytes:
     return f"NATS/1.0\r\nNats-Last-Consumer: {dseq}\r\nNats-Last-Stream: {sseq}\r\n\r\n".encode()
 
@@ -223,7 +243,16 @@ class _Receiver(InternalReceiver):
 
 
 class SourceWorker:
-    """One source of a stream: creates its upstream consumer, reads and stores its deliveries."""
+    """One source of a stream: creates its upstream consumer, reads and stores its deliveries.
+
+    ``MirrorWorker`` is the same machine with the mirror's request, start position, gap rules
+    and storing; what differs is in the class constants and the methods it overrides."""
+
+    SETUP_ERROR = "JSSourceConsumerSetupFailedErrF"  # 10045; a mirror's is 10029
+    NAME_PREFIX = "JS_SRC_"
+    META_PREFIX = "_nats.src"
+    DELIVER_TOKEN = "S"  # $JS.S.<8> or <external.deliver>.S.<8>
+    API_LEVEL = API_LEVEL
 
     def __init__(self, stream: Stream, spec: Mapping[str, Any], iname: str, position: int) -> None:
         self.stream = stream
@@ -284,8 +313,8 @@ class SourceWorker:
 
     async def run(self) -> None:
         if self.spec.get("consumer") is not None:
-            err = "durable sourcing (sources[].consumer) is not supported by this server"
-            self.error = api_error("JSSourceConsumerSetupFailedErrF", err=err)
+            err = "durable sourcing (a consumer of its own) is not supported by this server"
+            self.error = api_error(self.SETUP_ERROR, err=err)
             await anyio.sleep_forever()
         while True:
             await self._wait_turn()
@@ -300,7 +329,7 @@ class SourceWorker:
             except Exception as e:
                 self.fails += 1
                 why = str(e) if isinstance(e, StoreError) else describe_failure(e)
-                self.error = api_error("JSSourceConsumerSetupFailedErrF", err=why)
+                self.error = api_error(self.SETUP_ERROR, err=why)
                 log.error("stream %s source %s failed, retrying: %s", self.stream.name, self.upstream, why)
             finally:
                 if self.state is not SourceState.WAITING:
@@ -325,9 +354,9 @@ class SourceWorker:
                 return
             # kicked: the backoff is gone (fails = 0), go again with only throttle and jitter
 
-    def _start(self, first_seq: int, last_ts: int) -> dict[str, Any]:
-        """Where the new consumer starts (the reference's rules), given the stream's first
-        sequence and last timestamp."""
+    def _start(self, st: StreamState) -> dict[str, Any]:
+        """Where the new consumer starts (the reference's rules), given the stream's state."""
+        first_seq, last_ts = st.first_seq, st.last_ts
         seq = 0 if self.reset else self.committed + 1
         spec = self.spec
         if seq > 1:
@@ -354,17 +383,27 @@ class SourceWorker:
             ident = f"{ident} {self.iname}"
         return get_hash(ident)
 
+    def _headers(self, level: int) -> bytes | None:
+        """``Nats-Required-Api-Level`` (and, from level 5, the upstream's identity we know)."""
+        if level < 4:
+            return None
+        items = [("Nats-Required-Api-Level", str(level))]
+        if level >= 5:
+            items.append((STREAM_IDENTITY, self.ident))
+        return encode_headers(items)
+
     def _request(
         self, deliver: str, level: int, sourcing: bool, start: dict[str, Any]
     ) -> tuple[str, bytes | None, bytes]:
         """The consumer create request the reference sends: subject, headers, body."""
         spec = self.spec
-        name = f"JS_SRC_{self._consumer_hash()}"
+        name = f"{self.NAME_PREFIX}{self._consumer_hash()}"
         if not sourcing:
             name += "_" + "".join(secrets.choice(_BASE62) for _ in range(8))
-        meta = {"_nats.src.stream": self.stream.name, "_nats.src.acc": self.stream.account.name}
+        mp = self.META_PREFIX
+        meta = {f"{mp}.stream": self.stream.name, f"{mp}.acc": self.stream.account.name}
         if self.stream.domain:
-            meta["_nats.src.domain"] = self.stream.domain
+            meta[f"{mp}.domain"] = self.stream.domain
         cfg: dict[str, Any] = {"name": name, "deliver_subject": deliver, **start}
         cfg.update(ack_policy="none", ack_wait=ACK_WAIT_NS, max_deliver=1)
         flt = spec.get("filter_subject") or ""
@@ -386,12 +425,7 @@ class SourceWorker:
         ext = spec.get("external")
         if ext is not None and ext.get("api"):
             subject = subject.replace(_API_PREFIX, ext["api"], 1).replace("..", ".")
-        headers = None
-        if level >= 4:
-            items = [("Nats-Required-Api-Level", str(level))]
-            if level >= 5:
-                items.append((STREAM_IDENTITY, self.ident))
-            headers = encode_headers(items)
+        headers = self._headers(level)
         body = {"stream_name": self.upstream, "config": cfg, "action": ""}
         return subject, headers, json.dumps(body, separators=(",", ":")).encode()
 
@@ -400,7 +434,8 @@ class SourceWorker:
         account = self.stream.account
         ext = self.spec.get("external")
         prefix = (ext or {}).get("deliver") or ""
-        deliver = (prefix + ".S." if prefix else "$JS.S.").replace("..", ".")
+        token = self.DELIVER_TOKEN
+        deliver = (f"{prefix}.{token}." if prefix else f"$JS.{token}.").replace("..", ".")
         deliver = sync_subject(deliver[:-1])
         rx = _Receiver(f"source:{self.stream.name}:{self.upstream}", account, INBOX_CAPACITY)
         try:
@@ -419,9 +454,8 @@ class SourceWorker:
         what arrived on the deliver subject meanwhile is returned, to be read first."""
         self._to(SourceState.CREATING)
         early: list[InboundMsg] = []
-        level, sourcing = API_LEVEL, True
-        st = await self.stream.state()
-        start = self._start(st.first_seq, st.last_ts)
+        level, sourcing = self.API_LEVEL, True
+        start = self._start(await self.stream.state())
         while True:
             reply = sync_subject("$JSC.R")
             reply_sub = rx.subscribe(reply)
@@ -432,7 +466,7 @@ class SourceWorker:
                 raise _Recreate(
                     "no responders",
                     fail=True,
-                    error=api_error("JSSourceConsumerSetupFailedErrF", err=f"no responders for {subject}"),
+                    error=api_error(self.SETUP_ERROR, err=f"no responders for {subject}"),
                 )
             resp: InboundMsg | None = None
             with anyio.move_on_after(CREATE_WAIT):
@@ -444,14 +478,14 @@ class SourceWorker:
             self.stream.account.unsubscribe(reply_sub)
             rx.subs.remove(reply_sub)
             if resp is None:
-                err = api_error("JSSourceConsumerSetupFailedErrF", err="timeout")
+                err = api_error(self.SETUP_ERROR, err="timeout")
                 raise _Recreate("consumer create timed out", fail=True, error=err)
             try:
                 ccr = json.loads(resp.payload)
                 if not isinstance(ccr, dict):
                     raise ValueError("not an object")
             except ValueError:
-                err = api_error("JSSourceConsumerSetupFailedErrF", err="invalid consumer create response")
+                err = api_error(self.SETUP_ERROR, err="invalid consumer create response")
                 raise _Recreate("bad create response", fail=True, error=err) from None
             error = ccr.get("error")
             if isinstance(error, dict):
@@ -473,23 +507,29 @@ class SourceWorker:
                 raise _Recreate("create refused", fail=True, error=_remote_error(error))
             cfg = ccr.get("config")
             if not isinstance(cfg, dict) or not isinstance(ccr.get("name"), str):
-                err = api_error("JSSourceConsumerSetupFailedErrF", err="invalid consumer create response")
+                err = api_error(self.SETUP_ERROR, err="invalid consumer create response")
                 raise _Recreate("bad create response", fail=True, error=err)
-            ident = slice_header(resp.headers, STREAM_IDENTITY) if resp.headers else None
-            if self.reset or (ident and self.ident and ident != self.ident):
-                self.sseq = 0
-            self.reset = False
-            self.ident = ident or ""
             delivered = ccr.get("delivered")
             up_to = delivered.get("stream_seq", 0) if isinstance(delivered, dict) else 0
-            if isinstance(up_to, int) and up_to > self.sseq:
-                self.sseq = up_to
+            await self._created(resp, up_to if type(up_to) is int and up_to > 0 else 0)
             self.cname = ccr["name"]
             self.dseq = 0
             other = cfg.get("deliver_subject")
             if isinstance(other, str) and other and other != deliver:
                 rx.subscribe(other)
             return early
+
+    async def _created(self, resp: InboundMsg, delivered: int) -> None:
+        """The consumer exists; ``delivered`` is the upstream sequence it says it starts after
+        (its ``delivered.stream_seq``). A source keeps the upstream's identity, starts over
+        when that changed, and does not take what lies before ``delivered``."""
+        ident = slice_header(resp.headers, STREAM_IDENTITY) if resp.headers else None
+        if self.reset or (ident and self.ident and ident != self.ident):
+            self.sseq = 0
+        self.reset = False
+        self.ident = ident or ""
+        if delivered > self.sseq:
+            self.sseq = delivered
 
     async def _read(self, rx: _Receiver, early: list[InboundMsg]) -> None:
         inbox = rx.inbox
@@ -519,7 +559,7 @@ class SourceWorker:
     async def _handle(self, msgs: list[InboundMsg]) -> None:
         """The reference's gap rules, per message, in order; the batch is stored before a
         flow-control reply, and before any recreate."""
-        batch: list[tuple[int, str, bytes | None, bytes]] = []
+        batch: list[Delivery] = []
         account = self.stream.account
         for m in msgs:
             if m.sub.subject.startswith("$JSC.R."):
@@ -544,31 +584,124 @@ class SourceWorker:
             ack = parse_ack_reply(m.reply)
             if ack is None or ack.consumer != self.cname or ack.delivered > 1:
                 continue
-            if ack.sseq <= self.sseq:
-                if ack.dseq == self.dseq + 1:
-                    self.dseq += 1
-                continue
-            if ack.dseq == self.dseq + 1:
-                self.dseq, self.sseq = ack.dseq, ack.sseq
-            elif ack.dseq > self.dseq:
+            try:
+                take = self._gap_rule(ack)
+            except _Recreate:
                 await self._flush(batch)
-                raise _Recreate(f"delivery gap: {self.dseq} then {ack.dseq}")
-            else:
+                raise
+            if not take:
                 continue
             self.lag = ack.pending - 1 if ack.pending else 0
-            assert m.reply is not None
-            value = source_header_value(self.iname, m.reply, m.subject, self.ident)
-            batch.append((ack.sseq, m.subject, sourced_headers(headers, value), m.payload))
+            batch.append(self._delivery(ack, m))
         await self._flush(batch)
 
-    async def _flush(self, batch: list[tuple[int, str, bytes | None, bytes]]) -> None:
+    def _gap_rule(self, ack: AckInfo) -> bool:
+        """A source's: whether to take the delivery (``sseq`` and ``dseq`` move on), drop it,
+        or (raising _Recreate) make a new consumer. ``sseq`` may jump: a source has sequences
+        of its own and writes no skip markers."""
+        if ack.sseq <= self.sseq:
+            if ack.dseq == self.dseq + 1:
+                self.dseq += 1
+            return False
+        if ack.dseq == self.dseq + 1:
+            self.dseq, self.sseq = ack.dseq, ack.sseq
+            return True
+        if ack.dseq > self.dseq:
+            raise _Recreate(f"delivery gap: {self.dseq} then {ack.dseq}")
+        return False
+
+    def _delivery(self, ack: AckInfo, m: InboundMsg) -> Delivery:
+        assert m.reply is not None
+        value = source_header_value(self.iname, m.reply, m.subject, self.ident)
+        return Delivery(ack.sseq, m.subject, sourced_headers(m.headers, value), m.payload, ack.ts)
+
+    async def _flush(self, batch: list[Delivery]) -> None:
         if not batch:
             return
         taken, refusal = await self.stream.ingest_sourced(self.iname, batch)
         if taken:
-            self.committed = batch[taken - 1][0]
+            self.committed = batch[taken - 1].sseq
         if refusal is not None:
-            raise _Recreate(f"stream refused upstream sequence {batch[taken][0]}", error=refusal)
+            raise _Recreate(f"stream refused upstream sequence {batch[taken].sseq}", error=refusal)
+
+
+class MirrorWorker(SourceWorker):
+    """A stream's mirror: the source machinery with the reference's mirror rules
+    (``setupMirrorConsumer``, ``processInboundMirrorMsg``). Each message is stored under its
+    upstream sequence with its upstream timestamp, so the mirror's position is its own last
+    sequence, committed with the messages by construction (no ``SourcePosOp``). An upstream
+    gap (messages expired, deleted or purged before the mirror read them) becomes deleted
+    sequences, as the reference's skip markers do."""
+
+    SETUP_ERROR = "JSMirrorConsumerSetupFailedErrF"  # 10029
+    NAME_PREFIX = "JS_MIRROR_"
+    META_PREFIX = "_nats.mirror"
+    DELIVER_TOKEN = "M"
+    API_LEVEL = 4  # the mirror's request asks for level 4 and sends no identity
+
+    def info(self) -> dict[str, Any]:
+        d = super().info()
+        d.pop("seq", None)  # the reference's mirror info has no seq
+        return d
+
+    def _consumer_hash(self) -> str:
+        """The reference's ``createStableConsumerHash``: one hash, a stream has one mirror."""
+        stream = self.stream
+        base = f"{stream.name} {stream.account.name}"
+        if stream.domain:
+            base += f" {stream.domain}"
+        return get_hash(base)
+
+    def _headers(self, level: int) -> bytes | None:
+        return encode_headers([("Nats-Required-Api-Level", str(level))]) if level >= 4 else None
+
+    def _start(self, st: StreamState) -> dict[str, Any]:
+        """After the mirror's last sequence; an empty mirror that never held anything from
+        the configured start, or from the upstream's first message."""
+        self.committed = self.sseq = st.last_seq
+        if st.msgs or st.last_seq:
+            return {"deliver_policy": "by_start_sequence", "opt_start_seq": st.last_seq + 1}
+        spec = self.spec
+        if spec.get("opt_start_seq"):
+            return {"deliver_policy": "by_start_sequence", "opt_start_seq": spec["opt_start_seq"]}
+        if spec.get("opt_start_time"):
+            return {"deliver_policy": "by_start_time", "opt_start_time": spec["opt_start_time"]}
+        return {"deliver_policy": "all"}
+
+    async def _created(self, resp: InboundMsg, delivered: int) -> None:
+        """The consumer starts after ``delivered``: what lies before it is gone upstream. An
+        empty mirror moves its first sequence there, a non-empty one marks the sequences in
+        between deleted (the reference's purge and skip)."""
+        if delivered > self.committed:
+            await self.stream.ingest_mirrored([], skip_to=delivered)
+            self.committed = delivered
+        self.sseq = max(self.sseq, delivered)
+
+    def _gap_rule(self, ack: AckInfo) -> bool:
+        """The reference's mirror rules: an older ``sseq`` is dropped; the next ``sseq`` is
+        taken; a later one is taken when ``dseq`` is contiguous (the upstream lost what lies
+        between: stored as deleted sequences) and recreates the consumer when it is not."""
+        if ack.sseq <= self.sseq:
+            if ack.dseq == self.dseq + 1:
+                self.dseq += 1
+            return False
+        if ack.sseq == self.sseq + 1 or ack.dseq == self.dseq + 1:
+            self.dseq, self.sseq = ack.dseq, ack.sseq
+            return True
+        raise _Recreate(f"delivery gap: {self.dseq} then {ack.dseq}")
+
+    def _delivery(self, ack: AckInfo, m: InboundMsg) -> Delivery:
+        return Delivery(ack.sseq, m.subject, mirrored_headers(m.headers), m.payload, ack.ts)
+
+    async def _flush(self, batch: list[Delivery]) -> None:
+        if not batch:
+            return
+        try:
+            await self.stream.ingest_mirrored(batch)
+        except SequenceMismatch as e:
+            # the reference's errLastSeqMismatch: start again after what the mirror holds
+            raise _Recreate(f"mirror holds up to {e.last_seq}, upstream sent {batch[0].sseq}") from None
+        self.committed = batch[-1].sseq
 
 
 def _remote_error(error: Mapping[str, Any]) -> ApiError:
@@ -589,8 +722,12 @@ def _int_or(value: Any, default: int) -> int:
 # ------------------------------------------------------------------------------ a stream's sources
 
 
+MIRROR_KEY = "\0mirror"  # the mirror's worker among the sources' (no index name is so)
+
+
 class Sourcing:
-    """The workers of one stream's sources, started, reconciled on update, and stopped with it."""
+    """The workers of one stream's sources (or its mirror), started, reconciled on update, and
+    stopped with it."""
 
     def __init__(self, stream: Stream) -> None:
         self.stream = stream
@@ -598,7 +735,11 @@ class Sourcing:
         self._tg: anyio.abc.TaskGroup | None = None
 
     def info(self) -> list[dict[str, Any]]:
-        return [w.info() for w, _s in self.workers.values()]
+        return [w.info() for k, (w, _s) in self.workers.items() if k != MIRROR_KEY]
+
+    def mirror_info(self) -> dict[str, Any] | None:
+        entry = self.workers.get(MIRROR_KEY)
+        return entry[0].info() if entry is not None else None
 
     def _kick(self) -> None:
         for w, _s in self.workers.values():
@@ -622,10 +763,13 @@ class Sourcing:
     async def reconcile(self) -> None:
         """Start a worker for each configured source that has none; stop the removed ones
         (their stored positions stay: the source comes back where it left off, as the
-        reference's does)."""
+        reference's does). A mirror's config cannot change; removing it (the reference's
+        promotion) stops its worker and leaves a stream of its own."""
         if self._tg is None:
             return
         wanted = {index_name(s): s for s in self.stream.config.sources if s}
+        if self.stream.config.mirror is not None:
+            wanted[MIRROR_KEY] = self.stream.config.mirror
         for iname in [k for k in self.workers if k not in wanted]:
             _w, scope = self.workers.pop(iname)
             scope.cancel()
@@ -634,7 +778,10 @@ class Sourcing:
             return
         positions = await self.stream.store.source_positions()
         for iname in new:
-            worker = SourceWorker(self.stream, wanted[iname], iname, positions.get(iname, 0))
+            if iname == MIRROR_KEY:
+                worker: SourceWorker = MirrorWorker(self.stream, wanted[iname], "", 0)
+            else:
+                worker = SourceWorker(self.stream, wanted[iname], iname, positions.get(iname, 0))
             scope = anyio.CancelScope()
             self.workers[iname] = (worker, scope)
             self._tg.start_soon(self._run_worker, worker, scope)

@@ -20,7 +20,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -54,7 +54,7 @@ from core.store.api import (
 if TYPE_CHECKING:
     from core.jetstream.consumer import Consumer
     from core.jetstream.models import StreamConfig
-    from core.jetstream.sourcing import Sourcing
+    from core.jetstream.sourcing import Delivery, Sourcing
     from core.server.accounts import Account
 
 _NEVER_NS = 1 << 63  # the housekeeper's next look when nothing is due
@@ -692,22 +692,20 @@ class Stream:
             self.wake_consumers()
         self._send_outcomes(plan, flight.results or [])
 
-    async def ingest_sourced(
-        self, key: str, msgs: list[tuple[int, str, bytes | None, bytes]]
-    ) -> tuple[int, ApiError | None]:
-        """Store what source ``key`` delivered, ``(upstream seq, subject, headers, payload)`` in
-        upstream order, and the upstream sequence of the last one taken in the same transaction
-        (``SourcePosOp``; core/jetstream/DESIGN.md, "Sources and mirrors"). They are decided as
-        publishes are (dedup, limits, retention), with no one to answer. Returns how many were
-        taken (stored, or dropped as ``Nats-Msg-Id`` duplicates) and why the next one was not:
-        all and None, or fewer when the one after them was refused (a discard-new limit, its
+    async def ingest_sourced(self, key: str, msgs: Sequence[Delivery]) -> tuple[int, ApiError | None]:
+        """Store what source ``key`` delivered, in upstream order, and the upstream sequence
+        of the last one taken in the same transaction (``SourcePosOp``;
+        core/jetstream/DESIGN.md, "Sources and mirrors"). They are decided as publishes are
+        (dedup, limits, retention), with no one to answer. Returns how many were taken
+        (stored, or dropped as ``Nats-Msg-Id`` duplicates) and why the next one was not: all
+        and None, or fewer when the one after them was refused (a discard-new limit, its
         size); the position is then the last taken's. A commit that fails raises StoreError:
         neither the messages nor the position were stored."""
         async with self.lock:
             await self.drain()
             if self._closed or self.failed is not None:
                 raise StoreError(f"stream {self.name} is closed")
-            batch = [InboundMsg(subj, None, hdrs, data, None) for _s, subj, hdrs, data in msgs]  # type: ignore[arg-type]
+            batch = [InboundMsg(d.subject, None, d.headers, d.payload, None) for d in msgs]  # type: ignore[arg-type]
             flight = await self._admit(batch)
             outcomes = flight.plan.outcomes
             taken = next((i for i, (_r, o) in enumerate(outcomes) if isinstance(o, ApiError)), len(batch))
@@ -718,7 +716,7 @@ class Stream:
                 if taken == 0:
                     return 0, refusal
                 flight = await self._admit(batch[:taken])
-            flight.plan.ops.append(SourcePosOp(key, msgs[taken - 1][0]))
+            flight.plan.ops.append(SourcePosOp(key, msgs[taken - 1].sseq))
             try:
                 flight.commit = await self.store.submit(flight.plan.ops)
             except StoreError as e:
@@ -727,6 +725,42 @@ class Stream:
         if flight.error is not None:
             raise flight.error
         return taken, refusal
+
+    async def ingest_mirrored(self, msgs: Sequence[Delivery], skip_to: int = 0) -> None:
+        """Store what a mirror's upstream delivered, each message under its upstream sequence
+        and with its upstream timestamp, in one transaction: the mirror's position is its last
+        sequence, committed with them. A sequence the batch jumps over becomes a deleted one
+        (the reference's skip markers; on an empty mirror its first sequence moves up).
+        ``skip_to`` first moves the last sequence there (an upstream consumer that starts
+        later): an empty mirror is purged up to it, a non-empty one gets deleted sequences.
+        Nothing is deduplicated or refused (the upstream decided); the discard-old limits
+        apply. Raises SequenceMismatch when a sequence is not beyond the mirror's last
+        (nothing was stored), StoreError when the commit failed."""
+        async with self.lock:
+            await self.drain()
+            if self._closed or self.failed is not None:
+                raise StoreError(f"stream {self.name} is closed")
+            st = await self.state()
+            ops: list[Op] = []
+            if skip_to > st.last_seq:
+                ops.append(PurgeOp(up_to_seq=skip_to + 1) if st.msgs == 0 else SkipOp(skip_to))
+            ops.extend(Append(d.subject, d.headers, d.payload, d.ts, seq=d.sseq) for d in msgs)
+            cfg = self.config
+            trims = cfg.discard == "old" and 0 < cfg.max_msgs < st.msgs + len(msgs)
+            if trims:
+                ops.append(PurgeOp(keep=cfg.max_msgs))
+            self._predicted = None
+            self._state = None
+            try:
+                await self.store.apply(ops)
+            finally:
+                self._state = None
+            if trims or (ops and type(ops[0]) is PurgeOp):
+                self._removed_messages()
+            touched = {d.subject for d in msgs} if cfg.max_msgs_per_subject > 0 else ()
+            await self._enforce_limits(touched)
+            if msgs:
+                self.wake_consumers()
 
     def _unadmit(self, flight: _Flight) -> None:
         """Forget a batch ``_admit`` decided and nothing submitted (the pipeline was drained)."""
