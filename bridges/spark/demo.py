@@ -44,7 +44,10 @@ def run_demo(
 
 
 def format_table(rows: list[dict[str, Any]], field: str) -> str:
-    head = f"{'window start (UTC)':19s}  {'subject':28s} {'count':>6s} {'min':>9s} {'max':>9s} {'mean':>9s}"
+    width = max([28, *(len(r["subject"]) for r in rows)])
+    head = (
+        f"{'window start (UTC)':19s}  {'subject':{width}s} {'count':>6s} {'min':>9s} {'max':>9s} {'mean':>9s}"
+    )
     lines = [f"{field} per device and window", head, "-" * len(head)]
     for r in rows:
 
@@ -52,7 +55,7 @@ def format_table(rows: list[dict[str, Any]], field: str) -> str:
             return "null" if x is None else f"{x:.2f}"
 
         lines.append(
-            f"{r['window_start']:%Y-%m-%d %H:%M:%S}  {r['subject'][:28]:28s} {r['count']:>6d}"
+            f"{r['window_start']:%Y-%m-%d %H:%M:%S}  {r['subject']:{width}s} {r['count']:>6d}"
             f" {num(r['min']):>9s} {num(r['max']):>9s} {num(r['mean']):>9s}"
         )
     return "\n".join(lines)
