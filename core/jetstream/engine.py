@@ -296,7 +296,8 @@ class JetStream:
         await self._recover_consumers(stream)
         stream.subscribe()
         ajs.streams[cfg.name] = stream
-        await self._start_sourcing(ajs, stream)
+        if cfg.sources or cfg.mirror is not None:
+            await self._start_sourcing(ajs, stream)
         return stream
 
     async def _start_sourcing(self, ajs: AccountJetStream, stream: Stream) -> None:
@@ -504,6 +505,9 @@ class JetStream:
         await stream.reconfigure(cfg)
         if stream.sourcing is not None:
             await stream.sourcing.reconcile()
+        elif cfg.sources or cfg.mirror is not None:
+            # Only a stream with sources runs their task: 10,000 plain streams hold no idle tasks.
+            await self._start_sourcing(ajs, stream)
         self._action_advisory(stream, "modify")
 
     async def delete_stream(self, ajs: AccountJetStream, stream: Stream) -> None:
