@@ -514,6 +514,26 @@ async def test_jetstream_across_domains(net: Net) -> None:
         assert (await leaf.jetstream(domain="HUB", timeout=5).stream_info(local)).config.name == local
 
 
+async def test_key_value_across_the_link_through_the_domain_prefix(net: Net) -> None:
+    """A hub client creates and reads a leaf's bucket through ``$JS.EDGE.API``; a write through
+    ``$JS.EDGE.API.$KV.<bucket>.<key>`` (what nats.go sends for a domain) lands in the leaf's
+    bucket; the bare ``$KV.>`` never crosses (nats-py's put, which does not prefix it)."""
+    bucket = unique("cfg")
+    async with connected(net.hub_a, net.leaf_a) as (hub, leaf):
+        edge = hub.jetstream(domain="EDGE", timeout=5)
+        await request_until_answered(hub, "$JS.EDGE.API.INFO")
+        kv = await edge.create_key_value(bucket=bucket)
+        leaf_kv = await leaf.jetstream(timeout=5).key_value(bucket)  # the bucket lives on the leaf
+        await leaf_kv.put("rate", b"10s")
+        assert (await kv.get("rate")).value == b"10s"  # read from the hub through the prefix
+        ack = json.loads((await hub.request(f"$JS.EDGE.API.$KV.{bucket}.mode", b"eco", timeout=5)).data)
+        assert ack["stream"] == f"KV_{bucket}" and ack.get("domain") == "EDGE"
+        assert (await leaf_kv.get("mode")).value == b"eco"
+        with pytest.raises((NoRespondersError, NatsTimeout)):
+            await hub.request(f"$KV.{bucket}.rate", b"never", timeout=1)
+        assert (await leaf_kv.get("rate")).value == b"10s"
+
+
 # -- the hub's leaf port against bad input ----------------------------------------------------
 
 
