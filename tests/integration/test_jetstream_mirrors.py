@@ -5,52 +5,22 @@ no publishes and no config changes, as the reference does."""
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 import anyio
 import pytest
 
 from tests.support.jsapi import api, jetstream
+from tests.support.streams import counts, stored_messages, wait_last
+from tests.support.streams import create_stream as create
+from tests.support.streams import stream_info as info
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
-async def create(nc: Any, cfg: dict[str, Any]) -> dict[str, Any]:
-    reply = await api(nc, f"$JS.API.STREAM.CREATE.{cfg['name']}", cfg)
-    assert "error" not in reply, reply
-    return reply
-
-
-async def info(nc: Any, name: str) -> dict[str, Any]:
-    return await api(nc, f"$JS.API.STREAM.INFO.{name}")
-
-
-async def wait_last(nc: Any, name: str, last_seq: int, timeout: float = 10.0) -> dict[str, Any]:
-    with anyio.fail_after(timeout):
-        while True:
-            i = await info(nc, name)
-            if i["state"]["last_seq"] >= last_seq:
-                return i
-            await anyio.sleep(0.05)
-
-
 async def stored(nc: Any, name: str) -> list[tuple[int, str, bytes, bytes, str]]:
     """Every message of the stream: (seq, subject, data, headers, time)."""
-    st = (await info(nc, name))["state"]
-    out = []
-    for seq in range(st["first_seq"], st["last_seq"] + 1):
-        r = await api(nc, f"$JS.API.STREAM.MSG.GET.{name}", {"seq": seq})
-        if "error" in r:
-            continue
-        m = r["message"]
-        hdrs = base64.b64decode(m["hdrs"]) if m.get("hdrs") else b""
-        out.append((m["seq"], m["subject"], base64.b64decode(m.get("data", "")), hdrs, m["time"]))
-    return out
-
-
-def counts(state: dict[str, Any]) -> tuple[int, int, int, int]:
-    return state["messages"], state["first_seq"], state["last_seq"], state.get("num_deleted", 0)
+    return [(m.seq, m.subject, m.data, m.headers, m.time) for m in await stored_messages(nc, name)]
 
 
 async def test_a_mirror_keeps_the_upstreams_sequences_and_timestamps(js_server):

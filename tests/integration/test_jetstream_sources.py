@@ -4,7 +4,6 @@ the same ``sources[]`` in stream info."""
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 import anyio
@@ -12,45 +11,16 @@ import pytest
 
 from core.jetstream.sourcing import get_hash
 from tests.support.jsapi import api, jetstream
+from tests.support.streams import create_stream as create
+from tests.support.streams import stored_messages, wait_msgs
+from tests.support.streams import stream_info as info
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 
-async def create(nc: Any, cfg: dict[str, Any]) -> dict[str, Any]:
-    reply = await api(nc, f"$JS.API.STREAM.CREATE.{cfg['name']}", cfg)
-    assert "error" not in reply, reply
-    return reply
-
-
-async def info(nc: Any, name: str) -> dict[str, Any]:
-    return await api(nc, f"$JS.API.STREAM.INFO.{name}")
-
-
-async def wait_msgs(nc: Any, name: str, n: int, timeout: float = 10.0) -> dict[str, Any]:
-    with anyio.fail_after(timeout):
-        while True:
-            i = await info(nc, name)
-            if i["state"]["messages"] >= n:
-                return i
-            await anyio.sleep(0.05)
-
-
 async def stored(nc: Any, name: str) -> list[tuple[str, bytes, str | None]]:
     """Every message of the stream: (subject, data, Nats-Stream-Source)."""
-    st = (await info(nc, name))["state"]
-    out = []
-    for seq in range(st["first_seq"], st["last_seq"] + 1):
-        r = await api(nc, f"$JS.API.STREAM.MSG.GET.{name}", {"seq": seq})
-        if "error" in r:
-            continue
-        m = r["message"]
-        hdrs = base64.b64decode(m.get("hdrs", "")) if m.get("hdrs") else b""
-        source = None
-        for line in hdrs.split(b"\r\n"):
-            if line.startswith(b"Nats-Stream-Source:"):
-                source = line.split(b":", 1)[1].strip().decode()
-        out.append((m["subject"], base64.b64decode(m.get("data", "")), source))
-    return out
+    return [(m.subject, m.data, m.source) for m in await stored_messages(nc, name)]
 
 
 async def test_a_stream_sources_another_stream_of_its_server(js_server):

@@ -8,7 +8,6 @@ hub's commands through its own mirror while the uplink is down.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,16 +15,12 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.integration.test_leaf_sources import (
-    EDGE_API,
-    client,
-    create,
-    info,
-    start_pair,
-)
-from tests.support.jsapi import api
+from tests.integration.test_leaf_sources import EDGE_API, client, start_pair
 from tests.support.leafnodes import Topology, leaf_count
 from tests.support.servers import wait_until
+from tests.support.streams import counts, stored_messages, wait_last
+from tests.support.streams import create_stream as create
+from tests.support.streams import stream_info as info
 
 pytestmark = [pytest.mark.integration, pytest.mark.federation, pytest.mark.anyio]
 
@@ -41,34 +36,14 @@ def topo(tmp_path: Path) -> Iterator[Topology]:
     t.close()
 
 
-async def wait_last(nc: Any, name: str, last_seq: int, timeout: float = 20.0) -> dict[str, Any]:
-    with anyio.fail_after(timeout):
-        while True:
-            i = await info(nc, name)
-            if i["state"]["last_seq"] >= last_seq:
-                return i
-            await anyio.sleep(0.05)
-
-
 async def stored(
     nc: Any, name: str, first: int = 0, last: int = 0
 ) -> list[tuple[int, str, bytes, bytes, str]]:
     """The stream's messages from ``first`` to ``last`` (all by default): (seq, subject, data,
     headers, time)."""
-    st = (await info(nc, name))["state"]
-    out = []
-    for seq in range(first or st["first_seq"], (last or st["last_seq"]) + 1):
-        r = await api(nc, f"$JS.API.STREAM.MSG.GET.{name}", {"seq": seq})
-        if "error" in r:
-            continue
-        m = r["message"]
-        hdrs = base64.b64decode(m["hdrs"]) if m.get("hdrs") else b""
-        out.append((m["seq"], m["subject"], base64.b64decode(m.get("data", "")), hdrs, m["time"]))
-    return out
-
-
-def counts(state: dict[str, Any]) -> tuple[int, int, int, int]:
-    return state["messages"], state["first_seq"], state["last_seq"], state.get("num_deleted", 0)
+    return [
+        (m.seq, m.subject, m.data, m.headers, m.time) for m in await stored_messages(nc, name, first, last)
+    ]
 
 
 async def publish_core(nc: Any, subject: str, payloads: list[bytes]) -> None:

@@ -7,7 +7,6 @@ in the middle of a catch-up; every leaf message ends up on the hub exactly once,
 
 from __future__ import annotations
 
-import base64
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -19,7 +18,6 @@ import nats
 import pytest
 
 from core.jetstream.sourcing import get_hash
-from tests.support.jsapi import api
 from tests.support.leafnodes import (
     LeafUser,
     Node,
@@ -30,6 +28,9 @@ from tests.support.leafnodes import (
     wait_for_leaf_connected,
 )
 from tests.support.servers import RunningServer, wait_until
+from tests.support.streams import create_stream as create
+from tests.support.streams import stored_messages, wait_msgs
+from tests.support.streams import stream_info as info
 
 pytestmark = [pytest.mark.integration, pytest.mark.federation, pytest.mark.anyio]
 
@@ -74,47 +75,9 @@ def start_pair(topo: Topology, hub_kind: str, leaf_kind: str) -> tuple[RunningSe
     return hub, leaf, proxy
 
 
-async def create(nc: Any, cfg: dict[str, Any], prefix: str = "$JS.API") -> dict[str, Any]:
-    with anyio.fail_after(15):
-        while True:  # the leaf's API interest crosses the link with it
-            try:
-                reply = await api(nc, f"{prefix}.STREAM.CREATE.{cfg['name']}", cfg)
-                break
-            except nats.errors.NoRespondersError:
-                await anyio.sleep(0.1)
-    assert "error" not in reply, reply
-    return reply
-
-
-async def info(nc: Any, name: str) -> dict[str, Any]:
-    return await api(nc, f"$JS.API.STREAM.INFO.{name}")
-
-
-async def wait_msgs(nc: Any, name: str, n: int, timeout: float = 20.0) -> dict[str, Any]:
-    with anyio.fail_after(timeout):
-        while True:
-            i = await info(nc, name)
-            if i["state"]["messages"] >= n:
-                return i
-            await anyio.sleep(0.05)
-
-
 async def stored(nc: Any, name: str) -> list[tuple[str, bytes, str | None]]:
     """Every message of the stream: (subject, data, its Nats-Stream-Source)."""
-    st = (await info(nc, name))["state"]
-    out = []
-    for seq in range(st["first_seq"], st["last_seq"] + 1):
-        r = await api(nc, f"$JS.API.STREAM.MSG.GET.{name}", {"seq": seq})
-        if "error" in r:
-            continue
-        m = r["message"]
-        hdrs = base64.b64decode(m["hdrs"]) if m.get("hdrs") else b""
-        source = None
-        for line in hdrs.split(b"\r\n"):
-            if line.startswith(b"Nats-Stream-Source:"):
-                source = line.split(b":", 1)[1].strip().decode()
-        out.append((m["subject"], base64.b64decode(m.get("data", "")), source))
-    return out
+    return [(m.subject, m.data, m.source) for m in await stored_messages(nc, name)]
 
 
 async def payloads(nc: Any, name: str) -> list[bytes]:
