@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from tests.integration.test_leaf_sources import EDGE_API, client, start_pair
-from tests.support.leafnodes import Topology, leaf_count
+from tests.support.leafnodes import Topology, leaf_count, pair_ids
 from tests.support.servers import wait_until
 from tests.support.streams import counts, stored_messages, wait_last
 from tests.support.streams import create_stream as create
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.federation, pytest.mark.anyio
 
 MIRROR = {"name": "ORDERS", "external": {"api": EDGE_API, "deliver": ""}}
 PAIRS = [("leafjet", "leafjet"), ("leafjet", "reference"), ("reference", "leafjet")]
-PAIR_IDS = [f"hub={h},leaf={lf}" for h, lf in PAIRS]
+PAIR_IDS = pair_ids(PAIRS)
 
 
 @pytest.fixture

@@ -46,6 +46,7 @@ from tests.integration.test_leafnodes import (
 )
 from tests.support.barrier import subscriptions_sent
 from tests.support.leafnodes import (
+    ALL_PAIRS,
     LeafUser,
     Node,
     Remote,
@@ -53,19 +54,15 @@ from tests.support.leafnodes import (
     client_url,
     leaf_count,
     leafz,
+    pair_ids,
     wait_for_leaf_connected,
 )
 from tests.support.servers import RunningServer, free_port, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.federation, pytest.mark.anyio]
 
-PAIRS = [
-    ("reference", "reference"),
-    ("reference", "leafjet"),
-    ("leafjet", "reference"),
-    ("leafjet", "leafjet"),
-]
-PAIR_IDS = [f"hub={h},leaf={lf}" for h, lf in PAIRS]
+PAIRS = ALL_PAIRS
+PAIR_IDS = pair_ids(PAIRS)
 ACCOUNTS = {"A": [("a", "a-pw")]}
 # the hub's log line when a leaf's new connection replaces its old one
 REPLACED = {"reference": "Replacing connection from same server", "leafjet": "replacing the connection"}

@@ -25,6 +25,7 @@ from tests.support.leafnodes import (
     Topology,
     client_url,
     leaf_count,
+    pair_ids,
     wait_for_leaf_connected,
 )
 from tests.support.servers import RunningServer, wait_until
@@ -42,7 +43,7 @@ SOURCE = {"name": "ORDERS", "external": {"api": EDGE_API, "deliver": ""}}
 # (hub, leaf): leafjet sources both implementations; the reference hub is the baseline the
 # stored headers are compared with.
 PAIRS = [("leafjet", "leafjet"), ("leafjet", "reference"), ("reference", "leafjet")]
-PAIR_IDS = [f"hub={h},leaf={lf}" for h, lf in PAIRS]
+PAIR_IDS = pair_ids(PAIRS)
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from tests.support.barrier import subscriptions_sent
 from tests.support.leafnodes import (
+    ALL_PAIRS,
     NOT_BUILT,
     LeafUser,
     Node,
@@ -42,19 +43,15 @@ from tests.support.leafnodes import (
     leaf_subscriptions,
     leafz,
     missing_leafjet_roles,
+    pair_ids,
     wait_for_leaf_connected,
 )
 from tests.support.servers import RunningServer, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.federation, pytest.mark.anyio]
 
-TOPOLOGIES = [
-    ("reference", "reference"),
-    ("reference", "leafjet"),
-    ("leafjet", "reference"),
-    ("leafjet", "leafjet"),
-]
-TOPOLOGY_IDS = [f"hub={h},leaf={lf}" for h, lf in TOPOLOGIES]
+TOPOLOGIES = ALL_PAIRS
+TOPOLOGY_IDS = pair_ids(TOPOLOGIES)
 LOOP_ERROR = 'Loop detected for leafnode account="A". Delaying attempt to reconnect for 30s'
 
 _names = itertools.count()

@@ -280,3 +280,17 @@ def leafjet_supports(role: str) -> bool:
 def missing_leafjet_roles(kinds_and_roles: list[tuple[str, str]]) -> bool:
     """True if a leafjet node of the topology needs a role leafjet does not have yet."""
     return any(kind == "leafjet" and not leafjet_supports(role) for kind, role in kinds_and_roles)
+
+
+# -- the combinations a differential leaf test runs ------------------------------------------
+
+ALL_PAIRS = [  # (hub kind, leaf kind): the reference at both ends first, as the baseline
+    ("reference", "reference"),
+    ("reference", "leafjet"),
+    ("leafjet", "reference"),
+    ("leafjet", "leafjet"),
+]
+
+
+def pair_ids(pairs: list[tuple[str, str]]) -> list[str]:
+    return [f"hub={h},leaf={lf}" for h, lf in pairs]
