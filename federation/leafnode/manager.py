@@ -117,6 +117,19 @@ class LeafNodes:
                     ) from None
                 self.port = listener.sockets[0].getsockname()[1]
                 log.info("listening for leafnode connections on %s:%d", self.config.host, self.port)
+                if not self.authenticator.required and self.config.host not in (
+                    "127.0.0.1",
+                    "::1",
+                    "localhost",
+                ):
+                    log.warning(
+                        "no authentication is configured for leaf nodes and the leaf port listens"
+                        " on %s:%d: any server that reaches it can join the global account; add"
+                        " leafnodes.authorization users (see deploy/hub.example.toml) or set"
+                        " leafnodes.host",
+                        self.config.host,
+                        self.port,
+                    )
             try:
                 for state, remote in zip(self.remotes, self.config.remotes, strict=True):
                     tg.start_soon(self._solicit, remote, state)
