@@ -262,6 +262,7 @@ class SourceWorker:
         self.stream = stream
         self.spec = dict(spec)
         self.iname = iname
+        self._iname_parts = iname.split(" ") if iname else ["", "", ""]  # name, filter, dest
         self.upstream: str = spec["name"]
         self.committed = position  # the last upstream sequence stored (SourcePosOp)
         self.sseq = position  # the last upstream sequence taken
@@ -626,7 +627,7 @@ class SourceWorker:
 
     def _delivery(self, ack: AckInfo, m: InboundMsg) -> Delivery:
         # source_header_value's value, from the parsed reply (this runs per delivery)
-        name, flt, dest = self.iname.split(" ")
+        name, flt, dest = self._iname_parts
         value = f"{name} {ack.sseq_text} {flt} {dest} {m.subject}"
         if self.ident:
             value = f"{value} {self.ident}"

@@ -630,7 +630,12 @@ class Stream:
                     # Bytes that are not UTF-8 (the parser keeps them as surrogates) cannot go
                     # into the store's text: stored as U+FFFD, as the reference's JSON shows them.
                     msg = msg._replace(subject=subjects.storable(msg.subject))
-                if plain and msg.headers is None and self._decide_plain(msg, plan, run):
+                h = msg.headers
+                if (
+                    plain
+                    and (h is None or (len(h) <= _MAX_HEADERS and not _acts_on(h)))
+                    and self._decide_plain(msg, plan, run)
+                ):
                     continue
                 try:
                     await self._decide(msg, plan, run)
@@ -870,22 +875,23 @@ class Stream:
         )
 
     def _decide_plain(self, msg: InboundMsg, plan: _Batch, run: _Running) -> bool:
-        """``_decide`` for the common publish (no headers, a config that cannot refuse it), which
-        is most of the traffic: the same outcome with a fraction of the work. False sends the
-        publish through ``_decide`` (a size over max_msg_size, a subject the store refuses)."""
-        subject, payload = msg.subject, msg.payload
-        size = len(payload)
+        """``_decide`` for the common publish (no headers it acts on -- none at all, or a sourced
+        message's -- and a config that cannot refuse it), which is most of the traffic: the same
+        outcome with a fraction of the work. False sends the publish through ``_decide`` (a size
+        over max_msg_size, a subject the store refuses)."""
+        subject, headers, payload = msg.subject, msg.headers, msg.payload
+        size = len(payload) + (len(headers) if headers else 0)
         max_size = self.config.max_msg_size
         if max_size != -1 and size > max_size:
             return False
         try:
-            op = Append(subject, None, payload, time.time_ns())
+            op = Append(subject, headers, payload, time.time_ns())
         except InvalidOperation:
             return False
         ops = plan.ops
         seq = run.last_seq = run.last_seq + 1
         run.msgs += 1
-        run.bytes += self.store.size_of(subject, None, payload)
+        run.bytes += self.store.size_of(subject, headers, payload)
         run.last_by_subject[subject] = seq
         run.last_msg_id = plan.last_msg_id = ""  # a publish without Nats-Msg-Id clears it
         plan.outcomes.append((msg.reply, _Stored(seq, len(ops))))
