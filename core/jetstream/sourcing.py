@@ -29,7 +29,6 @@ import random
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -44,7 +43,7 @@ from core.server.internal import InboundMsg, InternalReceiver, inbound_size
 from core.store.api import SequenceMismatch, StreamState
 
 if TYPE_CHECKING:
-    from core.jetstream.stream import Stream
+    from core.jetstream.stream import Stream, _Flight
 
 log = logging.getLogger("leafjet.sourcing")
 
@@ -129,9 +128,9 @@ class Delivery(NamedTuple):
     ts: int
 
 
-@dataclass(frozen=True, slots=True)
-class AckInfo:
-    """What a delivery's ack reply says (v1: 9 tokens; v2: 11 or more)."""
+class AckInfo(NamedTuple):
+    """What a delivery's ack reply says (v1: 9 tokens; v2: 11 or more). A NamedTuple: one is
+    made per delivery, and a frozen dataclass costs several times as much to build."""
 
     consumer: str
     delivered: int
@@ -139,6 +138,7 @@ class AckInfo:
     dseq: int
     ts: int
     pending: int
+    sseq_text: str = ""  # the upstream sequence as the reply spells it (for Nats-Stream-Source)
 
 
 def parse_ack_reply(reply: str | None) -> AckInfo | None:
@@ -152,10 +152,14 @@ def parse_ack_reply(reply: str | None) -> AckInfo | None:
     else:
         return None
     nums = t[off + 2 : off + 7]
-    if not all(n.isascii() and n.isdigit() for n in nums):
+    joined = "".join(nums)
+    if not (joined.isascii() and joined.isdigit()):
         return None
-    dc, sseq, dseq, ts, pending = (int(n) for n in nums)
-    return AckInfo(t[off + 1], dc, sseq, dseq, ts, pending)
+    try:  # an empty token passes the test above and fails here
+        dc, sseq, dseq, ts, pending = map(int, nums)
+    except ValueError:
+        return None
+    return AckInfo(t[off + 1], dc, sseq, dseq, ts, pending, nums[1])
 
 
 def is_control(headers: bytes | None, payload: bytes) -> bool:
@@ -258,6 +262,7 @@ class SourceWorker:
         self.stream = stream
         self.spec = dict(spec)
         self.iname = iname
+        self._iname_parts = iname.split(" ") if iname else ["", "", ""]  # name, filter, dest
         self.upstream: str = spec["name"]
         self.committed = position  # the last upstream sequence stored (SourcePosOp)
         self.sseq = position  # the last upstream sequence taken
@@ -275,6 +280,8 @@ class SourceWorker:
         self.state = SourceState.WAITING
         self._kick = anyio.Event()
         self._kicked = False
+        self._flight: _Flight | None = None  # the submitted batch, committing (_flush, _settle)
+        self._flight_last = 0  # its last upstream sequence
 
     # ---------------------------------------------------------------- state
 
@@ -448,6 +455,7 @@ class SourceWorker:
             await self._read(rx, early)
         finally:
             rx.close()
+            await self._settle_last()
 
     async def _create(self, rx: _Receiver, deliver: str) -> list[InboundMsg]:
         """Send the consumer create (downgrading as the reference does) and wait for its answer;
@@ -536,8 +544,14 @@ class SourceWorker:
         pending = early
         while True:
             if not pending:
-                with anyio.move_on_after(1.0):
-                    pending = [await inbox.receive()]
+                if self._flight is not None:  # nothing more yet: let what was read commit
+                    try:
+                        pending = [inbox.receive_nowait()]
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        await self._settle()
+                if not pending:
+                    with anyio.move_on_after(1.0):
+                        pending = [await inbox.receive()]
                 size = sum(inbound_size(m.subject, m.reply, m.headers, m.payload) for m in pending)
                 while pending and len(pending) < MAX_BATCH and size < MAX_BATCH_BYTES:
                     try:
@@ -570,6 +584,7 @@ class SourceWorker:
             if headers and is_control(headers, m.payload):
                 if m.reply:  # flow control: answered once what came before it is stored
                     await self._flush(batch)
+                    await self._settle()
                     batch = []
                     account.publish(m.reply, None, flow_control_reply(self.dseq, self.sseq), b"")
                 else:
@@ -611,18 +626,44 @@ class SourceWorker:
         return False
 
     def _delivery(self, ack: AckInfo, m: InboundMsg) -> Delivery:
-        assert m.reply is not None
-        value = source_header_value(self.iname, m.reply, m.subject, self.ident)
+        # source_header_value's value, from the parsed reply (this runs per delivery)
+        name, flt, dest = self._iname_parts
+        value = f"{name} {ack.sseq_text} {flt} {dest} {m.subject}"
+        if self.ident:
+            value = f"{value} {self.ident}"
         return Delivery(ack.sseq, m.subject, sourced_headers(m.headers, value), m.payload, ack.ts)
 
     async def _flush(self, batch: list[Delivery]) -> None:
+        """Submit the batch; its commit is waited for by the next batch's submit (pipelined:
+        the next batch is read and decided while this one commits), by ``_settle``."""
         if not batch:
             return
-        taken, refusal = await self.stream.ingest_sourced(self.iname, batch)
-        if taken:
-            self.committed = batch[taken - 1].sseq
+        before = self._settle if self._flight is not None else None
+        taken, refusal, flight = await self.stream.submit_sourced(self.iname, batch, before)
+        if flight is not None:
+            self._flight, self._flight_last = flight, batch[taken - 1].sseq
         if refusal is not None:
+            await self._settle()
             raise _Recreate(f"stream refused upstream sequence {batch[taken].sseq}", error=refusal)
+
+    async def _settle(self) -> None:
+        """Wait until the submitted batch committed (``committed`` moves to its last upstream
+        sequence); raises StoreError when it did not."""
+        flight = self._flight
+        if flight is None:
+            return
+        self._flight = None
+        await self.stream.settle_sourced(flight)
+        self.committed = self._flight_last
+
+    async def _settle_last(self) -> None:
+        """At the end of an attempt: settle what is in flight; its failure is the source's error."""
+        try:
+            await self._settle()
+        except StoreError as e:
+            self.fails += 1
+            self.error = api_error(self.SETUP_ERROR, err=str(e))
+            log.error("stream %s source %s: store failed: %s", self.stream.name, self.upstream, e)
 
 
 class MirrorWorker(SourceWorker):

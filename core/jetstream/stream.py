@@ -20,7 +20,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -86,6 +86,37 @@ _NEVER_PREFIX = "never/"  # messages with Nats-TTL: never, which max_age does no
 # had one; without this key an empty stream cannot tell the two apart.
 FIRST_SEQ_SET_KEY = "first_seq_set"
 _SECOND = 1_000_000_000
+
+
+# The headers ``_decide`` acts on. A block naming none of them (a sourced message carries
+# Nats-Stream-Source and whatever the upstream publisher sent) skips the dozen lookups.
+_DECIDED_HEADERS = frozenset(
+    {
+        b"Nats-Batch-Id",
+        b"Nats-Incr",
+        b"Nats-Expected-Stream",
+        b"Nats-TTL",
+        b"Nats-Expected-Last-Subject-Sequence",
+        b"Nats-Expected-Last-Subject-Sequence-Subject",
+        b"Nats-Expected-Last-Sequence",
+        b"Nats-Schedule",
+        b"Nats-Msg-Id",
+        b"Nats-Expected-Last-Msg-Id",
+        b"Nats-Rollup",
+    }
+)
+
+
+def _acts_on(block: bytes) -> bool:
+    """Whether a header block has a line ``<name>:`` for a name in ``_DECIDED_HEADERS`` (the
+    lines ``slice_header`` would find); False means every lookup in ``_decide`` finds nothing."""
+    i = block.find(b"\r\nNats-")
+    while i >= 0:
+        j = block.find(b":", i + 2)
+        if block[i + 2 : j] in _DECIDED_HEADERS:
+            return True
+        i = block.find(b"\r\nNats-", i + 7)
+    return False
 
 
 def _is_delete_marker(headers: bytes | None) -> bool:
@@ -599,7 +630,12 @@ class Stream:
                     # Bytes that are not UTF-8 (the parser keeps them as surrogates) cannot go
                     # into the store's text: stored as U+FFFD, as the reference's JSON shows them.
                     msg = msg._replace(subject=subjects.storable(msg.subject))
-                if plain and msg.headers is None and self._decide_plain(msg, plan, run):
+                h = msg.headers
+                if (
+                    plain
+                    and (h is None or (len(h) <= _MAX_HEADERS and not _acts_on(h)))
+                    and self._decide_plain(msg, plan, run)
+                ):
                     continue
                 try:
                     await self._decide(msg, plan, run)
@@ -701,8 +737,26 @@ class Stream:
         and None, or fewer when the one after them was refused (a discard-new limit, its
         size); the position is then the last taken's. A commit that fails raises StoreError:
         neither the messages nor the position were stored."""
+        taken, refusal, flight = await self.submit_sourced(key, msgs)
+        if flight is not None:
+            await self.settle_sourced(flight)
+        return taken, refusal
+
+    async def submit_sourced(
+        self, key: str, msgs: Sequence[Delivery], before: Callable[[], Awaitable[None]] | None = None
+    ) -> tuple[int, ApiError | None, _Flight | None]:
+        """``ingest_sourced`` without waiting for the commit: decides the batch and submits it,
+        returning its flight for ``settle_sourced`` (None when nothing was taken). ``before``
+        settles the same source's previous flight, still committing: this batch is decided
+        while it commits (against the state it predicts) and submitted only after ``before``
+        returned -- so a batch never commits after an earlier one of its source failed, which
+        would store a position past messages that are not stored. When ``before`` raises,
+        this batch is forgotten and the exception propagates."""
         async with self.lock:
-            await self.drain()
+            if before is None:
+                await self.drain()
+            elif self._closed or self.failed is not None:
+                await before()
             if self._closed or self.failed is not None:
                 raise StoreError(f"stream {self.name} is closed")
             batch = [InboundMsg(d.subject, None, d.headers, d.payload, None) for d in msgs]  # type: ignore[arg-type]
@@ -713,18 +767,35 @@ class Stream:
             if taken < len(batch):
                 refusal = outcomes[taken][1]
                 self._unadmit(flight)
+                if before is not None:
+                    await before()
                 if taken == 0:
-                    return 0, refusal
+                    return 0, refusal, None
+                await self.drain()  # _admit after _unadmit reads the committed state
                 flight = await self._admit(batch[:taken])
+            elif before is not None:
+                try:
+                    await before()
+                except BaseException:
+                    self._unadmit(flight)
+                    raise
             flight.plan.ops.append(SourcePosOp(key, msgs[taken - 1].sseq))
             try:
                 flight.commit = await self.store.submit(flight.plan.ops)
             except StoreError as e:
                 flight.error = e
-        await self._settle(flight)
+        return taken, refusal, flight
+
+    async def settle_sourced(self, flight: _Flight) -> None:
+        """Wait for a ``submit_sourced`` flight's commit (once; again only re-raises): raises its
+        StoreError when neither its messages nor its position were stored. Not cancelled
+        half-way: the stream counts the flight in until it is settled."""
+        if not flight.settled:
+            flight.settled = True
+            with anyio.CancelScope(shield=True):
+                await self._settle(flight)
         if flight.error is not None:
             raise flight.error
-        return taken, refusal
 
     async def ingest_mirrored(self, msgs: Sequence[Delivery], skip_to: int = 0) -> None:
         """Store what a mirror's upstream delivered, each message under its upstream sequence
@@ -804,22 +875,23 @@ class Stream:
         )
 
     def _decide_plain(self, msg: InboundMsg, plan: _Batch, run: _Running) -> bool:
-        """``_decide`` for the common publish (no headers, a config that cannot refuse it), which
-        is most of the traffic: the same outcome with a fraction of the work. False sends the
-        publish through ``_decide`` (a size over max_msg_size, a subject the store refuses)."""
-        subject, payload = msg.subject, msg.payload
-        size = len(payload)
+        """``_decide`` for the common publish (no headers it acts on -- none at all, or a sourced
+        message's -- and a config that cannot refuse it), which is most of the traffic: the same
+        outcome with a fraction of the work. False sends the publish through ``_decide`` (a size
+        over max_msg_size, a subject the store refuses)."""
+        subject, headers, payload = msg.subject, msg.headers, msg.payload
+        size = len(payload) + (len(headers) if headers else 0)
         max_size = self.config.max_msg_size
         if max_size != -1 and size > max_size:
             return False
         try:
-            op = Append(subject, None, payload, time.time_ns())
+            op = Append(subject, headers, payload, time.time_ns())
         except InvalidOperation:
             return False
         ops = plan.ops
         seq = run.last_seq = run.last_seq + 1
         run.msgs += 1
-        run.bytes += self.store.size_of(subject, None, payload)
+        run.bytes += self.store.size_of(subject, headers, payload)
         run.last_by_subject[subject] = seq
         run.last_msg_id = plan.last_msg_id = ""  # a publish without Nats-Msg-Id clears it
         plan.outcomes.append((msg.reply, _Stored(seq, len(ops))))
@@ -840,7 +912,7 @@ class Stream:
         ttl_ns = None
         rollup = None
         ttl_error = ttl_never = False
-        if headers:
+        if headers and _acts_on(headers):
             # The reference's order of checks, and its reading of the headers (exact names,
             # values as sent: see slice_header); an empty header counts as absent.
             block = headers
@@ -1218,6 +1290,7 @@ class _Flight:
     results: list[Any] | None = None
     error: StoreError | None = None
     held: tuple[int, int] = (0, 0)  # (messages, bytes) of the backlog it releases when answered
+    settled: bool = False  # _settle ran (submit_sourced's flights are settled by their source)
 
 
 def _done(commit: Awaitable[list[Any]]) -> bool:

@@ -287,12 +287,11 @@ _ACK_PREFIX = "$JS.ACK."
 def _ack_suffix_index(reply: str) -> int:
     if not reply.startswith(_ACK_PREFIX):
         return -1
-    dots = 0
-    for i, ch in enumerate(reply):
-        if ch == ".":
-            dots += 1
-        elif ch == "@" and dots >= 8:
+    i = reply.find("@")
+    while i != -1:  # the first "@" with eight dots before it (str methods: this runs per delivery)
+        if reply.count(".", 0, i) >= 8:
             return i
+        i = reply.find("@", i + 1)
     return -1
 
 

@@ -1,0 +1,123 @@
+"""The source worker's pipelined storing, without a server: a batch is submitted while the one
+before it commits, never after that one failed, and ``committed`` moves only with a confirmed
+commit. Also the per-delivery helpers the catch-up path was made cheaper with."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import anyio
+import pytest
+
+from core.errors import StoreError
+from core.jetstream.sourcing import Delivery, SourceWorker, parse_ack_reply
+from core.jetstream.stream import _DECIDED_HEADERS, _acts_on
+from core.protocol.headers import slice_header
+from core.server.interest import _ack_suffix_index
+
+pytestmark = pytest.mark.anyio
+
+
+class FakeStream:
+    """``submit_sourced``/``settle_sourced`` as the stream's contract says: ``before`` is awaited
+    before the batch is submitted; a flight whose commit fails raises on settling."""
+
+    def __init__(self, failing: set[int]) -> None:
+        self.name = "AGG"
+        self.account = SimpleNamespace(name="APP")
+        self.failing = failing  # batch numbers whose commit fails
+        self.submitted: list[list[int]] = []
+        self.stored: list[int] = []
+
+    async def submit_sourced(self, key: str, msgs: list[Delivery], before: Any) -> tuple[int, None, Any]:
+        if before is not None:
+            await before()
+        n = len(self.submitted)
+        self.submitted.append([d.sseq for d in msgs])
+        return len(msgs), None, SimpleNamespace(n=n, seqs=[d.sseq for d in msgs])
+
+    async def settle_sourced(self, flight: Any) -> None:
+        await anyio.sleep(0)
+        if flight.n in self.failing:
+            raise StoreError("disk full")
+        self.stored.extend(flight.seqs)
+
+
+def deliveries(*seqs: int) -> list[Delivery]:
+    return [Delivery(s, "orders.a", None, b"x", 0) for s in seqs]
+
+
+async def test_batches_are_pipelined_and_committed_moves_with_each_commit() -> None:
+    stream = FakeStream(failing=set())
+    w = SourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
+    await w._flush(deliveries(1, 2))
+    assert w.committed == 0  # submitted, not known committed
+    await w._flush(deliveries(3))  # settles the first before submitting
+    assert w.committed == 2 and stream.submitted == [[1, 2], [3]]
+    await w._settle()
+    assert w.committed == 3 and stream.stored == [1, 2, 3]
+
+
+async def test_a_batch_is_never_submitted_after_the_one_before_failed() -> None:
+    stream = FakeStream(failing={0})
+    w = SourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
+    await w._flush(deliveries(1, 2))
+    with pytest.raises(StoreError):
+        await w._flush(deliveries(3))
+    assert stream.submitted == [[1, 2]] and w.committed == 0
+    await w._settle_last()  # nothing left in flight; the position stays where the store has it
+    assert w.committed == 0 and stream.stored == []
+
+
+def _old_ack_suffix_index(reply: str) -> int:
+    if not reply.startswith("$JS.ACK."):
+        return -1
+    dots = 0
+    for i, ch in enumerate(reply):
+        if ch == ".":
+            dots += 1
+        elif ch == "@" and dots >= 8:
+            return i
+    return -1
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "$JS.ACK.S.C.1.2.3.4.5@orders.a",
+        "$JS.ACK.S.C.1.2.3.4.5",
+        "$JS.ACK.S@x.C.1.2.3.4.5@a@b",
+        "$JS.ACK.D.H.S.C.1.2.3.4.5.tok@sub.@.x",
+        "$JS.ACK.@.@",
+        "_INBOX.a@b.c.d.e.f.g.h.i",
+        "",
+    ],
+)
+def test_the_ack_subject_scan_finds_what_the_character_loop_found(reply: str) -> None:
+    assert _ack_suffix_index(reply) == _old_ack_suffix_index(reply)
+
+
+def test_the_ack_reply_is_parsed_strictly() -> None:
+    ack = parse_ack_reply("$JS.ACK.S.C.1.007.3.4.5")
+    assert ack is not None and (ack.sseq, ack.sseq_text, ack.dseq, ack.pending) == (7, "007", 3, 5)
+    assert parse_ack_reply("$JS.ACK.S.C.1..3.4.5") is None
+    assert parse_ack_reply("$JS.ACK.S.C.1.+2.3.4.5") is None
+    assert parse_ack_reply("$JS.ACK.S.C.1.٣.3.4.5") is None
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        b"NATS/1.0\r\nNats-Stream-Source: ORDERS 1 > > orders.a\r\n\r\n",
+        b"NATS/1.0\r\nX-Origin: edge\r\nNats-Msg-Id: m1\r\n\r\n",
+        b"NATS/1.0\r\nNats-Msg-Id : m1\r\nNats-TTL:5s\r\n\r\n",
+        b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence-Subject: a\r\n\r\n",
+        b"NATS/1.0\r\nNats-Something\r\nNats-Rollup: all\r\n\r\n",
+        b"NATS/1.0\r\nnats-msg-id: lower\r\n\r\n",
+        b"NATS/1.0\r\nNats-",
+    ],
+)
+def test_a_block_the_decision_skips_has_none_of_the_headers_it_acts_on(block: bytes) -> None:
+    found = [n for n in _DECIDED_HEADERS if slice_header(block, n.decode()) is not None]
+    assert _acts_on(block) == bool(found)
