@@ -39,7 +39,7 @@ from core.errors import StoreError
 from core.jetstream.gotime import parse_rfc3339, rfc3339_nano
 from core.protocol.headers import encode_headers, slice_header
 from core.server.failures import describe_failure
-from core.server.internal import InboundMsg, InternalReceiver, inbound_size
+from core.server.internal import InboundMsg, InternalReceiver, fill_batch
 from core.store.api import SequenceMismatch, StreamState
 
 if TYPE_CHECKING:
@@ -552,14 +552,7 @@ class SourceWorker:
                 if not pending:
                     with anyio.move_on_after(1.0):
                         pending = [await inbox.receive()]
-                size = sum(inbound_size(m.subject, m.reply, m.headers, m.payload) for m in pending)
-                while pending and len(pending) < MAX_BATCH and size < MAX_BATCH_BYTES:
-                    try:
-                        m = inbox.receive_nowait()
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                    pending.append(m)
-                    size += inbound_size(m.subject, m.reply, m.headers, m.payload)
+                fill_batch(pending, inbox, MAX_BATCH, MAX_BATCH_BYTES)
             if not pending:
                 quiet = time.monotonic() - self._heard
                 if quiet > HEALTH_INTERVAL:

@@ -33,7 +33,7 @@ from core.errors import StoreError
 from core.faults import fault_point
 from core.jetstream.gotime import format_go_seconds, parse_go_duration, rfc3339_nano
 from core.protocol.headers import HeaderError, encode_headers, parse_headers, replace_header, slice_header
-from core.server.internal import Backlog, InboundMsg, InternalReceiver, inbound_size
+from core.server.internal import Backlog, InboundMsg, InternalReceiver, fill_batch, inbound_size
 from core.server.mailbox import Mailbox
 from core.store.api import (
     Append,
@@ -354,15 +354,7 @@ class Stream:
     def _take_batch(first: InboundMsg, inbox: Mailbox[InboundMsg]) -> tuple[list[InboundMsg], int]:
         """``first`` and what is queued behind it, up to MAX_BATCH messages or MAX_BATCH_BYTES."""
         batch = [first]
-        size = inbound_size(first.subject, first.reply, first.headers, first.payload)
-        while len(batch) < MAX_BATCH and size < MAX_BATCH_BYTES:
-            try:
-                m = inbox.receive_nowait()
-            except (anyio.WouldBlock, anyio.EndOfStream):
-                break
-            batch.append(m)
-            size += inbound_size(m.subject, m.reply, m.headers, m.payload)
-        return batch, size
+        return batch, fill_batch(batch, inbox, MAX_BATCH, MAX_BATCH_BYTES)
 
     async def _submit(self, taken: tuple[list[InboundMsg], int]) -> _Flight:
         """Decide a batch and hand its operations to the store (stage one of ``run``)."""

@@ -15,6 +15,7 @@ the receiver as a slow consumer instead of growing memory or stalling the publis
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -128,19 +129,8 @@ class ClientConnection(BufferedOutput):
             return
         if self.server.ssl_context is not None and not await self._start_tls():
             return
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._writer)
-            if auth.required:
-                tg.start_soon(self._auth_timer, auth.config.auth_timeout)
-            tg.start_soon(self._pinger)
-            try:
-                await self._reader()
-            finally:
-                # The reader ended (EOF, protocol error, close requested): let the writer flush.
-                self._begin_close()
-                with anyio.move_on_after(self.cfg.write_deadline, shield=True):
-                    await self._drained.wait()
-                tg.cancel_scope.cancel()
+        timers = (functools.partial(self._auth_timer, auth.config.auth_timeout),) if auth.required else ()
+        await self._run_io(self._reader, self._pinger, *timers)
 
     async def _start_tls(self) -> bool:
         assert self.server.ssl_context is not None

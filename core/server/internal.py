@@ -53,6 +53,20 @@ def inbound_size(subject: str, reply: str | None, headers: bytes | None, payload
     return len(payload) + len(subject) + (len(headers) if headers else 0) + (len(reply) if reply else 0)
 
 
+def fill_batch(batch: list[InboundMsg], inbox: Mailbox[InboundMsg], max_msgs: int, max_bytes: int) -> int:
+    """Add to ``batch`` what is queued in ``inbox`` now, until it holds ``max_msgs`` messages or
+    ``max_bytes`` bytes (``inbound_size``); its size in bytes. Never waits."""
+    size = sum(inbound_size(m.subject, m.reply, m.headers, m.payload) for m in batch)
+    while batch and len(batch) < max_msgs and size < max_bytes:
+        try:
+            m = inbox.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream):
+            break
+        batch.append(m)
+        size += inbound_size(m.subject, m.reply, m.headers, m.payload)
+    return size
+
+
 class Backlog:
     """Messages and bytes handed to a service and not yet done, with limits and watermarks.
 

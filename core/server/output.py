@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import ByteStream
@@ -25,6 +26,9 @@ from core import faults
 if TYPE_CHECKING:
     from core.config import ServerConfig
     from core.server.server import Server
+
+
+Task = Callable[[], Coroutine[Any, Any, None]]
 
 
 class BufferedOutput:
@@ -97,6 +101,24 @@ class BufferedOutput:
         with anyio.move_on_after(self.cfg.write_deadline):
             for receiver in stalled:
                 await receiver.wait_drained()
+
+    # ------------------------------------------------------------------ the connection's tasks
+
+    async def _run_io(self, reader: Task, *others: Task) -> None:
+        """The connection's tasks in one group: the writer, ``others`` (the pinger, a handshake
+        timer), and ``reader`` in this task. One failing cancels the rest; when the reader ends
+        (EOF, protocol error, close requested) the writer gets ``write_deadline`` to flush."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._writer)
+            for task in others:
+                tg.start_soon(task)
+            try:
+                await reader()
+            finally:
+                self._begin_close()
+                with anyio.move_on_after(self.cfg.write_deadline, shield=True):
+                    await self._drained.wait()
+                tg.cancel_scope.cancel()
 
     # ------------------------------------------------------------------ the writer task
 

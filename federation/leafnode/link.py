@@ -16,6 +16,7 @@ Permissions are two filters built once the handshake settles them:
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import time
@@ -186,17 +187,9 @@ class LeafLink(LinkDelivery, BufferedOutput):
         await self._serve_tasks(handshake_timeout=CONNECT_INFO_TIMEOUT)
 
     async def _serve_tasks(self, handshake_timeout: float) -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._writer)
-            tg.start_soon(self._handshake_timer, handshake_timeout)
-            tg.start_soon(self._pinger)
-            try:
-                await self._reader()
-            finally:
-                self._begin_close()
-                with anyio.move_on_after(self.cfg.write_deadline, shield=True):
-                    await self._drained.wait()
-                tg.cancel_scope.cancel()
+        await self._run_io(
+            self._reader, self._pinger, functools.partial(self._handshake_timer, handshake_timeout)
+        )
 
     def _auth_timeout(self) -> float:
         return self.manager.auth_timeout
@@ -458,10 +451,12 @@ class LeafLink(LinkDelivery, BufferedOutput):
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 self.close_reason = self.close_reason or "closed by the peer"
                 return
-            if self._zr is not None:
-                data = self._zr.decompress(data)
             try:
+                if self._zr is not None:
+                    data = self._zr.decompress(data)
                 await self._consume(data)
+                while self._zr is not None and self._zr.pending():
+                    await self._consume(self._zr.decompress(b""))
             except ProtocolError as e:
                 for ev in e.events:
                     await self._handle(ev)
@@ -473,9 +468,6 @@ class LeafLink(LinkDelivery, BufferedOutput):
                     self._send_now(encoder.encode_err(e.message))
                 self.close_reason = self.close_reason or f"protocol error: {e.message or 'parser error'}"
                 return
-            if self._zr is not None:
-                while self._zr is not None and self._zr.pending():
-                    await self._consume(self._zr.decompress(b""))
             if self.server.stalled:
                 await self._wait_for_stalled()
 
@@ -578,7 +570,11 @@ class LeafLink(LinkDelivery, BufferedOutput):
                 err = f'Permissions Violation for Subscription to "{ev.subject}"{q}'
                 self.close("permissions violation for subscription", err)
             return
-        account.link_subscribe(self, ev.subject, ev.queue, ev.weight)
+        try:
+            account.link_subscribe(self, ev.subject, ev.queue, ev.weight)
+        except ValueError as e:  # an invalid subject or queue name: the reference's answer, link kept
+            log.error("%s: could not insert subscription: %s", self.name, e)
+            self._send(encoder.encode_err("Invalid Subscription"))
 
     def _on_msg(self, ev: LeafMsg) -> None:
         if self.state is not LinkState.CONNECTED:

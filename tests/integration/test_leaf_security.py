@@ -31,8 +31,8 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from core.certs import make_ca, make_client_cert, make_server_cert
 from tests.support.barrier import subscriptions_sent
-from tests.support.leafsec import RawLeaf, hub_config, leaf_config, leafz, links, start
-from tests.support.servers import RunningServer, free_port
+from tests.support.leafsec import RawLeaf, hub_config, leaf_config, leafz, links, start, wait_log
+from tests.support.servers import RunningServer, free_port, wait_until_async
 
 pytestmark = [
     pytest.mark.integration,
@@ -167,14 +167,7 @@ def failed_attempts(leaf: RunningServer) -> int:
 
 
 async def eventually(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await anyio.sleep(0.05)
+    return await wait_until_async(predicate, timeout, 0.05, what)
 
 
 async def wait_links(srv: RunningServer, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
@@ -475,6 +468,45 @@ async def test_bad_input_on_the_leaf_port_ends_only_that_connection(
     finally:
         await hc.close()
         await ec.close()
+
+
+def _connected_raw_leaf(port: int, **fields: Any) -> RawLeaf:
+    """A raw leaf past the handshake: CONNECT sent, the hub's connect_info INFO read."""
+    raw = RawLeaf(port)
+    raw.connect(**LEAF1, **fields)
+    while b"connect_info" not in (line := raw.read_line()):
+        assert not line.startswith(b"-ERR"), line
+    return raw
+
+
+@pytest.mark.parametrize("hub_kind", HUB_KINDS)
+async def test_an_invalid_subject_in_ls_plus_is_refused_and_the_link_stays(
+    servers: Servers, hub_kind: str
+) -> None:
+    lp = free_port()
+    leaf1 = {"user": "leaf1", "password": CLIENT_PW}
+    hub = servers.start(hub_kind, "hub", hub_config(leaf_port=lp) | tenant_accounts(leaf1))
+    with _connected_raw_leaf(lp) as raw:
+        raw.send(b"LS+ a..b\r\nPING\r\n")
+        out, closed = raw.until_closed(2.0)
+        assert not closed, out
+        assert b"-ERR 'Invalid Subscription'\r\n" in out and b"PONG\r\n" in out, out
+    await serving(hub)
+
+
+async def test_a_corrupt_zstd_stream_ends_that_link_only(servers: Servers) -> None:
+    """leafjet's own compression: after the switch, bytes that are no zstd end the link as a
+    protocol error (not an internal one), and the hub goes on serving."""
+    lp = free_port()
+    leaf1 = {"user": "leaf1", "password": CLIENT_PW}
+    hub = servers.start("leafjet", "hub", hub_config(leaf_port=lp) | tenant_accounts(leaf1))
+    with _connected_raw_leaf(lp, leafjet_compression="zstd") as raw:
+        raw.send(b"this is not a zstd frame at all\r\n" * 4)
+        _out, closed = raw.until_closed(5.0)
+        assert closed
+    log = await anyio.to_thread.run_sync(wait_log, hub, "compressed stream is corrupt")
+    assert "internal error" not in log
+    await serving(hub)
 
 
 # ---------------------------------------------------------------------------- 7: a peer that stops reading

@@ -46,7 +46,7 @@ from tests.support.leafnodes import (
     pair_ids,
     wait_for_leaf_connected,
 )
-from tests.support.servers import RunningServer, wait_until
+from tests.support.servers import RunningServer, wait_until, wait_until_async
 
 pytestmark = [pytest.mark.integration, pytest.mark.federation, pytest.mark.anyio]
 
@@ -156,11 +156,9 @@ async def connected(*urls: str) -> AsyncIterator[list[Any]]:
 async def until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> None:
     """Poll ``predicate`` (no sleeping for a guessed time); fail after ``timeout``."""
     try:
-        with anyio.fail_after(timeout):
-            while not predicate():
-                await anyio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None
+        await wait_until_async(predicate, timeout, 0.01, what)
+    except TimeoutError as e:
+        raise AssertionError(str(e)) from None
 
 
 async def request_until_answered(nc: Any, subject: str, data: bytes = b"", timeout: float = 10.0) -> Any:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 REPO = Path(__file__).resolve().parents[2]
 NATS_SERVER = Path(sys.executable).parent / "nats-server"
 READY = re.compile(r"listening on nats://[^:]+:(\d+)")
@@ -39,6 +41,18 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02, what: s
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+async def wait_until_async(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
+    """``wait_until`` for async tests: polls ``predicate`` without blocking the event loop."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        await anyio.sleep(interval)
 
 
 def _toml_value(v: Any) -> str:
