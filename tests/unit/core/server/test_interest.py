@@ -163,7 +163,7 @@ def test_frames_render_the_wire_lines():
         (LS, ROUTE, False),
         (LS, GW, False),
         (ROUTE, LA, True),
-        (ROUTE, LS, True),
+        (ROUTE, LS, False),
         (ROUTE, ROUTE, False),
         (ROUTE, GW, True),
         (GW, LA, True),
