@@ -8,6 +8,7 @@ texts the errors follow.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 
@@ -177,6 +178,38 @@ async def test_routes_pointing_at_the_server_itself_are_ignored(tmp_path):
                 )
             )
             assert (c.routez(i) or {})["num_routes"] == 1
+        await _assert_cluster_works(c)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("verify", [False, True], ids=["tls", "mtls"])
+async def test_routes_run_over_tls_and_a_plain_peer_is_refused(tmp_path, verify):
+    from core.certs import make_ca, make_server_cert
+
+    pki = tmp_path / "pki"
+    make_server_cert(pki, make_ca(pki))
+    tls = {
+        "cert_file": str(pki / "server.pem"),
+        "key_file": str(pki / "server-key.pem"),
+        "ca_file": str(pki / "ca.pem"),
+        "verify": verify,
+    }
+    c = Cluster(tmp_path / "tls", "leafjet", size=2)
+    try:
+        for i in range(2):
+            cfg = c.config(i, tls=tls)
+            await anyio.to_thread.run_sync(lambda i=i, cfg=cfg: c.start_node(i, cfg))
+        await anyio.to_thread.run_sync(c.wait_for_mesh)
+        await _assert_cluster_works(c)
+        # A peer that speaks plain text to a TLS route port: that connection fails, nothing else.
+        with socket.create_connection(("127.0.0.1", c.nodes[0].cluster_port), timeout=10) as s:
+            s.sendall(b'CONNECT {"leafjet_route":1}\r\n')
+            with contextlib.suppress(ConnectionResetError):
+                while s.recv(4096):  # a TLS alert at most, then the server closes
+                    pass
+        await anyio.to_thread.run_sync(lambda: _wait_log(c, 0, "TLS handshake failed"))
+        assert (c.routez(0) or {})["num_routes"] == 1
         await _assert_cluster_works(c)
     finally:
         c.close()
