@@ -53,6 +53,7 @@ class NodeSpec:
     client_port: int
     cluster_port: int
     http_port: int
+    leaf_port: int
 
 
 @dataclass
@@ -64,13 +65,14 @@ class Cluster:
     authorization: dict[str, Any] | None = None  # cluster.authorization, e.g. {"user":..,"password":..}
     extra: dict[str, Any] = field(default_factory=dict)  # more top-level fields, verbatim
     routes_to: str = "all"  # "all": each node lists every other; "first": only node 0 (gossip)
+    leaf_users: list[dict[str, str]] | None = None  # a leaf listener on each node, these users
     nodes: list[NodeSpec] = field(default_factory=list)
     servers: list[RunningServer | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         tag = secrets.token_hex(2)
         self.nodes = [
-            NodeSpec(f"{self.kind[:2]}{tag}-n{i + 1}", free_port(), free_port(), free_port())
+            NodeSpec(f"{self.kind[:2]}{tag}-n{i + 1}", free_port(), free_port(), free_port(), free_port())
             for i in range(self.size)
         ]
         self.servers = [None] * self.size
@@ -101,6 +103,12 @@ class Cluster:
             "http_port": node.http_port,
             "cluster": cluster,
         }
+        if self.leaf_users is not None:
+            cfg["leafnodes"] = {
+                "host": "127.0.0.1",
+                "port": node.leaf_port,
+                "authorization": {"users": [dict(u) for u in self.leaf_users]},
+            }
         cfg.update(self.extra)
         return cfg
 
@@ -117,7 +125,8 @@ class Cluster:
         if self.kind == "leafjet":
             # `leafjet hub` as deployed; the leaf listener on a free port (the default 7422 would
             # be shared by the three servers of one machine).
-            srv = start_leafjet(workdir, cfg, role="hub", extra_args=("--leaf-port", "0"))
+            extra = () if "leafnodes" in cfg else ("--leaf-port", "0")
+            srv = start_leafjet(workdir, cfg, role="hub", extra_args=extra)
         else:
             srv = start_reference(workdir, cfg)
         self.servers[i] = srv
