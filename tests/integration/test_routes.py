@@ -226,3 +226,44 @@ async def test_a_server_that_knows_one_member_learns_the_whole_mesh(tmp_path, ki
         await b.close()
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_leaf_of_one_server_is_reached_from_every_server(tmp_path, kind):
+    """A leaf dials server 1 of a cluster: its interest crosses the routes (a client of server 2
+    reaches a responder on the leaf), and so does the cluster's (the leaf reaches server 2)."""
+    from tests.support.leafnodes import Node, Remote, Topology, wait_for_leaf_connected
+
+    c = Cluster(tmp_path / "c", kind, size=2, leaf_users=[{"user": "leaf", "password": "leaf-pw"}])
+    topo = Topology(tmp_path / "leaf")
+    try:
+        await anyio.to_thread.run_sync(c.start)
+        await anyio.to_thread.run_sync(c.wait_for_mesh)
+        hub = c.server(0)
+        hub.config.setdefault("leafnodes", {"port": c.nodes[0].leaf_port})
+        await anyio.to_thread.run_sync(
+            lambda: topo.start("leaf", kind, Node(remotes=[Remote(hub, "leaf", "leaf-pw", "$G")]))
+        )
+        await anyio.to_thread.run_sync(lambda: wait_for_leaf_connected(hub, 1, timeout=30))
+        leaf_nc = await nats.connect(f"nats://127.0.0.1:{topo['leaf'].port}", allow_reconnect=False)
+        far = await _connect(c, 1)
+
+        async def leaf_answers(msg):
+            await leaf_nc.publish(msg.reply, b"from the leaf")
+
+        async def far_answers(msg):
+            await far.publish(msg.reply, b"from server 2")
+
+        await leaf_nc.subscribe("svc.leaf", cb=leaf_answers)
+        await far.subscribe("svc.far", cb=far_answers)
+        await leaf_nc.flush()
+        await far.flush()
+        await wait_for_interest(far, "svc.leaf")
+        assert (await far.request("svc.leaf", b"", timeout=5)).data == b"from the leaf"
+        await wait_for_interest(leaf_nc, "svc.far")
+        assert (await leaf_nc.request("svc.far", b"", timeout=5)).data == b"from server 2"
+        await leaf_nc.close()
+        await far.close()
+    finally:
+        topo.close()
+        c.close()
