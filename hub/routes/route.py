@@ -208,6 +208,7 @@ class Route(BufferedOutput):
         self._send(encoder.encode_connect(self.manager.connect_options(self)))
         self._send(encoder.encode_info(self.manager.info(self, None)))
         self._establish()
+        self.manager.learn(self, info)  # the peers it has: dial those we do not (gossip)
         await self._run_io(self._reader, self._pinger)
 
     async def _start_tls(self) -> None:

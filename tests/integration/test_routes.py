@@ -293,3 +293,43 @@ async def test_jetstream_stays_per_server_but_its_streams_are_reachable(tmp_path
         await nc2.close()
     finally:
         c.close()
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_mesh_heals_after_each_server_is_killed_in_turn(tmp_path, kind):
+    """Each server is SIGKILLed and started again in turn, twice over: every time the mesh is
+    whole again and a request from every server is answered on every other."""
+    c = Cluster(tmp_path, kind, size=3)
+    try:
+        await anyio.to_thread.run_sync(c.start)
+        await anyio.to_thread.run_sync(c.wait_for_mesh)
+        for victim in [0, 1, 2, 0, 1, 2]:
+            await anyio.to_thread.run_sync(lambda v=victim: c.stop(v, kill=True))
+            await anyio.to_thread.run_sync(
+                lambda v=victim: c.wait_for_mesh(running=[i for i in range(3) if i != v])
+            )
+            await anyio.to_thread.run_sync(c.start_node, victim)
+            await anyio.to_thread.run_sync(c.wait_for_mesh)
+            ncs = [await _connect(c, i) for i in range(3)]
+            try:
+                for i, nc in enumerate(ncs):
+
+                    async def answer(msg, nc=nc, i=i):
+                        await nc.publish(msg.reply, f"n{i + 1}".encode())
+
+                    await nc.subscribe(f"who.n{i + 1}", cb=answer)
+                    await nc.flush()
+                for i, nc in enumerate(ncs):
+                    for j in range(3):
+                        if i != j:
+                            await wait_for_interest(nc, f"who.n{j + 1}")
+                            assert (
+                                await nc.request(f"who.n{j + 1}", b"", timeout=5)
+                            ).data == f"n{j + 1}".encode()
+            finally:
+                for nc in ncs:
+                    await nc.close()
+    finally:
+        c.close()
