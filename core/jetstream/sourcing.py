@@ -37,6 +37,7 @@ import anyio
 from core.api_errors import ApiError, ApiErrorSpec, api_error
 from core.errors import StoreError
 from core.jetstream.gotime import parse_rfc3339, rfc3339_nano
+from core.jetstream.transforms import first_match, source_transforms
 from core.protocol.headers import encode_headers, slice_header
 from core.server.failures import describe_failure
 from core.server.internal import InboundMsg, InternalReceiver, fill_batch
@@ -264,6 +265,7 @@ class SourceWorker:
         self.iname = iname
         self._iname_parts = iname.split(" ") if iname else ["", "", ""]  # name, filter, dest
         self.upstream: str = spec["name"]
+        self.transforms = source_transforms(spec)  # rewrite a delivery's subject before storing
         self.committed = position  # the last upstream sequence stored (SourcePosOp)
         self.sseq = position  # the last upstream sequence taken
         self.dseq = 0
@@ -621,10 +623,11 @@ class SourceWorker:
     def _delivery(self, ack: AckInfo, m: InboundMsg) -> Delivery:
         # source_header_value's value, from the parsed reply (this runs per delivery)
         name, flt, dest = self._iname_parts
-        value = f"{name} {ack.sseq_text} {flt} {dest} {m.subject}"
+        value = f"{name} {ack.sseq_text} {flt} {dest} {m.subject}"  # the upstream's subject
         if self.ident:
             value = f"{value} {self.ident}"
-        return Delivery(ack.sseq, m.subject, sourced_headers(m.headers, value), m.payload, ack.ts)
+        subject = first_match(self.transforms, m.subject) if self.transforms else m.subject
+        return Delivery(ack.sseq, subject, sourced_headers(m.headers, value), m.payload, ack.ts)
 
     async def _flush(self, batch: list[Delivery]) -> None:
         """Submit the batch; its commit is waited for by the next batch's submit (pipelined:
@@ -725,7 +728,8 @@ class MirrorWorker(SourceWorker):
         raise _Recreate(f"delivery gap: {self.dseq} then {ack.dseq}")
 
     def _delivery(self, ack: AckInfo, m: InboundMsg) -> Delivery:
-        return Delivery(ack.sseq, m.subject, mirrored_headers(m.headers), m.payload, ack.ts)
+        subject = first_match(self.transforms, m.subject) if self.transforms else m.subject
+        return Delivery(ack.sseq, subject, mirrored_headers(m.headers), m.payload, ack.ts)
 
     async def _flush(self, batch: list[Delivery]) -> None:
         if not batch:
