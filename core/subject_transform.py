@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -291,18 +292,77 @@ def _split(token: str, delim: str) -> str:
     return "".join(out)
 
 
+Render = Callable[[list[str]], str]
+
+
+def _renderer(step: _Step) -> Render:
+    """What one destination token becomes for a subject's tokens, decided once at compile time
+    (a per-message dispatch on the kind cost more than the work itself)."""
+    kind, n = step.kind, step.number
+    if kind is Kind.LITERAL:
+        literal = step.literal
+        return lambda _tokens: literal
+    if kind is Kind.RANDOM:
+        ceiling = abs(n)  # Go's rand.Int31() % n is never negative
+        return lambda _tokens: str(random.getrandbits(31) % ceiling) if ceiling else "0"
+    if kind is Kind.PARTITION:
+        if n == 0:
+            return lambda _tokens: "0"
+        buckets, indexes = n & 0xFFFFFFFF, step.indexes  # Go's uint32(n)
+        if indexes:
+            return lambda tokens: str(fnv1a_32(b"".join(_raw(tokens[j]) for j in indexes)) % buckets)
+        return lambda tokens: str(fnv1a_32(_raw(".".join(tokens))) % buckets)
+    if not step.indexes:  # pragma: no cover - every other function names a token
+        return lambda _tokens: ""
+    i = step.indexes[0]
+    if kind is Kind.WILDCARD:
+        return lambda tokens: tokens[i] if i < len(tokens) else ""
+    if kind is Kind.SPLIT_FROM_LEFT:
+        return lambda tokens: _split_at(tokens[i], n)
+    if kind is Kind.SPLIT_FROM_RIGHT:
+        return lambda tokens: _split_from_right(tokens[i], n)
+    if kind is Kind.SLICE_FROM_LEFT:
+        return lambda tokens: _slices_from_left(tokens[i], n)
+    if kind is Kind.SLICE_FROM_RIGHT:
+        return lambda tokens: _slices_from_right(tokens[i], n)
+    if kind is Kind.SPLIT:
+        delim = step.text
+        return lambda tokens: _split(tokens[i], delim)
+    if kind is Kind.LEFT:
+        return lambda tokens: _left(tokens[i], n)
+    return lambda tokens: _right(tokens[i], n)
+
+
+def _split_from_right(token: str, n: int) -> str:
+    size = len(_raw(token))
+    return _split_at(token, size - n) if 0 < n < size else token
+
+
+def _left(token: str, n: int) -> str:
+    raw = _raw(token)
+    return _text(raw[:n]) if 0 < n < len(raw) else token
+
+
+def _right(token: str, n: int) -> str:
+    raw = _raw(token)
+    return _text(raw[len(raw) - n :]) if 0 < n < len(raw) else token
+
+
 class SubjectTransform:
     """A compiled transform. ``match`` rewrites a subject the source pattern takes (None for one
     it does not); ``transform_tokens`` rewrites one already known to match."""
 
-    __slots__ = ("_identity", "_src_tokens", "_steps", "_tail", "dest", "src")
+    __slots__ = ("_identity", "_renders", "_rest_from", "_src_tokens", "_tail", "dest", "src")
 
     def __init__(self, src: str, dest: str, src_tokens: list[str], steps: tuple[_Step, ...]) -> None:
         self.src = src
         self.dest = dest
         self._src_tokens = src_tokens
-        self._steps = steps
         self._tail = dest.split(".")[-1] == ">"
+        # a trailing ">" is no step: the subject's tokens from the source's ">" on follow
+        renders = [_renderer(s) for s in steps]
+        self._renders = tuple(renders[:-1] if self._tail else renders)
+        self._rest_from = len(src_tokens) - 1
         self._identity = src in ("", ">") and dest in ("", ">")
 
     def __repr__(self) -> str:
@@ -314,59 +374,17 @@ class SubjectTransform:
         if self._identity:
             return subject
         tokens = subject.split(".")
-        if any(not t or t == "*" or t == ">" for t in tokens):
+        if "" in tokens or "*" in tokens or ">" in tokens:
             return None
-        if self.src not in ("", ">") and not tokens_match(self._src_tokens, tokens):
+        if self.src != ">" and not tokens_match(self._src_tokens, tokens):
             return None
         return self.transform_tokens(tokens)
 
     def transform_tokens(self, tokens: list[str]) -> str:
-        out: list[str] = []
-        last = len(self._steps) - 1
-        for i, step in enumerate(self._steps):
-            kind = step.kind
-            if kind is Kind.LITERAL:
-                if step.literal == ">":
-                    break
-                out.append(step.literal)
-            elif kind is Kind.WILDCARD:
-                if step.indexes and step.indexes[0] < len(tokens):
-                    out.append(tokens[step.indexes[0]])
-            elif kind is Kind.PARTITION:
-                if step.indexes:
-                    key = b"".join(_raw(tokens[j]) for j in step.indexes)
-                else:
-                    key = _raw(".".join(tokens))
-                buckets = step.number & 0xFFFFFFFF  # Go's uint32(n)
-                out.append(str(fnv1a_32(key) % buckets) if step.number else "0")
-            elif kind is Kind.RANDOM:
-                out.append(str(random.getrandbits(31) % abs(step.number)) if step.number else "0")
-            else:
-                out.append(self._apply(step, tokens[step.indexes[0]]))
-            if i < last:
-                out.append(".")
+        parts = [render(tokens) for render in self._renders]
         if self._tail:
-            rest = tokens[len(self._src_tokens) - 1 :]
-            out.append(".".join(rest))
-        return "".join(out)
-
-    @staticmethod
-    def _apply(step: _Step, token: str) -> str:
-        kind, n = step.kind, step.number
-        if kind is Kind.SPLIT_FROM_LEFT:
-            return _split_at(token, n)
-        if kind is Kind.SPLIT_FROM_RIGHT:
-            return _split_at(token, len(_raw(token)) - n) if 0 < n < len(_raw(token)) else token
-        if kind is Kind.SLICE_FROM_LEFT:
-            return _slices_from_left(token, n)
-        if kind is Kind.SLICE_FROM_RIGHT:
-            return _slices_from_right(token, n)
-        if kind is Kind.SPLIT:
-            return _split(token, step.text)
-        raw = _raw(token)
-        if not 0 < n < len(raw):
-            return token
-        return _text(raw[:n] if kind is Kind.LEFT else raw[len(raw) - n :])
+            parts.append(".".join(tokens[self._rest_from :]))
+        return ".".join(parts)
 
 
 def compile_transform(src: str, dest: str) -> SubjectTransform | None:
