@@ -4,6 +4,7 @@ it, a source's and a mirror's ``subject_transforms``, and the errors for bad one
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
@@ -312,3 +313,36 @@ async def test_bad_transforms_are_refused_with_the_references_errors(js_server):
             name = f"BAD{i}"
             got.append((await api(nc, f"$JS.API.STREAM.CREATE.{name}", {"name": name, **cfg})).get("error"))
         assert got == [want for _cfg, want in BAD_CONFIGS]
+
+
+@pytest.mark.parametrize("several", [False, True], ids=["one", "several"])
+async def test_the_source_consumer_create_asks_for_the_transforms_sources(js_server, several):
+    """One transform: ``filter_subject`` and the extended create subject; several:
+    ``filter_subjects`` on the plain one (as the reference's setupSourceConsumer)."""
+    async with jetstream(js_server) as (nc, _js):
+        await create(nc, {"name": "UP", "subjects": ["up.>"]})
+        seen: list[tuple[str, dict[str, Any]]] = []
+        got = anyio.Event()
+
+        async def watch(msg: Any) -> None:
+            seen.append((msg.subject, json.loads(msg.data)["config"]))
+            got.set()
+
+        sub = await nc.subscribe("$JS.API.CONSUMER.CREATE.UP.>", cb=watch)
+        sub2 = await nc.subscribe("$JS.API.CONSUMER.CREATE.UP", cb=watch)
+        await nc.flush()
+        transforms = [{"src": "up.a.*", "dest": "A.$1"}]
+        if several:
+            transforms.append({"src": "up.b", "dest": ""})
+        await create(nc, {"name": "DOWN", "sources": [{"name": "UP", "subject_transforms": transforms}]})
+        with anyio.fail_after(15):
+            await got.wait()
+        await sub.unsubscribe()
+        await sub2.unsubscribe()
+        subject, cfg = seen[0]
+        if several:
+            assert subject == "$JS.API.CONSUMER.CREATE.UP"
+            assert cfg["filter_subjects"] == ["up.a.*", "up.b"] and "filter_subject" not in cfg
+        else:
+            assert subject == f"$JS.API.CONSUMER.CREATE.UP.{cfg['name']}.up.a.*"
+            assert cfg["filter_subject"] == "up.a.*" and "filter_subjects" not in cfg
