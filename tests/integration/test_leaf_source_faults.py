@@ -338,3 +338,52 @@ async def test_a_full_disk_on_the_hub_mid_catch_up_is_an_error_then_every_messag
     finally:
         await hub_nc.close()
         await leaf_nc.close()
+
+
+# ------------------------------------------------------------------------------ an upstream gap
+
+
+@pytest.mark.parametrize("hub_kind", ["leafjet", "reference"])
+async def test_a_mirror_that_misses_purged_messages_keeps_the_holes_and_leafjet_advises_them(
+    topo: Topology, hub_kind: str
+) -> None:
+    """The leaf purges messages while its link is cut: the hub's mirror keeps the same holes on
+    both servers (the reference's skip markers; leafjet's deleted sequences); leafjet also
+    logs the gap and advises it once."""
+    hub, leaf, proxy = start_pair(topo, "leafjet", hub_kind=hub_kind)
+    hub_nc, leaf_nc = await connect(hub), await connect(leaf)
+    try:
+        advisories: list[dict[str, Any]] = []
+
+        async def on_advisory(msg: Any) -> None:
+            advisories.append(json.loads(msg.data))
+
+        await hub_nc.subscribe("$JS.EVENT.ADVISORY.STREAM.SOURCE_GAP.M", cb=on_advisory)
+        await create(leaf_nc, {"name": "ORDERS", "subjects": ["orders"]})
+        for i in range(1, 6):
+            await leaf_nc.publish("orders", b"%d" % i)
+        await create(hub_nc, {"name": "M", "mirror": SOURCE})
+        await wait_msgs(hub_nc, "M", 5)
+        proxy.cut()
+        await wait_until_async(lambda: leaf_count(hub) == 0, 15, what="the link to drop")
+        for i in range(6, 16):
+            await leaf_nc.publish("orders", b"%d" % i)
+        r = await leaf_nc.request("$JS.API.STREAM.PURGE.ORDERS", json.dumps({"seq": 12}).encode(), timeout=5)
+        assert json.loads(r.data)["success"]  # 6-11 are gone before the hub read them
+        proxy.restore()
+        st = (await wait_msgs(hub_nc, "M", 9, timeout=60))["state"]
+        assert (st["first_seq"], st["last_seq"], st["messages"]) == (1, 15, 9)
+        assert st["num_deleted"] == 6
+        got = await payloads(hub_nc, "M")
+        assert got == [b"%d" % i for i in (1, 2, 3, 4, 5, 12, 13, 14, 15)]
+        if hub_kind != "leafjet":
+            return
+        await wait_until_async(lambda: advisories, 10, what="the gap advisory")
+        (adv,) = advisories
+        assert (adv["kind"], adv["first_seq"], adv["last_seq"], adv["missing"]) == ("mirror", 6, 11, 6)
+        assert adv["source"] == {"name": "ORDERS", "external": {"api": "$JS.EDGE.API", "deliver": ""}}
+        assert adv["domain"] == "HUB"
+        assert "upstream sequences 6-11 (6 messages) were removed before they were read" in hub.log()
+    finally:
+        await hub_nc.close()
+        await leaf_nc.close()
