@@ -645,6 +645,7 @@ class SourceWorker:
                 continue  # a late create response
             self._heard = time.monotonic()
             self.heard_ns = time.time_ns()
+            self._kicked = False  # the consumer is alive: a link's kick is spent, not kept for later
             headers = m.headers
             if headers and is_control(headers, m.payload):
                 if m.reply:  # flow control: answered once what came before it is stored
