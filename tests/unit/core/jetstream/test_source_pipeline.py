@@ -15,8 +15,8 @@ from core.errors import StoreError
 from core.jetstream.sourcing import Delivery, SourceWorker, _Recreate, parse_ack_reply
 from core.jetstream.stream import _DECIDED_HEADERS, _acts_on
 from core.protocol.headers import slice_header
-from core.server.internal import InboundMsg
 from core.server.interest import _ack_suffix_index
+from core.server.internal import InboundMsg
 
 pytestmark = pytest.mark.anyio
 
