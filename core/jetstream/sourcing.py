@@ -70,6 +70,7 @@ ACK_WAIT_NS = 22 * 3600 * 1_000_000_000
 API_LEVEL = 5  # what a source asks of the upstream first (Nats-Required-Api-Level)
 # After a link comes up, a source that heard nothing for this long is recreated at once.
 KICK_STALE = 2.0
+LOG_REPEAT = 60.0  # s: the same failure logged again within this goes to the debug log
 
 MAX_BATCH = 1024  # deliveries stored per transaction
 MAX_BATCH_BYTES = 4 * 1024 * 1024
@@ -290,6 +291,7 @@ class SourceWorker:
         self.requests = 0
         self.gaps = UpstreamGaps(enabled=detects_gaps(spec))
         self._spoke = False  # the upstream sent something valid since the last create
+        self._logged_key, self._logged_at = "", 0.0  # the last failure logged, and when
         self._last_request: float | None = None
         self.state = SourceState.WAITING
         self._kick = anyio.Event()
@@ -370,10 +372,17 @@ class SourceWorker:
             self.sseq, self.dseq = self.committed, 0
 
     def _log_failure(self, what: str, level: int) -> None:
-        """One line per failed attempt (the backoff spaces them): what happened, the error the
-        info shows, and when the next attempt is due."""
+        """One line per failed attempt: what happened, the error the info shows, and when the
+        next attempt is due. Failures back off, but a refusal or a stall retries every 2 s:
+        the same line again within a minute goes to the debug log."""
         delay = retry_backoff(self.fails) if self.fails else REQUEST_THROTTLE
         err = self.error.to_json() if self.error is not None else {}
+        key = f"{what}\0{err.get('description', '')}"
+        now = time.monotonic()
+        if key == self._logged_key and now - self._logged_at < LOG_REPEAT:
+            level = logging.DEBUG
+        else:
+            self._logged_key, self._logged_at = key, now
         log.log(
             level,
             "stream %s %s %s: %s: %s (%s); retrying in about %.0f s",

@@ -4,6 +4,7 @@ commit. Also the per-delivery helpers the catch-up path was made cheaper with.""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -168,3 +169,15 @@ async def test_a_kick_is_spent_once_the_consumer_is_heard() -> None:
     assert w._kicked
     await w._handle([inbound("orders.a", "$JS.ACK.ORDERS.C.1.1.1.100.0")])
     assert not w._kicked  # a later quiet spell waits for the 10 s health check, not the kick
+
+
+def test_the_same_failure_is_logged_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    w, _stream = active_worker()
+    w.error = api_error("JSSourceConsumerSetupFailedErrF", err="stream refused upstream sequence 7")
+    caplog.set_level(logging.DEBUG, logger="leafjet.sourcing")
+    w._log_failure("refused", logging.WARNING)
+    w._log_failure("refused", logging.WARNING)  # a refusal retries every 2 s
+    w.error = api_error("JSSourceConsumerSetupFailedErrF", err="timeout")
+    w._log_failure("create timed out", logging.WARNING)
+    levels = [(r.levelno, "timeout" in r.getMessage()) for r in caplog.records]
+    assert levels == [(logging.WARNING, False), (logging.DEBUG, False), (logging.WARNING, True)]
