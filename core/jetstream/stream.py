@@ -569,13 +569,16 @@ class Stream:
 
     # ------------------------------------------------------------------ advisories
 
-    def advise(self, subject: str, event_type: str, fields: dict[str, Any]) -> None:
+    def advise(
+        self, subject: str, event_type: str, fields: dict[str, Any], *, namespace: str = "io.nats.jetstream"
+    ) -> None:
         """Publish a JetStream event about this stream or one of its consumers, framed as the
-        reference frames them: ``type`` (``io.nats.jetstream.<event_type>``), a unique ``id``,
-        ``timestamp``, then ``fields``, then ``domain`` when the server has one."""
+        reference frames them: ``type`` (``io.nats.jetstream.<event_type>``; leafjet's own
+        events name another ``namespace``), a unique ``id``, ``timestamp``, then ``fields``,
+        then ``domain`` when the server has one."""
         now = time.time_ns()
         body: dict[str, Any] = {
-            "type": f"io.nats.jetstream.{event_type}",
+            "type": f"{namespace}.{event_type}",
             "id": secrets.token_hex(11),
             "timestamp": rfc3339_nano(now),
             **fields,
