@@ -82,12 +82,16 @@ def backoff(failures: int, ceiling: float, base: float = 1.0, rng: random.Random
     return delay + (rng or random).uniform(0, delay / 2)
 
 
+def local_prefixes(domain: str | None) -> tuple[str, ...]:
+    """The subject prefixes that never cross a route: this server's own JetStream API
+    (``$JS.API.>`` and ``$JS.<domain>.API.>``). JetStream is per server until the cluster
+    replicates it (hub/raft/): every server would answer an API request that reached it, so each
+    answers its own clients only. A leaf's domain API (another domain) crosses like any subject.
+    Wildcard interest (``>``) still crosses: each message is checked by its literal subject."""
+    return ("$JS.API.",) if domain is None else ("$JS.API.", f"$JS.{domain}.API.")
+
+
 def stays_local(subject: str, domain: str | None) -> bool:
-    """A subject that never crosses a route: this server's own JetStream API (``$JS.API.>`` and
-    ``$JS.<domain>.API.>``). JetStream is per server until the cluster replicates it (hub/raft/):
-    every server would answer an API request that reached it, so each answers its own clients
-    only. A leaf's domain API (another domain) crosses like any subject. Wildcard interest
-    (``>``) still crosses: each message is checked by its literal subject."""
-    if subject.startswith("$JS.API.") or subject == "$JS.API":
-        return True
-    return domain is not None and subject.startswith(f"$JS.{domain}.API.")
+    """``subject`` never crosses a route (``local_prefixes``). A route keeps the prefixes and
+    checks ``subject.startswith(prefixes)`` per message instead."""
+    return subject.startswith(local_prefixes(domain))

@@ -47,7 +47,7 @@ from core.server.accounts import Account
 from core.server.connection import aclose_quietly
 from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
 from core.server.output import BufferedOutput
-from hub.routes.mesh import ROUTE_PROTOCOL, RouteEnds, RouteURL, stays_local
+from hub.routes.mesh import ROUTE_PROTOCOL, RouteEnds, RouteURL, local_prefixes
 
 if TYPE_CHECKING:
     from core.server.interest import LeafInterestFrame
@@ -151,7 +151,8 @@ class Route(BufferedOutput):
         self._ping_sent_at: float | None = None
         self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
         self.start_ns = time.time_ns()
-        self._domain = server.config.jetstream.domain if server.config.jetstream.enabled else None
+        js = server.config.jetstream
+        self._local = local_prefixes(js.domain if js.enabled else None)  # mesh.local_prefixes
         self._init_output()
 
     @property
@@ -461,8 +462,8 @@ class Route(BufferedOutput):
             log.error("%s: interest for an invalid account name %r", self.name, ev.account)
             self._send(encoder.encode_err("Invalid Account"))
             return
-        if stays_local(ev.subject, self._domain):
-            return  # our JetStream answers our own clients only (mesh.stays_local)
+        if ev.subject.startswith(self._local):
+            return  # our JetStream answers our own clients only (mesh.local_prefixes)
         account = self.server.accounts.get(ev.account)  # made (and this route attached) if new
         link = self.links.get(ev.account)
         if link is None:
@@ -479,7 +480,7 @@ class Route(BufferedOutput):
         self.in_msgs += 1
         self.in_bytes += len(ev.payload) + (len(ev.headers) if ev.headers is not None else 0)
         link = self.links.get(ev.account)
-        if link is None or stays_local(ev.subject, self._domain):
+        if link is None or ev.subject.startswith(self._local):
             return  # an account we do not have, or our own JetStream's API
         reply, delivered = ev.reply, None
         if reply is not None and reply.startswith("$JS.ACK."):
@@ -500,7 +501,7 @@ class Route(BufferedOutput):
 
     def announce(self, account: str, frame: LeafInterestFrame) -> None:
         """(An account, through its link) RS+ / RS- for one key."""
-        if self.state is not RouteState.CONNECTED or stays_local(frame.subject, self._domain):
+        if self.state is not RouteState.CONNECTED or frame.subject.startswith(self._local):
             return
         if frame.op == "LS+":
             self._send(encode_rs_plus(account, frame.subject, frame.queue, frame.weight or 1))
@@ -521,7 +522,7 @@ class Route(BufferedOutput):
         queues: tuple[str, ...],
     ) -> None:
         """(An account, through its link) one message to the peer."""
-        if self.state is not RouteState.CONNECTED or stays_local(subject, self._domain):
+        if self.state is not RouteState.CONNECTED or subject.startswith(self._local):
             return
         data = encode_rmsg(account, subject, reply, queues, headers, payload)
         size = len(data)
