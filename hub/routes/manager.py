@@ -301,8 +301,9 @@ class Routes:
             host = f"[{host}]"
         return f"nats-route://{host}:{self.port}"
 
-    def info(self, route: Route, nonce: str | None) -> dict[str, Any]:
-        """The INFO a route peer gets: who we are, and the routes we have (gossip)."""
+    def info(self, route: Route, nonce: str | None, *, peers: bool = True) -> dict[str, Any]:
+        """The INFO a route peer gets: who we are, and (``peers``: once it has authenticated)
+        the routes we have (gossip)."""
         server = self.server
         info: dict[str, Any] = {
             "server_id": server.server_id,
@@ -318,12 +319,13 @@ class Routes:
             "tls_required": self.ssl_context is not None,
             "jetstream": server.config.jetstream.enabled,
             ROUTE_FIELD: ROUTE_PROTOCOL,
-            PEERS_FIELD: [
+        }
+        if peers:
+            info[PEERS_FIELD] = [
                 {"id": r.peer_id, "name": r.peer_name, "url": r.peer_url}
                 for r in self.routes.values()
                 if r is not route and r.peer_url
-            ],
-        }
+            ]
         if nonce is not None:
             info["nonce"] = nonce
         return info

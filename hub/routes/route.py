@@ -6,11 +6,12 @@ local interest goes out as ``RS+``/``RS-`` and messages as ``RMSG``/``HMSG`` thr
 ledger and routing rules as a leaf link (core/server/interest.py, federation/DESIGN.md).
 
 Handshake (our own, modelled on nats-server's): TLS first when ``cluster.tls`` is set (both sides
-of a cluster share that setting); the accepting side sends its INFO; the dialling side checks it
-(same cluster, not itself, not a route it already has) and answers CONNECT (its name, id,
-cluster, credentials) and its own INFO; the accepting side checks the CONNECT the same way. Each
-side registers the route with ``Routes`` (which resolves two routes to one peer) and only then
-attaches it to the accounts: its ``RS+`` burst follows the CONNECT on the wire.
+of a cluster share that setting); the accepting side sends its INFO (who it is, no peers); the
+dialling side checks it (same cluster, not itself, not a route it already has) and answers
+CONNECT (its name, id, cluster, credentials); the accepting side checks the CONNECT the same way,
+credentials first. Each side then registers the route with ``Routes`` (which resolves two routes
+to one peer), sends an INFO listing the routes it has (gossip), and only then attaches the route
+to the accounts: its ``RS+`` burst follows on the wire.
 
 Like a client connection, a route owns its tasks (reader, writer, pinger) in one task group;
 whatever ends it ends it alone (the supervisor is ``Routes._run_route``).
@@ -188,7 +189,8 @@ class Route(BufferedOutput):
 
     async def _serve_accepted(self) -> None:
         try:
-            await self.stream.send(encoder.encode_info(self.manager.info(self, secrets.token_urlsafe(11))))
+            hello = self.manager.info(self, secrets.token_urlsafe(11), peers=False)
+            await self.stream.send(encoder.encode_info(hello))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             self.close_reason = "closed by the peer before INFO"
             return
@@ -207,9 +209,7 @@ class Route(BufferedOutput):
             self.duplicate = True
             raise RouteClosed(f"already connected to {self.peer_name}")
         self._send(encoder.encode_connect(self.manager.connect_options(self)))
-        self._send(encoder.encode_info(self.manager.info(self, None)))
         self._establish()
-        self.manager.learn(self, info)  # the peers it has: dial those we do not (gossip)
         await self._run_io(self._reader, self._pinger)
 
     async def _start_tls(self) -> None:
@@ -313,9 +313,12 @@ class Route(BufferedOutput):
         self._establish()
 
     def _establish(self) -> None:
-        """The handshake is done: register with the manager, then join every account."""
+        """The handshake is done: register with the manager, tell the peer the routes we have
+        (gossip: only now, never in the INFO a stranger gets before it has authenticated), then
+        join every account."""
         self.manager.register(self)
         self.state = RouteState.CONNECTED
+        self._send(encoder.encode_info(self.manager.info(self, None)))
         self.was_connected = True
         self._connected.set()
         for account in list(self.server.accounts):

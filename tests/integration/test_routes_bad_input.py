@@ -77,7 +77,9 @@ async def test_a_server_of_another_cluster_is_refused(pair, tmp_path):
 
 
 async def test_bad_route_credentials_are_refused(pair, tmp_path):
-    intruder = Cluster(tmp_path / "bad", "leafjet", size=1, authorization=AUTH)
+    # It knows neither the password in its route URL nor the cluster's: it never learns who the
+    # other members are either (the INFO before the CONNECT lists no peers).
+    intruder = Cluster(tmp_path / "bad", "leafjet", size=1, authorization={**AUTH, "password": "wrong"})
     cfg = intruder.config(0, routes=[pair.route_url(0, user="route", password="wrong")])
     try:
         await anyio.to_thread.run_sync(lambda: intruder.start_node(0, cfg))
@@ -133,7 +135,9 @@ def _raw_route(port: int, data: bytes, quiet: float = 10.0) -> tuple[bytes, byte
 async def test_a_peer_speaking_garbage_is_closed(pair, garbage, error):
     port = pair.nodes[0].cluster_port
     info, out, closed = await anyio.to_thread.run_sync(_raw_route, port, garbage)
-    assert json.loads(info[5:])["cluster"] == "C"
+    hello = json.loads(info[5:])
+    assert hello["cluster"] == "C"
+    assert "leafjet_peers" not in hello, "a stranger learns nothing of the other members"
     assert error in out and closed, out
     await _assert_cluster_works(pair)
 
