@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"\xabRf1"
 _HEADER = struct.Struct("<4sII")  # magic, payload length, crc32 of (length, payload)
-_ENTRY = struct.Struct("<QQB")  # index, term, kind
+_ENTRY = struct.Struct("<QQQB")  # index, term, first index of its write batch, kind
 _HARD = struct.Struct("<QQQ")
 _SNAP = struct.Struct("<4sQQI")  # magic, index, term, voter count
 _CRC = struct.Struct("<I")
@@ -42,15 +42,16 @@ class CorruptLog(Exception):
     """Acknowledged data failed its checksum: the store will not open (repair from peers)."""
 
 
-def encode_record(entry: Entry) -> bytes:
-    payload = _ENTRY.pack(entry.index, entry.term, entry.kind) + entry.data
+def encode_record(entry: Entry, batch_first: int) -> bytes:
+    payload = _ENTRY.pack(entry.index, entry.term, batch_first, entry.kind) + entry.data
     length = len(payload)
     crc = zlib.crc32(payload, zlib.crc32(length.to_bytes(4, "little")))
     return _HEADER.pack(MAGIC, length, crc) + payload
 
 
-def _decode_at(buf: bytes, offset: int) -> tuple[Entry, int] | None:
-    """The entry at ``offset`` and the offset after it, or None if there is no whole, valid one."""
+def _decode_at(buf: bytes, offset: int) -> tuple[Entry, int, int] | None:
+    """The entry at ``offset``, the first index of its write batch and the offset after it; None
+    when there is no whole, valid record there."""
     if offset + _HEADER.size > len(buf):
         return None
     magic, length, crc = _HEADER.unpack_from(buf, offset)
@@ -60,16 +61,20 @@ def _decode_at(buf: bytes, offset: int) -> tuple[Entry, int] | None:
     payload = buf[start : start + length]
     if zlib.crc32(payload, zlib.crc32(length.to_bytes(4, "little"))) != crc:
         return None
-    index, term, kind = _ENTRY.unpack_from(payload)
+    index, term, batch_first, kind = _ENTRY.unpack_from(payload)
     if kind not in (EntryKind.NORMAL, EntryKind.NOOP, EntryKind.CONF):
         return None
-    return Entry(term, index, EntryKind(kind), payload[_ENTRY.size :]), start + length
+    return Entry(term, index, EntryKind(kind), payload[_ENTRY.size :]), batch_first, start + length
 
 
-def _valid_record_after(buf: bytes, offset: int) -> bool:
+def _later_batch_after(buf: bytes, offset: int, bad_index: int) -> bool:
+    """Whether a valid record after ``offset`` belongs to a write batch that began after the bad
+    record's. Batches are fsynced one after the other, so such a record proves the bad one was
+    fsynced (corruption); records of the bad one's own batch prove nothing (a torn write)."""
     at = buf.find(MAGIC, offset + 1)
     while at != -1:
-        if _decode_at(buf, at) is not None:
+        got = _decode_at(buf, at)
+        if got is not None and got[1] > bad_index:
             return True
         at = buf.find(MAGIC, at + 1)
     return False
@@ -168,14 +173,15 @@ class LogStore:
             while offset < len(buf):
                 got = _decode_at(buf, offset)
                 if got is None:
-                    if not last_segment or _valid_record_after(buf, offset):
+                    bad_index = seg.first + len(seg.offsets)
+                    if not last_segment or _later_batch_after(buf, offset, bad_index):
                         raise CorruptLog(f"{name}: bad record at byte {offset} before good data")
                     torn = len(buf) - offset
                     log.warning("raft log %s: cutting a torn tail of %d bytes at %d", name, torn, offset)
                     self.files.truncate(name, offset)
                     self.files.fsync(name)
                     break
-                entry, end = got
+                entry, _, end = got
                 expected = seg.first + len(seg.offsets)
                 if entry.index != expected:
                     raise CorruptLog(f"{name}: entry {entry.index} where {expected} belongs")
@@ -224,7 +230,7 @@ class LogStore:
             seg = self._segments[-1]
         chunks: list[bytes] = []
         for e in entries:
-            rec = encode_record(e)
+            rec = encode_record(e, first)
             if seg.size >= self.segment_bytes and seg.offsets:
                 self.files.append(seg.name, b"".join(chunks))
                 chunks = []

@@ -240,15 +240,17 @@ class Node:
         if self.role is Role.LEADER and self._maybe_commit():
             self._broadcast_append()
 
-    def compact(self, index: int, data: bytes) -> Snapshot:
-        """The application has a durable snapshot of its state at applied ``index``: drop the log
-        before it. The driver must have persisted the snapshot before calling this."""
+    def snapshot_meta(self, index: int) -> SnapshotMeta:
+        """What a snapshot of the applied state at ``index`` must record (term, configuration)."""
         term = self.log.term(index)
         if term is None or index > self.log.applied:
             raise ValueError(f"cannot snapshot at {index} (applied {self.log.applied})")
-        snap = Snapshot(SnapshotMeta(index, term, self._conf_at(index)), data)
-        self.log.compact(snap)
-        return snap
+        return SnapshotMeta(index, term, self._conf_at(index))
+
+    def compact(self, snapshot: Snapshot) -> None:
+        """The driver has durably saved ``snapshot`` (made with ``snapshot_meta``): drop the log
+        entries it covers. Followers that need them from now on are sent the snapshot."""
+        self.log.compact(snapshot)
 
     def promotable(self) -> bool:
         return self.id in self.voters
@@ -497,8 +499,8 @@ class Node:
             pass
 
     def _send_append(self, to: NodeId, send_if_empty: bool = False) -> bool:
-        pr = self.prs[to]
-        if pr.is_paused():
+        pr = self.prs.get(to)
+        if pr is None or pr.is_paused():  # gone from the configuration, or we stepped down
             return False
         prev = pr.next - 1
         prev_term = self.log.term(prev)
