@@ -194,13 +194,17 @@ class Node:
             self._step_follower(m)
 
     def has_ready(self) -> bool:
+        log, hard, soft = self.log, self._prev_hard, self._prev_soft
         return bool(
             self._msgs
-            or self.log.unstable_snapshot is not None
-            or self.log.stable < self.log.last_index()
-            or min(self.log.committed, self.log.stable) > self.log.applied
-            or self._hard_state() != self._prev_hard
-            or self._soft_state() != self._prev_soft
+            or log.stable < log.last_index()
+            or min(log.committed, log.stable) > log.applied
+            or log.unstable_snapshot is not None
+            or self.term != hard.term
+            or self.vote != hard.vote
+            or log.committed != hard.commit
+            or self.lead != soft.leader
+            or self.role is not soft.role
         )
 
     def ready(self) -> Ready | None:

@@ -109,6 +109,7 @@ class _InFlight:
 
 class Sim:
     ELECTION_TICKS = 10
+    HEARTBEAT_TICKS = 2
 
     def __init__(
         self,
@@ -173,6 +174,7 @@ class Sim:
         cfg = Config(
             srv.id,
             election_ticks=self.ELECTION_TICKS,
+            heartbeat_ticks=self.HEARTBEAT_TICKS,
             max_msg_entries=self.max_msg_entries,
             max_inflight=self.max_inflight,
         )
