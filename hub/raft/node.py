@@ -202,7 +202,6 @@ class Node:
             or log.unstable_snapshot is not None
             or self.term != hard.term
             or self.vote != hard.vote
-            or log.committed != hard.commit
             or self.lead != soft.leader
             or self.role is not soft.role
         )
@@ -213,9 +212,11 @@ class Node:
         hard = self._hard_state()
         snapshot = self.log.unstable_snapshot
         entries = tuple(self.log.unstable())
+        # only a new term or vote must be written (and before anything is sent); the commit index
+        # rides along but is never worth an fsync of its own: after a restart it is relearned
         term_or_vote = (hard.term, hard.vote) != (self._prev_hard.term, self._prev_hard.vote)
         rd = Ready(
-            hard_state=hard if hard != self._prev_hard else None,
+            hard_state=hard if term_or_vote else None,
             entries=entries,
             snapshot=snapshot,
             messages=tuple(self._msgs),

@@ -140,10 +140,10 @@ class Ready:
     """One batch of work for the driver, to be done in this order:
 
     1. persist ``snapshot`` (when not None), then ``entries`` (writing an entry at index i first drops
-       every stored entry at i or above) and fsync once for the batch, then ``hard_state`` when its
-       term or vote changed (``must_sync``); the entries go first so that a persisted commit index
-       never names an entry the disk could still lose. The commit index alone may be persisted lazily
-       or not at all: a restart with a lower commit is safe, it only re-applies;
+       every stored entry at i or above) with one fsync for the batch, then ``hard_state`` (set only
+       when the term or vote changed). Entries go first so that a persisted commit index never
+       names an entry the disk could still lose; the commit index is never worth a write of its
+       own (a restart relearns it and re-applies from the snapshot);
     2. send ``messages`` (only now: they may promise what step 1 wrote);
     3. apply ``snapshot`` then ``committed`` to the state machine, in order;
     4. call ``Node.advance(ready)``.

@@ -250,7 +250,7 @@ class Sim:
             store.install_snapshot(rd.snapshot)
         if rd.entries:
             store.append(rd.entries)
-        if rd.hard_state is not None and rd.must_sync:
+        if rd.hard_state is not None:
             hs = rd.hard_state
             store.save_hard_state(hs)
             if hs.vote != NONE and self.votes.setdefault((srv.id, hs.term), hs.vote) != hs.vote:
