@@ -58,7 +58,7 @@ SOAK = settings(
 )
 
 
-@default(800)
+@default(600)
 @given(seed=SEEDS, schedule=schedules())
 def test_three_servers_keep_every_invariant_under_any_fault_schedule(
     seed: int, schedule: list[Fault]
@@ -66,7 +66,7 @@ def test_three_servers_keep_every_invariant_under_any_fault_schedule(
     replay(seed, schedule, steps=STEPS)
 
 
-@default(300)
+@default(250)
 @given(seed=SEEDS, schedule=schedules())
 def test_five_servers_keep_every_invariant_under_any_fault_schedule(seed: int, schedule: list[Fault]) -> None:
     replay(seed, schedule, steps=STEPS, nodes=5)
@@ -75,7 +75,7 @@ def test_five_servers_keep_every_invariant_under_any_fault_schedule(seed: int, s
 CRASHES = ("crash", "crash_io", "isolate", "heal", "burst")
 
 
-@default(500)
+@default(400)
 @given(seed=SEEDS, schedule=schedules(kinds=CRASHES, max_faults=14))
 def test_power_loss_at_any_point_loses_nothing_committed(seed: int, schedule: list[Fault]) -> None:
     # small segments and frequent snapshots: crashes land in rollovers, compactions, installs
@@ -85,7 +85,7 @@ def test_power_loss_at_any_point_loses_nothing_committed(seed: int, schedule: li
 MEMBERSHIP = ("add", "remove", "crash", "isolate", "heal", "partition", "lossy")
 
 
-@default(400)
+@default(350)
 @given(seed=SEEDS, schedule=schedules(kinds=MEMBERSHIP, max_faults=14))
 def test_membership_changes_one_server_at_a_time_keep_every_invariant(
     seed: int, schedule: list[Fault]
@@ -126,6 +126,7 @@ def test_replay_the_seed_from_the_environment() -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(0)
 @SOAK
 @given(seed=SEEDS, schedule=schedules(steps=300, max_faults=30))
 def test_soak_hypothesis_schedules(seed: int, schedule: list[Fault]) -> None:
@@ -133,6 +134,7 @@ def test_soak_hypothesis_schedules(seed: int, schedule: list[Fault]) -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(0)
 def test_soak_seeded_schedules() -> None:
     count = int(os.environ.get("RAFT_SOAK_SEEDS", "20000"))
     start = int(os.environ.get("RAFT_SOAK_START", "0"))
