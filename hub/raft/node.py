@@ -18,6 +18,7 @@ Safety rules this file keeps (hub/raft/DESIGN.md lists them all):
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ from hub.raft.types import (
     SnapshotMeta,
     SoftState,
 )
+
+logger = logging.getLogger(__name__)
 
 
 class ProposalError(Exception):
@@ -83,6 +86,22 @@ def bootstrap_snapshot(voters: Iterable[NodeId]) -> Snapshot:
     server added later learns it the way it learns everything else: from the leader.
     """
     return Snapshot(SnapshotMeta(index=1, term=1, voters=frozenset(voters)))
+
+
+def malformed(m: Message) -> str | None:
+    """Why a message cannot have come from a correct peer, or None. (The wire codec checks
+    framing; this checks the RAFT-level shape, so a bad peer cannot trip the log's invariants.)"""
+    if m.term < 0 or m.index < 0 or m.log_term < 0 or m.commit < 0 or m.src == NONE:
+        return "negative field or no sender"
+    if m.type is MsgType.APPEND:
+        for k, e in enumerate(m.entries):
+            if e.index != m.index + 1 + k or e.term > m.term or (k and e.term < m.entries[k - 1].term):
+                return f"entry {k} (index {e.index}, term {e.term}) does not continue the append"
+        if m.entries and m.entries[0].term < m.log_term:
+            return "entries older than the entry they follow"
+    if m.type is MsgType.SNAPSHOT and (m.snapshot is None or m.snapshot.term > m.term):
+        return "snapshot missing or from the future"
+    return None
 
 
 def quorum(n: int) -> int:
@@ -165,6 +184,12 @@ class Node:
 
     def step(self, m: Message) -> None:
         if m.dst != self.id:
+            return
+        problem = malformed(m)
+        if problem is not None:
+            logger.warning(
+                "raft node %d: dropping a malformed %s from %d: %s", self.id, m.type.name, m.src, problem
+            )
             return
         if m.term > self.term:
             if m.type in (MsgType.PRE_VOTE, MsgType.VOTE) and self._in_lease():

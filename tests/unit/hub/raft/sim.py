@@ -146,6 +146,7 @@ class Sim:
         self.committed_terms: dict[int, int] = {}  # index -> term of the entry applied there
         self.log_entries: dict[tuple[int, int], tuple[bytes, int, int | None]] = {}
         self.votes: dict[tuple[NodeId, int], NodeId] = {}
+        self._led: dict[NodeId, int] = {}  # the term each server was last seen leading
         self.stats = {"elections": 0, "snapshots_sent": 0, "crashes": 0, "torn": 0, "applied": 0}
         founders = frozenset(range(1, nodes + 1))
         for i in founders:
@@ -329,8 +330,8 @@ class Sim:
             holder = self.leader_of_term.setdefault(node.term, srv.id)
             if holder != srv.id:
                 raise InvariantViolation(f"two leaders in term {node.term}: {holder} and {srv.id}")
-            if getattr(node, "_checked_term", None) != node.term:
-                node._checked_term = node.term  # type: ignore[attr-defined]
+            if self._led.get(srv.id) != node.term:
+                self._led[srv.id] = node.term
                 self.stats["elections"] += 1
                 self._check_leader_completeness(srv)
 
@@ -352,10 +353,11 @@ class Sim:
 
     def leader(self) -> SimServer | None:
         best: SimServer | None = None
+        best_term = -1
         for srv in self.servers.values():
             n = srv.node
-            if n is not None and n.role is Role.LEADER and (best is None or n.term > best.node.term):  # type: ignore[union-attr]
-                best = srv
+            if n is not None and n.role is Role.LEADER and n.term > best_term:
+                best, best_term = srv, n.term
         return best
 
     def _apply_fault(self, f: Fault) -> None:

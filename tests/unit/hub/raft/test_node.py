@@ -250,3 +250,19 @@ def test_a_removed_leader_hands_over_and_an_added_server_joins() -> None:
     assert new is not None and new.node is not None and new.node.voters == {1, 2, 3, 4} - {old.id}
     assert old.node is not None and old.node.role is Role.FOLLOWER and not old.node.promotable()
     sim.settle()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Message(MsgType.APPEND, 1, 2, 3, index=1, log_term=1, entries=(Entry(3, 5),)),  # a gap
+        Message(MsgType.APPEND, 1, 2, 3, index=1, log_term=1, entries=(Entry(4, 2),)),  # future term
+        Message(MsgType.APPEND, 1, 2, 3, index=1, log_term=2, entries=(Entry(1, 2),)),  # terms go back
+        Message(MsgType.SNAPSHOT, 1, 2, 3),  # no snapshot
+        Message(MsgType.HEARTBEAT, 1, 2, 3, commit=-1),
+    ],
+)
+def test_a_malformed_message_is_dropped_without_harm(bad: Message) -> None:
+    n = node(2)
+    n.step(bad)
+    assert n.term == 1 and n.log.last_index() == 1 and flush(n) == []
