@@ -480,6 +480,8 @@ class Node:
                         pr.become_probe()
                     self._send_append(m.src)
                 return
+            if m.index > self.log.last_index():
+                return  # acknowledges what we never sent: a confused or lying peer; ignore it
             if not pr.maybe_update(m.index):
                 return
             if pr.state is ProgressState.PROBE:
