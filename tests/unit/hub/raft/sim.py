@@ -15,7 +15,7 @@ import hashlib
 import heapq
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hub.raft.log_store import LogStore
 from hub.raft.node import Config, Node, ProposalError, bootstrap_snapshot
@@ -100,16 +100,9 @@ class SimServer:
         return self.node is not None
 
 
-@dataclass(order=True)
-class _InFlight:
-    deliver_at: int
-    seq: int
-    msg: Message = field(compare=False)
-
-
 class Sim:
     ELECTION_TICKS = 10
-    HEARTBEAT_TICKS = 2
+    HEARTBEAT_TICKS = 3
 
     def __init__(
         self,
@@ -132,7 +125,7 @@ class Sim:
         self.max_inflight = max_inflight
         self.now = 0
         self.servers: dict[NodeId, SimServer] = {}
-        self._net: list[_InFlight] = []
+        self._net: list[tuple[int, int, Message]] = []  # (deliver at, sequence, message): a heap
         self._seq = 0
         self.blocked: set[tuple[NodeId, NodeId]] = set()
         self.drop_pct = 0
@@ -211,17 +204,18 @@ class Sim:
     # -- network ---------------------------------------------------------------------------------
 
     def _send(self, m: Message) -> None:
-        if (m.src, m.dst) in self.blocked or self.rng.randrange(100) < self.drop_pct:
+        rand = self.rng.random
+        if (m.src, m.dst) in self.blocked or (self.drop_pct and rand() * 100 < self.drop_pct):
             return
-        copies = 2 if self.rng.randrange(100) < self.dup_pct else 1
+        copies = 2 if self.dup_pct and rand() * 100 < self.dup_pct else 1
         for _ in range(copies):
             self._seq += 1
-            delay = 1 + self.rng.randrange(self.max_delay + 1)
-            heapq.heappush(self._net, _InFlight(self.now + delay, self._seq, m))
+            delay = 1 + int(rand() * (self.max_delay + 1))
+            heapq.heappush(self._net, (self.now + delay, self._seq, m))
 
     def _deliver_due(self) -> None:
-        while self._net and self._net[0].deliver_at <= self.now:
-            m = heapq.heappop(self._net).msg
+        while self._net and self._net[0][0] <= self.now:
+            m = heapq.heappop(self._net)[2]
             srv = self.servers.get(m.dst)
             if srv is None or srv.node is None or (m.src, m.dst) in self.blocked:
                 continue

@@ -58,7 +58,7 @@ SOAK = settings(
 )
 
 
-@default(600)
+@default(750)
 @given(seed=SEEDS, schedule=schedules())
 def test_three_servers_keep_every_invariant_under_any_fault_schedule(
     seed: int, schedule: list[Fault]
@@ -66,7 +66,7 @@ def test_three_servers_keep_every_invariant_under_any_fault_schedule(
     replay(seed, schedule, steps=STEPS)
 
 
-@default(250)
+@default(300)
 @given(seed=SEEDS, schedule=schedules())
 def test_five_servers_keep_every_invariant_under_any_fault_schedule(seed: int, schedule: list[Fault]) -> None:
     replay(seed, schedule, steps=STEPS, nodes=5)
@@ -75,7 +75,7 @@ def test_five_servers_keep_every_invariant_under_any_fault_schedule(seed: int, s
 CRASHES = ("crash", "crash_io", "isolate", "heal", "burst")
 
 
-@default(400)
+@default(500)
 @given(seed=SEEDS, schedule=schedules(kinds=CRASHES, max_faults=14))
 def test_power_loss_at_any_point_loses_nothing_committed(seed: int, schedule: list[Fault]) -> None:
     # small segments and frequent snapshots: crashes land in rollovers, compactions, installs
@@ -85,7 +85,7 @@ def test_power_loss_at_any_point_loses_nothing_committed(seed: int, schedule: li
 MEMBERSHIP = ("add", "remove", "crash", "isolate", "heal", "partition", "lossy")
 
 
-@default(350)
+@default(450)
 @given(seed=SEEDS, schedule=schedules(kinds=MEMBERSHIP, max_faults=14))
 def test_membership_changes_one_server_at_a_time_keep_every_invariant(
     seed: int, schedule: list[Fault]
