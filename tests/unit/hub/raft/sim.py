@@ -103,6 +103,7 @@ class SimServer:
 class Sim:
     ELECTION_TICKS = 10
     HEARTBEAT_TICKS = 3
+    MAX_IN_FLIGHT = 5000
 
     def __init__(
         self,
@@ -433,6 +434,9 @@ class Sim:
                 self._drain(srv)
         if propose and self.rng.random() < 0.3:
             self._propose(1 + self.rng.randrange(3))
+        if len(self._net) > self.MAX_IN_FLIGHT:
+            # RAFT answers each message with at most a bounded few: growth without end is a bug
+            raise InvariantViolation(f"{len(self._net)} messages in flight: a message storm")
 
     def run(self) -> None:
         """The faulty phase, then a calm one in which the cluster must converge."""
