@@ -53,7 +53,7 @@ def default(examples: int) -> settings:
 SOAK = settings(
     deadline=None,
     database=None,
-    max_examples=20_000,
+    max_examples=int(os.environ.get("RAFT_SOAK_EXAMPLES", "20000")),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
