@@ -385,41 +385,50 @@ async def _create_consumer(
         asked = slice_header(msg.headers, STREAM_IDENTITY) if msg.headers else None
         if asked and asked != identity:
             raise api_error("JSConsumerStreamIdentityMismatchF", msg=identity)
-    async with stream.lock:
-        outcome = resolve_create(
-            req,
-            stream=stream.config,
-            consumers={name: c.config for name, c in stream.consumers.items()},
-            has_interest=lambda deliver: bool(ajs.account.sublist.match(deliver)),
-        )
-        if outcome.config.priority_policy != "none":
-            # The config is checked as the reference checks it (above); the groups' delivery
-            # rules (overflow, pinning) are not built, so the consumer is refused, not half made.
-            raise api_error("JSConsumerCreateErrF", err="priority groups are not supported by this server")
-        if outcome.existing:
-            consumer = stream.consumers[outcome.name]
-            if outcome.config.sourcing and outcome.config.durable_name:
-                # As the reference (a single server): a source asking again for its durable
-                # consumer (ADR-60) gets delivery over again from the ack floor, under the new
-                # deliver subject. Reset before the update's first await, so nothing numbered
-                # the old way goes to the new subject.
-                consumer.reconfigure(outcome.config)
-                consumer.reset(0)
-            if outcome.config != consumer.config or consumer.config.sourcing:
-                await js.update_consumer(stream, consumer, outcome.config)
-            if outcome.config.sourcing and outcome.config.durable_name:
-                await consumer.persist()
-        else:
-            consumer = await js.create_consumer(stream, outcome.name, outcome.config)
-        info = await consumer.info()  # a new consumer: before it delivers anything
-        if not outcome.existing:
-            await js.start_consumer(stream, consumer)
-    response = api_response("consumer_create_response", info)
-    if identity is None or not msg.reply:
-        return response
-    headers = encode_headers([(STREAM_IDENTITY, identity)])
-    js.reply_raw(ajs, msg.reply, headers, json.dumps(response, separators=(",", ":")).encode())
-    return None
+    held: Consumer | None = None
+    try:
+        async with stream.lock:
+            outcome = resolve_create(
+                req,
+                stream=stream.config,
+                consumers={name: c.config for name, c in stream.consumers.items()},
+                has_interest=lambda deliver: bool(ajs.account.sublist.match(deliver)),
+            )
+            if outcome.config.priority_policy != "none":
+                # The config is checked as the reference checks it (above); the groups' delivery
+                # rules (overflow, pinning) are not built, so the consumer is refused, not half made.
+                raise api_error(
+                    "JSConsumerCreateErrF", err="priority groups are not supported by this server"
+                )
+            if outcome.existing:
+                consumer = stream.consumers[outcome.name]
+                if outcome.config.sourcing and outcome.config.durable_name:
+                    # As the reference (a single server): a source asking again for its durable
+                    # consumer (ADR-60) gets delivery over again from the ack floor, under the
+                    # new deliver subject. Reset before the update's first await, so nothing
+                    # numbered the old way goes to the new subject, and hold delivery until the
+                    # answer (saying where it starts) is out.
+                    consumer.reconfigure(outcome.config)
+                    consumer.reset(0)
+                    held = consumer
+                if outcome.config != consumer.config or consumer.config.sourcing:
+                    await js.update_consumer(stream, consumer, outcome.config)
+                if held is not None:
+                    await consumer.persist()
+            else:
+                consumer = await js.create_consumer(stream, outcome.name, outcome.config)
+            info = await consumer.info()  # a new consumer: before it delivers anything
+            if not outcome.existing:
+                await js.start_consumer(stream, consumer)
+        response = api_response("consumer_create_response", info)
+        if identity is None or not msg.reply:
+            return response
+        headers = encode_headers([(STREAM_IDENTITY, identity)])
+        js.reply_raw(ajs, msg.reply, headers, json.dumps(response, separators=(",", ":")).encode())
+        return None
+    finally:
+        if held is not None:
+            held.release()
 
 
 async def consumer_create(
@@ -458,18 +467,20 @@ async def consumer_reset(js: JetStream, ajs: AccountJetStream, args: list[str], 
                 reset_seq = consumer.reset(seq, start_time_seq)
             except ValueError as e:
                 raise api_error("JSConsumerInvalidResetErr", err=str(e)) from None
-            await consumer.persist()
-            await stream.recheck_interest(acked_only=True)
-            info = await consumer.info()
+            try:
+                await consumer.persist()
+                await stream.recheck_interest(acked_only=True)
+                info = await consumer.info()
+                response = {**api_response("consumer_reset_response", info), "reset_seq": reset_seq}
+                headers = None
+                if msg.headers and slice_header(msg.headers, STREAM_IDENTITY) is not None:
+                    headers = encode_headers([(STREAM_IDENTITY, stream_identity(stream.created_ns))])
+                js.reply_raw(ajs, msg.reply, headers, json.dumps(response, separators=(",", ":")).encode())
+            finally:
+                consumer.release()  # after the answer, which says where delivery starts
     except ApiError as e:
         body = {**error_response("consumer_reset_response", e), "reset_seq": 0}
         js.reply_raw(ajs, msg.reply, None, json.dumps(body, separators=(",", ":")).encode())
-        return
-    response = {**api_response("consumer_reset_response", info), "reset_seq": reset_seq}
-    headers = None
-    if msg.headers and slice_header(msg.headers, STREAM_IDENTITY) is not None:
-        headers = encode_headers([(STREAM_IDENTITY, stream_identity(stream.created_ns))])
-    js.reply_raw(ajs, msg.reply, headers, json.dumps(response, separators=(",", ":")).encode())
 
 
 def _reset_seq(payload: bytes) -> int:

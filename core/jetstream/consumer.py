@@ -157,6 +157,9 @@ class Consumer:
         self._rate_tokens: float | None = None  # rate_limit_bps token bucket (bytes), filled at first use
         self._rate_at = 0.0
         self._pause_ends: int | None = None  # a pause (pause_until, wall ns) whose end is still to advise
+        # Set by the API between a reset and its answer: the answer tells where delivery starts,
+        # so nothing goes out before it (a sourcing stream skips what the answer says was delivered)
+        self.held = False
         self._watch_pause()
 
     # ------------------------------------------------------------------ set-up
@@ -445,6 +448,8 @@ class Consumer:
     # ------------------------------------------------------------------ delivery
 
     async def _deliver_available(self) -> None:
+        if self.held:
+            return
         now = time.monotonic_ns()
         # Messages not yet delivered, counted once per round and counted down as they go out:
         # clients read it from the ack subject (nats-py's KV watchers end their initial values on 0).
@@ -1302,6 +1307,11 @@ class Consumer:
             self._interest_candidates.extend(acked)
         return 1
 
+    def release(self) -> None:
+        """The answer to a reset is out: delivery may go on."""
+        self.held = False
+        self.wake()
+
     def reset(self, seq: int, start_time_seq: int = 0) -> int:
         """``CONSUMER.RESET`` (ADR-60), the reference's ``resetStartingSeq``: delivery starts
         over at ``seq`` with consumer sequence 1; pending and redelivery state go. ``seq`` 0 is
@@ -1309,7 +1319,8 @@ class Consumer:
         with deliver policy all, or not below the configured start (``start_time_seq``: the
         stream's first sequence at ``opt_start_time``, looked up by the caller). Returns the sequence
         delivery restarts at; raises ValueError with the reference's reason when not allowed.
-        Synchronous on purpose: nothing is delivered between the old state and the new."""
+        Synchronous on purpose: nothing is delivered between the old state and the new. Delivery
+        is then ``held`` until the caller ``release``s it, once its answer is out."""
         cfg = self.config
         if seq == 0:
             seq = self.ack_floor_sseq + 1
@@ -1336,7 +1347,7 @@ class Consumer:
         self._remaining = -1
         self.invalidate_reads()
         self._dirty = True
-        self.wake()
+        self.held = True
         return seq
 
     def _advance_floor(self) -> None:
