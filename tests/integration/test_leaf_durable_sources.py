@@ -156,29 +156,143 @@ async def test_a_link_cut_mid_stream_keeps_on_the_leaf_what_the_hub_did_not_stor
 ) -> None:
     hub, leaf, proxy = start_pair(topo, hub_kind, leaf_kind)
     async with client(hub) as hub_nc, client(leaf) as leaf_nc:
-        await source_from_leaf(hub_nc, leaf_nc, retention)
-        await publish_core(leaf_nc, "orders.a", [b"%d" % i for i in range(100)])
+        asked: list[str] = []  # the hub's consumer requests to the leaf, seen on the hub
+
+        async def note(msg: Any) -> None:
+            asked.append(msg.subject)
+
+        await hub_nc.subscribe(f"{EDGE_API}.CONSUMER.>", cb=note)
+        await hub_nc.flush()
+        durable = await source_from_leaf(hub_nc, leaf_nc, retention)
+        # incompressible, so a zstd link (leafjet to leafjet) is as slow as a plain one
+        sent = [b"%d:" % i + os.urandom(300) for i in range(1000)]
+        await publish_core(leaf_nc, "orders.a", sent[:100])
         await wait_msgs(hub_nc, "AGG", 100)
-        # cut while a burst is on its way: some of it crosses, the rest waits on the leaf
-        await publish_core(leaf_nc, "orders.a", [b"%d" % i for i in range(100, 400)])
+        # a burst through a slow link, cut while part of it is on the way: what was on the wire
+        # is lost, what the hub did not store stays on the leaf
+        proxy.throttle(50_000)  # the burst takes about 4 s to cross
+        await publish_core(leaf_nc, "orders.a", sent[100:700])
+        await wait_msgs(hub_nc, "AGG", 120, timeout=30)
         proxy.cut()
         await anyio.to_thread.run_sync(lambda: wait_until(lambda: leaf_count(hub) == 0, 15))
-        await publish_core(leaf_nc, "orders.a", [b"%d" % i for i in range(400, 600)])
-        await wait_for_state(leaf_nc, "ORDERS", lambda st: st["last_seq"] == 600)
+        assert (await info(hub_nc, "AGG"))["state"]["messages"] < 700, "the cut came too late"
+        await publish_core(leaf_nc, "orders.a", sent[700:900])
+        await wait_for_state(leaf_nc, "ORDERS", lambda st: st["last_seq"] == 900)
         for _ in range(5):  # the hub cannot hear anything now: the leaf removes nothing it lacks
-            await leaf_keeps_what_the_hub_lacks(hub_nc, leaf_nc, 600)
+            await leaf_keeps_what_the_hub_lacks(hub_nc, leaf_nc, 900)
             await anyio.sleep(0.3)
         assert (await info(leaf_nc, "ORDERS"))["state"]["messages"] >= 200
+        proxy.throttle(None)
         proxy.restore()
         await anyio.to_thread.run_sync(lambda: wait_for_leaf_connected(hub, 1, timeout=30))
-        await publish_core(leaf_nc, "orders.a", [b"%d" % i for i in range(600, 700)])
-        await wait_msgs(hub_nc, "AGG", 700, timeout=60)
+        await publish_core(leaf_nc, "orders.a", sent[900:])
+        await wait_msgs(hub_nc, "AGG", 1000, timeout=60)
         await wait_for_state(leaf_nc, "ORDERS", lambda st: st["messages"] == 0, timeout=30)
         await anyio.sleep(0.5)  # anything that would arrive twice has had time to
-        assert await payloads(hub_nc, "AGG") == [b"%d" % i for i in range(700)]
+        assert await payloads(hub_nc, "AGG") == sent
         (src,) = (await info(hub_nc, "AGG"))["sources"]
         assert "error" not in src
-        assert (await durable_info(leaf_nc))["config"]["ack_policy"] == "flow_control"
+        after = await durable_info(leaf_nc)
+        assert after["config"]["ack_policy"] == "flow_control"
+        assert after["created"] == durable["created"]  # reset or updated, never deleted
+        assert not any(".DELETE." in a for a in asked)
+        if hub_kind == "leafjet":  # the reference's hub asks with a create again
+            assert any(a == f"{EDGE_API}.CONSUMER.RESET.ORDERS.{DURABLE}" for a in asked), asked
+
+
+@pytest.mark.parametrize(("hub_kind", "leaf_kind"), ALL_PAIRS, ids=PAIR_IDS)
+async def test_a_source_named_consumer_of_the_users_is_reset_and_read(
+    topo: Topology, hub_kind: str, leaf_kind: str
+) -> None:
+    hub, leaf, proxy = start_pair(topo, hub_kind, leaf_kind)
+    async with client(hub) as hub_nc, client(leaf) as leaf_nc:
+        await create(leaf_nc, upstream("interest"))
+        made = await api(
+            leaf_nc,
+            "$JS.API.CONSUMER.CREATE.ORDERS.MINE",
+            {
+                "stream_name": "ORDERS",
+                "config": {
+                    "durable_name": "MINE",
+                    "deliver_subject": "deliver.mine",
+                    "ack_policy": "flow_control",
+                    "flow_control": True,
+                    "idle_heartbeat": 1_000_000_000,
+                    "max_ack_pending": 100,
+                    "filter_subject": "orders.keep",
+                },
+            },
+        )
+        assert "error" not in made, made
+        source = {**SOURCE, "consumer": {"name": "MINE", "deliver_subject": "deliver.mine"}}
+        await create(hub_nc, {"name": "AGG", "sources": [source]})
+        await publish_core(leaf_nc, "orders.keep", [b"k%d" % i for i in range(150)])
+        await publish_core(leaf_nc, "orders.skip", [b"s%d" % i for i in range(5)])  # nobody's
+        await wait_msgs(hub_nc, "AGG", 150)
+        proxy.cut()
+        await anyio.to_thread.run_sync(lambda: wait_until(lambda: leaf_count(hub) == 0, 15))
+        await publish_core(leaf_nc, "orders.keep", [b"k%d" % i for i in range(150, 200)])
+        proxy.restore()
+        await wait_msgs(hub_nc, "AGG", 200, timeout=60)
+        await wait_for_state(leaf_nc, "ORDERS", lambda st: st["messages"] == 0, timeout=30)
+        await anyio.sleep(0.5)
+        assert await payloads(hub_nc, "AGG") == [b"k%d" % i for i in range(200)]
+        mine = await api(leaf_nc, "$JS.API.CONSUMER.INFO.ORDERS.MINE")
+        assert mine["created"] == made["created"] and mine["num_ack_pending"] == 0
+
+
+@pytest.mark.parametrize(("hub_kind", "leaf_kind"), ALL_PAIRS, ids=PAIR_IDS)
+async def test_a_source_named_consumer_not_acked_by_flow_control_is_refused_with_10217(
+    topo: Topology, hub_kind: str, leaf_kind: str
+) -> None:
+    hub, leaf, _proxy = start_pair(topo, hub_kind, leaf_kind)
+    async with client(hub) as hub_nc, client(leaf) as leaf_nc:
+        await create(leaf_nc, {"name": "ORDERS", "subjects": ["orders.>"]})
+        cfg = {"durable_name": "MINE", "deliver_subject": "deliver.mine", "ack_policy": "explicit"}
+        made = await api(
+            leaf_nc, "$JS.API.CONSUMER.CREATE.ORDERS.MINE", {"stream_name": "ORDERS", "config": cfg}
+        )
+        assert "error" not in made, made
+        await publish_core(leaf_nc, "orders.a", [b"x"])
+        source = {**SOURCE, "consumer": {"name": "MINE", "deliver_subject": "deliver.mine"}}
+        await create(hub_nc, {"name": "AGG", "sources": [source]})
+        with anyio.fail_after(30):
+            while "error" not in (src := (await info(hub_nc, "AGG"))["sources"][0]):
+                await anyio.sleep(0.1)
+        assert src["error"]["err_code"] == 10217, src
+        assert (await info(hub_nc, "AGG"))["state"]["messages"] == 0
+
+
+@pytest.mark.parametrize("hub_kind", ["reference", "leafjet"])
+async def test_a_source_named_consumer_is_checked_as_the_reference_checks_it(
+    topo: Topology, hub_kind: str
+) -> None:
+    hub = topo.start("hub", hub_kind, Node(accounts=ACCOUNTS, domain="HUB"))
+    async with client(hub) as nc:
+
+        def stream(**src: Any) -> dict[str, Any]:
+            return {"name": "AGG", "sources": [{**SOURCE, **src}]}
+
+        consumer = {"name": "MINE", "deliver_subject": "deliver.mine"}
+        bad = [
+            {"consumer": {"name": "MI.NE", "deliver_subject": "d"}},
+            {"consumer": {"name": "MINE", "deliver_subject": "d.*"}},
+            {"consumer": {"name": "MINE"}},
+            {"consumer": consumer, "opt_start_seq": 5},
+            {"consumer": consumer, "filter_subject": "orders.a"},
+        ]
+        for src in bad:
+            r = await api(nc, "$JS.API.STREAM.CREATE.AGG", stream(**src))
+            assert r["error"]["err_code"] == 10215, (src, r)
+        twice = {
+            "name": "AGG",
+            "sources": [
+                {**SOURCE, "consumer": consumer, "subject_transforms": [{"src": "a.>", "dest": ""}]},
+                {**SOURCE, "consumer": consumer, "subject_transforms": [{"src": "b.>", "dest": ""}]},
+            ],
+        }
+        r = await api(nc, "$JS.API.STREAM.CREATE.AGG", twice)
+        assert r["error"]["err_code"] == 10216, r
 
 
 @pytest.mark.parametrize(("hub_kind", "leaf_kind"), ALL_PAIRS, ids=PAIR_IDS)
