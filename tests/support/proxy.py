@@ -54,14 +54,15 @@ class _Bucket:
         """Wait until ``n`` bytes may pass. Usually at most one burst (see ``piece``), but a
         read sized before the throttle was set can be larger: it passes a burst at a time (it
         used to wait for more tokens than the bucket holds, forever)."""
-        while self.rate is not None and n > 0:
+        left = float(n)
+        while self.rate is not None and left > 0:
             now = time.monotonic()
             self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
             self.last = now
-            step = min(n, self.burst)
+            step = min(left, self.burst)
             if self.tokens >= step:
                 self.tokens -= step
-                n -= step
+                left -= step
                 continue
             await asyncio.sleep((step - self.tokens) / self.rate)
 
