@@ -321,3 +321,32 @@ async def test_a_hub_killed_mid_catch_up_of_a_work_queue_loses_and_repeats_nothi
         await wait_for_state(leaf_nc, "ORDERS", lambda st: st["messages"] == 0, timeout=30)
         await anyio.sleep(0.5)
         assert await payloads(hub_nc, "AGG") == sent
+
+
+@pytest.mark.parametrize(("hub_kind", "leaf_kind"), ALL_PAIRS, ids=PAIR_IDS)
+async def test_the_durable_outlives_a_leaf_killed_mid_stream(
+    topo: Topology, hub_kind: str, leaf_kind: str
+) -> None:
+    """The upstream SIGKILLed while its work queue is being read: its durable comes back with
+    its ack floor, nothing pending is redelivered by time, and the hub's reset (or create)
+    gets everything it did not store, once."""
+    hub, leaf, proxy = start_pair(topo, hub_kind, leaf_kind)
+    sent = [b"%d:" % i + os.urandom(300) for i in range(1500)]
+    async with client(hub) as hub_nc, client(leaf) as leaf_nc:
+        durable = await source_from_leaf(hub_nc, leaf_nc, "workqueue")
+        proxy.throttle(100_000)  # a catch-up of seconds, so the kill lands in its middle
+        await publish_core(leaf_nc, "orders.a", sent)
+        await wait_for_state(leaf_nc, "ORDERS", lambda st: st["last_seq"] == len(sent))
+        await wait_msgs(hub_nc, "AGG", 100, timeout=30)
+    leaf.restart(kill=True)
+    async with client(hub) as hub_nc, client(leaf) as leaf_nc:
+        assert (await info(hub_nc, "AGG"))["state"]["messages"] < len(sent), "the kill came too late"
+        await leaf_keeps_what_the_hub_lacks(hub_nc, leaf_nc, len(sent))
+        proxy.throttle(None)
+        await anyio.to_thread.run_sync(lambda: wait_for_leaf_connected(hub, 1, timeout=30))
+        await wait_msgs(hub_nc, "AGG", len(sent), timeout=90)
+        await wait_for_state(leaf_nc, "ORDERS", lambda st: st["messages"] == 0, timeout=30)
+        await anyio.sleep(0.5)
+        assert await payloads(hub_nc, "AGG") == sent
+        after = await durable_info(leaf_nc)
+        assert after["created"] == durable["created"] and after["config"]["ack_policy"] == "flow_control"
