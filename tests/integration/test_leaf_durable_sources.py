@@ -350,3 +350,35 @@ async def test_the_durable_outlives_a_leaf_killed_mid_stream(
         assert await payloads(hub_nc, "AGG") == sent
         after = await durable_info(leaf_nc)
         assert after["created"] == durable["created"] and after["config"]["ack_policy"] == "flow_control"
+
+
+@pytest.mark.parametrize(("hub_kind", "leaf_kind"), ALL_PAIRS, ids=PAIR_IDS)
+async def test_a_mirror_of_a_work_queue_reads_it_through_a_flow_control_durable(
+    topo: Topology, hub_kind: str, leaf_kind: str
+) -> None:
+    hub, leaf, proxy = start_pair(topo, hub_kind, leaf_kind)
+    sent = [b"%d:" % i + os.urandom(300) for i in range(600)]
+    async with client(hub) as hub_nc, client(leaf) as leaf_nc:
+        await create(leaf_nc, upstream("workqueue"))
+        await create(hub_nc, {"name": "AGG", "mirror": SOURCE})
+        name = f"JS_MIRROR_{get_hash('AGG A HUB')}"
+        with anyio.fail_after(30):
+            while "error" in (durable := await api(leaf_nc, f"$JS.API.CONSUMER.INFO.ORDERS.{name}")):
+                await anyio.sleep(0.05)
+        assert durable["config"]["ack_policy"] == "flow_control"
+        await publish_core(leaf_nc, "orders.a", sent[:200])
+        await wait_msgs(hub_nc, "AGG", 200)
+        proxy.throttle(50_000)
+        await publish_core(leaf_nc, "orders.a", sent[200:500])
+        await wait_msgs(hub_nc, "AGG", 220, timeout=30)
+        proxy.cut()
+        await anyio.to_thread.run_sync(lambda: wait_until(lambda: leaf_count(hub) == 0, 15))
+        await publish_core(leaf_nc, "orders.a", sent[500:])
+        proxy.throttle(None)
+        proxy.restore()
+        await wait_msgs(hub_nc, "AGG", len(sent), timeout=60)
+        await wait_for_state(leaf_nc, "ORDERS", lambda st: st["messages"] == 0, timeout=30)
+        await anyio.sleep(0.5)
+        state = (await info(hub_nc, "AGG"))["state"]
+        assert (state["first_seq"], state["last_seq"], state["messages"]) == (1, 600, 600)
+        assert await payloads(hub_nc, "AGG") == sent
