@@ -160,6 +160,7 @@ class Consumer:
         # Set by the API between a reset and its answer: the answer tells where delivery starts,
         # so nothing goes out before it (a sourcing stream skips what the answer says was delivered)
         self.held = False
+        self._epoch = 0  # bumped by every reset: a message taken before one is not sent after it
         self._watch_pause()
 
     # ------------------------------------------------------------------ set-up
@@ -447,6 +448,17 @@ class Consumer:
 
     # ------------------------------------------------------------------ delivery
 
+    def _reset_meanwhile(self, epoch: int, msg: StoredMsg) -> bool:
+        """Whether ``msg``, taken for delivery, must not go out now: a reset came while it was
+        taken (it belongs to the old state, which is gone: dropped, the new state delivers it
+        again), or one holds delivery (it is put back)."""
+        if epoch != self._epoch:
+            return True
+        if self.held:
+            self._unread(msg)
+            return True
+        return False
+
     async def _deliver_available(self) -> None:
         if self.held:
             return
@@ -470,6 +482,7 @@ class Consumer:
                         end_of_stream = True  # nothing (more) to deliver
                         break
                     continue
+                epoch = self._epoch
                 msg = await self._next_message(new=room)
                 if msg is None:
                     end_of_stream = room
@@ -490,7 +503,10 @@ class Consumer:
                 if not self.waiting or self.waiting[0] is not waiter:  # it expired while we paced
                     self._unread(msg)
                     continue
-                self._send(msg, waiter.reply, await self._pending_after(msg), form)
+                after = await self._pending_after(msg)
+                if self._reset_meanwhile(epoch, msg):
+                    break
+                self._send(msg, waiter.reply, after, form)
                 waiter.delivered += 1
                 waiter.bytes += size
                 waiter.last_sent = now
@@ -528,11 +544,14 @@ class Consumer:
                 sent += n
                 await anyio.sleep(0)  # let others (and acks) run during a long catch-up
                 continue
+            epoch = self._epoch
             msg = await self._next_message(new=room)
             if msg is None:
                 break
             after = await self._pending_after(msg)  # as the reference: counted when taken, not after pacing
             await self._pace(msg)
+            if self._reset_meanwhile(epoch, msg):
+                break
             size = self._send(msg, self.config.deliver_subject, after)
             sent += 1
             if self.config.flow_control and self._fc_account(size):
@@ -593,7 +612,7 @@ class Consumer:
                 self._remaining = -1
                 self.wake()  # the stream removed messages meanwhile: start over
                 return False
-        return True
+        return not self.held  # reset while reading: nothing goes out before its answer
 
     def _run_take(self, n: int, out: list[tuple[str, str, bytes | None, bytes]]) -> bool:
         """Take up to ``n`` read-ahead messages as delivered and add their (subject, ack subject,
@@ -773,6 +792,7 @@ class Consumer:
     async def _next_message(self, new: bool = True) -> StoredMsg | None:
         """The next message to deliver: a redelivery first, else (if ``new``) the next new one."""
         store = self.stream.store
+        epoch = self._epoch
         while self.redeliver:
             sseq = self.redeliver.pop(0)
             p = self.pending.get(sseq)
@@ -784,6 +804,8 @@ class Consumer:
                 self._max_deliveries_reached(sseq, p)
                 continue
             m = await store.get(sseq)
+            if epoch != self._epoch:
+                return None  # reset meanwhile: this state is gone
             if m is None:
                 self.pending.pop(sseq, None)
                 self._advance_floor()
@@ -793,6 +815,8 @@ class Consumer:
             return None
         while self.initial:
             m = await store.get(self.initial.pop(0))
+            if epoch != self._epoch:
+                return None
             if m is not None:
                 return m
         filters = self.filters
@@ -802,6 +826,8 @@ class Consumer:
             m = self._buffer.popleft()
         else:
             candidates = [await store.first_after(self.next_sseq, f) for f in filters]
+            if epoch != self._epoch:
+                return None
             found = [c for c in candidates if c is not None]
             m = min(found, key=lambda c: c.seq) if found else None
         if m is None:
@@ -1348,6 +1374,7 @@ class Consumer:
         self.invalidate_reads()
         self._dirty = True
         self.held = True
+        self._epoch += 1
         return seq
 
     def _advance_floor(self) -> None:

@@ -177,3 +177,13 @@ def test_a_reset_to_a_sequence_follows_the_deliver_policy() -> None:
     with pytest.raises(ValueError, match="not allowed"):
         new.reset(2)
     assert new.reset(0) == 1  # to the ack floor: any policy
+
+
+def test_a_message_taken_before_a_reset_is_not_sent_after_it() -> None:
+    c = flow_control_consumer()
+    epoch = c._epoch
+    msg = SimpleNamespace(seq=5)
+    c.reset(0)
+    assert c._reset_meanwhile(epoch, msg)  # type: ignore[arg-type]
+    c.release()
+    assert not c._reset_meanwhile(c._epoch, msg)  # type: ignore[arg-type]
