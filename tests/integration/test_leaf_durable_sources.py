@@ -170,7 +170,7 @@ async def test_a_link_cut_mid_stream_keeps_on_the_leaf_what_the_hub_did_not_stor
         await wait_msgs(hub_nc, "AGG", 100)
         # a burst through a slow link, cut while part of it is on the way: what was on the wire
         # is lost, what the hub did not store stays on the leaf
-        proxy.throttle(50_000)  # the burst takes about 4 s to cross
+        proxy.throttle(30_000)  # the burst takes about 7 s to cross
         await publish_core(leaf_nc, "orders.a", sent[100:700])
         await wait_msgs(hub_nc, "AGG", 120, timeout=30)
         proxy.cut()
