@@ -1035,10 +1035,12 @@ class Consumer:
         if self._fc_reply is None:
             if self._fc_pending_bytes > self._fc_window // 2:
                 return True
-            # acked by flow control: at max_ack_pending nothing more goes out until an answer
-            # acks something, so ask now rather than at the next idle heartbeat
+            # Acked by flow control: at max_ack_pending nothing more goes out until an answer
+            # acks something. The reference asks when the limit is reached, and then waits a
+            # round trip (and the sender's commit) with nothing to send; asking at half of it
+            # keeps the other half going out meanwhile.
             limit = self.config.max_ack_pending
-            return self.acks_by_flow_control and 0 < limit <= len(self.pending)
+            return self.acks_by_flow_control and 0 < limit and len(self.pending) >= (limit + 1) // 2
         if self._fc_pending_bytes - self._fc_size >= self._fc_window:
             self._fc_size += size
         return False
