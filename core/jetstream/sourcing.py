@@ -11,7 +11,10 @@ package routes them (core never imports federation; see DESIGN.md, "Sources and 
 Exactly once: the stream stores each batch of delivered messages together with the upstream
 sequence of the last one (``Stream.ingest_sourced``, one store transaction), and every
 (re)creation of the upstream consumer starts right after that stored sequence. A flow-control
-reply goes out only after what came before it is committed.
+reply goes out only after what came before it is committed. On an Interest or WorkQueue
+upstream that reply is the ack (ADR-60: the upstream makes the consumer a durable acked by flow
+control), so a message leaves the upstream only once it is stored here; that durable is reset
+(``CONSUMER.RESET``, back to its ack floor), never created anew or deleted.
 
 The worker's states and their transitions are data (``SourceState``, ``TRANSITIONS``); it is
 the only writer of its state. A failure (a store error, garbage from upstream, a bug) ends that
