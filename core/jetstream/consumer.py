@@ -1040,7 +1040,7 @@ class Consumer:
             # round trip (and the sender's commit) with nothing to send; asking at half of it
             # keeps the other half going out meanwhile.
             limit = self.config.max_ack_pending
-            return self.acks_by_flow_control and 0 < limit and len(self.pending) >= (limit + 1) // 2
+            return self.acks_by_flow_control and limit > 0 and len(self.pending) >= (limit + 1) // 2
         if self._fc_pending_bytes - self._fc_size >= self._fc_window:
             self._fc_size += size
         return False
