@@ -1,6 +1,7 @@
 """Sourcing catch-up: a hub stream sourcing a leaf's stream that is already ``--msgs`` behind.
 
     python -m bench sources [--msgs 50000] [--size 128] [--runs 1] [--pairs ref-ref,lj-ref,ref-lj,lj-lj]
+                            [--retention limits|workqueue]
 
 For each (leaf, hub) pair of implementations -- reference -> reference, leafjet -> reference,
 reference -> leafjet, leafjet -> leafjet -- the leaf's stream ``ORDERS`` is filled with ``--msgs``
@@ -9,7 +10,9 @@ does not exist yet; then the hub stream ``AGG`` is created with ``sources: [{nam
 external: {api: $JS.EDGE.API}}]`` and the figure is messages/s from the create until the hub's
 stream info says it holds them all (polled every 20 ms). The servers' CPU (leaf and hub, from
 /proc) spent during the catch-up is divided by the message count. Ratios are to reference ->
-reference in the same run; nothing asserts.
+reference in the same run; nothing asserts. With ``--retention workqueue`` the leaf's stream is
+a work queue: the upstream reads it through a durable acked by the hub's flow-control replies
+(ADR-60), and the figure ends when the hub holds every message (the leaf's acks may trail).
 """
 
 from __future__ import annotations
@@ -80,12 +83,16 @@ async def _fill(nc: Any, n: int, size: int) -> None:
         await asyncio.gather(*futs)
 
 
-async def _catch_up(hub_url: str, leaf_url: str, n: int, size: int, pids: tuple[int, int]) -> SourceFigures:
+async def _catch_up(
+    hub_url: str, leaf_url: str, n: int, size: int, pids: tuple[int, int], retention: str = "limits"
+) -> SourceFigures:
     hub_nc = await nats.connect(hub_url)
     leaf_nc = await nats.connect(leaf_url, pending_size=1 << 30)
     try:
         reply = await _api(
-            leaf_nc, "$JS.API.STREAM.CREATE.ORDERS", {"name": "ORDERS", "subjects": ["orders.>"]}
+            leaf_nc,
+            "$JS.API.STREAM.CREATE.ORDERS",
+            {"name": "ORDERS", "subjects": ["orders.>"], "retention": retention},
         )
         assert "error" not in reply, reply
         await _fill(leaf_nc, n, size)
@@ -131,6 +138,7 @@ def _run_pair(tmp: Path, leaf_kind: str, hub_kind: str, args: argparse.Namespace
                 args.msgs,
                 args.size,
                 (leaf.pid, hub.pid),
+                args.retention,
             )
         )
     finally:
@@ -158,7 +166,10 @@ def sources_matrix(args: argparse.Namespace) -> int:
         for k, v in runs.items()
         if v
     }
-    print(f"\nsources catch-up N={args.msgs},MsgSz={args.size}B,runs={args.runs} (medians)")
+    print(
+        f"\nsources catch-up N={args.msgs},MsgSz={args.size}B,retention={args.retention},"
+        f"runs={args.runs} (medians)"
+    )
     print("  hub stream created after the leaf's stream holds N; msgs/s until the hub holds N")
     base = res.get("ref-ref")
     print(f"{'leaf -> hub':26s} {'msgs/s':>10s} {'ratio':>6s} {'leaf us/msg':>12s} {'hub us/msg':>11s}  runs")
@@ -181,3 +192,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--pairs", default=",".join(PAIRS), help=f"comma list of {','.join(PAIRS)}")
+    p.add_argument(
+        "--retention",
+        choices=("limits", "workqueue"),
+        default="limits",
+        help="the leaf stream's retention (workqueue: read through an ADR-60 flow-control durable)",
+    )
