@@ -212,6 +212,7 @@ class Stream:
         self._next_expiry_ns = 0  # when the housekeeper looks next (wall ns)
         self.failed: str | None = None  # why the pipeline was given up (see fail)
         self.sourcing: Sourcing | None = None  # its sources' workers (core/jetstream/sourcing.py)
+        self._appended: anyio.Event | None = None  # see appended()
 
     @property
     def name(self) -> str:
@@ -222,8 +223,19 @@ class Stream:
         return len(self.consumers)
 
     def wake_consumers(self) -> None:
+        """Messages were stored: consumers and waiting bulk reads look again."""
         for c in self.consumers.values():
             c.wake()
+        if self._appended is not None:
+            self._appended.set()
+            self._appended = None
+
+    def appended(self) -> anyio.Event:
+        """An event set at the next commit that stores messages (or when the stream closes):
+        a bulk read waiting for messages (core/jetstream/bulk_read.py) waits on it."""
+        if self._appended is None:
+            self._appended = anyio.Event()
+        return self._appended
 
     def _removed_messages(self, seqs: Iterable[int] = (), subjects: Iterable[str] = ()) -> None:
         """Messages went away (delete, expiry, limits): all below the new first sequence, and
@@ -383,6 +395,9 @@ class Stream:
     async def close(self) -> None:
         self._closed = True
         self.receiver.close()
+        if self._appended is not None:  # bulk reads waiting for messages end now
+            self._appended.set()
+            self._appended = None
 
     def reset_pipeline(self) -> None:
         """After the pipeline task failed, before it runs again: the batches it held are gone

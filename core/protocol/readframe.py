@@ -53,7 +53,7 @@ def _pad(n: int) -> int:
     return -n % 8
 
 
-def _le(a: array) -> bytes:  # type: ignore[type-arg]
+def _le(a: array[int]) -> bytes:
     if not _LITTLE:
         a = array(a.typecode, a)
         a.byteswap()
@@ -100,13 +100,13 @@ class ReadFrame:
     """A decoded frame: the fixed-width columns as arrays, the variable ones as (offsets, bytes).
     The bytes are slices of the frame, not copies (memoryview), until a row is taken."""
 
-    seqs: array  # type: ignore[type-arg]
-    timestamps: array  # type: ignore[type-arg]
-    subject_offsets: array  # type: ignore[type-arg]
+    seqs: array[int]
+    timestamps: array[int]
+    subject_offsets: array[int]
     subject_bytes: memoryview
-    header_offsets: array  # type: ignore[type-arg]
+    header_offsets: array[int]
     header_bytes: memoryview
-    data_offsets: array  # type: ignore[type-arg]
+    data_offsets: array[int]
     data_bytes: memoryview
 
     def __len__(self) -> int:
@@ -159,7 +159,7 @@ class _Cursor:
             raise FrameError(f"truncated frame: padding after {what}")
         return out
 
-    def ints(self, typecode: str, n: int, what: str) -> array:  # type: ignore[type-arg]
+    def ints(self, typecode: str, n: int, what: str) -> array[int]:
         a = array(typecode)
         a.frombytes(self.take(n * a.itemsize, what))
         if not _LITTLE:
@@ -167,7 +167,7 @@ class _Cursor:
         return a
 
 
-def _offsets(cur: _Cursor, n: int, what: str) -> tuple[array, memoryview]:  # type: ignore[type-arg]
+def _offsets(cur: _Cursor, n: int, what: str) -> tuple[array[int], memoryview]:
     off = cur.ints("i", n + 1, f"{what} offsets")
     if off[0] != 0:
         raise FrameError(f"{what} offsets do not start at 0")
