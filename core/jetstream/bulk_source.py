@@ -1,0 +1,231 @@
+"""A source read through the bulk read API when the upstream is a leafjet.
+
+``BulkSourceWorker`` is a ``SourceWorker`` (sourcing.py) whose attempt first asks the upstream's
+``<api>.LEAFJET.READ.<stream>`` (core/jetstream/bulk_read.py). A leafjet upstream answers with a
+frame, and the attempt goes on in bulk mode; anything else (10003 "bad request", no responders,
+silence) means the upstream is not a leafjet, and the attempt takes the consumer path as the
+reference's sources do. The answer holds for the attempt; the next one asks again.
+
+Bulk mode, per reply: the next request goes out at once (one request ahead, so the upstream reads
+while we store), the reply's messages are stored with ONE ``submit_sourced`` (all of them and the
+source's position in one store transaction), and the batch after it is submitted only once that
+commit succeeded (``_flush``/``_settle``, as the consumer path) -- so exactly-once holds as
+there: every attempt starts after the stored position. Requests long-poll (``WAIT_MS``): a source
+that is live gets each message as it is committed upstream; one that hears nothing for
+``WAIT_MS`` + ``REPLY_GRACE`` is stalled and recreated. Flow control is the requests' byte bound:
+at most two replies of ``MAX_BYTES`` in flight per source, and one batch committing.
+
+The upstream's ``Nats-Stream-Identity`` comes with every reply; when it changes (the upstream
+stream was deleted and made again) the source starts over, as the consumer path does on 10225.
+A start by time (``opt_start_time``, or a stream with messages of its own and no position) takes
+the consumer path: the read API starts at a sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import anyio
+
+from core.api_errors import api_error
+from core.jetstream.bulk_read import (
+    H_ENCODING,
+    H_IDENTITY,
+    H_LAST,
+    H_READ,
+    H_STREAM_LAST,
+    READ_PATH,
+    VERSION,
+)
+from core.jetstream.sourcing import (
+    _API_PREFIX,
+    KICK_STALE,
+    Delivery,
+    SourceState,
+    SourceWorker,
+    _Receiver,
+    _Recreate,
+    _remote_error,
+    sourced_headers,
+    sync_subject,
+)
+from core.protocol.headers import slice_header
+from core.protocol.readframe import FrameError, decode_frame, decompress_frame
+from core.server.internal import InboundMsg
+
+log = logging.getLogger("leafjet.sourcing")
+
+WAIT_MS = 4000  # a request's long poll
+REPLY_GRACE = 10.0  # s past its wait a reply may take (a loaded upstream, a slow link)
+PROBE_WAIT = 10.0  # s the first request of an attempt is waited for before taking the consumer path
+MAX_BYTES = 4 << 20  # asked per request; the upstream clamps it to its max_payload
+MAX_MSGS = 100_000
+
+
+class _NotLeafjet(Exception):
+    """The upstream does not serve the read API: take the consumer path."""
+
+
+class BulkSourceWorker(SourceWorker):
+    """A source that reads a leafjet upstream through the bulk read API, and any other through
+    the reference's consumer path."""
+
+    bulk = False  # whether the current attempt runs in bulk mode (shown for tests and benches)
+
+    def _read_subject(self) -> str:
+        subject = f"{_API_PREFIX}.{'.'.join(READ_PATH)}.{self.upstream}"
+        ext = self.spec.get("external")
+        if ext is not None and ext.get("api"):
+            subject = subject.replace(_API_PREFIX, ext["api"], 1).replace("..", ".")
+        return subject
+
+    def _filters(self) -> list[str]:
+        flt = self.spec.get("filter_subject") or ""
+        srcs = [t.get("src", "") for t in self.spec.get("subject_transforms") or []]
+        return [f for f in [flt, *srcs] if f and f != ">"]
+
+    async def _attempt(self) -> None:
+        start = self._start(await self.stream.state())
+        policy = start.get("deliver_policy")
+        if policy not in ("all", "by_start_sequence"):
+            self.bulk = False
+            await super()._attempt()
+            return
+        seq = start.get("opt_start_seq", 1) if policy == "by_start_sequence" else 1
+        try:
+            await self._bulk_attempt(max(1, int(seq)))
+        except _NotLeafjet as why:
+            log.debug("stream %s source %s: consumer path (%s)", self.stream.name, self.upstream, why)
+            self.bulk = False
+            await super()._attempt()
+
+    def _read_body(self, seq: int) -> bytes:
+        body: dict[str, Any] = {"v": VERSION, "seq": seq, "max_msgs": MAX_MSGS, "max_bytes": MAX_BYTES}
+        body["wait_ms"] = WAIT_MS
+        flt = self._filters()
+        if flt:
+            body["filter"] = flt
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    async def _bulk_attempt(self, seq: int) -> None:
+        account = self.stream.account
+        subject = self._read_subject()
+        rx = _Receiver(f"source:{self.stream.name}:{self.upstream}", account, 64)
+        inbox = sync_subject("$JSC.R")
+        n = 0
+
+        def ask(at: int) -> str:
+            nonlocal n
+            n += 1
+            reply = f"{inbox}.{n}"
+            self._last_request = time.monotonic()
+            self.requests += 1
+            if not account.publish(subject, reply, None, self._read_body(at)):
+                err = api_error(self.SETUP_ERROR, err=f"no responders for {subject}")
+                raise _Recreate("no responders", fail=True, error=err)
+            return reply
+
+        self._to(SourceState.CREATING)
+        try:
+            rx.subscribe(inbox + ".*")
+            try:
+                pending = ask(seq)
+            except _Recreate:
+                raise _NotLeafjet("no responders for the read API") from None
+            first = True
+            while True:
+                wait = PROBE_WAIT if first else WAIT_MS / 1000 + REPLY_GRACE
+                msg = await self._reply(rx, pending, wait, first)
+                if first:
+                    self._to(SourceState.ACTIVE)
+                    self.bulk = True
+                    self.error = None
+                    self.fails = 0
+                first = False
+                covered, batch = self._take(msg)
+                pending = ask(covered + 1)  # one ahead: the upstream reads while we store
+                await self._flush(batch)
+                if not batch and self._flight is not None:
+                    await self._settle()
+        finally:
+            rx.close()
+            await self._settle_last()
+
+    async def _reply(self, rx: _Receiver, pending: str, wait: float, probe: bool) -> InboundMsg:
+        """The reply to ``pending``; a probe that gets none (or an error) is no leafjet."""
+        deadline = time.monotonic() + wait
+        while True:
+            with anyio.move_on_after(min(1.0, max(0.0, deadline - time.monotonic()))):
+                async for m in rx.inbox:
+                    if m.subject == pending:
+                        if m.headers and slice_header(m.headers, H_READ) == str(VERSION):
+                            return m
+                        if probe:
+                            raise _NotLeafjet(f"the read API answered {m.payload[:200]!r}")
+                        raise _Recreate("read refused", fail=True, error=_read_error(self, m.payload))
+            if self.stream.failed is not None:
+                raise _Recreate("stream failed")
+            now = time.monotonic()
+            if now >= deadline:
+                if probe:
+                    raise _NotLeafjet("no answer from the read API")
+                raise _Recreate("stalled")
+            if self._kicked and now - self._heard > KICK_STALE:
+                raise _Recreate("link came up, source quiet")
+
+    def _take(self, msg: InboundMsg) -> tuple[int, list[Delivery]]:
+        """A reply's messages as deliveries (with ``Nats-Stream-Source``), and the last upstream
+        sequence it covers. Raises _Recreate for a reply that is no valid frame, and for an
+        upstream that was made again (its identity changed)."""
+        h = msg.headers or b""
+        ident = slice_header(h, H_IDENTITY) or ""
+        if ident and self.ident and ident != self.ident:
+            log.warning(
+                "stream %s: source stream %s was recreated, resetting source state",
+                self.stream.name,
+                self.upstream,
+            )
+            self.reset, self.ident = True, ""
+            raise _Recreate("upstream recreated")
+        if self.reset:
+            self.sseq = 0
+            self.reset = False
+        self.ident = ident
+        try:
+            last, stream_last = (int(slice_header(h, k) or "") for k in (H_LAST, H_STREAM_LAST))
+            data = msg.payload
+            if slice_header(h, H_ENCODING) == "zstd":
+                data = decompress_frame(data)
+            frame = decode_frame(data)
+        except (ValueError, FrameError) as e:
+            err = api_error(self.SETUP_ERROR, err=f"invalid read reply: {e}")
+            raise _Recreate("bad read reply", fail=True, error=err) from None
+        self._heard = time.monotonic()
+        self.heard_ns = time.time_ns()
+        self.lag = max(0, stream_last - last)
+        name, flt, dest = self._iname_parts
+        ident_tail = f" {self.ident}" if self.ident else ""
+        batch: list[Delivery] = []
+        floor = self.sseq
+        for seq, subject, headers, data_, ts in frame.rows():
+            if seq <= floor:
+                continue  # taken already (a reply to a request sent before a commit moved us)
+            value = f"{name} {seq} {flt} {dest} {subject}{ident_tail}"
+            batch.append(Delivery(seq, subject, sourced_headers(headers, value), data_, ts))
+        if batch:
+            self.sseq = batch[-1].sseq
+        return max(last, self.sseq), batch
+
+
+def _read_error(worker: SourceWorker, payload: bytes) -> Any:
+    try:
+        body = json.loads(payload)
+        error = body.get("error") if isinstance(body, dict) else None
+    except ValueError:
+        error = None
+    if isinstance(error, dict):
+        return _remote_error(error)
+    return api_error(worker.SETUP_ERROR, err="invalid read reply")
