@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from core.api_errors import api_error
 from core.jetstream.bulk_read import (
@@ -63,6 +64,11 @@ REPLY_GRACE = 10.0  # s past its wait a reply may take (a loaded upstream, a slo
 PROBE_WAIT = 10.0  # s the first request of an attempt is waited for before taking the consumer path
 MAX_BYTES = 4 << 20  # asked per request; the upstream clamps it to its max_payload
 MAX_MSGS = 100_000
+# Replies read but not stored yet (flow control: at most this many x the upstream's max_bytes,
+# plus the one being stored); what is queued when the writer looks goes into one transaction,
+# up to MERGE_MAX_MSGS.
+QUEUED_REPLIES = 4
+MERGE_MAX_MSGS = 20_000
 
 
 class _NotLeafjet(Exception):
@@ -135,24 +141,43 @@ class BulkSourceWorker(SourceWorker):
                 pending = ask(seq)
             except _Recreate:
                 raise _NotLeafjet("no responders for the read API") from None
-            first = True
-            while True:
-                wait = PROBE_WAIT if first else WAIT_MS / 1000 + REPLY_GRACE
-                msg = await self._reply(rx, pending, wait, first)
-                if first:
-                    self._to(SourceState.ACTIVE)
-                    self.bulk = True
-                    self.error = None
-                    self.fails = 0
-                first = False
-                covered, batch = self._take(msg)
-                pending = ask(covered + 1)  # one ahead: the upstream reads while we store
-                await self._flush(batch)
-                if not batch and self._flight is not None:
-                    await self._settle()
+            msg = await self._reply(rx, pending, PROBE_WAIT, True)
+            self._to(SourceState.ACTIVE)
+            self.bulk = True
+            self.error = None
+            self.fails = 0
+            send, receive = anyio.create_memory_object_stream[list[Delivery]](QUEUED_REPLIES)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._store_batches, receive)
+                    async with send:
+                        while True:
+                            covered, batch = self._take(msg)
+                            pending = ask(covered + 1)  # one ahead: the upstream reads while we store
+                            if batch:
+                                await send.send(batch)  # waits while QUEUED_REPLIES are queued
+                            msg = await self._reply(rx, pending, WAIT_MS / 1000 + REPLY_GRACE, False)
+            except BaseExceptionGroup as group:  # the reader's or the writer's failure, as it was
+                raise _first(group) from None
         finally:
             rx.close()
             await self._settle_last()
+
+    async def _store_batches(self, receive: MemoryObjectReceiveStream[list[Delivery]]) -> None:
+        """The writer: stores what the reader queued, everything queued at once (one
+        transaction), so the batches grow while a commit (an fsync) takes long. A batch is
+        submitted only after the one before it committed (``_flush``), and the last one is
+        settled when nothing more is queued, so ``committed`` catches up when idle."""
+        async with receive:
+            async for batch in receive:
+                while len(batch) < MERGE_MAX_MSGS:
+                    try:
+                        batch += receive.receive_nowait()
+                    except anyio.WouldBlock:
+                        break
+                await self._flush(batch)
+                if self._flight is not None and receive.statistics().current_buffer_used == 0:
+                    await self._settle()
 
     async def _reply(self, rx: _Receiver, pending: str, wait: float, probe: bool) -> InboundMsg:
         """The reply to ``pending``; a probe that gets none (or an error) is no leafjet."""
@@ -218,6 +243,16 @@ class BulkSourceWorker(SourceWorker):
         if batch:
             self.sseq = batch[-1].sseq
         return max(last, self.sseq), batch
+
+
+def _first(group: BaseExceptionGroup) -> BaseException:
+    """The failure that ended a task group: the first that is not a cancellation."""
+    for e in group.exceptions:
+        if isinstance(e, BaseExceptionGroup):
+            return _first(e)
+        if not isinstance(e, anyio.get_cancelled_exc_class()):
+            return e
+    return group.exceptions[0]
 
 
 def _read_error(worker: SourceWorker, payload: bytes) -> Any:
