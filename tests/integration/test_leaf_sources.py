@@ -202,6 +202,37 @@ async def test_a_hub_killed_mid_catch_up_resumes_exactly_where_it_stored(topo: T
     assert got == sent
 
 
+async def test_a_link_cut_mid_bulk_catch_up_loses_and_duplicates_nothing(topo: Topology) -> None:
+    """A cut (and a freeze: replies that never come) between two leafjets in the middle of a
+    bulk catch-up: the source resumes after what it stored, and the hub holds each message once."""
+    hub, leaf, proxy = start_pair(topo, "leafjet", "leafjet")
+    n = 3_000
+    sent = [i.to_bytes(4, "big") + os.urandom(1020) for i in range(n)]
+    async with client(leaf) as leaf_nc:
+        await create(leaf_nc, {"name": "ORDERS", "subjects": ["orders.>"]})
+        await publish_core(leaf_nc, "orders.a", sent)
+        await wait_msgs(leaf_nc, "ORDERS", n)
+    proxy.throttle(1_000_000)
+    async with client(hub) as hub_nc:
+        await create(hub_nc, {"name": "AGG", "sources": [SOURCE]})
+        with anyio.fail_after(20):
+            while (await info(hub_nc, "AGG"))["state"]["messages"] == 0:
+                await anyio.sleep(0.01)
+        proxy.freeze()
+        partial = (await info(hub_nc, "AGG"))["state"]["messages"]
+        await anyio.sleep(0.5)
+        proxy.cut()
+        proxy.throttle(None)
+        proxy.restore()
+        assert partial < n, "the catch-up was over before the cut: nothing was tested"
+        wait_for_leaf_connected(hub, 1)
+        await wait_msgs(hub_nc, "AGG", n, timeout=90)
+        await anyio.sleep(0.5)
+        assert await payloads(hub_nc, "AGG") == sent
+        (src,) = (await info(hub_nc, "AGG"))["sources"]
+        assert src["lag"] == 0 and "error" not in src
+
+
 @pytest.mark.chaos
 @pytest.mark.parametrize("leaf_kind", ["leafjet", "reference"])
 async def test_an_outage_longer_than_the_upstream_consumer_lives_resumes_at_once_on_reconnect(
