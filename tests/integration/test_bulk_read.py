@@ -46,7 +46,7 @@ async def read(nc: Any, stream: str, timeout: float = 10, **body: Any) -> tuple[
 
 
 def span(headers: dict[str, str]) -> tuple[int, int, int]:
-    return int(headers["Leafjet-Read-First"]), int(headers["Leafjet-Read-Last"]), int(headers["Leafjet-Stream-Last"])
+    return tuple(int(headers[k]) for k in ("Leafjet-Read-First", "Leafjet-Read-Last", "Leafjet-Stream-Last"))  # type: ignore[return-value]
 
 
 async def fill(js: Any, n: int, subject: str = "orders.{i}", size: int = 10) -> None:
@@ -62,7 +62,7 @@ async def test_a_read_returns_the_range_with_sequences_timestamps_and_identity(l
         h, rows = await read(nc, "ORDERS", seq=1, max_msgs=4)
         assert span(h) == (1, 4, 10)
         assert [r[0] for r in rows] == [1, 2, 3, 4]
-        seq, subject, headers, data, ts = rows[0]
+        _seq, subject, headers, data, ts = rows[0]
         assert (subject, data) == ("orders.a", b"one")
         assert headers is not None and b"X-K: v\r\n" in headers
         assert rows[1][2] is None
@@ -71,7 +71,9 @@ async def test_a_read_returns_the_range_with_sequences_timestamps_and_identity(l
         # the identity is the one a consumer create answers
         create_reply = await nc.request(
             "$JS.API.CONSUMER.CREATE.ORDERS",
-            json.dumps({"stream_name": "ORDERS", "config": {"direct": True, "deliver_subject": "x.y"}}).encode(),
+            json.dumps(
+                {"stream_name": "ORDERS", "config": {"direct": True, "deliver_subject": "x.y"}}
+            ).encode(),
         )
         assert create_reply.headers["Nats-Stream-Identity"] == h["Nats-Stream-Identity"]
         h, rows = await read(nc, "ORDERS", seq=5)
@@ -144,14 +146,14 @@ async def test_a_long_poll_is_answered_when_a_message_arrives(lj):
 
 
 async def test_a_long_poll_that_runs_out_is_answered_empty(lj):
-    async with jetstream(lj) as (nc, js):
+    async with jetstream(lj) as (nc, _js):
         await create(nc, {"name": "W", "subjects": ["w"]})
         h, rows = await read(nc, "W", seq=1, wait_ms=200)
         assert rows == [] and span(h) == (1, 0, 0)
 
 
 async def test_a_long_poll_ends_when_its_stream_is_deleted(lj):
-    async with jetstream(lj) as (nc, js):
+    async with jetstream(lj) as (nc, _js):
         await create(nc, {"name": "W", "subjects": ["w"]})
         result: list[Any] = []
 
@@ -184,20 +186,20 @@ async def test_a_long_poll_ends_when_its_stream_is_deleted(lj):
     ],
 )
 async def test_bad_requests_get_the_apis_errors(lj, body, err_code):
-    async with jetstream(lj) as (nc, js):
+    async with jetstream(lj) as (nc, _js):
         await create(nc, {"name": "E", "subjects": ["e"]})
         msg = await nc.request(READ + "E", body, timeout=5)
         reply = json.loads(msg.data)
         assert reply["error"]["err_code"] == err_code, reply
         assert reply["type"] == "io.nats.jetstream.api.v1.leafjet_read_response"
         # the server goes on serving
-        h, rows = await read(nc, "E", seq=1)
+        _h, rows = await read(nc, "E", seq=1)
         assert rows == []
 
 
 async def test_an_unknown_stream_is_10059(lj):
-    async with jetstream(lj) as (nc, js):
-        h, reply = await read(nc, "NOPE", seq=1)
+    async with jetstream(lj) as (nc, _js):
+        _h, reply = await read(nc, "NOPE", seq=1)
         assert reply["error"]["err_code"] == 10059
 
 
@@ -208,10 +210,10 @@ async def test_the_reference_does_not_answer_with_a_frame(tmp_path: Path):
     a 400 / 10003 reply is possible too. The worker falls back on each of the three."""
     srv = start_server("reference", tmp_path / "ref", jetstream=True)
     try:
-        async with jetstream(srv) as (nc, js):
+        async with jetstream(srv) as (nc, _js):
             await create(nc, {"name": "ORDERS", "subjects": ["orders.>"]})
             try:
-                h, reply = await read(nc, "ORDERS", seq=1, timeout=2)
+                _h, reply = await read(nc, "ORDERS", seq=1, timeout=2)
             except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
                 return
             assert reply["error"]["err_code"] == 10003
