@@ -215,8 +215,8 @@ class BulkSourceWorker(SourceWorker):
             )
             self.reset, self.ident = True, ""
             raise _Recreate("upstream recreated")
-        if self.reset:
-            self.sseq = 0
+        if self.reset:  # the upstream is another stream now: its sequences start over
+            self.sseq = self.committed = 0
             self.reset = False
         self.ident = ident
         try:
