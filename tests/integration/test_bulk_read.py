@@ -18,6 +18,7 @@ from core.protocol.readframe import decode_frame, decompress_frame
 from tests.support.jsapi import api, jetstream
 from tests.support.servers import RunningServer, start_server
 from tests.support.streams import create_stream as create
+from tests.support.streams import stored_messages, wait_msgs
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -219,3 +220,21 @@ async def test_the_reference_does_not_answer_with_a_frame(tmp_path: Path):
             assert reply["error"]["err_code"] == 10003
     finally:
         srv.stop()
+
+
+async def test_a_source_starts_over_when_its_upstream_is_made_again(lj):
+    """Bulk mode sees the upstream's identity change in a reply and resets the source, as the
+    consumer path does on 10225: the new stream's messages are taken from its first one."""
+    async with jetstream(lj) as (nc, js):
+        await create(nc, {"name": "UP", "subjects": ["up.>"]})
+        for i in range(5):
+            await js.publish("up.a", b"old%d" % i)
+        await create(nc, {"name": "AGG", "sources": [{"name": "UP"}]})
+        await wait_msgs(nc, "AGG", 5)
+        assert (await api(nc, "$JS.API.STREAM.DELETE.UP"))["success"]
+        await create(nc, {"name": "UP", "subjects": ["up.>"]})
+        for i in range(3):
+            await js.publish("up.a", b"new%d" % i)
+        await wait_msgs(nc, "AGG", 8, timeout=60)
+        got = [m.data for m in await stored_messages(nc, "AGG")]
+        assert got == [b"old0", b"old1", b"old2", b"old3", b"old4", b"new0", b"new1", b"new2"]
