@@ -46,11 +46,13 @@ from core.jetstream.sourcing import (
     KICK_STALE,
     STREAM_SOURCE,
     Delivery,
+    MirrorWorker,
     SourceState,
     SourceWorker,
     _Receiver,
     _Recreate,
     _remote_error,
+    mirrored_headers,
     sourced_headers,
     sync_subject,
 )
@@ -81,6 +83,7 @@ class BulkSourceWorker(SourceWorker):
     the reference's consumer path."""
 
     bulk = False  # whether the current attempt runs in bulk mode (shown for tests and benches)
+    FOLLOWS_IDENTITY = True  # a source starts over when the upstream's identity changes
 
     def _read_subject(self) -> str:
         subject = f"{_API_PREFIX}.{'.'.join(READ_PATH)}.{self.upstream}"
@@ -207,7 +210,7 @@ class BulkSourceWorker(SourceWorker):
         sequence it covers. Raises _Recreate for a reply that is no valid frame, and for an
         upstream that was made again (its identity changed)."""
         h = msg.headers or b""
-        ident = slice_header(h, H_IDENTITY) or ""
+        ident = slice_header(h, H_IDENTITY) or "" if self.FOLLOWS_IDENTITY else ""
         if ident and self.ident and ident != self.ident:
             log.warning(
                 "stream %s: source stream %s was recreated, resetting source state",
@@ -267,6 +270,7 @@ class BulkSourceWorker(SourceWorker):
             append(Delivery(seq, subject, headers, db[do[i] : do[i + 1]], ts[i]))
         return batch[-1].sseq if batch else floor
 
+
 def _first(group: BaseExceptionGroup) -> BaseException:
     """The failure that ended a task group: the first that is not a cancellation."""
     for e in group.exceptions:
@@ -286,3 +290,22 @@ def _read_error(worker: SourceWorker, payload: bytes) -> Any:
     if isinstance(error, dict):
         return _remote_error(error)
     return api_error(worker.SETUP_ERROR, err="invalid read reply")
+
+
+class BulkMirrorWorker(BulkSourceWorker, MirrorWorker):
+    """A mirror of a leafjet upstream read through the bulk read API; the reference's consumer
+    path for any other (``MirrorWorker``: its start, storing and gap rules). In bulk mode each
+    message is stored under its upstream sequence with its upstream timestamp
+    (``ingest_mirrored``): sequences a frame skips (deleted or expired upstream) become deleted
+    sequences, as the consumer path's skips do. A mirror sends no identity on the consumer
+    path, and ignores it here too."""
+
+    FOLLOWS_IDENTITY = False
+
+    def _deliveries(self, frame: ReadFrame, batch: list[Delivery]) -> int:
+        floor = self.sseq
+        append = batch.append
+        for seq, subject, headers, data, ts in frame.rows():
+            if seq > floor:
+                append(Delivery(seq, subject, mirrored_headers(headers), data, ts))
+        return batch[-1].sseq if batch else floor

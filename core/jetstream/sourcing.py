@@ -810,14 +810,14 @@ class Sourcing:
         new = [k for k in wanted if k not in self.workers]
         if not new:
             return
-        # a source reads a leafjet upstream through the bulk read API (bulk_source.py, a
-        # subclass of SourceWorker: imported here, not at the top, as it imports this module)
-        from core.jetstream.bulk_source import BulkSourceWorker
+        # sources and mirrors read a leafjet upstream through the bulk read API (bulk_source.py,
+        # subclasses of these workers: imported here, not at the top, as it imports this module)
+        from core.jetstream.bulk_source import BulkMirrorWorker, BulkSourceWorker
 
         positions = await self.stream.store.source_positions()
         for iname in new:
             if iname == MIRROR_KEY:
-                worker: SourceWorker = MirrorWorker(self.stream, wanted[iname], "", 0)
+                worker: SourceWorker = BulkMirrorWorker(self.stream, wanted[iname], "", 0)
             else:
                 worker = BulkSourceWorker(self.stream, wanted[iname], iname, positions.get(iname, 0))
             scope = anyio.CancelScope()

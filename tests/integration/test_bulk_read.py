@@ -238,3 +238,28 @@ async def test_a_source_starts_over_when_its_upstream_is_made_again(lj):
         await wait_msgs(nc, "AGG", 8, timeout=60)
         got = [m.data for m in await stored_messages(nc, "AGG")]
         assert got == [b"old0", b"old1", b"old2", b"old3", b"old4", b"new0", b"new1", b"new2"]
+
+
+async def test_sources_and_mirrors_of_a_leafjet_stream_read_it_in_bulk(lj):
+    """No upstream consumer is made: both read through the API. The mirror keeps the upstream's
+    sequences and timestamps, with what the upstream deleted as deleted sequences."""
+    async with jetstream(lj) as (nc, js):
+        await create(nc, {"name": "UP", "subjects": ["up.>"]})
+        for i in range(10):
+            await js.publish(f"up.{i % 2}", b"%d" % i)
+        for seq in (3, 4, 10):
+            assert (await api(nc, "$JS.API.STREAM.MSG.DELETE.UP", {"seq": seq})).get("success")
+        await js.publish("up.0", b"10")
+        await create(nc, {"name": "M", "mirror": {"name": "UP"}})
+        await create(nc, {"name": "S", "sources": [{"name": "UP", "filter_subject": "up.1"}]})
+        await wait_msgs(nc, "M", 8)
+        await wait_msgs(nc, "S", 3)
+        names = await api(nc, "$JS.API.CONSUMER.NAMES.UP")
+        assert not names["consumers"], names
+        up, mirror = await stored_messages(nc, "UP"), await stored_messages(nc, "M")
+        assert [(m.seq, m.subject, m.data, m.time) for m in mirror] == [
+            (m.seq, m.subject, m.data, m.time) for m in up
+        ]
+        m_state = (await api(nc, "$JS.API.STREAM.INFO.M"))["state"]
+        assert (m_state["first_seq"], m_state["last_seq"], m_state["num_deleted"]) == (1, 11, 3)
+        assert [m.data for m in await stored_messages(nc, "S")] == [b"1", b"5", b"7"]
