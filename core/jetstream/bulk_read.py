@@ -27,7 +27,8 @@ filtered-out ranges; ``last = first - 1`` when it covers nothing), ``Leafjet-Str
 stream's last sequence, for lag), ``Nats-Stream-Identity`` (as a consumer create answers it: a
 stream deleted and made again has another), and ``Leafjet-Read-Encoding: zstd`` when
 compressed. The body is a frame (core/protocol/readframe.py). Errors are the API's JSON:
-10025 for a body that is no JSON, 10003 for a bad request, 10059 for an unknown stream.
+10025 for a body that is no JSON, 10003 for a bad request, 10059 for an unknown stream, 10054
+when the first message at ``seq`` alone is too large for a reply (max_payload less 4 KiB).
 
 Versioning: the request's ``v`` and the reply's ``Leafjet-Read`` name the API version; a change
 that an older peer would misread gets a new version, and a server answers a version it does not
@@ -133,11 +134,15 @@ def _matches(filters: tuple[str, ...], subject: str) -> bool:
     return any(subjects.match(f, subject) for f in filters)
 
 
-async def read_range(stream: Stream, req: ReadRequest) -> tuple[list[StoredMsg], int, int]:
+async def read_range(
+    stream: Stream, req: ReadRequest, hard_limit: int = MAX_BYTES
+) -> tuple[list[StoredMsg], int, int]:
     """The messages a request gets: ``(messages, last covered, stream last)``. Reads by
     sequence in chunks sized from the stream's mean message (the store's range read: off the
     event loop for large ranges), until ``max_msgs``, ``max_bytes`` or the stream's last
-    sequence as it stood at the start."""
+    sequence as it stood at the start. The first message goes even past ``max_bytes``, but
+    never past ``hard_limit`` (what a reply can carry across a link): a message that large
+    raises 10054, and the reader takes another way to it (a source: the consumer path)."""
     store = stream.store
     st = await store.state()
     end = st.last_seq
@@ -165,6 +170,8 @@ async def read_range(stream: Stream, req: ReadRequest) -> tuple[list[StoredMsg],
             size = len(m.subject) + (len(m.headers) if m.headers else 0) + len(m.data) + ROW_OVERHEAD
             if out and size > budget:
                 return out, m.seq - 1, end
+            if size > hard_limit:
+                raise api_error("JSStreamMessageExceedsMaximumErr")
             out.append(m)
             budget -= size
             if len(out) >= req.max_msgs:
@@ -242,7 +249,7 @@ class BulkReads:
     async def _answer(self, ajs: AccountJetStream, stream: Stream, req: ReadRequest, reply: str) -> None:
         woken = stream.appended()  # taken before reading: a commit after the read still wakes us
         async with self._limiter:
-            msgs, last, stream_last = await read_range(stream, req)
+            msgs, last, stream_last = await read_range(stream, req, self.max_bytes())
         if not msgs and last < req.seq and req.wait_ms and self.parked < MAX_PARKED:
             # nothing at or after seq yet: hold the request until a commit, then read again
             self.parked += 1
@@ -254,7 +261,7 @@ class BulkReads:
                         if ajs.streams.get(stream.name) is not stream:  # deleted meanwhile
                             raise api_error("JSStreamNotFoundErr")
                         async with self._limiter:
-                            msgs, last, stream_last = await read_range(stream, req)
+                            msgs, last, stream_last = await read_range(stream, req, self.max_bytes())
             finally:
                 self.parked -= 1
         headers, frame = build_reply(msgs, req.seq, last, stream_last, stream_identity(stream.created_ns))

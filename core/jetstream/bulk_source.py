@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from core.api_errors import api_error
+from core.api_errors import ApiError, api_error
 from core.jetstream.bulk_read import (
     H_ENCODING,
     H_IDENTITY,
@@ -110,6 +110,10 @@ class BulkSourceWorker(SourceWorker):
         except _NotLeafjet as why:
             log.debug("stream %s source %s: consumer path (%s)", self.stream.name, self.upstream, why)
             self.bulk = False
+            # from what is stored (the bulk attempt settled what it submitted)
+            self.sseq = self.committed
+            if self.state is not SourceState.WAITING:
+                self._to(SourceState.WAITING)
             await super()._attempt()
 
     def _read_body(self, seq: int) -> bytes:
@@ -194,7 +198,10 @@ class BulkSourceWorker(SourceWorker):
                             return m
                         if probe:
                             raise _NotLeafjet(f"the read API answered {m.payload[:200]!r}")
-                        raise _Recreate("read refused", fail=True, error=_read_error(self, m.payload))
+                        error = _read_error(self, m.payload)
+                        if error.err_code == 10054:  # a message too large for a reply
+                            raise _NotLeafjet("a message too large for the read API")
+                        raise _Recreate("read refused", fail=True, error=error)
             if self.stream.failed is not None:
                 raise _Recreate("stream failed")
             now = time.monotonic()
@@ -281,7 +288,7 @@ def _first(group: BaseExceptionGroup) -> BaseException:
     return group.exceptions[0]
 
 
-def _read_error(worker: SourceWorker, payload: bytes) -> Any:
+def _read_error(worker: SourceWorker, payload: bytes) -> ApiError:
     try:
         body = json.loads(payload)
         error = body.get("error") if isinstance(body, dict) else None

@@ -263,3 +263,26 @@ async def test_sources_and_mirrors_of_a_leafjet_stream_read_it_in_bulk(lj):
         m_state = (await api(nc, "$JS.API.STREAM.INFO.M"))["state"]
         assert (m_state["first_seq"], m_state["last_seq"], m_state["num_deleted"]) == (1, 11, 3)
         assert [m.data for m in await stored_messages(nc, "S")] == [b"1", b"5", b"7"]
+
+
+async def test_a_message_too_large_for_a_reply_is_10054_and_a_source_takes_the_consumer_path(
+    tmp_path: Path,
+):
+    """The reply must fit the link's max_payload: a message that alone does not (max_payload
+    less 4 KiB) is refused by name, and a source reads on through the consumer path."""
+    srv = start_server("leafjet", tmp_path / "small", {"max_payload": 65536}, jetstream=True)
+    try:
+        async with jetstream(srv) as (nc, js):
+            await create(nc, {"name": "UP", "subjects": ["up"]})
+            sizes = [10, 63_000, 10]
+            for size in sizes:
+                await js.publish("up", b"x" * size)
+            _h, reply = await read(nc, "UP", seq=2)
+            assert reply["error"]["err_code"] == 10054
+            h, rows = await read(nc, "UP", seq=1)
+            assert [r[0] for r in rows] == [1] and span(h)[1] == 1  # up to the large one
+            await create(nc, {"name": "AGG", "sources": [{"name": "UP"}]})
+            await wait_msgs(nc, "AGG", 3, timeout=30)
+            assert [len(m.data) for m in await stored_messages(nc, "AGG")] == sizes
+    finally:
+        srv.stop()
