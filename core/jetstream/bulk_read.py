@@ -264,15 +264,17 @@ class BulkReads:
                             msgs, last, stream_last = await read_range(stream, req, self.max_bytes())
             finally:
                 self.parked -= 1
-        headers, frame = build_reply(msgs, req.seq, last, stream_last, stream_identity(stream.created_ns))
-        if req.compress:
-            if len(frame) > COMPRESS_OFFLOAD:
-                frame = await anyio.to_thread.run_sync(compress_frame, frame)
-            else:
-                frame = compress_frame(frame)
-            headers = headers[:-2] + f"{H_ENCODING}: zstd\r\n\r\n".encode()
-        self.served += 1
-        ajs.account.publish(reply, None, headers, frame)
+        async with self._limiter:  # the frames being built count against the same bound
+            headers, frame = build_reply(msgs, req.seq, last, stream_last, stream_identity(stream.created_ns))
+            del msgs
+            if req.compress:
+                if len(frame) > COMPRESS_OFFLOAD:
+                    frame = await anyio.to_thread.run_sync(compress_frame, frame)
+                else:
+                    frame = compress_frame(frame)
+                headers = headers[:-2] + f"{H_ENCODING}: zstd\r\n\r\n".encode()
+            self.served += 1
+            ajs.account.publish(reply, None, headers, frame)
 
 
 def _why(e: Exception) -> str:
