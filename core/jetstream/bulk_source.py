@@ -41,6 +41,7 @@ from core.jetstream.bulk_read import (
     READ_PATH,
     VERSION,
 )
+from core.jetstream.source_health import GAP_SKIPPED, GAP_STARTED_PAST
 from core.jetstream.sourcing import (
     _API_PREFIX,
     KICK_STALE,
@@ -56,6 +57,7 @@ from core.jetstream.sourcing import (
     sourced_headers,
     sync_subject,
 )
+from core.jetstream.transforms import first_match
 from core.protocol.headers import slice_header
 from core.protocol.readframe import FrameError, ReadFrame, decode_frame, decompress_frame
 from core.server.internal import InboundMsg
@@ -83,6 +85,7 @@ class BulkSourceWorker(SourceWorker):
     the reference's consumer path."""
 
     bulk = False  # whether the current attempt runs in bulk mode (shown for tests and benches)
+    _started_at = 0  # the upstream sequence the current bulk attempt started after
     FOLLOWS_IDENTITY = True  # a source starts over when the upstream's identity changes
 
     def _read_subject(self) -> str:
@@ -136,7 +139,8 @@ class BulkSourceWorker(SourceWorker):
             n += 1
             reply = f"{inbox}.{n}"
             self._last_request = time.monotonic()
-            self.requests += 1
+            if n == 1:
+                self.requests += 1  # an attempt's first read is its "create" (leafjet_info counts them)
             if not account.publish(subject, reply, None, self._read_body(at)):
                 err = api_error(self.SETUP_ERROR, err=f"no responders for {subject}")
                 raise _Recreate("no responders", fail=True, error=err)
@@ -152,8 +156,9 @@ class BulkSourceWorker(SourceWorker):
             msg = await self._reply(rx, pending, PROBE_WAIT, True)
             self._to(SourceState.ACTIVE)
             self.bulk = True
-            self.error = None
-            self.fails = 0
+            # the error and the backoff stay until a valid frame comes (_heard_valid in _take)
+            self._spoke = False
+            self._started_at = self.sseq  # a first message past it: the upstream lost those
             send, receive = anyio.create_memory_object_stream[list[Delivery]](QUEUED_REPLIES)
             try:
                 async with anyio.create_task_group() as tg:
@@ -208,7 +213,8 @@ class BulkSourceWorker(SourceWorker):
             if now >= deadline:
                 if probe:
                     raise _NotLeafjet("no answer from the read API")
-                raise _Recreate("stalled")
+                why = f"no reply from the upstream's read API for {wait:.0f} s"
+                raise _Recreate("stalled", error=api_error(self.SETUP_ERROR, err=why))
             if self._kicked and now - self._heard > KICK_STALE:
                 raise _Recreate("link came up, source quiet")
 
@@ -241,6 +247,9 @@ class BulkSourceWorker(SourceWorker):
             raise _Recreate("bad read reply", fail=True, error=err) from None
         self._heard = time.monotonic()
         self.heard_ns = time.time_ns()
+        self._kicked = False  # the upstream answers: a link's kick is spent
+        if not self._spoke:
+            self._heard_valid()
         self.lag = max(0, stream_last - last)
         batch: list[Delivery] = []
         self.sseq = self._deliveries(frame, batch)
@@ -261,11 +270,15 @@ class BulkSourceWorker(SourceWorker):
         ho, hb = frame.header_offsets, bytes(frame.header_bytes)
         do, db = frame.data_offsets, bytes(frame.data_bytes)
         ts = frame.timestamps
-        floor = self.sseq
+        floor = prev = self.sseq
+        transforms = self.transforms
         append = batch.append
         for i, seq in enumerate(frame.seqs):
             if seq <= floor:
                 continue  # taken already (a reply to a request sent before a commit moved us)
+            if seq > prev + 1:
+                self._bulk_gap(prev, seq)
+            prev = seq
             raw = sb[so[i] : so[i + 1]]
             subject = raw.decode("utf-8", "surrogateescape")
             h0, h1 = ho[i], ho[i + 1]
@@ -274,8 +287,17 @@ class BulkSourceWorker(SourceWorker):
                 headers = sourced_headers(hb[h0:h1], value)
             else:
                 headers = b"%s%d%s%s%s" % (head, seq, mid, raw, tail)
+            if transforms:  # the header names the upstream's subject, the stream stores this
+                subject = first_match(transforms, subject)
             append(Delivery(seq, subject, headers, db[do[i] : do[i + 1]], ts[i]))
-        return batch[-1].sseq if batch else floor
+        return prev
+
+    def _bulk_gap(self, after: int, next_seq: int) -> None:
+        """Upstream sequences a frame skips were removed before we read them (without a filter;
+        ``_gap`` tells): reported as the consumer path reports them -- a first message past
+        where the attempt started as the consumer's start, a later jump as a skip."""
+        reason = GAP_STARTED_PAST if after == self._started_at else GAP_SKIPPED
+        self._gap(after, next_seq, reason)
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:
@@ -310,9 +332,15 @@ class BulkMirrorWorker(BulkSourceWorker, MirrorWorker):
     FOLLOWS_IDENTITY = False
 
     def _deliveries(self, frame: ReadFrame, batch: list[Delivery]) -> int:
-        floor = self.sseq
+        floor = prev = self.sseq
+        transforms = self.transforms
         append = batch.append
         for seq, subject, headers, data, ts in frame.rows():
-            if seq > floor:
-                append(Delivery(seq, subject, mirrored_headers(headers), data, ts))
-        return batch[-1].sseq if batch else floor
+            if seq <= floor:
+                continue
+            if seq > prev + 1:
+                self._bulk_gap(prev, seq)
+            prev = seq
+            stored = first_match(transforms, subject) if transforms else subject
+            append(Delivery(seq, stored, mirrored_headers(headers), data, ts))
+        return prev
