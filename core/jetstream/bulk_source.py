@@ -39,8 +39,10 @@ from core.jetstream.bulk_read import (
     H_READ,
     H_STREAM_LAST,
     READ_PATH,
+    TYPE_NAME,
     VERSION,
 )
+from core.jetstream.models import API_TYPE_PREFIX
 from core.jetstream.source_health import GAP_SKIPPED, GAP_STARTED_PAST
 from core.jetstream.sourcing import (
     _API_PREFIX,
@@ -139,8 +141,6 @@ class BulkSourceWorker(SourceWorker):
             n += 1
             reply = f"{inbox}.{n}"
             self._last_request = time.monotonic()
-            if n == 1:
-                self.requests += 1  # an attempt's first read is its "create" (leafjet_info counts them)
             if not account.publish(subject, reply, None, self._read_body(at)):
                 err = api_error(self.SETUP_ERROR, err=f"no responders for {subject}")
                 raise _Recreate("no responders", fail=True, error=err)
@@ -198,15 +198,23 @@ class BulkSourceWorker(SourceWorker):
         while True:
             with anyio.move_on_after(min(1.0, max(0.0, deadline - time.monotonic()))):
                 async for m in rx.inbox:
-                    if m.subject == pending:
-                        if m.headers and slice_header(m.headers, H_READ) == str(VERSION):
-                            return m
+                    if m.subject != pending:
+                        continue
+                    if m.headers and slice_header(m.headers, H_READ) == str(VERSION):
+                        if probe:
+                            self.requests += 1  # the attempt's one "create" (leafjet info)
+                        return m
+                    error, leafjet = _read_error(self, m.payload)
+                    if not leafjet:  # the reference, or anything else: not our read API
                         if probe:
                             raise _NotLeafjet(f"the read API answered {m.payload[:200]!r}")
-                        error = _read_error(self, m.payload)
-                        if error.err_code == 10054:  # a message too large for a reply
-                            raise _NotLeafjet("a message too large for the read API")
-                        raise _Recreate("read refused", fail=True, error=error)
+                        raise _Recreate("invalid read reply", fail=True, error=error)
+                    if error.err_code == 10054:  # a message too large for a reply
+                        raise _NotLeafjet("a message too large for the read API")
+                    if probe:
+                        self.requests += 1
+                    # a leafjet's refusal (its stream is missing: 10059): the source's error
+                    raise _Recreate("read refused", fail=True, error=error)
             if self.stream.failed is not None:
                 raise _Recreate("stream failed")
             now = time.monotonic()
@@ -310,15 +318,15 @@ def _first(group: BaseExceptionGroup) -> BaseException:
     return group.exceptions[0]
 
 
-def _read_error(worker: SourceWorker, payload: bytes) -> ApiError:
+def _read_error(worker: SourceWorker, payload: bytes) -> tuple[ApiError, bool]:
+    """An error reply's error, and whether a leafjet read API sent it (its response type)."""
     try:
         body = json.loads(payload)
-        error = body.get("error") if isinstance(body, dict) else None
     except ValueError:
-        error = None
-    if isinstance(error, dict):
-        return _remote_error(error)
-    return api_error(worker.SETUP_ERROR, err="invalid read reply")
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return _remote_error(body["error"]), body.get("type") == API_TYPE_PREFIX + TYPE_NAME
+    return api_error(worker.SETUP_ERROR, err="invalid read reply"), False
 
 
 class BulkMirrorWorker(BulkSourceWorker, MirrorWorker):
