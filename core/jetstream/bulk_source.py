@@ -193,7 +193,8 @@ class BulkSourceWorker(SourceWorker):
                     await self._settle()
 
     async def _reply(self, rx: _Receiver, pending: str, wait: float, probe: bool) -> InboundMsg:
-        """The reply to ``pending``; a probe that gets none (or an error) is no leafjet."""
+        """The reply to ``pending``; a probe that gets none, or a reply that is not the read
+        API's, is no leafjet (``_NotLeafjet``)."""
         deadline = time.monotonic() + wait
         while True:
             with anyio.move_on_after(min(1.0, max(0.0, deadline - time.monotonic()))):
