@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from core import subjects
 from core.api_errors import ApiError, api_error
-from core.jetstream import direct
+from core.jetstream import bulk_read, direct
 from core.jetstream.consumer import Consumer
 from core.jetstream.consumer_models import (
     consumer_list_json,
@@ -590,6 +590,14 @@ async def consumer_next(js: JetStream, ajs: AccountJetStream, args: list[str], m
     await consumer.request_next(reply, msg.payload)
 
 
+async def leafjet_read(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
+    """The bulk read API (core/jetstream/bulk_read.py): checked here, answered by its own task."""
+    req = bulk_read.parse_read_request(msg.payload, js.reads.max_bytes())
+    stream = _stream(ajs, args[0])
+    if msg.reply:
+        js.reads.start(ajs, stream, req, msg.reply)
+
+
 async def cluster_only(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
     """Leader stepdowns and peer removal exist only in a cluster: a single server answers them
     with the reference's "clustering support required", before looking anything up."""
@@ -624,6 +632,7 @@ ROUTES: dict[tuple[str, ...], tuple[Handler, str, int, int | None]] = {
     ("STREAM", "LEADER", "STEPDOWN"): (cluster_only, "stream_leader_stepdown_response", 1, 1),
     ("CONSUMER", "LEADER", "STEPDOWN"): (cluster_only, "consumer_leader_stepdown_response", 2, 2),
     ("STREAM", "PEER", "REMOVE"): (cluster_only, "stream_remove_peer_response", 1, 1),
+    bulk_read.READ_PATH: (leafjet_read, bulk_read.TYPE_NAME, 1, 1),
 }
 
 
@@ -653,8 +662,8 @@ _ERROR_ZERO_FIELDS: dict[str, dict[str, Any]] = {
 
 # Requests the reference leaves out of the account's API counts: direct gets and pull requests
 # (answered with messages and statuses, not API responses). Unknown subjects are not counted
-# either.
-_UNCOUNTED = frozenset({"direct_get", "consumer_next", "consumer_reset_response"})
+# either; nor are bulk reads (the reference has none, and a source polls them).
+_UNCOUNTED = frozenset({"direct_get", "consumer_next", "consumer_reset_response", bulk_read.TYPE_NAME})
 
 
 def _internal_error(msg: InboundMsg, failure: Exception) -> ApiError:

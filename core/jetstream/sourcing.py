@@ -1032,12 +1032,16 @@ class Sourcing:
         new = [k for k in wanted if k not in self.workers]
         if not new:
             return
+        # sources and mirrors read a leafjet upstream through the bulk read API (bulk_source.py,
+        # subclasses of these workers: imported here, not at the top, as it imports this module)
+        from core.jetstream.bulk_source import BulkMirrorWorker, BulkSourceWorker
+
         positions = await self.stream.store.source_positions()
         for iname in new:
             if iname == MIRROR_KEY:
-                worker: SourceWorker = MirrorWorker(self.stream, wanted[iname], "", 0)
+                worker: SourceWorker = BulkMirrorWorker(self.stream, wanted[iname], "", 0)
             else:
-                worker = SourceWorker(self.stream, wanted[iname], iname, positions.get(iname, 0))
+                worker = BulkSourceWorker(self.stream, wanted[iname], iname, positions.get(iname, 0))
             scope = anyio.CancelScope()
             self.workers[iname] = (worker, scope)
             self._tg.start_soon(self._run_worker, worker, scope)
