@@ -123,19 +123,35 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.stdout.close()
 
 
-def _via_bridge(tmp: Path, kind: str, n: int, size: int, inflight: int) -> MqttFigures:
+def _profiler(pid: int, out: Path) -> subprocess.Popen:
+    """py-spy sampling the bridge process until it exits (it then writes ``out``, collapsed stacks)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen(
+        [str(spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--output", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _via_bridge(
+    tmp: Path, kind: str, n: int, size: int, inflight: int, profile: Path | None = None
+) -> MqttFigures:
     srv = start_server(kind, tmp / f"{kind}-server", jetstream=True)
     broker = Mosquitto(tmp / f"{kind}-mosquitto", free_port())
     broker.workdir.mkdir(parents=True)
     broker.start()
-    bridge = None
+    bridge = spy = None
     try:
         bridge = _bridge_process(tmp, broker, srv.url, inflight)
+        if profile is not None:
+            spy = _profiler(bridge.pid, profile / f"bridge-{kind}.txt")
         time.sleep(0.5)  # the bridge subscribes right after it connects; the device must not beat it
         return asyncio.run(_measure(srv.url, broker.port, n, size, inflight, "mqtt"))
     finally:
         if bridge is not None:
             _stop(bridge)
+        if spy is not None:
+            spy.wait(30)  # it writes its file once the bridge has exited
         broker.stop()
         srv.stop()
 
@@ -154,7 +170,7 @@ def _reference_listener(tmp: Path, n: int, size: int, inflight: int) -> MqttFigu
         srv.stop()
 
 
-def run_mqtt(n: int, size: int, inflight: int) -> int:
+def run_mqtt(n: int, size: int, inflight: int, profile: Path | None = None) -> int:
     if MOSQUITTO is None:
         print("mosquitto is not installed (apt-get install -y mosquitto mosquitto-clients)", file=sys.stderr)
         return 3
@@ -162,7 +178,7 @@ def run_mqtt(n: int, size: int, inflight: int) -> int:
         tmp = Path(tmp_s)
         (tmp / "a").mkdir()
         (tmp / "b").mkdir()
-        lj = _via_bridge(tmp / "a", "leafjet", n, size, inflight)
+        lj = _via_bridge(tmp / "a", "leafjet", n, size, inflight, profile)
         br = _via_bridge(tmp / "b", "reference", n, size, inflight)
         ref = _reference_listener(tmp, n, size, inflight)
     print(f"\nmqtt N={n},MsgSz={size}B,QoS=1,DeviceInflight={inflight},Storage=file")
