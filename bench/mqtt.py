@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from pathlib import Path
 import nats
 from paho.mqtt.client import CallbackAPIVersion, Client, MQTTv311
 
+from bench.procstat import cpu_seconds
 from tests.support.mosquitto import MOSQUITTO, Mosquitto
 from tests.support.servers import REPO, free_port, start_server
 
@@ -36,6 +38,9 @@ class MqttFigures:
     msgs_per_s: float
     device_acks_per_s: float
     seconds: float
+    # CPU microseconds per message of each process on the path, over the measured interval
+    # ("device" is this benchmark's own process: the paho device plus the stream polling).
+    cpu_us: dict[str, float]
 
 
 def _flood(port: int, n: int, size: int, inflight: int, topic: str) -> float:
@@ -68,14 +73,26 @@ def _flood(port: int, n: int, size: int, inflight: int, topic: str) -> float:
         c.loop_stop()
 
 
+def _cpu_snapshot(pids: dict[str, int]) -> dict[str, float]:
+    own = os.times()
+    return {"device": own.user + own.system, **{role: cpu_seconds(pid) for role, pid in pids.items()}}
+
+
 async def _measure(
-    nats_url: str, mqtt_port: int, n: int, size: int, inflight: int, subject_prefix: str
+    nats_url: str,
+    mqtt_port: int,
+    n: int,
+    size: int,
+    inflight: int,
+    subject_prefix: str,
+    pids: dict[str, int],
 ) -> MqttFigures:
     nc = await nats.connect(nats_url)
     js = nc.jetstream(timeout=10)
     try:
         await js.add_stream(name="BENCH", subjects=[f"{subject_prefix}.>"])
         loop = asyncio.get_running_loop()
+        cpu0 = _cpu_snapshot(pids)
         t0 = time.perf_counter()
         device = loop.run_in_executor(None, _flood, mqtt_port, n, size, inflight, "bench/device")
         deadline = t0 + 300
@@ -84,8 +101,10 @@ async def _measure(
                 raise TimeoutError(f"the stream did not reach {n} messages in 300s")
             await asyncio.sleep(0.05)
         t1 = time.perf_counter()
+        cpu1 = _cpu_snapshot(pids)
         t_acked = await device
-        return MqttFigures(n / (t1 - t0), n / (t_acked - t0), t1 - t0)
+        cpu_us = {role: (cpu1[role] - cpu0[role]) * 1e6 / n for role in cpu0}
+        return MqttFigures(n / (t1 - t0), n / (t_acked - t0), t1 - t0, cpu_us)
     finally:
         await nc.close()
 
@@ -144,14 +163,19 @@ def _via_bridge(
     try:
         bridge = _bridge_process(tmp, broker, srv.url, inflight)
         if profile is not None:
+            profile.mkdir(parents=True, exist_ok=True)
             spy = _profiler(bridge.pid, profile / f"bridge-{kind}.txt")
         time.sleep(0.5)  # the bridge subscribes right after it connects; the device must not beat it
-        return asyncio.run(_measure(srv.url, broker.port, n, size, inflight, "mqtt"))
+        assert broker.proc is not None
+        pids = {"bridge": bridge.pid, "server": srv.pid, "broker": broker.proc.pid}
+        return asyncio.run(_measure(srv.url, broker.port, n, size, inflight, "mqtt", pids))
     finally:
         if bridge is not None:
             _stop(bridge)
         if spy is not None:
             spy.wait(30)  # it writes its file once the bridge has exited
+        if profile is not None and (tmp / "bridge.log").exists():
+            shutil.copy(tmp / "bridge.log", profile / f"bridge-{kind}.log")
         broker.stop()
         srv.stop()
 
@@ -165,7 +189,7 @@ def _reference_listener(tmp: Path, n: int, size: int, inflight: int) -> MqttFigu
         jetstream=True,
     )
     try:
-        return asyncio.run(_measure(srv.url, mqtt_port, n, size, inflight, "bench"))
+        return asyncio.run(_measure(srv.url, mqtt_port, n, size, inflight, "bench", {"server": srv.pid}))
     finally:
         srv.stop()
 
@@ -202,4 +226,8 @@ def run_mqtt(n: int, size: int, inflight: int, profile: Path | None = None) -> i
             f"{label:34s} {fmt.format(a):>10s} {fmt.format(b):>10s} {fmt.format(r):>10s}"
             f" {a / r if r else float('nan'):7.2f} {b / r if r else float('nan'):7.2f}"
         )
+    print("CPU per message (us; device = this process: the paho device and the stream polling)")
+    for role in ("device", "broker", "bridge", "server"):
+        cells = [f.cpu_us.get(role) for f in (lj, br, ref)]
+        print(f"  {role:32s}" + "".join(f" {'-' if c is None else f'{c:,.1f}':>10s}" for c in cells))
     return 0

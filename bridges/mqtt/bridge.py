@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import heapq
 import logging
-import queue
 import socket
 import threading
 import time
@@ -38,6 +37,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from core import faults
 
+from .buffered import BufferedClient
 from .config import MQTT_V5, MqttBridgeConfig, OutboundRoute
 from .messages import (
     H_MSG_ID,
@@ -51,6 +51,7 @@ from .messages import (
 from .pipeline import (
     AckWindow,
     Failed,
+    Handoff,
     JetStreamPipeline,
     NoStream,
     Outcome,
@@ -104,7 +105,7 @@ class MqttBridge:
         self.stats = BridgeStats()
         self.mqtt_connected = False
         self.nats_connected = False
-        self._queue: queue.Queue[InboundMessage] = queue.Queue(maxsize=config.max_inflight * 2)
+        self._queue = Handoff(config.max_inflight * 2)
         self._generation = 0
         self._gen_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -199,7 +200,7 @@ class MqttBridge:
     def _start_mqtt(self) -> Client:
         cfg = self.config
         v5 = cfg.protocol == MQTT_V5
-        client = Client(
+        client = BufferedClient(
             CallbackAPIVersion.VERSION2,
             client_id=cfg.client_id,
             protocol=MQTTv5 if v5 else MQTTv311,
@@ -327,20 +328,19 @@ class MqttBridge:
             response_topic=getattr(props, "ResponseTopic", None),
             correlation_data=getattr(props, "CorrelationData", None),
         )
-        try:
-            if m.qos == 0:
-                self._queue.put_nowait(item)  # at most once anyway: dropped (and counted) when full
-            else:
-                self._queue.put(item, timeout=self.config.ack_timeout)
-        except queue.Full:
+        if m.qos == 0:
+            queued = self._queue.put_nowait(item)  # at most once anyway: dropped (and counted) when full
+        else:
+            queued = self._queue.put(item, timeout=self.config.ack_timeout)
+        if not queued:
             self.stats.overflow += 1
             if m.qos > 0:
                 # Unacknowledged, the broker resends it only on a new connection: force one.
                 log.error("%s: inbound queue full; reconnecting so the broker redelivers", self._who)
-                sock = client.socket()
-                if isinstance(sock, socket.socket):  # TCP or TLS (we open no websockets)
+                shutdown = getattr(client.socket(), "shutdown", None)  # TCP or TLS: we open no websockets
+                if shutdown is not None:
                     with contextlib.suppress(OSError):
-                        sock.shutdown(socket.SHUT_RDWR)
+                        shutdown(socket.SHUT_RDWR)
             return
         if self._pump_waiting and self._wakeup is not None:
             # Only when the pump sleeps: a wakeup per message would cost a syscall on both threads.
@@ -351,12 +351,6 @@ class MqttBridge:
         self._to_loop(self._published, mid, reason)
 
     # ------------------------------------------------------------------ inbound: MQTT -> JetStream
-
-    def _take(self) -> InboundMessage | None:
-        try:
-            return self._queue.get_nowait()
-        except queue.Empty:
-            return None
 
     async def _inbound_pump(self, nc: Any) -> None:
         """Move inbound messages into JetStream, many at once, and acknowledge them in arrival order.
@@ -382,7 +376,7 @@ class MqttBridge:
                 while retries and retries[0][0] <= now:
                     await pipeline.send(heapq.heappop(retries)[2])
                 while window.has_room():
-                    item = self._take()
+                    item = self._queue.get()
                     if item is None:
                         break
                     p = self._plan(item)
@@ -396,7 +390,7 @@ class MqttBridge:
                 room = window.has_room()
                 self._pump_full = not room
                 self._pump_waiting = room  # read by paho's thread: wake us on the next message
-                if room and not self._queue.empty():
+                if room and len(self._queue):
                     self._pump_waiting = False  # it arrived before the flag was up
                     continue
                 due = [t for t in (retries[0][0] if retries else None, pipeline.next_deadline()) if t]
