@@ -615,50 +615,61 @@ class MqttBridge:
                     backoff.delay,
                 )
                 await backoff.sleep()
+        # Commands are pipelined: the next batch is fetched and handed to paho while earlier ones
+        # still wait for their PUBACK. The stream's capacity bounds how many are in flight.
+        in_flight, settling = anyio.create_memory_object_stream[_Command](cfg.max_inflight)
         try:
-            while True:
-                assert self._mqtt_up is not None
-                await self._mqtt_up.wait()
-                try:
-                    msgs = await sub.fetch(route.batch, timeout=1.0)
-                except nats.errors.TimeoutError:
-                    continue
-                except Exception as e:
-                    log.warning(
-                        "%s: fetch from %r failed: %s", self._who, route.durable, e or type(e).__name__
-                    )
-                    await anyio.sleep(cfg.reconnect_min)
-                    continue
-                await self._deliver_batch(route, msgs, js, nc)
+            async with anyio.create_task_group() as tg, in_flight, settling:
+                tg.start_soon(self._settle_commands, settling)
+                while True:
+                    assert self._mqtt_up is not None
+                    await self._mqtt_up.wait()
+                    try:
+                        msgs = await sub.fetch(route.batch, timeout=1.0)
+                    except nats.errors.TimeoutError:
+                        continue
+                    except Exception as e:
+                        log.warning(
+                            "%s: fetch from %r failed: %s", self._who, route.durable, e or type(e).__name__
+                        )
+                        await anyio.sleep(cfg.reconnect_min)
+                        continue
+                    for msg in msgs:  # handed to paho in stream order
+                        plan = plan_outbound(msg.subject, msg.data, msg.headers, route, self.config)
+                        if isinstance(plan, DeadLetter):
+                            log.warning(
+                                "%s: command on %r dead-lettered: %s", self._who, msg.subject, plan.reason
+                            )
+                            await self._store(
+                                js, nc, plan.subject, plan.payload, plan.headers, False, dead_letter=True
+                            )
+                            self.stats.commands_dead_lettered += 1
+                            await msg.term()
+                            continue
+                        deadline = time.monotonic() + cfg.ack_timeout
+                        await in_flight.send(_Command(msg, self._mqtt_publish(plan), deadline))
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                 await sub.unsubscribe()
 
-    async def _deliver_batch(self, route: OutboundRoute, msgs: list[Any], js: Any, nc: Any) -> None:
-        pending: list[tuple[Any, asyncio.Future[Any] | None]] = []
-        for msg in msgs:  # handed to paho in stream order
-            plan = plan_outbound(msg.subject, msg.data, msg.headers, route, self.config)
-            if isinstance(plan, DeadLetter):
-                log.warning("%s: command on %r dead-lettered: %s", self._who, msg.subject, plan.reason)
-                await self._store(js, nc, plan.subject, plan.payload, plan.headers, False, dead_letter=True)
-                self.stats.commands_dead_lettered += 1
-                await msg.term()
-                continue
-            pending.append((msg, self._mqtt_publish(plan)))
-        for msg, fut in pending:
+    async def _settle_commands(self, settling: Any) -> None:
+        """Ack each command to the stream once the broker acknowledged it (in order); nak it if not."""
+        async for cmd in settling:
             ok = False
-            if fut is not None:
-                with anyio.move_on_after(self.config.ack_timeout):
-                    reason = await fut
+            if cmd.published is not None:
+                with anyio.move_on_after(max(0.0, cmd.deadline - time.monotonic())):
+                    reason = await cmd.published
                     ok = not getattr(reason, "is_failure", False)
                     if not ok:
-                        log.warning("%s: broker refused command on %r: %s", self._who, msg.subject, reason)
+                        log.warning(
+                            "%s: broker refused command on %r: %s", self._who, cmd.msg.subject, reason
+                        )
             if ok:
-                await msg.ack()
+                await cmd.msg.ack()
                 self.stats.commands_sent += 1
             else:
                 self.stats.command_failures += 1
-                await msg.nak(delay=self.config.reconnect_min)
+                await cmd.msg.nak(delay=self.config.reconnect_min)
 
     def _mqtt_publish(self, plan: MqttPublish) -> asyncio.Future[Any] | None:
         assert self._client is not None and self._loop is not None
@@ -679,6 +690,15 @@ class MqttBridge:
         else:
             self._pub_waiters[info.mid] = fut
         return fut
+
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    """A stream message handed to paho, waiting for the broker's PUBACK until ``deadline``."""
+
+    msg: Any
+    published: asyncio.Future[Any] | None  # None: QoS 0 that paho could not send
+    deadline: float
 
 
 def _topic_text(item: InboundMessage) -> str:
