@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -13,7 +14,8 @@ import nats
 import pytest
 
 from tests.mqtt import devices
-from tests.mqtt.conftest import eventually
+from tests.mqtt.conftest import bridge_config, eventually, running_bridge
+from tests.mqtt.stallproxy import StallingProxy
 from tests.support.mosquitto import Mosquitto
 from tests.support.servers import REPO, RunningServer
 
@@ -126,3 +128,59 @@ async def test_messages_survive_bridge_kills_and_broker_restarts_during_a_flood(
     broker = make_mosquitto()
     dups = await flood_with_faults(tmp_path, broker, leafjet, n=5000, rounds=4, restart_broker=True)
     print(f"duplicates stored: {dups}")
+
+
+@pytest.mark.timeout(120)
+async def test_a_broker_that_stalls_with_messages_in_flight_is_detected_and_nothing_is_lost(
+    make_mosquitto, leafjet, caplog
+):
+    """The broker stops answering mid-flood: paho's keepalive ends the connection (logged), acks for
+    that connection are dropped, and after the reconnect every message is stored once and acked."""
+    caplog.set_level(logging.INFO, logger="leafjet.bridge.mqtt")
+    broker = make_mosquitto()
+    proxy = StallingProxy(broker.port).start()
+    n = 3000
+    config = bridge_config(
+        f"mqtt://127.0.0.1:{proxy.port}",
+        leafjet.url,
+        client_id="leafjet-stall",
+        keepalive=1,
+        inbound=[{"filter": "flood/#", "qos": 1, "subject_prefix": "mqtt"}],
+    )
+    nc = await nats.connect(leafjet.url)
+    js = nc.jetstream(timeout=5)
+    flood = None
+    try:
+        await js.add_stream(name="FLOOD", subjects=["mqtt.flood.>"])
+        async with running_bridge(config) as bridge:
+            await eventually(lambda: "subscribed to" in caplog.text, what="the bridge's subscription")
+            flood = devices.Flood(broker.port, "flood/device-1", n)
+
+            async def stored_at_least(k: int) -> bool:
+                return (await js.stream_info("FLOOD")).state.messages >= k
+
+            await eventually(lambda: stored_at_least(n // 4), timeout=30, what="a quarter stored")
+            proxy.stall()
+            await eventually(lambda: not bridge.mqtt_connected, timeout=30, what="the stall noticed")
+            assert not await stored_at_least(n), "the stall came too late: nothing was in flight"
+            connects = bridge.stats.mqtt_connects
+            proxy.resume()
+            await eventually(lambda: bridge.stats.mqtt_connects > connects, timeout=30, what="reconnect")
+            await eventually(
+                lambda: flood.acked() == n, timeout=60, what=lambda: f"device acks {flood.acked()}/{n}"
+            )
+
+            async def complete() -> bool:
+                return len(set(await stream_payloads(js, "FLOOD"))) == n
+
+            await eventually(complete, timeout=60, what="every message in the stream")
+            # every message of the stalled connection was acked later, on the new one
+            await eventually(lambda: len(bridge._window) == 0, timeout=30, what="an empty window")
+        payloads = await stream_payloads(js, "FLOOD")
+        assert sorted(int(p) for p in payloads) == list(range(n))  # none lost, redeliveries deduplicated
+        assert "disconnected from the broker" in caplog.text
+    finally:
+        if flood is not None:
+            await anyio.to_thread.run_sync(flood.close)
+        proxy.close()
+        await nc.close()
