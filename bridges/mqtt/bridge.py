@@ -1,13 +1,15 @@
 """The MQTT bridge: one broker session <-> JetStream, as a NATS client (the IO shell).
 
 paho-mqtt runs its own network thread. Its callbacks never wait on the event loop: an inbound PUBLISH
-is copied into a bounded thread-safe queue (``put`` with a deadline) and the loop is woken with
-``call_soon_threadsafe``; PUBACK/connect notifications reach the loop the same way. The loop calls back
-into paho only through its thread-safe ``ack``/``publish``.
+is copied into a bounded handoff (``put`` with a deadline) and the loop is woken with
+``call_soon_threadsafe`` when the pump sleeps; PUBACK/connect notifications reach the loop the same way.
+The loop calls back into paho only through its thread-safe ``ack``/``publish``. Inbound messages are
+pipelined into JetStream (``pipeline.py``), commands out likewise.
 
 Invariants (see DESIGN.md):
 * an inbound QoS>=1 message is acknowledged to the broker only after JetStream's PubAck (or, for a
   message that cannot be stored, after it reached the dead-letter subject or was rejected and counted);
+* PUBACKs go out in the order the PUBLISHes arrived, whatever order the PubAcks come back in;
 * an ack goes back only on the MQTT connection that delivered the message;
 * an outbound stream message is acked only after the broker's PUBACK.
 """
@@ -536,7 +538,10 @@ class MqttBridge:
         *,
         dead_letter: bool = False,
     ) -> None:
-        """Publish until JetStream acknowledges: retried with capped backoff, never given up."""
+        """Publish until JetStream acknowledges: retried with capped backoff, never given up.
+
+        One message at a time: only the outbound path's (rare) dead letters use it; inbound messages go
+        through the pipeline."""
         cfg = self.config
         backoff = _Backoff(cfg.reconnect_min, cfg.reconnect_max)
         attempt = 0

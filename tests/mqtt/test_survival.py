@@ -25,11 +25,11 @@ pytestmark = [pytest.mark.mqtt, pytest.mark.anyio]
 class BridgeProcess:
     """``python -m bridges.mqtt.cli --config FILE`` as a child process (what `leafjet bridge mqtt` runs)."""
 
-    def __init__(self, workdir: Path, broker: Mosquitto, nats_url: str) -> None:
+    def __init__(self, workdir: Path, broker_url: str, nats_url: str, keepalive: int = 30) -> None:
         self.config = workdir / "bridge.toml"
         self.config.write_text(
             "[[bridges.mqtt]]\n"
-            f'url = "{broker.url}"\n'
+            f'url = "{broker_url}"\nkeepalive = {keepalive}\n'
             'client_id = "leafjet-survival"\n'
             f'nats_url = "{nats_url}"\n'
             'reconnect_min = "50ms"\nreconnect_max = "500ms"\nack_timeout = "2s"\n'
@@ -73,11 +73,21 @@ async def stream_payloads(js, stream: str) -> list[bytes]:
 
 
 async def flood_with_faults(
-    tmp_path, broker: Mosquitto, srv: RunningServer, n: int, rounds: int, restart_broker: bool
+    tmp_path,
+    broker: Mosquitto,
+    srv: RunningServer,
+    n: int,
+    rounds: int,
+    restart_broker: bool,
+    stall: bool = False,
 ):
+    """Flood through the bridge process; each round kills it, and (by round) restarts the broker or
+    stalls the link to it (the bridge then reaches the broker through a StallingProxy)."""
     nc = await nats.connect(srv.url)
     js = nc.jetstream(timeout=5)
-    bridge = BridgeProcess(tmp_path, broker, srv.url)
+    proxy = StallingProxy(broker.port).start() if stall else None
+    broker_url = f"mqtt://127.0.0.1:{proxy.port}" if proxy else broker.url
+    bridge = BridgeProcess(tmp_path, broker_url, srv.url, keepalive=1 if stall else 30)
     flood = None
     try:
         await js.add_stream(name="FLOOD", subjects=["mqtt.flood.>"])
@@ -91,6 +101,12 @@ async def flood_with_faults(
                 return (await js.stream_info("FLOOD")).state.messages >= target
 
             await eventually(progressed, timeout=30, what=f"{target} messages stored")
+            if proxy is not None and r % 3 == 2:
+                # the broker stops answering with messages in flight: keepalive ends the connection
+                proxy.stall()
+                await anyio.sleep(3)
+                proxy.resume()
+                continue
             bridge.kill()  # at an arbitrary point: some messages stored but not yet acked to the broker
             if restart_broker and r % 2 == 0:
                 await anyio.to_thread.run_sync(broker.restart)
@@ -110,6 +126,8 @@ async def flood_with_faults(
         if flood is not None:
             await anyio.to_thread.run_sync(flood.close)
         bridge.stop()
+        if proxy is not None:
+            proxy.close()
         await nc.close()
 
 
@@ -127,6 +145,20 @@ async def test_messages_survive_bridge_kills_and_broker_restarts_during_a_flood(
 ):
     broker = make_mosquitto()
     dups = await flood_with_faults(tmp_path, broker, leafjet, n=5000, rounds=4, restart_broker=True)
+    print(f"duplicates stored: {dups}")
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(300)
+async def test_messages_survive_kills_restarts_and_stalls_with_a_full_window(
+    make_mosquitto, leafjet, tmp_path
+):
+    """The pipelined bridge (up to max_inflight publishes in flight, acks in order) under every fault:
+    kills, broker restarts and a stalled broker link, round after round."""
+    broker = make_mosquitto()
+    dups = await flood_with_faults(
+        tmp_path, broker, leafjet, n=8000, rounds=6, restart_broker=True, stall=True
+    )
     print(f"duplicates stored: {dups}")
 
 
