@@ -216,3 +216,33 @@ async def test_a_broker_that_stalls_with_messages_in_flight_is_detected_and_noth
             await anyio.to_thread.run_sync(flood.close)
         proxy.close()
         await nc.close()
+
+
+@pytest.mark.timeout(60)
+async def test_messages_are_not_acked_while_no_stream_stores_them(make_mosquitto, leafjet, tmp_path):
+    """While no stream captures the subject, many publishes are in flight and retried, and none is
+    acknowledged to the broker: a bridge killed then gets every one redelivered once a stream exists."""
+    broker = make_mosquitto()
+    nc = await nats.connect(leafjet.url)
+    js = nc.jetstream(timeout=5)
+    bridge = BridgeProcess(tmp_path, broker.url, leafjet.url)
+    n = 300
+    try:
+        bridge.start()
+        await eventually(lambda: "subscribed to" in bridge.log.read_text(), what="the bridge's subscription")
+        await anyio.to_thread.run_sync(
+            lambda: devices.publish(broker.port, [("flood/d", str(i).encode()) for i in range(n)])
+        )
+        await eventually(lambda: "no stream captures" in bridge.log.read_text(), what="store retries")
+        bridge.kill()
+        await js.add_stream(name="FLOOD", subjects=["mqtt.flood.>"])
+        bridge.start()
+
+        async def complete() -> bool:
+            return len(set(await stream_payloads(js, "FLOOD"))) == n
+
+        await eventually(complete, timeout=30, what="every message redelivered and stored")
+        assert sorted(int(p) for p in await stream_payloads(js, "FLOOD")) == list(range(n))
+    finally:
+        bridge.stop()
+        await nc.close()
