@@ -171,7 +171,7 @@ async def test_a_broker_that_stalls_with_messages_in_flight_is_detected_and_noth
     caplog.set_level(logging.INFO, logger="leafjet.bridge.mqtt")
     broker = make_mosquitto()
     proxy = StallingProxy(broker.port).start()
-    n = 3000
+    n = 1500
     config = bridge_config(
         f"mqtt://127.0.0.1:{proxy.port}",
         leafjet.url,
