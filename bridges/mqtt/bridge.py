@@ -55,6 +55,7 @@ from .pipeline import (
     Failed,
     Handoff,
     JetStreamPipeline,
+    MessageIds,
     NoStream,
     Outcome,
     Pending,
@@ -116,6 +117,7 @@ class MqttBridge:
         self._pub_waiters: dict[int, asyncio.Future[Any]] = {}
         # Inbound pipeline state, all on the loop except the two flags paho's thread reads.
         self._window = AckWindow(config.max_inflight)
+        self._ids = MessageIds()
         self._retries: list[tuple[float, int, Pending]] = []  # (due, tie-breaker, message) heap
         self._retry_seq = 0
         self._pump_waiting = False  # the pump sleeps until a message arrives: paho must wake it
@@ -427,6 +429,11 @@ class MqttBridge:
                     list(plan.dropped_properties),
                 )
             p.subject, p.payload, p.headers = plan.subject, plan.payload, plan.headers
+        base = p.headers.get(H_MSG_ID)
+        if base is not None:
+            chosen = self._ids.choose(item.mid, item.dup, base)
+            if chosen != base:
+                p.headers[H_MSG_ID] = chosen
         return p
 
     def _on_outcome(self, p: Pending, outcome: Outcome) -> None:
@@ -438,7 +445,9 @@ class MqttBridge:
                 # Not a redelivery (no DUP flag) and not our own retry: a reused packet id with
                 # identical bytes. Store it again under a fresh id.
                 stats.id_collisions += 1
-                p.headers = {**headers, H_MSG_ID: f"{headers[H_MSG_ID]}-{time.time_ns()}"}
+                old = headers[H_MSG_ID]
+                p.headers = {**headers, H_MSG_ID: self._ids.fresh(old)}
+                self._ids.renamed(p.item.mid, old, p.headers[H_MSG_ID])
                 self._schedule(p, 0.0)
                 return
             if p.dead_letter:
@@ -518,6 +527,9 @@ class MqttBridge:
                     item = p.item
                     if item.qos and item.generation == generation:
                         client.ack(item.mid, item.qos)
+                        used = p.headers.get(H_MSG_ID)
+                        if used is not None:
+                            self._ids.acked(item.mid, used)
                     # else: that connection is gone; the broker redelivers (DUP) and dedup catches it
         if self._pump_full:
             self._pump_full = False

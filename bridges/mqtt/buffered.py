@@ -15,6 +15,10 @@ from typing import Any
 from paho.mqtt.client import MQTT_ERR_SUCCESS, Client, MQTTErrorCode
 
 CHUNK = 65536
+# Packets read per loop_read before paho's loop gets its turn to write (our PUBACKs, PINGREQ) and to
+# check the keepalive. Unbounded, a broker streaming a backlog kept paho reading for tens of seconds
+# without sending a byte, and the broker timed the session out.
+BURST = 64
 
 
 class BufferedSocket:
@@ -57,13 +61,15 @@ class BufferedClient(Client):
         return BufferedSocket(super()._create_socket())
 
     def loop_read(self, max_packets: int = 1) -> MQTTErrorCode:
-        # paho reads one packet per call; keep going while whole packets may wait in the buffer. A
-        # partial packet ends the loop: its next read hits the empty socket and returns "again".
+        # paho reads one packet per call; keep going while packets may wait in the buffer, up to BURST.
+        # Packets left over are not forgotten: pending() makes paho's next select() return at once.
         rc = super().loop_read(max_packets)
         sock = self._sock
         if not isinstance(sock, BufferedSocket):
             return rc
         ours: BufferedSocket = sock
-        while rc == MQTT_ERR_SUCCESS and ours.pending() and ours is self._sock:
+        for _ in range(BURST):
+            if rc != MQTT_ERR_SUCCESS or not ours.pending() or ours is not self._sock:
+                break
             rc = super().loop_read(max_packets)
         return rc

@@ -15,6 +15,7 @@ Two parts, both free of MQTT sockets and threads:
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import deque
@@ -226,3 +227,54 @@ class Handoff:
             with self._room:
                 self._room.notify()
         return item
+
+
+class MessageIds:
+    """Chooses each inbound message's ``Nats-Msg-Id`` so dedup drops a redelivery, never a new message.
+
+    The broker reuses a packet id once we acknowledged it, and a device may send identical bytes again,
+    so the deterministic id (packet id + digest of topic and payload) of a new message can equal one
+    stored a moment ago. What this process saw of each packet id decides:
+
+    * a redelivery (DUP) of the message we hold unacknowledged under that packet id: the same id as
+      before, so a copy already stored is recognised;
+    * a message whose deterministic id we already used for an earlier message (same packet id, same
+      bytes) and acknowledged: a fresh id - after a reconnect the broker may resend either (our ack may
+      not have arrived) or a new message sent on the dropped connection; storing again risks a
+      duplicate, dedup would risk a loss;
+    * a packet id this process has not seen (a new message, or a redelivery after a bridge restart):
+      the deterministic id, so a copy stored before the restart is recognised.
+    """
+
+    __slots__ = ("_last", "_nonce", "_seq")
+
+    def __init__(self) -> None:
+        self._last: dict[int, list[Any]] = {}  # packet id -> [deterministic id, id used, acked]
+        self._nonce = os.urandom(4).hex()
+        self._seq = 0
+
+    def fresh(self, base: str) -> str:
+        self._seq += 1
+        return f"{base}-{self._nonce}{self._seq:x}"
+
+    def choose(self, mid: int, dup: bool, base: str) -> str:
+        rec = self._last.get(mid)
+        if rec is None or rec[0] != base:
+            chosen = base
+        elif dup and not rec[2]:
+            return str(rec[1])  # the broker redelivers what we hold: keep its id (and its record)
+        else:
+            chosen = self.fresh(base)
+        self._last[mid] = [base, chosen, False]
+        return chosen
+
+    def renamed(self, mid: int, old: str, new: str) -> None:
+        """The message stored under ``old`` was stored again as ``new`` (a collision)."""
+        rec = self._last.get(mid)
+        if rec is not None and rec[1] == old:
+            rec[1] = new
+
+    def acked(self, mid: int, used: str) -> None:
+        rec = self._last.get(mid)
+        if rec is not None and rec[1] == used:
+            rec[2] = True
