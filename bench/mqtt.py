@@ -106,8 +106,14 @@ async def _measure(
         device = loop.run_in_executor(None, _flood, mqtt_port, n, size, inflight, "bench/device")
         limit = max(300.0, n / 200)  # 1M messages may take a while on a loaded machine
         deadline = t0 + limit
-        while (await js.stream_info("BENCH")).state.messages < n:
-            if time.perf_counter() > deadline:
+        seen, since = -1, t0
+        while (stored := (await js.stream_info("BENCH")).state.messages) < n:
+            now = time.perf_counter()
+            if stored != seen:
+                seen, since = stored, now
+            elif device.done() and now - since > 60:  # the device is done and nothing moves
+                raise RuntimeError(f"the stream stopped at {stored} of {n} messages: some were lost")
+            if now > deadline:
                 raise TimeoutError(f"the stream did not reach {n} messages in {limit:.0f}s")
             await asyncio.sleep(0.05 if n < 100_000 else 0.25)
         t1 = time.perf_counter()

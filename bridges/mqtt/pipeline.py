@@ -230,28 +230,31 @@ class Handoff:
 
 
 class MessageIds:
-    """Chooses each inbound message's ``Nats-Msg-Id`` so dedup drops a redelivery, never a new message.
+    """Chooses each inbound message's ``Nats-Msg-Id`` so dedup drops redeliveries, not new messages.
 
-    The broker reuses a packet id once we acknowledged it, and a device may send identical bytes again,
-    so the deterministic id (packet id + digest of topic and payload) of a new message can equal one
-    stored a moment ago. What this process saw of each packet id decides:
+    The deterministic id is the packet id + a digest of topic and payload. The broker reuses a packet
+    id once we acknowledged it, so when devices send identical bytes a new message can get the id of
+    one stored a moment ago. What this process saw decides:
 
-    * a redelivery (DUP) of the message we hold unacknowledged under that packet id: the same id as
-      before, so a copy already stored is recognised;
-    * a message whose deterministic id we already used for an earlier message (same packet id, same
-      bytes) and acknowledged: a fresh id - after a reconnect the broker may resend either (our ack may
-      not have arrived) or a new message sent on the dropped connection; storing again risks a
-      duplicate, dedup would risk a loss;
-    * a packet id this process has not seen (a new message, or a redelivery after a bridge restart):
-      the deterministic id, so a copy stored before the restart is recognised.
+    * a packet id not seen (a new message, or a redelivery after a bridge restart): the deterministic
+      id, so a copy stored before the restart is recognised;
+    * a redelivery (DUP) of the message we hold unacknowledged under that packet id, or of the one we
+      acknowledged last (our ack may have died with the connection): the same id as before, so the
+      stored copy is recognised - unless devices have been seen to repeat bytes (below);
+    * once a packet id came back with the same bytes as the message acknowledged under it (devices
+      repeat themselves; ``repeats``), a new message gets a fresh id, and so does a redelivery of an
+      acknowledged one: after a reconnect the broker may resend the old message (our ack was lost) or
+      a new identical one sent on the dropped connection. Storing again risks a duplicate; reusing the
+      id would risk a loss.
     """
 
-    __slots__ = ("_last", "_nonce", "_seq")
+    __slots__ = ("_last", "_nonce", "_seq", "repeats")
 
     def __init__(self) -> None:
         self._last: dict[int, list[Any]] = {}  # packet id -> [deterministic id, id used, acked]
         self._nonce = os.urandom(4).hex()
         self._seq = 0
+        self.repeats = False  # devices have sent identical bytes under a reused packet id
 
     def fresh(self, base: str) -> str:
         self._seq += 1
@@ -261,15 +264,19 @@ class MessageIds:
         rec = self._last.get(mid)
         if rec is None or rec[0] != base:
             chosen = base
-        elif dup and not rec[2]:
-            return str(rec[1])  # the broker redelivers what we hold: keep its id (and its record)
+        elif dup and (not rec[2] or not self.repeats):
+            return str(rec[1])  # the broker redelivers what we stored: keep its id (and its record)
         else:
+            if not dup:
+                self.repeats = True  # a new message with the bytes of the last one under this id
             chosen = self.fresh(base)
         self._last[mid] = [base, chosen, False]
         return chosen
 
     def renamed(self, mid: int, old: str, new: str) -> None:
-        """The message stored under ``old`` was stored again as ``new`` (a collision)."""
+        """The message stored under ``old`` was stored again as ``new``: the stream held the
+        deterministic id already (identical bytes from before this process)."""
+        self.repeats = True
         rec = self._last.get(mid)
         if rec is not None and rec[1] == old:
             rec[1] = new

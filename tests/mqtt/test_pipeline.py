@@ -131,18 +131,26 @@ def test_a_redelivery_of_a_message_held_unacked_keeps_its_id():
     assert ids.choose(7, True, "mqtt-c-7-abc") == first  # the connection dropped before our ack
 
 
-def test_a_packet_id_reused_for_identical_bytes_never_gets_the_id_of_the_acked_message():
+def test_a_redelivery_of_an_acked_message_keeps_its_id_while_devices_do_not_repeat_bytes():
+    ids = MessageIds()
+    first = ids.choose(7, False, "mqtt-c-7-abc")
+    ids.acked(7, first)
+    assert ids.choose(7, True, "mqtt-c-7-abc") == first  # our ack died with the connection
+
+
+def test_once_bytes_repeat_under_a_packet_id_no_message_gets_the_id_of_an_acked_one():
     ids = MessageIds()
     first = ids.choose(7, False, "mqtt-c-7-abc")
     ids.acked(7, first)
     second = ids.choose(7, False, "mqtt-c-7-abc")  # the broker reused packet id 7, same bytes
-    assert second != first
+    assert second != first and ids.repeats
     ids.acked(7, second)
     # after a reconnect the broker resends packet id 7 with DUP: our ack of `second` may have been
     # lost, or a third message with the same bytes was in flight. Storing again risks a duplicate;
     # reusing an id would risk dropping a message.
     third = ids.choose(7, True, "mqtt-c-7-abc")
     assert third not in (first, second)
+    assert ids.choose(7, True, "mqtt-c-7-abc") == third  # still unacked: a plain redelivery
 
 
 def test_unknown_packet_ids_get_the_deterministic_id_so_copies_from_before_a_restart_are_recognised():
