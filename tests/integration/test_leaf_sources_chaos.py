@@ -53,6 +53,7 @@ from tests.support.proxy import Proxy
 from tests.support.servers import RunningServer
 from tests.support.sourced import check_acks, check_sourced, read_stream
 from tests.support.streams import create_stream, stream_info
+from tests.support.tiers import only_when_selected
 
 pytestmark = [pytest.mark.integration, pytest.mark.federation, pytest.mark.anyio]
 
@@ -253,7 +254,8 @@ async def test_flapping_links_and_killed_servers_keep_every_acked_message_once(
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize(("hub_kind", "leaf_kind"), ALL_PAIRS, ids=PAIR_IDS)
 async def test_long_chaos_keeps_every_acked_message_once(
-    topo: Topology, hub_kind: str, leaf_kind: str
+    topo: Topology, hub_kind: str, leaf_kind: str, request: pytest.FixtureRequest
 ) -> None:
+    only_when_selected(request, "chaos")
     seconds = float(os.environ.get("LEAF_SRC_CHAOS_SECONDS", "90"))
     await run_chaos(topo, hub_kind, leaf_kind, seconds=seconds, kills=max(1, round(seconds / 20)))

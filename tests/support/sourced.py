@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,30 +121,36 @@ class Stored:
     source: str | None  # its Nats-Stream-Source
 
 
-async def read_stream(nc: Any, stream: str, batch: int = 1000, timeout: float = 60.0) -> list[Stored]:
+async def iter_stream(
+    nc: Any, stream: str, batch: int = 1000, timeout: float = 60.0
+) -> AsyncIterator[Stored]:
     """Every message of ``stream`` in order, read by a pull consumer without acks (fast for many
-    messages; the consumer is deleted after)."""
+    messages, none kept here; the consumer is deleted after). ``timeout``: for each batch."""
     js = nc.jetstream(timeout=10)
     total = (await js.stream_info(stream)).state.messages
     durable = "SOURCED_CHECK"
     await js.add_consumer(stream, durable_name=durable, ack_policy="none", deliver_policy="all")
     psub = await js.pull_subscribe_bind(durable, stream=stream)
-    out: list[Stored] = []
+    read = 0
     try:
-        async with asyncio.timeout(timeout):
-            while len(out) < total:
-                try:
-                    msgs = await psub.fetch(min(batch, total - len(out)), timeout=5)
-                except nats.errors.TimeoutError:
-                    continue
-                out.extend(
-                    Stored(m.metadata.sequence.stream, m.data, (m.headers or {}).get(SOURCE_HEADER))
-                    for m in msgs
-                )
+        while read < total:
+            async with asyncio.timeout(timeout):
+                while True:
+                    try:
+                        msgs = await psub.fetch(min(batch, total - read), timeout=5)
+                        break
+                    except nats.errors.TimeoutError:
+                        continue
+            read += len(msgs)
+            for m in msgs:
+                yield Stored(m.metadata.sequence.stream, m.data, (m.headers or {}).get(SOURCE_HEADER))
     finally:
         await psub.unsubscribe()
         await js.delete_consumer(stream, durable)
-    return out
+
+
+async def read_stream(nc: Any, stream: str) -> list[Stored]:
+    return [m async for m in iter_stream(nc, stream)]
 
 
 def check_acks(stored: Iterable[Stored], acks: Iterable[tuple[str, int]]) -> list[str]:
