@@ -19,15 +19,17 @@ class FillError(Exception):
 
 async def fill_stream(
     nc: Any,
-    subject: str,
+    subject: str | Callable[[int], str],
     n: int,
     payload: Callable[[int], bytes],
     *,
     window: int = 5000,
     ack_timeout: float = 60.0,
 ) -> None:
-    """Publish ``payload(i)`` for i in 0..n-1 to ``subject`` (bound to a stream), waiting for
-    every ack; FillError if one is a JetStream error or the acks stop for ``ack_timeout``."""
+    """Publish ``payload(i)`` for i in 0..n-1 to ``subject`` (or ``subject(i)``; bound to a
+    stream), waiting for every ack; FillError if one is a JetStream error or the acks stop for
+    ``ack_timeout``."""
+    subject_of = subject if callable(subject) else lambda _i: subject
     inbox = nc.new_inbox()
     acked = 0
     errors: list[bytes] = []
@@ -52,7 +54,7 @@ async def fill_stream(
                     await asyncio.wait_for(room.wait(), ack_timeout)
                 except TimeoutError:
                     raise FillError(f"acks stopped: {acked} of {sent}") from None
-            await nc.publish(subject, payload(i), reply=inbox)
+            await nc.publish(subject_of(i), payload(i), reply=inbox)
             sent += 1
         await nc.flush()
         loop = asyncio.get_running_loop()
