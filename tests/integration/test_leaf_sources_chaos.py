@@ -60,6 +60,13 @@ ACCOUNTS = {"A": [("a", "a-pw")]}
 LEAVES = ("E1", "E2")  # each leaf's name and JetStream domain
 LEAF_USERS = {name: LeafUser(f"leaf-{name.lower()}", f"{name.lower()}-pw", "A") for name in LEAVES}
 PAIR_IDS = pair_ids(ALL_PAIRS)
+# The default run leaves out the reference at both ends: after the faults its hub takes ~35 s to
+# resume its sources (its retry backoff, 10 s per failed consumer create), too long for the
+# default tier; the chaos tier runs it as the baseline.
+SHORT_PAIRS = [pair for pair in ALL_PAIRS if pair != ("reference", "reference")]
+# Longer than the reference's (and leafjet's) longest source retry backoff, 2 min: a source that
+# failed a few times during the faults resumes within it.
+CATCH_UP_S = 150.0
 
 
 def api_of(leaf: str) -> str:
@@ -218,20 +225,26 @@ async def run_chaos(topo: Topology, hub_kind: str, leaf_kind: str, seconds: floa
         )
 
     # every link back (each side says so) before the end is read
+    t_end = time.monotonic()
     await in_thread(lambda: wait_for_leaf_connected(setup.hub, len(LEAVES), timeout=30))
     for leaf in setup.leaves.values():
         await in_thread(lambda leaf=leaf: wait_for_leaf_connected(leaf, 1, timeout=30))
+    relinked_s = time.monotonic() - t_end
     leaf_problems: dict[str, list[str]] = {}
     for name, leaf in setup.leaves.items():
         async with await nats.connect(url_a(leaf)) as nc:
             leaf_problems[name] = check_acks(await read_stream(nc, "ORDERS"), publishers[name].acks)
     async with await nats.connect(url_a(setup.hub), max_reconnect_attempts=-1) as hub_nc:
-        stored = await wait_caught_up(hub_nc, setup, timeout=45)
+        stored = await wait_caught_up(hub_nc, setup, timeout=CATCH_UP_S)
+        caught_up_s = time.monotonic() - t_end
         await anyio.sleep(1.0)  # a duplicate that is on its way has time to land
         hub_msgs = await read_stream(hub_nc, "AGG")
     names = {f"ORDERS:{get_hash(api_of(name))}": name for name in LEAVES}
     report = check_sourced([m.source for m in hub_msgs], {n: p.acked for n, p in publishers.items()}, names)
-    print(f"leaf streams hold {stored} messages, the hub {len(hub_msgs)}\n{report.summary()}")
+    print(
+        f"after the faults: links back in {relinked_s:.1f}s, the hub caught up in {caught_up_s:.1f}s; "
+        f"leaf streams hold {stored} messages, the hub {len(hub_msgs)}\n{report.summary()}"
+    )
     for name, problems in leaf_problems.items():
         print(f"{name} (the leaf's own stream): {len(problems)} problems {problems[:5]}")
     reference_only = hub_kind == leaf_kind == "reference"
@@ -243,8 +256,8 @@ async def run_chaos(topo: Topology, hub_kind: str, leaf_kind: str, seconds: floa
     assert all(p.acks for p in publishers.values())
 
 
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize(("hub_kind", "leaf_kind"), ALL_PAIRS, ids=PAIR_IDS)
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("hub_kind", "leaf_kind"), SHORT_PAIRS, ids=pair_ids(SHORT_PAIRS))
 async def test_flapping_links_and_killed_servers_keep_every_acked_message_once(
     topo: Topology, hub_kind: str, leaf_kind: str
 ) -> None:
