@@ -11,6 +11,7 @@
     python -m bench leaf [--msgs 100000] [--sizes 128,1024] [--seconds 5] [--rate 1000000] [--runs 1]
     python -m bench sources [--msgs 50000] [--size 128] [--runs 1] [--pairs ref-ref,lj-ref,ref-lj,lj-lj]
     python -m bench sources-latency [--rate 1000] [--seconds 5] [--size 128] [--runs 1] [--pairs ...]
+    python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--requests 2000] [--runs 1]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
 core/jetstream/consumers figures are medians over --runs runs; each run uses a fresh server of each
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import median_figures
+from bench.cluster import add_parser as add_cluster_parser
+from bench.cluster import cluster_matrix
 from bench.consumers import KV_WRITERS, ConsumerFigures, run_consumers
 from bench.core import CoreFigures, run_core
 from bench.footprint import add_parser as add_footprint_parser
@@ -318,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     add_leaf_parser(sub)
     add_sources_parser(sub)
     add_sources_latency_parser(sub)
+    add_cluster_parser(sub)
     args = p.parse_args(argv)
     if args.matrix == "core":
         return core_matrix(args)
@@ -341,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         return sources_matrix(args)
     if args.matrix == "sources-latency":
         return sources_latency_matrix(args)
+    if args.matrix == "cluster":
+        return cluster_matrix(args)
     if args.matrix == "mqtt":
         return run_mqtt(args.msgs, args.size, args.inflight)
     return 2
