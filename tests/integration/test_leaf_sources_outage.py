@@ -3,7 +3,9 @@ takes N messages meanwhile, the link comes back, and the hub catches up with eve
 exactly once, in the leaf's order. The catch-up rate (messages/s from the link's return until the
 hub holds them all) is printed, not asserted: speed is the benchmark's (``python -m bench
 sources``). The default run has N = 20,000; ``-m soak`` runs N = 1,000,000
-(``LEAF_OUTAGE_MSGS`` overrides both), for each pair of implementations.
+(``LEAF_OUTAGE_MSGS`` overrides both), for each pair of implementations. Then two leaves cut
+off at once, each taking N, caught up together by one hub stream sourcing both (10,000 each by
+default, with a leafjet hub; 1,000,000 each and every pair in the soak tier).
 """
 
 from __future__ import annotations
@@ -191,9 +193,26 @@ async def run_two_outages(topo: Topology, hub_kind: str, leaf_kind: str, n: int)
         assert got_seqs == list(range(1, n + 1)), f"{key}: not each of 1..{n} once, in order"
 
 
+# A leafjet hub stalled here (both sources idle, the account's API hung: a drain under the
+# stream's lock waited for a batch only the other source would settle). The reference's hub
+# passes too, but takes ~40 s (its sources back off after the creates that failed during the
+# cut): it runs with the soak tier.
+LEAFJET_HUBS = [pair for pair in ALL_PAIRS if pair[0] == "leafjet"]
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("hub_kind", "leaf_kind"), ALL_PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize(("hub_kind", "leaf_kind"), LEAFJET_HUBS, ids=pair_ids(LEAFJET_HUBS))
 async def test_a_hub_catches_up_with_two_leaves_at_once(
     topo: Topology, hub_kind: str, leaf_kind: str
 ) -> None:
     await run_two_outages(topo, hub_kind, leaf_kind, 10_000)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize(("hub_kind", "leaf_kind"), ALL_PAIRS, ids=PAIR_IDS)
+async def test_a_hub_catches_up_with_two_leaves_of_a_million_each(
+    topo: Topology, hub_kind: str, leaf_kind: str, request: pytest.FixtureRequest
+) -> None:
+    only_when_selected(request, "soak")
+    await run_two_outages(topo, hub_kind, leaf_kind, int(os.environ.get("LEAF_OUTAGE_MSGS", "1000000")))
