@@ -10,6 +10,7 @@
     python -m bench monitoring [--msgs 100000] [--js-msgs 20000] [--runs 3] [--interval 1.0]
     python -m bench leaf [--msgs 100000] [--sizes 128,1024] [--seconds 5] [--rate 1000000] [--runs 1]
     python -m bench sources [--msgs 50000] [--size 128] [--runs 1] [--pairs ref-ref,lj-ref,ref-lj,lj-lj]
+    python -m bench sources-latency [--rate 1000] [--seconds 5] [--size 128] [--runs 1] [--pairs ...]
     python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--requests 2000] [--runs 1]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
@@ -43,6 +44,8 @@ from bench.putfloor import add_parser as add_putfloor_parser
 from bench.putfloor import putfloor_matrix
 from bench.sources import add_parser as add_sources_parser
 from bench.sources import sources_matrix
+from bench.sources_latency import add_parser as add_sources_latency_parser
+from bench.sources_latency import latency_matrix as sources_latency_matrix
 from bench.spark import add_parser as add_spark_parser
 from bench.spark import spark_matrix
 from bench.store import MODES, run_store
@@ -320,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     add_monitoring_parser(sub)
     add_leaf_parser(sub)
     add_sources_parser(sub)
+    add_sources_latency_parser(sub)
     add_cluster_parser(sub)
     args = p.parse_args(argv)
     if args.matrix == "core":
@@ -342,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         return leaf_matrix(args)
     if args.matrix == "sources":
         return sources_matrix(args)
+    if args.matrix == "sources-latency":
+        return sources_latency_matrix(args)
     if args.matrix == "cluster":
         return cluster_matrix(args)
     if args.matrix == "mqtt":

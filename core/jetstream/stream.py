@@ -205,6 +205,7 @@ class Stream:
         self._closed = False
         # the pipeline: batches admitted but not yet answered, and the state they predict
         self._inflight = 0
+        self._sourced_flights: set[_Flight] = set()  # submit_sourced's, not yet settled
         self._idle = asyncio.Event()
         self._idle.set()
         self._predicted: _Running | None = None
@@ -819,6 +820,7 @@ class Stream:
                 flight.commit = await self.store.submit(flight.plan.ops)
             except StoreError as e:
                 flight.error = e
+            self._sourced_flights.add(flight)  # settled by its source, or by a drain
         return taken, refusal, flight
 
     async def _admit_plain_sourced(self, msgs: Sequence[Delivery]) -> _Flight | None:
@@ -875,12 +877,23 @@ class Stream:
         """Wait for a ``submit_sourced`` flight's commit (once; again only re-raises): raises its
         StoreError when neither its messages nor its position were stored. Not cancelled
         half-way: the stream counts the flight in until it is settled."""
-        if not flight.settled:
-            flight.settled = True
-            with anyio.CancelScope(shield=True):
-                await self._settle(flight)
+        await self._settle_sourced_once(flight)
         if flight.error is not None:
             raise flight.error
+
+    async def _settle_sourced_once(self, flight: _Flight) -> None:
+        """Settle a source's flight once, whoever comes first: its source, or ``drain``; the
+        other waits until it is settled."""
+        if flight.settling is not None:
+            await flight.settling.wait()
+            return
+        flight.settling = asyncio.Event()
+        self._sourced_flights.discard(flight)
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._settle(flight)
+        finally:
+            flight.settling.set()
 
     async def ingest_mirrored(self, msgs: Sequence[Delivery], skip_to: int = 0) -> None:
         """Store what a mirror's upstream delivered, each message under its upstream sequence
@@ -954,7 +967,12 @@ class Stream:
             self._idle.set()
 
     async def drain(self) -> None:
-        """Wait until every admitted batch has been committed and answered."""
+        """Wait until every admitted batch has been committed and answered. A source's batch is
+        settled here if its source has not yet: the source settles it when it next submits,
+        under the lock that a caller of ``drain`` may hold (waiting for the source would wait
+        for ever: two sources of one stream, or a purge during a catch-up, stalled the stream)."""
+        while self._sourced_flights:
+            await self._settle_sourced_once(next(iter(self._sourced_flights)))
         while self._inflight:
             await self._idle.wait()
 
@@ -1397,7 +1415,7 @@ class _Stored(NamedTuple):
     op_index: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # eq=False: hashed by identity (Stream._sourced_flights)
 class _Flight:
     """A decided batch on its way through the store."""
 
@@ -1406,7 +1424,8 @@ class _Flight:
     results: list[Any] | None = None
     error: StoreError | None = None
     held: tuple[int, int] = (0, 0)  # (messages, bytes) of the backlog it releases when answered
-    settled: bool = False  # _settle ran (submit_sourced's flights are settled by their source)
+    # set once settled (submit_sourced's flights: by their source, or by a drain); None: not begun
+    settling: asyncio.Event | None = None
 
 
 def _done(commit: Awaitable[list[Any]]) -> bool:
