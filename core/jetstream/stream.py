@@ -794,6 +794,7 @@ class Stream:
                     flight.commit = await self.store.submit(flight.plan.ops)
                 except StoreError as e:
                     flight.error = e
+                self._sourced_flights.add(flight)  # settled by its source, or by a drain
                 return len(msgs), None, flight
             batch = [InboundMsg(d.subject, None, d.headers, d.payload, None) for d in msgs]  # type: ignore[arg-type]
             flight = await self._admit(batch)
