@@ -83,6 +83,9 @@ H_LAST = "Leafjet-Read-Last"
 H_STREAM_LAST = "Leafjet-Stream-Last"
 H_ENCODING = "Leafjet-Read-Encoding"
 H_IDENTITY = "Nats-Stream-Identity"
+# The stream's retention: a source reads a work-queue or interest stream through ADR-60's
+# flow-control durable instead (a read removes nothing; the durable's acks do).
+H_RETENTION = "Leafjet-Retention"
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +189,12 @@ async def read_range(
 
 
 def build_reply(
-    msgs: Sequence[StoredMsg], first: int, last: int, stream_last: int, identity: str
+    msgs: Sequence[StoredMsg],
+    first: int,
+    last: int,
+    stream_last: int,
+    identity: str,
+    retention: str = "limits",
 ) -> tuple[bytes, bytes]:
     """The reply's headers and (uncompressed) frame."""
     frame = encode_frame(
@@ -202,6 +210,7 @@ def build_reply(
         (H_LAST, str(last)),
         (H_STREAM_LAST, str(stream_last)),
         (H_IDENTITY, identity),
+        (H_RETENTION, retention),
     ]
     return encode_headers(headers), frame
 
@@ -265,7 +274,9 @@ class BulkReads:
             finally:
                 self.parked -= 1
         async with self._limiter:  # the frames being built count against the same bound
-            headers, frame = build_reply(msgs, req.seq, last, stream_last, stream_identity(stream.created_ns))
+            headers, frame = build_reply(
+                msgs, req.seq, last, stream_last, stream_identity(stream.created_ns), stream.config.retention
+            )
             del msgs
             if req.compress:
                 if len(frame) > COMPRESS_OFFLOAD:

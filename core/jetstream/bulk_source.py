@@ -37,6 +37,7 @@ from core.jetstream.bulk_read import (
     H_IDENTITY,
     H_LAST,
     H_READ,
+    H_RETENTION,
     H_STREAM_LAST,
     READ_PATH,
     TYPE_NAME,
@@ -202,6 +203,10 @@ class BulkSourceWorker(SourceWorker):
                     if m.subject != pending:
                         continue
                     if m.headers and slice_header(m.headers, H_READ) == str(VERSION):
+                        retention = slice_header(m.headers, H_RETENTION)
+                        if retention and retention != "limits":
+                            # a read removes nothing from a work queue: ADR-60's durable does
+                            raise _NotLeafjet(f"the upstream's retention is {retention}")
                         if probe:
                             self.requests += 1  # the attempt's one "create" (leafjet info)
                         return m

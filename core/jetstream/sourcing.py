@@ -1038,10 +1038,15 @@ class Sourcing:
 
         positions = await self.stream.store.source_positions()
         for iname in new:
+            spec = wanted[iname]
+            # a user's durable (ADR-60 `consumer`) is read through that consumer only
+            durable = bool(spec.get("consumer"))
             if iname == MIRROR_KEY:
-                worker: SourceWorker = BulkMirrorWorker(self.stream, wanted[iname], "", 0)
+                mirror = MirrorWorker if durable else BulkMirrorWorker
+                worker: SourceWorker = mirror(self.stream, spec, "", 0)
             else:
-                worker = BulkSourceWorker(self.stream, wanted[iname], iname, positions.get(iname, 0))
+                source = SourceWorker if durable else BulkSourceWorker
+                worker = source(self.stream, spec, iname, positions.get(iname, 0))
             scope = anyio.CancelScope()
             self.workers[iname] = (worker, scope)
             self._tg.start_soon(self._run_worker, worker, scope)
