@@ -373,8 +373,6 @@ class MetaApi:
             cfg = StreamConfig.from_json(
                 decode_request(payload), expected_name=name, lookup=lookup, clustered=True
             )
-            if cfg.num_replicas > 1:
-                raise _r1_only()
             if existing is not None:
                 if existing.config != cfg.to_json():
                     raise api_error("JSStreamNameExistErr")
@@ -392,6 +390,8 @@ class MetaApi:
                 )
             except NoPeers as e:
                 raise api_error("JSClusterNoPeersErrF", err=str(e)) from None
+            if cfg.num_replicas > 1:  # placed as the reference would, then refused: R1 only yet
+                raise _r1_only()
             fields = {"account": account, "name": name, "config": cfg.to_json(), "created": time.time_ns()}
             index = await self._commit(encode_op("assign", **fields, servers=servers))
             return {"server": servers[0], "index": index}

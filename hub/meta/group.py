@@ -203,7 +203,10 @@ class MetaGroup:
                     await api.ask_leader({"kind": "register", "server": want})
                 except Exception as e:  # the leader may be changing: try again shortly
                     log.debug("meta group: registering failed: %s", describe_failure(e))
-            await anyio.sleep(REGISTER_RETRY if not known else REGISTER_RETRY * 5)
+            # soon again until registered (placement waits for it), then on each change of
+            # leader or state (a SERVER.REMOVE of a live server is undone by the server itself)
+            with anyio.move_on_after(REGISTER_RETRY):
+                await (anyio.sleep(0.1) if not known else self.driver.changed())
 
     # ------------------------------------------------------------------ local effects
 
