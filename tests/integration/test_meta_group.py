@@ -23,6 +23,7 @@ from tests.support.jscluster import (
     api_until,
     err_code,
     meta_leader,
+    publish_until,
     raftz,
     restart_js_node,
     start_js_cluster,
@@ -86,7 +87,7 @@ async def test_streams_are_placed_and_answered_from_any_server(cluster):
 
         # publish through server 3, consume through server 2 (the stream lives on server 1)
         js3, js2 = ncs[2].jetstream(), ncs[1].jetstream()
-        ack = await js3.publish("orders.1", b"from n3", timeout=10)
+        ack = await publish_until(js3, "orders.1", b"from n3")
         assert (ack.stream, ack.seq) == ("ORDERS", 1)
         sub = await js2.pull_subscribe("orders.>", durable="worker", stream="ORDERS")
         [msg] = await sub.fetch(1, timeout=10)
@@ -98,9 +99,11 @@ async def test_streams_are_placed_and_answered_from_any_server(cluster):
 
         # a KV bucket, wherever it is placed, from every server
         kv3 = await ncs[2].jetstream().create_key_value(bucket="settings")
-        await kv3.put("mode", b"auto")
+        await publish_until(ncs[2].jetstream(), "$KV.settings.mode", b"auto")  # kv3.put, once it is reachable
+        await kv3.put("mode", b"manual")
         kv1 = await ncs[0].jetstream().key_value("settings")
-        assert (await kv1.get("mode")).value == b"auto"
+        assert (await kv1.get("mode")).value == b"manual"
+        assert (await kv1.get("mode")).revision == 2
 
         nope = await api(
             ncs[2], "$JS.API.STREAM.CREATE.NOPE", {"name": "NOPE", "placement": {"tags": ["nope"]}}
@@ -142,7 +145,7 @@ async def test_a_stream_whose_server_is_down_is_offline_and_nothing_else_breaks(
         await _placed_on_all_servers(ncs)
         on_n3 = {"name": "FAR", "subjects": ["far.>"], "placement": {"tags": ["az:3"]}}
         assert "error" not in await api_until(ncs[0], "$JS.API.STREAM.CREATE.FAR", on_n3)
-        await ncs[0].jetstream().publish("far.1", b"kept", timeout=10)
+        await publish_until(ncs[0].jetstream(), "far.1", b"kept")
         await ncs[2].close()
         c.stop(2)
         for nc in ncs[:2]:
@@ -151,7 +154,7 @@ async def test_a_stream_whose_server_is_down_is_offline_and_nothing_else_breaks(
         # a stream whose server is up, from both survivors
         near = {"name": "NEAR", "subjects": ["near"], "placement": {"tags": ["az:1"]}}
         assert "error" not in await api_until(ncs[1], "$JS.API.STREAM.CREATE.NEAR", near)
-        ack = await ncs[1].jetstream().publish("near", b"x", timeout=10)
+        ack = await publish_until(ncs[1].jetstream(), "near", b"x")
         assert ack.stream == "NEAR"
         restart_js_node(c, 2, TAGS)
         c.wait_for_mesh()
@@ -276,7 +279,7 @@ async def test_the_whole_cluster_restarts_with_its_streams(tmp_path):
             cfg = {"name": f"S{i}", "subjects": [f"s{i}"], "placement": {"tags": [tag]}}
             assert "error" not in await api_until(ncs[(i + 1) % 3], f"$JS.API.STREAM.CREATE.S{i}", cfg)
             for k in range(3):
-                await ncs[(i + 2) % 3].jetstream().publish(f"s{i}", str(k).encode(), timeout=10)
+                await publish_until(ncs[(i + 2) % 3].jetstream(), f"s{i}", str(k).encode())
         for nc in ncs:
             await nc.close()
         for i in range(3):

@@ -103,3 +103,18 @@ async def until_true(check: Any, timeout: float, what: str, interval: float = 0.
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
         await anyio.sleep(interval)
+
+
+async def publish_until(js: Any, subject: str, data: bytes, timeout: float = 30.0) -> Any:
+    """``js.publish`` again while no stream answers: the stream's interest crosses the routes
+    from its server a moment after the create (ADR-22: clients retry a 503)."""
+    import nats.js.errors
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await js.publish(subject, data, timeout=5)
+        except (nats.js.errors.NoStreamResponseError, NoRespondersError):
+            if time.monotonic() > deadline:
+                raise
+            await anyio.sleep(0.1)
