@@ -86,14 +86,16 @@ def raftz(c: Cluster, i: int) -> dict[str, Any] | None:
 
 
 def meta_leader(c: Cluster, running: list[int]) -> str | None:
-    """The leader every running leafjet node agrees on (and has registered all of them), or None."""
+    """The leader every running leafjet node agrees on, itself running (and every server
+    registered), or None."""
     leaders = set()
     for i in running:
         z = raftz(c, i)
         if z is None or not z.get("leader") or len(z.get("servers") or {}) < c.size:
             return None
         leaders.add(z["leader"])
-    return leaders.pop() if len(leaders) == 1 else None
+    names = {c.nodes[i].name for i in running}
+    return leaders.pop() if len(leaders) == 1 and leaders <= names else None
 
 
 async def until_true(check: Any, timeout: float, what: str, interval: float = 0.1) -> None:
