@@ -55,6 +55,8 @@ def place(
         reason = "no suitable peers for placement"
         if offline:
             reason += ", peer offline"
+        if excluded and not fits:
+            reason += ", exclude tag set"
         if unmatched and not fits:
             reason += ", tags not matched [" + ", ".join(f"'{t}'" for t in unmatched) + "]"
         if excluded and not fits:
