@@ -141,7 +141,15 @@ class MetaApi:
         self._need_leader()
         body = {"kind": kind, "account": ajs.account.name, "name": name, "data": _b64(msg.payload)}
         answer = await self.ask_leader(body)
-        await self._forward(str(answer["server"]), ajs, msg, int(answer["index"]))
+        index = int(answer["index"])
+        await self._caught_up(index)
+        await self._forward(str(answer["server"]), ajs, msg, index)
+
+    async def _caught_up(self, index: int) -> None:
+        """Until this server has applied ``index`` too (bounded): a client that hears of its
+        change then finds it in this server's state at once."""
+        with anyio.move_on_after(FORWARD_WAIT):
+            await self.group.driver.wait_applied(index)
 
     async def _delete(
         self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
@@ -149,7 +157,8 @@ class MetaApi:
         if msg.payload.strip() not in (b"", b"{}"):
             raise api_error("JSNotEmptyRequestErr")
         self._need_leader()
-        await self.ask_leader({"kind": "delete", "account": ajs.account.name, "name": args[0]})
+        answer = await self.ask_leader({"kind": "delete", "account": ajs.account.name, "name": args[0]})
+        await self._caught_up(int(answer.get("index") or 0))
         return api_response("stream_delete_response", {"success": True})
 
     async def _stepdown(
@@ -359,8 +368,10 @@ class MetaApi:
         if kind == "delete":
             if existing is None:
                 raise api_error("JSStreamNotFoundErr")
-            await self._commit(encode_op("remove", account=account, name=name, created=existing.created))
-            return {}
+            index = await self._commit(
+                encode_op("remove", account=account, name=name, created=existing.created)
+            )
+            return {"index": index}
         payload = base64.b64decode(body["data"])
         configs = {a.name: a.config for a in state.account_streams(account)}
 
