@@ -125,6 +125,16 @@ class MetaApi:
 
     # ------------------------------------------------------------------ handlers (any server)
 
+    async def _read_barrier(self) -> None:
+        """Before answering from this server's state: catch up with what the leader has
+        applied (every change acknowledged so far), so a list never misses an acknowledged
+        create because this server lags (the reference answers lists from the leader)."""
+        self._need_leader()
+        if self.group.driver.is_leader():
+            return
+        answer = await self.ask_leader({"kind": "read"})
+        await self._caught_up(int(answer.get("index") or 0))
+
     def _need_leader(self) -> None:
         if not self.group.ready or self.group.leader_name() is None:
             raise api_error("JSClusterNotAvailErr")
@@ -183,7 +193,7 @@ class MetaApi:
     async def _names(
         self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
     ) -> dict[str, Any]:
-        self._need_leader()
+        await self._read_barrier()
         body = api._request(msg, "stream_names")
         streams = self._matching(ajs, body)
         offset = min(max(body.get("offset", 0), 0), len(streams))
@@ -196,7 +206,7 @@ class MetaApi:
     async def _list(
         self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
     ) -> dict[str, Any]:
-        self._need_leader()
+        await self._read_barrier()
         body = api._request(msg, "stream_list")
         names = self._matching(ajs, body)
         offset = min(max(body.get("offset", 0), 0), len(names))
@@ -223,7 +233,7 @@ class MetaApi:
         async def handler(
             js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
         ) -> dict[str, Any] | None:
-            self._need_leader()
+            await self._read_barrier()
             body = await local(js, ajs, args, msg)
             if body is not None:
                 body["streams"] = len(self.group.state.account_streams(ajs.account.name))
@@ -353,6 +363,8 @@ class MetaApi:
         if not group.driver.is_leader():
             raise api_error("JSClusterNotAvailErr")
         kind = body.get("kind")
+        if kind == "read":
+            return {"index": group.driver.applied}
         if kind == "register":
             s = body["server"]
             index = await self._commit(encode_op("server", **s))
