@@ -170,6 +170,24 @@ async def test_a_stream_whose_server_is_down_is_offline_and_nothing_else_breaks(
         c.close()
 
 
+async def test_a_new_meta_leader_is_elected_after_the_leader_is_killed(tmp_path):
+    """leafjet: /raftz shows one leader and its term on every server; SIGKILL it and the other
+    two agree on a new one, in a later term."""
+    c = Cluster(tmp_path, "leafjet", size=3)
+    try:
+        await anyio.to_thread.run_sync(start_js_cluster, c)
+        await anyio.to_thread.run_sync(c.wait_for_mesh)
+        victim = await anyio.to_thread.run_sync(_leader_index, c)
+        term = (raftz(c, victim) or {})["term"]
+        c.stop(victim, kill=True)
+        new = await anyio.to_thread.run_sync(_leader_index, c)
+        assert new != victim
+        z = raftz(c, new) or {}
+        assert z["role"] == "leader" and z["term"] > term
+    finally:
+        c.close()
+
+
 # ---------------------------------------------------------------------------------------- chaos
 
 
