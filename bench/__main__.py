@@ -312,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     mq.add_argument("--msgs", type=int, default=20_000)
     mq.add_argument("--size", type=int, default=128)
     mq.add_argument("--inflight", type=int, default=100, help="device QoS 1 inflight window")
+    mq.add_argument(
+        "--profile", type=Path, default=None, help="directory for a py-spy profile of the bridge (raw stacks)"
+    )
     add_putfloor_parser(sub)
     add_footprint_parser(sub)
     add_monitoring_parser(sub)
@@ -342,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.matrix == "cluster":
         return cluster_matrix(args)
     if args.matrix == "mqtt":
-        return run_mqtt(args.msgs, args.size, args.inflight)
+        return run_mqtt(args.msgs, args.size, args.inflight, args.profile)
     return 2
 
 

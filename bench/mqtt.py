@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from pathlib import Path
 import nats
 from paho.mqtt.client import CallbackAPIVersion, Client, MQTTv311
 
+from bench.procstat import cpu_seconds
 from tests.support.mosquitto import MOSQUITTO, Mosquitto
 from tests.support.servers import REPO, free_port, start_server
 
@@ -36,18 +38,26 @@ class MqttFigures:
     msgs_per_s: float
     device_acks_per_s: float
     seconds: float
+    # CPU microseconds per message of each process on the path, over the measured interval
+    # ("device" is this benchmark's own process: the paho device plus the stream polling).
+    cpu_us: dict[str, float]
 
 
 def _flood(port: int, n: int, size: int, inflight: int, topic: str) -> float:
-    """Publish n QoS 1 messages; return the time when the broker had acknowledged them all."""
+    """Publish n QoS 1 messages; return the time when the broker had acknowledged them all.
+
+    At most ``20 * inflight`` are queued in paho at once, so a million messages do not sit in memory.
+    """
     done = threading.Event()
     acks = 0
-    lock = threading.Lock()
+    room = threading.Condition()
+    ahead = 20 * inflight
 
     def on_publish(*_a: object) -> None:
         nonlocal acks
-        with lock:
+        with room:
             acks += 1
+            room.notify()
             if acks == n:
                 done.set()
 
@@ -59,33 +69,58 @@ def _flood(port: int, n: int, size: int, inflight: int, topic: str) -> float:
     c.loop_start()
     try:
         payload = b"x" * size
-        for _ in range(n):
+        for i in range(n):
+            if i - acks >= ahead:
+                with room:
+                    while i - acks >= ahead:
+                        room.wait(60)
             c.publish(topic, payload, 1)
-        done.wait(600)
+        done.wait(max(600, n / 100))
         return time.perf_counter()
     finally:
         c.disconnect()
         c.loop_stop()
 
 
+def _cpu_snapshot(pids: dict[str, int]) -> dict[str, float]:
+    own = os.times()
+    return {"device": own.user + own.system, **{role: cpu_seconds(pid) for role, pid in pids.items()}}
+
+
 async def _measure(
-    nats_url: str, mqtt_port: int, n: int, size: int, inflight: int, subject_prefix: str
+    nats_url: str,
+    mqtt_port: int,
+    n: int,
+    size: int,
+    inflight: int,
+    subject_prefix: str,
+    pids: dict[str, int],
 ) -> MqttFigures:
     nc = await nats.connect(nats_url)
     js = nc.jetstream(timeout=10)
     try:
         await js.add_stream(name="BENCH", subjects=[f"{subject_prefix}.>"])
         loop = asyncio.get_running_loop()
+        cpu0 = _cpu_snapshot(pids)
         t0 = time.perf_counter()
         device = loop.run_in_executor(None, _flood, mqtt_port, n, size, inflight, "bench/device")
-        deadline = t0 + 300
-        while (await js.stream_info("BENCH")).state.messages < n:
-            if time.perf_counter() > deadline:
-                raise TimeoutError(f"the stream did not reach {n} messages in 300s")
-            await asyncio.sleep(0.05)
+        limit = max(300.0, n / 200)  # 1M messages may take a while on a loaded machine
+        deadline = t0 + limit
+        seen, since = -1, t0
+        while (stored := (await js.stream_info("BENCH")).state.messages) < n:
+            now = time.perf_counter()
+            if stored != seen:
+                seen, since = stored, now
+            elif device.done() and now - since > 60:  # the device is done and nothing moves
+                raise RuntimeError(f"the stream stopped at {stored} of {n} messages: some were lost")
+            if now > deadline:
+                raise TimeoutError(f"the stream did not reach {n} messages in {limit:.0f}s")
+            await asyncio.sleep(0.05 if n < 100_000 else 0.25)
         t1 = time.perf_counter()
+        cpu1 = _cpu_snapshot(pids)
         t_acked = await device
-        return MqttFigures(n / (t1 - t0), n / (t_acked - t0), t1 - t0)
+        cpu_us = {role: (cpu1[role] - cpu0[role]) * 1e6 / n for role in cpu0}
+        return MqttFigures(n / (t1 - t0), n / (t_acked - t0), t1 - t0, cpu_us)
     finally:
         await nc.close()
 
@@ -123,19 +158,40 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.stdout.close()
 
 
-def _via_bridge(tmp: Path, kind: str, n: int, size: int, inflight: int) -> MqttFigures:
+def _profiler(pid: int, out: Path) -> subprocess.Popen:
+    """py-spy sampling the bridge process until it exits (it then writes ``out``, collapsed stacks)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen(
+        [str(spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "--output", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _via_bridge(
+    tmp: Path, kind: str, n: int, size: int, inflight: int, profile: Path | None = None
+) -> MqttFigures:
     srv = start_server(kind, tmp / f"{kind}-server", jetstream=True)
     broker = Mosquitto(tmp / f"{kind}-mosquitto", free_port())
     broker.workdir.mkdir(parents=True)
     broker.start()
-    bridge = None
+    bridge = spy = None
     try:
         bridge = _bridge_process(tmp, broker, srv.url, inflight)
+        if profile is not None:
+            profile.mkdir(parents=True, exist_ok=True)
+            spy = _profiler(bridge.pid, profile / f"bridge-{kind}.txt")
         time.sleep(0.5)  # the bridge subscribes right after it connects; the device must not beat it
-        return asyncio.run(_measure(srv.url, broker.port, n, size, inflight, "mqtt"))
+        assert broker.proc is not None
+        pids = {"bridge": bridge.pid, "server": srv.pid, "broker": broker.proc.pid}
+        return asyncio.run(_measure(srv.url, broker.port, n, size, inflight, "mqtt", pids))
     finally:
         if bridge is not None:
             _stop(bridge)
+        if spy is not None:
+            spy.wait(30)  # it writes its file once the bridge has exited
+        if profile is not None and (tmp / "bridge.log").exists():
+            shutil.copy(tmp / "bridge.log", profile / f"bridge-{kind}.log")
         broker.stop()
         srv.stop()
 
@@ -149,12 +205,12 @@ def _reference_listener(tmp: Path, n: int, size: int, inflight: int) -> MqttFigu
         jetstream=True,
     )
     try:
-        return asyncio.run(_measure(srv.url, mqtt_port, n, size, inflight, "bench"))
+        return asyncio.run(_measure(srv.url, mqtt_port, n, size, inflight, "bench", {"server": srv.pid}))
     finally:
         srv.stop()
 
 
-def run_mqtt(n: int, size: int, inflight: int) -> int:
+def run_mqtt(n: int, size: int, inflight: int, profile: Path | None = None) -> int:
     if MOSQUITTO is None:
         print("mosquitto is not installed (apt-get install -y mosquitto mosquitto-clients)", file=sys.stderr)
         return 3
@@ -162,7 +218,7 @@ def run_mqtt(n: int, size: int, inflight: int) -> int:
         tmp = Path(tmp_s)
         (tmp / "a").mkdir()
         (tmp / "b").mkdir()
-        lj = _via_bridge(tmp / "a", "leafjet", n, size, inflight)
+        lj = _via_bridge(tmp / "a", "leafjet", n, size, inflight, profile)
         br = _via_bridge(tmp / "b", "reference", n, size, inflight)
         ref = _reference_listener(tmp, n, size, inflight)
     print(f"\nmqtt N={n},MsgSz={size}B,QoS=1,DeviceInflight={inflight},Storage=file")
@@ -186,4 +242,8 @@ def run_mqtt(n: int, size: int, inflight: int) -> int:
             f"{label:34s} {fmt.format(a):>10s} {fmt.format(b):>10s} {fmt.format(r):>10s}"
             f" {a / r if r else float('nan'):7.2f} {b / r if r else float('nan'):7.2f}"
         )
+    print("CPU per message (us; device = this process: the paho device and the stream polling)")
+    for role in ("device", "broker", "bridge", "server"):
+        cells = [f.cpu_us.get(role) for f in (lj, br, ref)]
+        print(f"  {role:32s}" + "".join(f" {'-' if c is None else f'{c:,.1f}':>10s}" for c in cells))
     return 0

@@ -1,13 +1,15 @@
 """The MQTT bridge: one broker session <-> JetStream, as a NATS client (the IO shell).
 
 paho-mqtt runs its own network thread. Its callbacks never wait on the event loop: an inbound PUBLISH
-is copied into a bounded thread-safe queue (``put`` with a deadline) and the loop is woken with
-``call_soon_threadsafe``; PUBACK/connect notifications reach the loop the same way. The loop calls back
-into paho only through its thread-safe ``ack``/``publish``.
+is copied into a bounded handoff (``put`` with a deadline) and the loop is woken with
+``call_soon_threadsafe`` when the pump sleeps; PUBACK/connect notifications reach the loop the same way.
+The loop calls back into paho only through its thread-safe ``ack``/``publish``. Inbound messages are
+pipelined into JetStream (``pipeline.py``), commands out likewise.
 
 Invariants (see DESIGN.md):
 * an inbound QoS>=1 message is acknowledged to the broker only after JetStream's PubAck (or, for a
   message that cannot be stored, after it reached the dead-letter subject or was rejected and counted);
+* PUBACKs go out in the order the PUBLISHes arrived, whatever order the PubAcks come back in;
 * an ack goes back only on the MQTT connection that delivered the message;
 * an outbound stream message is acked only after the broker's PUBACK.
 """
@@ -16,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
-import queue
 import socket
 import threading
 import time
@@ -28,7 +30,7 @@ import anyio
 import nats
 import nats.errors
 import nats.js.errors
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from paho.mqtt.client import MQTT_ERR_SUCCESS, CallbackAPIVersion, Client, MQTTMessage, MQTTv5, MQTTv311
 from paho.mqtt.packettypes import PacketTypes
@@ -37,6 +39,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from core import faults
 
+from .buffered import BufferedClient
 from .config import MQTT_V5, MqttBridgeConfig, OutboundRoute
 from .messages import (
     H_MSG_ID,
@@ -46,6 +49,18 @@ from .messages import (
     Reject,
     plan_inbound,
     plan_outbound,
+)
+from .pipeline import (
+    AckWindow,
+    Failed,
+    Handoff,
+    JetStreamPipeline,
+    MessageIds,
+    NoStream,
+    Outcome,
+    Pending,
+    Stored,
+    TooLarge,
 )
 
 log = logging.getLogger("leafjet.bridge.mqtt")
@@ -93,13 +108,23 @@ class MqttBridge:
         self.stats = BridgeStats()
         self.mqtt_connected = False
         self.nats_connected = False
-        self._queue: queue.Queue[InboundMessage] = queue.Queue(maxsize=config.max_inflight * 2)
+        self._queue = Handoff(config.max_inflight * 2)
         self._generation = 0
         self._gen_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._mqtt_up: asyncio.Event | None = None
         self._pub_waiters: dict[int, asyncio.Future[Any]] = {}
+        # Inbound pipeline state, all on the loop except the two flags paho's thread reads.
+        self._window = AckWindow(config.max_inflight)
+        self._ids = MessageIds()
+        self._retries: list[tuple[float, int, Pending]] = []  # (due, tie-breaker, message) heap
+        self._retry_seq = 0
+        self._pump_waiting = False  # the pump sleeps until a message arrives: paho must wake it
+        self._pump_full = False  # the pump sleeps until the window has room
+        self._pipeline: JetStreamPipeline | None = None
+        self._side_tasks: TaskGroup | None = None
+        self._nc: Any = None
         self._client: Client | None = None
         self._who = f"mqtt bridge {config.name!r} ({config.host}:{config.port})"
 
@@ -112,7 +137,7 @@ class MqttBridge:
         self._wakeup = asyncio.Event()
         self._mqtt_up = asyncio.Event()
         task_status.started(self)
-        nc = await self._connect_nats()
+        nc = self._nc = await self._connect_nats()
         try:
             if faults.ARMED:
                 faults.fault_point("mqtt_bridge", self.config.name)
@@ -121,7 +146,7 @@ class MqttBridge:
             try:
                 async with anyio.create_task_group() as tg:
                     if self.config.inbound:
-                        tg.start_soon(self._inbound_pump, js, nc)
+                        tg.start_soon(self._inbound_pump, nc)
                     for route in self.config.outbound:
                         tg.start_soon(self._outbound_loop, route, js, nc)
             finally:
@@ -155,6 +180,7 @@ class MqttBridge:
                     name=f"leafjet-mqtt-bridge-{cfg.name}",
                     connect_timeout=min(cfg.ack_timeout, 5.0),
                     max_reconnect_attempts=-1,
+                    skip_subject_validation=True,  # subjects come from the (validating) topic mapping
                     reconnect_time_wait=min(cfg.reconnect_max, 2.0),
                     error_cb=on_error,
                     disconnected_cb=on_disconnected,
@@ -178,7 +204,7 @@ class MqttBridge:
     def _start_mqtt(self) -> Client:
         cfg = self.config
         v5 = cfg.protocol == MQTT_V5
-        client = Client(
+        client = BufferedClient(
             CallbackAPIVersion.VERSION2,
             client_id=cfg.client_id,
             protocol=MQTTv5 if v5 else MQTTv311,
@@ -306,22 +332,23 @@ class MqttBridge:
             response_topic=getattr(props, "ResponseTopic", None),
             correlation_data=getattr(props, "CorrelationData", None),
         )
-        try:
-            if m.qos == 0:
-                self._queue.put_nowait(item)  # at most once anyway: dropped (and counted) when full
-            else:
-                self._queue.put(item, timeout=self.config.ack_timeout)
-        except queue.Full:
+        if m.qos == 0:
+            queued = self._queue.put_nowait(item)  # at most once anyway: dropped (and counted) when full
+        else:
+            queued = self._queue.put(item, timeout=self.config.ack_timeout)
+        if not queued:
             self.stats.overflow += 1
             if m.qos > 0:
                 # Unacknowledged, the broker resends it only on a new connection: force one.
                 log.error("%s: inbound queue full; reconnecting so the broker redelivers", self._who)
-                sock = client.socket()
-                if isinstance(sock, socket.socket):  # TCP or TLS (we open no websockets)
+                shutdown = getattr(client.socket(), "shutdown", None)  # TCP or TLS: we open no websockets
+                if shutdown is not None:
                     with contextlib.suppress(OSError):
-                        sock.shutdown(socket.SHUT_RDWR)
+                        shutdown(socket.SHUT_RDWR)
             return
-        if self._wakeup is not None:
+        if self._pump_waiting and self._wakeup is not None:
+            # Only when the pump sleeps: a wakeup per message would cost a syscall on both threads.
+            self._pump_waiting = False
             self._to_loop(self._wakeup.set)
 
     def _on_publish(self, _client: Client, _u: Any, mid: int, reason: Any, _props: Any) -> None:
@@ -329,57 +356,188 @@ class MqttBridge:
 
     # ------------------------------------------------------------------ inbound: MQTT -> JetStream
 
-    async def _next_inbound(self) -> InboundMessage:
+    async def _inbound_pump(self, nc: Any) -> None:
+        """Move inbound messages into JetStream, many at once, and acknowledge them in arrival order.
+
+        One task does all the sending: new messages while the window has room, retries when their
+        backoff is over, and timeouts of overdue publishes. Replies arrive on the pipeline's
+        subscription and only mark messages done; acknowledgements follow in arrival order.
+        """
         assert self._wakeup is not None
-        while True:
-            try:
-                return self._queue.get_nowait()
-            except queue.Empty:
-                pass
-            self._wakeup.clear()
-            try:
-                return self._queue.get_nowait()
-            except queue.Empty:
-                await self._wakeup.wait()
-
-    async def _inbound_pump(self, js: Any, nc: Any) -> None:
-        window = anyio.Semaphore(self.config.max_inflight)
+        cfg = self.config
+        pipeline = JetStreamPipeline(nc, cfg.ack_timeout, self._on_outcome)
+        await pipeline.start()
+        self._pipeline = pipeline
+        window = self._window
+        retries = self._retries
+        wakeup = self._wakeup
+        loop = asyncio.get_running_loop()
         async with anyio.create_task_group() as tg:
+            self._side_tasks = tg
             while True:
-                item = await self._next_inbound()
-                await window.acquire()
-                tg.start_soon(self._handle_inbound, js, nc, item, window)
+                now = time.monotonic()
+                pipeline.expire(now)
+                while retries and retries[0][0] <= now:
+                    await pipeline.send(heapq.heappop(retries)[2])
+                while window.has_room():
+                    item = self._queue.get()
+                    if item is None:
+                        break
+                    p = self._plan(item)
+                    window.add(p)
+                    if not p.done:
+                        await pipeline.send(p)
+                self._release_acks()
+                # Sleep until something changes: a message arrives (only if there is room for it),
+                # room frees up, a retry falls due, or the oldest publish runs out of time.
+                wakeup.clear()
+                room = window.has_room()
+                self._pump_full = not room
+                self._pump_waiting = room  # read by paho's thread: wake us on the next message
+                if room and len(self._queue):
+                    self._pump_waiting = False  # it arrived before the flag was up
+                    continue
+                due = [t for t in (retries[0][0] if retries else None, pipeline.next_deadline()) if t]
+                timer = loop.call_at(min(due), wakeup.set) if due else None  # loop.time() is time.monotonic()
+                await wakeup.wait()
+                if timer is not None:
+                    timer.cancel()
+                self._pump_waiting = self._pump_full = False
 
-    async def _handle_inbound(self, js: Any, nc: Any, item: InboundMessage, window: anyio.Semaphore) -> None:
-        try:
-            plan = plan_inbound(item, self.config)
-            if isinstance(plan, Reject):
-                self.stats.oversized += 1
-                log.warning("%s: rejected a message on %r: %s", self._who, _topic_text(item), plan.reason)
-            elif isinstance(plan, DeadLetter):
+    def _plan(self, item: InboundMessage) -> Pending:
+        p = Pending(item, retry_delay=self.config.reconnect_min)
+        plan = plan_inbound(item, self.config)
+        if isinstance(plan, Reject):
+            self.stats.oversized += 1
+            log.warning("%s: rejected a message on %r: %s", self._who, _topic_text(item), plan.reason)
+            p.done = True
+        elif isinstance(plan, DeadLetter):
+            log.warning(
+                "%s: message on %r sent to dead-letter subject %r: %s",
+                self._who,
+                _topic_text(item),
+                plan.subject,
+                plan.reason,
+            )
+            p.subject, p.payload, p.headers, p.dead_letter = plan.subject, plan.payload, plan.headers, True
+        else:
+            if plan.dropped_properties:
+                self.stats.dropped_properties += len(plan.dropped_properties)
                 log.warning(
-                    "%s: message on %r sent to dead-letter subject %r: %s",
+                    "%s: dropped user properties %s (reserved or not valid header names)",
                     self._who,
-                    _topic_text(item),
-                    plan.subject,
-                    plan.reason,
+                    list(plan.dropped_properties),
                 )
-                await self._store(
-                    js, nc, plan.subject, plan.payload, plan.headers, item.dup, dead_letter=True
-                )
-                self.stats.dead_lettered += 1
+            p.subject, p.payload, p.headers = plan.subject, plan.payload, plan.headers
+        base = p.headers.get(H_MSG_ID)
+        if base is not None:
+            chosen = self._ids.choose(item.mid, item.dup, base)
+            if chosen != base:
+                p.headers[H_MSG_ID] = chosen
+        return p
+
+    def _on_outcome(self, p: Pending, outcome: Outcome) -> None:
+        """A publish attempt ended (on the loop): done, or scheduled again. Never blocks."""
+        stats = self.stats
+        if isinstance(outcome, Stored):
+            headers = p.headers
+            if outcome.duplicate and not p.item.dup and p.attempt == 1 and H_MSG_ID in headers:
+                # Not a redelivery (no DUP flag) and not our own retry: a reused packet id with
+                # identical bytes. Store it again under a fresh id.
+                stats.id_collisions += 1
+                old = headers[H_MSG_ID]
+                p.headers = {**headers, H_MSG_ID: self._ids.fresh(old)}
+                self._ids.renamed(p.item.mid, old, p.headers[H_MSG_ID])
+                self._schedule(p, 0.0)
+                return
+            if p.dead_letter:
+                stats.dead_lettered += 1
+            elif outcome.duplicate:
+                stats.duplicates += 1
             else:
-                if plan.dropped_properties:
-                    self.stats.dropped_properties += len(plan.dropped_properties)
-                    log.warning(
-                        "%s: dropped user properties %s (reserved or not valid header names)",
-                        self._who,
-                        list(plan.dropped_properties),
-                    )
-                await self._store(js, nc, plan.subject, plan.payload, plan.headers, item.dup)
-            self._ack(item)
-        finally:
-            window.release()
+                stats.stored += 1
+            self._finish(p)
+            return
+        if isinstance(outcome, NoStream) and p.dead_letter:
+            # Nobody stores dead letters: publish them for whoever listens.
+            assert self._side_tasks is not None
+            self._side_tasks.start_soon(self._publish_dead_letter, p)
+            return
+        if isinstance(outcome, TooLarge):
+            stats.oversized += 1
+            log.error(
+                "%s: rejected a message on %r: %d bytes exceed the NATS server's max_payload",
+                self._who,
+                _topic_text(p.item),
+                len(p.payload),
+            )
+            self._finish(p)
+            return
+        if isinstance(outcome, NoStream):
+            problem = f"no stream captures subject {p.subject!r}"
+        else:
+            problem = outcome.problem
+        stats.store_retries += 1
+        if p.attempt & (p.attempt - 1) == 0:  # log attempts 1, 2, 4, 8, ...
+            log.warning(
+                "%s: cannot store on %r (%s); attempt %d, retrying in %.1fs",
+                self._who,
+                p.subject,
+                problem,
+                p.attempt,
+                p.retry_delay,
+            )
+        delay = p.retry_delay
+        p.retry_delay = min(delay * 2, self.config.reconnect_max)
+        self._schedule(p, delay)
+
+    def _schedule(self, p: Pending, delay: float) -> None:
+        self._retry_seq += 1
+        heapq.heappush(self._retries, (time.monotonic() + delay, self._retry_seq, p))
+        self._wake_pump()
+
+    async def _publish_dead_letter(self, p: Pending) -> None:
+        try:
+            await self._nc_publish_flushed(p.subject, p.payload, p.headers)
+        except Exception as e:
+            self._on_outcome(p, Failed(f"{type(e).__name__}: {e}"))
+            return
+        self.stats.dead_lettered += 1
+        self._finish(p)
+
+    async def _nc_publish_flushed(self, subject: str, payload: bytes, headers: dict[str, str]) -> None:
+        assert self._nc is not None
+        await self._nc.publish(subject, payload, headers=headers)
+        await self._nc.flush(timeout=self.config.ack_timeout)
+
+    def _finish(self, p: Pending) -> None:
+        p.done = True
+        if p is self._window.oldest():
+            self._release_acks()
+
+    def _release_acks(self) -> None:
+        ready = self._window.releasable()
+        if not ready:
+            return
+        client = self._client
+        if client is not None:
+            with self._gen_lock:
+                generation = self._generation
+                for p in ready:
+                    item = p.item
+                    if item.qos and item.generation == generation:
+                        client.ack(item.mid, item.qos)
+                        used = p.headers.get(H_MSG_ID)
+                        if used is not None:
+                            self._ids.acked(item.mid, used)
+                    # else: that connection is gone; the broker redelivers (DUP) and dedup catches it
+        if self._pump_full:
+            self._pump_full = False
+            self._wake_pump()  # the pump waits for room
+
+    def _wake_pump(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
 
     async def _store(
         self,
@@ -392,7 +550,10 @@ class MqttBridge:
         *,
         dead_letter: bool = False,
     ) -> None:
-        """Publish until JetStream acknowledges: retried with capped backoff, never given up."""
+        """Publish until JetStream acknowledges: retried with capped backoff, never given up.
+
+        One message at a time: only the outbound path's (rare) dead letters use it; inbound messages go
+        through the pipeline."""
         cfg = self.config
         backoff = _Backoff(cfg.reconnect_min, cfg.reconnect_max)
         attempt = 0
@@ -436,14 +597,6 @@ class MqttBridge:
                 )
             await backoff.sleep()
 
-    def _ack(self, item: InboundMessage) -> None:
-        if item.qos == 0 or self._client is None:
-            return
-        with self._gen_lock:
-            if item.generation == self._generation:
-                self._client.ack(item.mid, item.qos)
-            # else: that connection is gone; the broker redelivers (with DUP) and dedup catches it
-
     # ------------------------------------------------------------------ outbound: JetStream -> MQTT
 
     def _published(self, mid: int, reason: Any) -> None:
@@ -479,50 +632,61 @@ class MqttBridge:
                     backoff.delay,
                 )
                 await backoff.sleep()
+        # Commands are pipelined: the next batch is fetched and handed to paho while earlier ones
+        # still wait for their PUBACK. The stream's capacity bounds how many are in flight.
+        in_flight, settling = anyio.create_memory_object_stream[_Command](cfg.max_inflight)
         try:
-            while True:
-                assert self._mqtt_up is not None
-                await self._mqtt_up.wait()
-                try:
-                    msgs = await sub.fetch(route.batch, timeout=1.0)
-                except nats.errors.TimeoutError:
-                    continue
-                except Exception as e:
-                    log.warning(
-                        "%s: fetch from %r failed: %s", self._who, route.durable, e or type(e).__name__
-                    )
-                    await anyio.sleep(cfg.reconnect_min)
-                    continue
-                await self._deliver_batch(route, msgs, js, nc)
+            async with anyio.create_task_group() as tg, in_flight, settling:
+                tg.start_soon(self._settle_commands, settling)
+                while True:
+                    assert self._mqtt_up is not None
+                    await self._mqtt_up.wait()
+                    try:
+                        msgs = await sub.fetch(route.batch, timeout=1.0)
+                    except nats.errors.TimeoutError:
+                        continue
+                    except Exception as e:
+                        log.warning(
+                            "%s: fetch from %r failed: %s", self._who, route.durable, e or type(e).__name__
+                        )
+                        await anyio.sleep(cfg.reconnect_min)
+                        continue
+                    for msg in msgs:  # handed to paho in stream order
+                        plan = plan_outbound(msg.subject, msg.data, msg.headers, route, self.config)
+                        if isinstance(plan, DeadLetter):
+                            log.warning(
+                                "%s: command on %r dead-lettered: %s", self._who, msg.subject, plan.reason
+                            )
+                            await self._store(
+                                js, nc, plan.subject, plan.payload, plan.headers, False, dead_letter=True
+                            )
+                            self.stats.commands_dead_lettered += 1
+                            await msg.term()
+                            continue
+                        deadline = time.monotonic() + cfg.ack_timeout
+                        await in_flight.send(_Command(msg, self._mqtt_publish(plan), deadline))
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):
                 await sub.unsubscribe()
 
-    async def _deliver_batch(self, route: OutboundRoute, msgs: list[Any], js: Any, nc: Any) -> None:
-        pending: list[tuple[Any, asyncio.Future[Any] | None]] = []
-        for msg in msgs:  # handed to paho in stream order
-            plan = plan_outbound(msg.subject, msg.data, msg.headers, route, self.config)
-            if isinstance(plan, DeadLetter):
-                log.warning("%s: command on %r dead-lettered: %s", self._who, msg.subject, plan.reason)
-                await self._store(js, nc, plan.subject, plan.payload, plan.headers, False, dead_letter=True)
-                self.stats.commands_dead_lettered += 1
-                await msg.term()
-                continue
-            pending.append((msg, self._mqtt_publish(plan)))
-        for msg, fut in pending:
+    async def _settle_commands(self, settling: Any) -> None:
+        """Ack each command to the stream once the broker acknowledged it (in order); nak it if not."""
+        async for cmd in settling:
             ok = False
-            if fut is not None:
-                with anyio.move_on_after(self.config.ack_timeout):
-                    reason = await fut
+            if cmd.published is not None:
+                with anyio.move_on_after(max(0.0, cmd.deadline - time.monotonic())):
+                    reason = await cmd.published
                     ok = not getattr(reason, "is_failure", False)
                     if not ok:
-                        log.warning("%s: broker refused command on %r: %s", self._who, msg.subject, reason)
+                        log.warning(
+                            "%s: broker refused command on %r: %s", self._who, cmd.msg.subject, reason
+                        )
             if ok:
-                await msg.ack()
+                await cmd.msg.ack()
                 self.stats.commands_sent += 1
             else:
                 self.stats.command_failures += 1
-                await msg.nak(delay=self.config.reconnect_min)
+                await cmd.msg.nak(delay=self.config.reconnect_min)
 
     def _mqtt_publish(self, plan: MqttPublish) -> asyncio.Future[Any] | None:
         assert self._client is not None and self._loop is not None
@@ -543,6 +707,15 @@ class MqttBridge:
         else:
             self._pub_waiters[info.mid] = fut
         return fut
+
+
+@dataclass(frozen=True, slots=True)
+class _Command:
+    """A stream message handed to paho, waiting for the broker's PUBACK until ``deadline``."""
+
+    msg: Any
+    published: asyncio.Future[Any] | None  # None: QoS 0 that paho could not send
+    deadline: float
 
 
 def _topic_text(item: InboundMessage) -> str:

@@ -9,6 +9,7 @@ decided here.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -47,9 +48,9 @@ def encode_header_value(value: str) -> str:
     return "".join(f"%{ord(c):02X}" if c == "%" or c < " " or c == "\x7f" else c for c in value)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ costs a setattr call per field, per message
 class InboundMessage:
-    """A PUBLISH as the broker delivered it, copied out of paho's thread."""
+    """A PUBLISH as the broker delivered it, copied out of paho's thread. Treat it as immutable."""
 
     generation: int  # which MQTT connection delivered it: acks only go back on the same one
     mid: int
@@ -117,6 +118,22 @@ def topic_matches(topic_filter: str, topic: str) -> bool:
     return len(f) == len(t)
 
 
+@functools.lru_cache(maxsize=4096)
+def _map_topic(topic: str, routes: tuple[InboundRoute, ...]) -> tuple[str, str, str | None] | str:
+    """(subject, Mqtt-Topic header value, expected stream) for a topic, or why it has none.
+
+    Cached: devices publish to the same few topics over and over, and this is pure.
+    """
+    route = _matching_route(topic, routes)
+    if route is None:
+        return "no configured filter matches the topic"
+    try:
+        subject = with_prefix(route.subject_prefix, topic_to_subject(topic))
+    except UnmappableTopic as e:
+        return f"unmappable topic: {e}"
+    return subject, encode_header_value(topic), route.stream
+
+
 def plan_inbound(msg: InboundMessage, config: MqttBridgeConfig) -> Store | DeadLetter | Reject:
     if len(msg.payload) > config.max_payload:
         return Reject(f"payload of {len(msg.payload)} bytes exceeds max_payload {config.max_payload}")
@@ -128,18 +145,15 @@ def plan_inbound(msg: InboundMessage, config: MqttBridgeConfig) -> Store | DeadL
     except UnicodeDecodeError:
         topic_text = msg.topic.decode("utf-8", errors="backslashreplace")
         return _dead_letter(msg, config, base, topic_text, "topic is not valid UTF-8")
-    route = _matching_route(topic, config.inbound)
-    if route is None:
-        return _dead_letter(msg, config, base, topic, "no configured filter matches the topic")
-    try:
-        subject = with_prefix(route.subject_prefix, topic_to_subject(topic))
-    except UnmappableTopic as e:
-        return _dead_letter(msg, config, base, topic, f"unmappable topic: {e}")
-    headers = {H_TOPIC: encode_header_value(topic), **base}
+    mapped = _map_topic(topic, config.inbound)
+    if isinstance(mapped, str):
+        return _dead_letter(msg, config, base, topic, mapped)
+    subject, topic_header, stream = mapped
+    headers = {H_TOPIC: topic_header, **base}
     if msg.retain:
         headers[H_RETAIN] = "true"
-    if route.stream:
-        headers[H_EXPECTED_STREAM] = route.stream
+    if stream:
+        headers[H_EXPECTED_STREAM] = stream
     if msg.content_type is not None:
         headers[H_CONTENT_TYPE] = encode_header_value(msg.content_type)
     if msg.response_topic is not None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from core import subjects
 from core.api_errors import ApiError, api_error
-from core.jetstream import direct
+from core.jetstream import bulk_read, direct
 from core.jetstream.consumer import Consumer
 from core.jetstream.consumer_models import (
     consumer_list_json,
@@ -52,6 +53,9 @@ if TYPE_CHECKING:
 Handler = Callable[["JetStream", "AccountJetStream", list[str], InboundMsg], Awaitable[dict[str, Any] | None]]
 
 NAMES_LIMIT = 1024
+# What a request may require (Nats-Required-Api-Level) of CONSUMER.RESET: level 4 brought
+# ack_policy flow_control and the reset itself, level 5 the stream identity.
+SUPPORTED_API_LEVEL = 5
 LIST_LIMIT = 256
 SUBJECTS_LIMIT = 100_000
 
@@ -400,32 +404,50 @@ async def _create_consumer(
         asked = slice_header(msg.headers, STREAM_IDENTITY) if msg.headers else None
         if asked and asked != identity:
             raise api_error("JSConsumerStreamIdentityMismatchF", msg=identity)
-    async with stream.lock:
-        outcome = resolve_create(
-            req,
-            stream=stream.config,
-            consumers={name: c.config for name, c in stream.consumers.items()},
-            has_interest=lambda deliver: bool(ajs.account.sublist.match(deliver)),
-        )
-        if outcome.config.priority_policy != "none":
-            # The config is checked as the reference checks it (above); the groups' delivery
-            # rules (overflow, pinning) are not built, so the consumer is refused, not half made.
-            raise api_error("JSConsumerCreateErrF", err="priority groups are not supported by this server")
-        if outcome.existing:
-            consumer = stream.consumers[outcome.name]
-            if outcome.config != consumer.config:
-                await js.update_consumer(stream, consumer, outcome.config)
-        else:
-            consumer = await js.create_consumer(stream, outcome.name, outcome.config)
-        info = _with_cluster(js, await consumer.info())  # a new consumer: before it delivers anything
-        if not outcome.existing:
-            await js.start_consumer(stream, consumer)
-    response = api_response("consumer_create_response", info)
-    if identity is None or not msg.reply:
-        return response
-    headers = encode_headers([(STREAM_IDENTITY, identity)])
-    js.reply_raw(ajs, msg.reply, headers, json.dumps(response, separators=(",", ":")).encode())
-    return None
+    held: Consumer | None = None
+    try:
+        async with stream.lock:
+            outcome = resolve_create(
+                req,
+                stream=stream.config,
+                consumers={name: c.config for name, c in stream.consumers.items()},
+                has_interest=lambda deliver: bool(ajs.account.sublist.match(deliver)),
+            )
+            if outcome.config.priority_policy != "none":
+                # The config is checked as the reference checks it (above); the groups' delivery
+                # rules (overflow, pinning) are not built, so the consumer is refused, not half made.
+                raise api_error(
+                    "JSConsumerCreateErrF", err="priority groups are not supported by this server"
+                )
+            if outcome.existing:
+                consumer = stream.consumers[outcome.name]
+                if outcome.config.sourcing and outcome.config.durable_name:
+                    # As the reference (a single server): a source asking again for its durable
+                    # consumer (ADR-60) gets delivery over again from the ack floor, under the
+                    # new deliver subject. Reset before the update's first await, so nothing
+                    # numbered the old way goes to the new subject, and hold delivery until the
+                    # answer (saying where it starts) is out.
+                    consumer.reconfigure(outcome.config)
+                    consumer.reset(0)
+                    held = consumer
+                if outcome.config != consumer.config or consumer.config.sourcing:
+                    await js.update_consumer(stream, consumer, outcome.config)
+                if held is not None:
+                    await consumer.persist()
+            else:
+                consumer = await js.create_consumer(stream, outcome.name, outcome.config)
+            info = _with_cluster(js, await consumer.info())  # a new consumer: before it delivers anything
+            if not outcome.existing:
+                await js.start_consumer(stream, consumer)
+        response = api_response("consumer_create_response", info)
+        if identity is None or not msg.reply:
+            return response
+        headers = encode_headers([(STREAM_IDENTITY, identity)])
+        js.reply_raw(ajs, msg.reply, headers, json.dumps(response, separators=(",", ":")).encode())
+        return None
+    finally:
+        if held is not None:
+            held.release()
 
 
 async def consumer_create(
@@ -438,6 +460,66 @@ async def consumer_durable_create(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any] | None:
     return await _create_consumer(js, ajs, "$JS.API.CONSUMER.DURABLE.CREATE." + ".".join(args), msg)
+
+
+async def consumer_reset(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
+    """``CONSUMER.RESET.<stream>.<consumer>`` (ADR-60): delivery starts over, from the ack floor
+    (an empty body) or from ``{"seq": N}``. As the reference, where each consumer answers its
+    own reset subject: no answer for a stream or consumer that does not exist, or without a
+    reply subject; the answer is a create response plus ``reset_seq``, with the stream's
+    identity in a header when the request named one (a mismatch is not refused here)."""
+    stream = ajs.streams.get(args[0])
+    consumer = stream.consumers.get(args[1]) if stream is not None else None
+    if stream is None or consumer is None or not msg.reply:
+        return
+    try:
+        level = slice_header(msg.headers, "Nats-Required-Api-Level") if msg.headers else None
+        if level is not None and _required_level(level) > SUPPORTED_API_LEVEL:
+            raise api_error("JSRequiredApiLevelErr")
+        seq = _reset_seq(msg.payload) if msg.payload else 0
+        async with stream.lock:
+            start_time_seq = 0
+            cfg = consumer.config
+            if seq and cfg.deliver_policy == "by_start_time":
+                start_time_seq = await stream.seq_for_time(cfg.opt_start_time or 0)
+            try:
+                reset_seq = consumer.reset(seq, start_time_seq)
+            except ValueError as e:
+                raise api_error("JSConsumerInvalidResetErr", err=str(e)) from None
+            try:
+                await consumer.persist()
+                await stream.recheck_interest(acked_only=True)
+                info = await consumer.info()
+                response = {**api_response("consumer_reset_response", info), "reset_seq": reset_seq}
+                headers = None
+                if msg.headers and slice_header(msg.headers, STREAM_IDENTITY) is not None:
+                    headers = encode_headers([(STREAM_IDENTITY, stream_identity(stream.created_ns))])
+                js.reply_raw(ajs, msg.reply, headers, json.dumps(response, separators=(",", ":")).encode())
+            finally:
+                consumer.release()  # after the answer, which says where delivery starts
+    except ApiError as e:
+        body = {**error_response("consumer_reset_response", e), "reset_seq": 0}
+        js.reply_raw(ajs, msg.reply, None, json.dumps(body, separators=(",", ":")).encode())
+
+
+def _reset_seq(payload: bytes) -> int:
+    """A reset request's ``seq``, read as the reference reads it (``json.Unmarshal``: unknown
+    fields ignored, its error texts, which are not its streaming decoder's)."""
+    try:
+        body = decode_api_body("consumer_reset", decode_request(payload), strict=False)
+    except ApiError as e:
+        text = str(e.description)
+        text = re.sub(r" at offset \d+$", "", text).replace("unexpected EOF", "unexpected end of JSON input")
+        raise api_error("JSInvalidJSONErr", err=text.removeprefix("invalid JSON: ")) from None
+    seq = body.get("seq", 0)
+    return seq if type(seq) is int else 0
+
+
+def _required_level(value: str) -> int:
+    """The reference's reading of ``Nats-Required-Api-Level``: a number, or (anything else)
+    a level no server has."""
+    digits = value[1:] if value[:1] in ("+", "-") else value
+    return int(value) if digits.isascii() and digits.isdigit() else 1 << 31
 
 
 async def consumer_info(
@@ -527,6 +609,14 @@ async def consumer_next(js: JetStream, ajs: AccountJetStream, args: list[str], m
     await consumer.request_next(reply, msg.payload)
 
 
+async def leafjet_read(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
+    """The bulk read API (core/jetstream/bulk_read.py): checked here, answered by its own task."""
+    req = bulk_read.parse_read_request(msg.payload, js.reads.max_bytes())
+    stream = _stream(ajs, args[0])
+    if msg.reply:
+        js.reads.start(ajs, stream, req, msg.reply)
+
+
 async def cluster_only(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
     """Leader stepdowns and peer removal exist only in a cluster: a single server answers them
     with the reference's "clustering support required", before looking anything up."""
@@ -557,9 +647,11 @@ ROUTES: dict[tuple[str, ...], tuple[Handler, str, int, int | None]] = {
     ("CONSUMER", "LIST"): (consumer_list, "consumer_list_response", 1, 1),
     ("CONSUMER", "MSG", "NEXT"): (consumer_next, "consumer_next", 2, 2),
     ("CONSUMER", "PAUSE"): (consumer_pause, "consumer_pause_response", 2, 2),
+    ("CONSUMER", "RESET"): (consumer_reset, "consumer_reset_response", 2, 2),
     ("STREAM", "LEADER", "STEPDOWN"): (cluster_only, "stream_leader_stepdown_response", 1, 1),
     ("CONSUMER", "LEADER", "STEPDOWN"): (cluster_only, "consumer_leader_stepdown_response", 2, 2),
     ("STREAM", "PEER", "REMOVE"): (cluster_only, "stream_remove_peer_response", 1, 1),
+    bulk_read.READ_PATH: (leafjet_read, bulk_read.TYPE_NAME, 1, 1),
 }
 
 
@@ -589,8 +681,8 @@ _ERROR_ZERO_FIELDS: dict[str, dict[str, Any]] = {
 
 # Requests the reference leaves out of the account's API counts: direct gets and pull requests
 # (answered with messages and statuses, not API responses). Unknown subjects are not counted
-# either.
-_UNCOUNTED = frozenset({"direct_get", "consumer_next"})
+# either; nor are bulk reads (the reference has none, and a source polls them).
+_UNCOUNTED = frozenset({"direct_get", "consumer_next", "consumer_reset_response", bulk_read.TYPE_NAME})
 
 
 def _internal_error(msg: InboundMsg, failure: Exception) -> ApiError:

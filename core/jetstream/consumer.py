@@ -33,7 +33,7 @@ from core.jetstream.consumer_models import (
     parse_pull_request,
 )
 from core.jetstream.gotime import format_go_time, parse_go_duration
-from core.protocol.headers import encode_headers, parse_headers
+from core.protocol.headers import encode_headers, parse_headers, slice_header
 from core.server.internal import Backlog, InboundMsg, InternalReceiver
 from core.store.api import DeleteOp, SetMetaOp, StoredMsg
 
@@ -157,6 +157,10 @@ class Consumer:
         self._rate_tokens: float | None = None  # rate_limit_bps token bucket (bytes), filled at first use
         self._rate_at = 0.0
         self._pause_ends: int | None = None  # a pause (pause_until, wall ns) whose end is still to advise
+        # Set by the API between a reset and its answer: the answer tells where delivery starts,
+        # so nothing goes out before it (a sourcing stream skips what the answer says was delivered)
+        self.held = False
+        self._epoch = 0  # bumped by every reset: a message taken before one is not sent after it
         self._watch_pause()
 
     # ------------------------------------------------------------------ set-up
@@ -170,6 +174,8 @@ class Consumer:
         self._arm_at(sseq, p, time.time_ns() + delay_ns)
 
     def _arm_at(self, sseq: int, p: Pending, due_ns: int) -> None:
+        if self.acks_by_flow_control:
+            return  # no ack wait: as the reference, nothing is redelivered by time
         self._timer_seq += 1
         p.timer = self._timer_seq
         heapq.heappush(self._timers, (due_ns, sseq, p.timer))
@@ -181,6 +187,13 @@ class Consumer:
     @property
     def ack_none(self) -> bool:
         return self.config.ack_policy == "none"
+
+    @property
+    def acks_by_flow_control(self) -> bool:
+        """ack_policy flow_control (ADR-60): an answered flow-control request is the ack,
+        cumulative like ack all, up to its ``Nats-Last-Stream``. No ack subject, no ack wait, no
+        redelivery by time: what was not acked comes back only through a reset."""
+        return self.config.ack_policy == "flow_control"
 
     async def position_from_policy(self) -> None:
         """Where a new consumer starts, from its deliver policy, by the reference's rules (its
@@ -266,9 +279,10 @@ class Consumer:
             self._arm(int(key), p, max(ts + self._ack_wait(deliveries) - now, 0))
 
     def subscribe(self) -> None:
-        if not self.ack_none:
-            # As the reference: an ack-none consumer has no ack subscription, so an ack sent
-            # with a reply gets no responders and a +NXT asks for nothing.
+        if not self.ack_none and not self.acks_by_flow_control:
+            # As the reference: an ack-none (or flow-control-acked) consumer has no ack
+            # subscription, so an ack sent with a reply gets no responders and a +NXT asks for
+            # nothing.
             # The two forms the reference takes: 9 tokens, and 11 or more after a domain ("_"
             # without one) and the account's hash. Any other count has no responder.
             stream, name = self.stream.name, self.name
@@ -434,7 +448,20 @@ class Consumer:
 
     # ------------------------------------------------------------------ delivery
 
+    def _reset_meanwhile(self, epoch: int, msg: StoredMsg) -> bool:
+        """Whether ``msg``, taken for delivery, must not go out now: a reset came while it was
+        taken (it belongs to the old state, which is gone: dropped, the new state delivers it
+        again), or one holds delivery (it is put back)."""
+        if epoch != self._epoch:
+            return True
+        if self.held:
+            self._unread(msg)
+            return True
+        return False
+
     async def _deliver_available(self) -> None:
+        if self.held:
+            return
         now = time.monotonic_ns()
         # Messages not yet delivered, counted once per round and counted down as they go out:
         # clients read it from the ack subject (nats-py's KV watchers end their initial values on 0).
@@ -455,6 +482,7 @@ class Consumer:
                         end_of_stream = True  # nothing (more) to deliver
                         break
                     continue
+                epoch = self._epoch
                 msg = await self._next_message(new=room)
                 if msg is None:
                     end_of_stream = room
@@ -475,7 +503,10 @@ class Consumer:
                 if not self.waiting or self.waiting[0] is not waiter:  # it expired while we paced
                     self._unread(msg)
                     continue
-                self._send(msg, waiter.reply, await self._pending_after(msg), form)
+                after = await self._pending_after(msg)
+                if self._reset_meanwhile(epoch, msg):
+                    break
+                self._send(msg, waiter.reply, after, form)
                 waiter.delivered += 1
                 waiter.bytes += size
                 waiter.last_sent = now
@@ -513,11 +544,14 @@ class Consumer:
                 sent += n
                 await anyio.sleep(0)  # let others (and acks) run during a long catch-up
                 continue
+            epoch = self._epoch
             msg = await self._next_message(new=room)
             if msg is None:
                 break
             after = await self._pending_after(msg)  # as the reference: counted when taken, not after pacing
             await self._pace(msg)
+            if self._reset_meanwhile(epoch, msg):
+                break
             size = self._send(msg, self.config.deliver_subject, after)
             sent += 1
             if self.config.flow_control and self._fc_account(size):
@@ -529,6 +563,9 @@ class Consumer:
         elif self.config.idle_heartbeat and now - self._last_push_ns >= self.config.idle_heartbeat:
             self._heartbeat()
             self._last_push_ns = now
+            if self.acks_by_flow_control and self.pending and self._fc_reply is None:
+                # as the reference: an idle consumer asks, so the sender's answer acks the tail
+                self._flow_control_request()
 
     def _can_deliver_run(self, waiter: PullWaiter | None = None) -> bool:
         """Whether a run (``_deliver_run``, ``_push_run``) may deliver next: only new messages in
@@ -575,7 +612,7 @@ class Consumer:
                 self._remaining = -1
                 self.wake()  # the stream removed messages meanwhile: start over
                 return False
-        return True
+        return not self.held  # reset while reading: nothing goes out before its answer
 
     def _run_take(self, n: int, out: list[tuple[str, str, bytes | None, bytes]]) -> bool:
         """Take up to ``n`` read-ahead messages as delivered and add their (subject, ack subject,
@@ -755,6 +792,7 @@ class Consumer:
     async def _next_message(self, new: bool = True) -> StoredMsg | None:
         """The next message to deliver: a redelivery first, else (if ``new``) the next new one."""
         store = self.stream.store
+        epoch = self._epoch
         while self.redeliver:
             sseq = self.redeliver.pop(0)
             p = self.pending.get(sseq)
@@ -766,6 +804,8 @@ class Consumer:
                 self._max_deliveries_reached(sseq, p)
                 continue
             m = await store.get(sseq)
+            if epoch != self._epoch:
+                return None  # reset meanwhile: this state is gone
             if m is None:
                 self.pending.pop(sseq, None)
                 self._advance_floor()
@@ -775,6 +815,8 @@ class Consumer:
             return None
         while self.initial:
             m = await store.get(self.initial.pop(0))
+            if epoch != self._epoch:
+                return None
             if m is not None:
                 return m
         filters = self.filters
@@ -784,6 +826,8 @@ class Consumer:
             m = self._buffer.popleft()
         else:
             candidates = [await store.first_after(self.next_sseq, f) for f in filters]
+            if epoch != self._epoch:
+                return None
             found = [c for c in candidates if c is not None]
             m = min(found, key=lambda c: c.seq) if found else None
         if m is None:
@@ -989,7 +1033,14 @@ class Consumer:
         """Count a delivered message against the flow-control window; True when a request is due."""
         self._fc_pending_bytes += size
         if self._fc_reply is None:
-            return self._fc_pending_bytes > self._fc_window // 2
+            if self._fc_pending_bytes > self._fc_window // 2:
+                return True
+            # Acked by flow control: at max_ack_pending nothing more goes out until an answer
+            # acks something. The reference asks when the limit is reached, and then waits a
+            # round trip (and the sender's commit) with nothing to send; asking at half of it
+            # keeps the other half going out meanwhile.
+            limit = self.config.max_ack_pending
+            return self.acks_by_flow_control and limit > 0 and len(self.pending) >= (limit + 1) // 2
         if self._fc_pending_bytes - self._fc_size >= self._fc_window:
             self._fc_size += size
         return False
@@ -1005,8 +1056,11 @@ class Consumer:
         self._fc_reply = None
 
     def _flow_control_request(self) -> None:
+        # Only an answer to the latest request counts. A random suffix, as the reference's, so
+        # a late answer to a request of an earlier run (a durable outlives restarts) never does.
         self._fc_count += 1
-        self._fc_reply = f"$JS.FC.{self.stream.name}.{self.name}.{self._fc_count}"
+        suffix = "".join(random.choices(_BASE62, k=4))
+        self._fc_reply = f"$JS.FC.{self.stream.name}.{self.name}.{suffix}{self._fc_count}"
         self._fc_size = self._fc_pending_bytes
         self.stream.account.publish(
             self.config.deliver_subject,
@@ -1113,6 +1167,8 @@ class Consumer:
             if msg.subject.startswith("$JS.FC."):
                 if msg.subject == self._fc_reply:
                     self._flow_control_answered()
+                    if self.acks_by_flow_control and msg.headers:
+                        acks += self._flow_control_ack(msg.headers, removals)
                 continue
             acks += 1
             try:
@@ -1251,6 +1307,78 @@ class Consumer:
         elif retention == "interest":
             self._interest_candidates.extend(acked)
 
+    def _flow_control_ack(self, headers: bytes, removals: list[int]) -> int:
+        """An answered flow-control request acks everything up to its ``Nats-Last-Stream``
+        (the reference's ``processFlowControl``), as an ack-all ack: the sender says it stored
+        that much. Capped at what was delivered: after a reset the sender may say more than we
+        sent again, and those come back and are acked by a later answer. Returns 1 when the
+        state changed (to be committed)."""
+        last_stream = _header_number(slice_header(headers, "Nats-Last-Stream"))
+        if last_stream <= 0:
+            return 0
+        last_consumer = max(_header_number(slice_header(headers, "Nats-Last-Consumer")), 0)
+        sseq = min(last_stream, self.last_delivered_sseq)
+        if sseq <= self.ack_floor_sseq:
+            return 0
+        acked = sorted(s for s in self.pending if s <= sseq)
+        p = self.pending.get(sseq)
+        dseq = p.dseq if p is not None else min(max(last_consumer, self.ack_floor_dseq), self.dseq)
+        for s in acked:
+            del self.pending[s]
+        self.ack_floor_sseq, self.ack_floor_dseq = sseq, dseq
+        self.last_ack_ns = time.time_ns()
+        self._dirty = True
+        retention = self.stream.config.retention
+        if retention == "workqueue":
+            removals.extend(acked)
+        elif retention == "interest":
+            self._interest_candidates.extend(acked)
+        return 1
+
+    def release(self) -> None:
+        """The answer to a reset is out: delivery may go on."""
+        self.held = False
+        self.wake()
+
+    def reset(self, seq: int, start_time_seq: int = 0) -> int:
+        """``CONSUMER.RESET`` (ADR-60), the reference's ``resetStartingSeq``: delivery starts
+        over at ``seq`` with consumer sequence 1; pending and redelivery state go. ``seq`` 0 is
+        the ack floor + 1 (the floor stays); a later ``seq`` makes ``seq - 1`` the floor, allowed
+        with deliver policy all, or not below the configured start (``start_time_seq``: the
+        stream's first sequence at ``opt_start_time``, looked up by the caller). Returns the sequence
+        delivery restarts at; raises ValueError with the reference's reason when not allowed.
+        Synchronous on purpose: nothing is delivered between the old state and the new. Delivery
+        is then ``held`` until the caller ``release``s it, once its answer is out."""
+        cfg = self.config
+        if seq == 0:
+            seq = self.ack_floor_sseq + 1
+        elif cfg.deliver_policy == "by_start_sequence":
+            if seq < cfg.opt_start_seq:
+                raise ValueError("below start seq")
+        elif cfg.deliver_policy == "by_start_time":
+            if seq < start_time_seq:
+                raise ValueError("below start time")
+        elif cfg.deliver_policy != "all":
+            raise ValueError("not allowed")
+        seq = max(seq, 1)
+        self.pending.clear()
+        self.maxed.clear()
+        self.redeliver.clear()
+        self._timers.clear()
+        self.initial = []
+        self.next_sseq = seq
+        self.dseq = 0
+        self.last_delivered_sseq = self.ack_floor_sseq = seq - 1
+        self.ack_floor_dseq = 0
+        self.last_active_ns = self.last_ack_ns = None
+        self._fc_reply, self._fc_pending_bytes, self._fc_size = None, 0, 0
+        self._remaining = -1
+        self.invalidate_reads()
+        self._dirty = True
+        self.held = True
+        self._epoch += 1
+        return seq
+
     def _advance_floor(self) -> None:
         """The ack floor: just below the lowest message still held, counted in its first
         delivery's consumer sequence; everything delivered when nothing is held. As in the
@@ -1351,6 +1479,12 @@ class Consumer:
 
 
 _PLAIN_ACKS = frozenset({b"", b"+ACK", b"+OK"})
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _header_number(value: str | None) -> int:
+    """A header's decimal value; -1 when it is missing or not a plain number."""
+    return int(value) if value and value.isascii() and value.isdigit() else -1
 
 
 def _is_pull_request(msg: InboundMsg) -> bool:

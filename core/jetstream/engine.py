@@ -29,6 +29,7 @@ from core.config import JetStreamConfig
 from core.errors import StartupError, StoreError
 from core.faults import fault_point
 from core.jetstream import api
+from core.jetstream.bulk_read import BulkReads
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
 from core.jetstream.consumer_models import ConsumerConfig, paused_config
 from core.jetstream.models import StreamConfig
@@ -157,6 +158,7 @@ class JetStream:
         self.cluster: ClusterApi | None = None  # set by the hub's meta group (hub/meta/)
         self.recovered = False  # every stream on disk loaded (/healthz answers 503 until then)
         server.jetstream_monitor = JetStreamMonitor(self)
+        self.reads = BulkReads(self)  # the bulk read API's requests (core/jetstream/bulk_read.py)
         set_max_open_stores(config.max_open_stores or None)
 
     # ------------------------------------------------------------------ lifecycle
@@ -170,6 +172,7 @@ class JetStream:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                await tg.start(self.reads.run)
                 for account in self.server.accounts:
                     ajs = self._account(account)
                     await self._recover(ajs)

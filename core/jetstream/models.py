@@ -542,6 +542,7 @@ _API_REQUESTS = {
     "stream_names": _Struct("server.JSApiStreamNamesRequest", {"subject": _STR, "offset": _OFFSET}),
     "stream_list": _Struct("server.JSApiStreamListRequest", {"subject": _STR, "offset": _OFFSET}),
     "stream_purge": _Struct("server.JSApiStreamPurgeRequest", {"filter": _STR, "seq": _U64, "keep": _U64}),
+    "consumer_reset": _Struct("server.JSApiConsumerResetRequest", {"seq": _U64}),
     "msg_get": _Struct(
         "server.JSApiMsgGetRequest",
         {

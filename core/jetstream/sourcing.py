@@ -11,7 +11,10 @@ package routes them (core never imports federation; see DESIGN.md, "Sources and 
 Exactly once: the stream stores each batch of delivered messages together with the upstream
 sequence of the last one (``Stream.ingest_sourced``, one store transaction), and every
 (re)creation of the upstream consumer starts right after that stored sequence. A flow-control
-reply goes out only after what came before it is committed.
+reply goes out only after what came before it is committed. On an Interest or WorkQueue
+upstream that reply is the ack (ADR-60: the upstream makes the consumer a durable acked by flow
+control), so a message leaves the upstream only once it is stored here; that durable is reset
+(``CONSUMER.RESET``, back to its ack floor), never created anew or deleted.
 
 The worker's states and their transitions are data (``SourceState``, ``TRANSITIONS``); it is
 the only writer of its state. A failure (a store error, garbage from upstream, a bug) ends that
@@ -64,6 +67,7 @@ HEARTBEAT_NS = 1_000_000_000  # sourceHealthHB: the upstream consumer's idle hea
 INACTIVE_THRESHOLD_NS = 10_000_000_000  # sourceHealthCheckInterval: the upstream consumer's
 HEALTH_INTERVAL = 10.0  # s without a message or heartbeat: the source is stalled and recreated
 CREATE_WAIT = 30.0  # srcConsumerWaitTime: how long a consumer create is waited for
+RESET_WAIT = 5.0  # srcDurableConsumerWaitTime: how long a durable consumer's reset is waited for
 REQUEST_THROTTLE = 2.0  # sourceConsumerRetryThreshold: at most one create per 2 s per source
 RETRY_BACKOFF = 5.0  # retryBackOff: 5 s x 2 x fails ...
 RETRY_MAXIMUM = 120.0  # ... up to retryMaximum
@@ -266,6 +270,7 @@ class SourceWorker:
     and storing; what differs is in the class constants and the methods it overrides."""
 
     SETUP_ERROR = "JSSourceConsumerSetupFailedErrF"  # 10045; a mirror's is 10029
+    REQUIRES_FC_ERROR = "JSSourceConsumerRequiresAckFCErr"  # 10217; a mirror's is 10214
     NAME_PREFIX = "JS_SRC_"
     META_PREFIX = "_nats.src"
     DELIVER_TOKEN = "S"  # $JS.S.<8> or <external.deliver>.S.<8>
@@ -300,6 +305,14 @@ class SourceWorker:
         self._kicked = False
         self._flight: _Flight | None = None  # the submitted batch, committing (_flush, _settle)
         self._flight_last = 0  # its last upstream sequence
+        # Durable sourcing (ADR-60): the upstream consumer that is asked to RESET instead of
+        # being created again, and the deliver subject it keeps. A user's (``consumer`` in the
+        # config) from the start; otherwise the one an Interest or WorkQueue upstream made
+        # durable (its create answer says ack_policy flow_control), known until a reset fails.
+        user = spec.get("consumer")
+        self.user_consumer = isinstance(user, Mapping)
+        self.durable_name: str = user.get("name", "") if isinstance(user, Mapping) else ""
+        self.durable_deliver: str = user.get("deliver_subject", "") if isinstance(user, Mapping) else ""
 
     # ---------------------------------------------------------------- state
 
@@ -344,10 +357,6 @@ class SourceWorker:
     # ---------------------------------------------------------------- the loop
 
     async def run(self) -> None:
-        if self.spec.get("consumer") is not None:
-            err = "durable sourcing (a consumer of its own) is not supported by this server"
-            self.error = api_error(self.SETUP_ERROR, err=err)
-            await anyio.sleep_forever()
         while True:
             await self._wait_turn()
             try:
@@ -516,18 +525,26 @@ class SourceWorker:
         body = {"stream_name": self.upstream, "config": cfg, "action": ""}
         return subject, headers, json.dumps(body, separators=(",", ":")).encode()
 
+    def _resets(self) -> bool:
+        """Whether this attempt resets a durable upstream consumer instead of creating one."""
+        return self.user_consumer or (bool(self.durable_name) and not self.reset)
+
     async def _attempt(self) -> None:
-        """Create the upstream consumer and read it, until something calls for a new one."""
+        """Create (or reset) the upstream consumer and read it, until something calls for a
+        new one."""
         account = self.stream.account
-        ext = self.spec.get("external")
-        prefix = (ext or {}).get("deliver") or ""
-        token = self.DELIVER_TOKEN
-        deliver = (f"{prefix}.{token}." if prefix else f"$JS.{token}.").replace("..", ".")
-        deliver = sync_subject(deliver[:-1])
         rx = _Receiver(f"source:{self.stream.name}:{self.upstream}", account, INBOX_CAPACITY)
         try:
-            rx.subscribe(deliver)  # before asking: nothing the consumer sends is missed
-            early = await self._create(rx, deliver)
+            if self._resets():
+                early = await self._reset(rx)
+            else:
+                ext = self.spec.get("external")
+                prefix = (ext or {}).get("deliver") or ""
+                token = self.DELIVER_TOKEN
+                deliver = (f"{prefix}.{token}." if prefix else f"$JS.{token}.").replace("..", ".")
+                deliver = sync_subject(deliver[:-1])
+                rx.subscribe(deliver)  # before asking: nothing the consumer sends is missed
+                early = await self._create(rx, deliver)
             self._to(SourceState.ACTIVE)
             # the error and the backoff stay until the upstream sends something valid: an
             # upstream that answers creates and then sends garbage or nothing still shows why
@@ -598,15 +615,97 @@ class SourceWorker:
             if not isinstance(cfg, dict) or not isinstance(ccr.get("name"), str):
                 err = api_error(self.SETUP_ERROR, err="invalid consumer create response")
                 raise _Recreate("bad create response", fail=True, error=err)
-            delivered = ccr.get("delivered")
-            up_to = delivered.get("stream_seq", 0) if isinstance(delivered, dict) else 0
-            await self._created(resp, up_to if type(up_to) is int and up_to > 0 else 0)
+            await self._created(resp, _starts_after(ccr, cfg))
             self.cname = ccr["name"]
             self.dseq = 0
             other = cfg.get("deliver_subject")
             if isinstance(other, str) and other and other != deliver:
                 rx.subscribe(other)
+            if cfg.get("ack_policy") == "flow_control" and isinstance(other, str) and other:
+                # An Interest or WorkQueue upstream made it durable, acked by our flow-control
+                # replies (ADR-60): from now on it is reset, never created again or deleted
+                # (that would lose the Interest stream's messages).
+                self.durable_name, self.durable_deliver = self.cname, other
             return early
+
+    def _reset_subject(self) -> str:
+        subject = f"{_API_PREFIX}.CONSUMER.RESET.{self.upstream}.{self.durable_name}"
+        ext = self.spec.get("external")
+        if ext is not None and ext.get("api"):
+            subject = subject.replace(_API_PREFIX, ext["api"], 1).replace("..", ".")
+        return subject
+
+    def _forget_durable(self) -> None:
+        """An upgraded durable that does not answer its reset is created again next time (the
+        create names it, so the upstream finds it if it still exists). A user's stays."""
+        if not self.user_consumer:
+            self.durable_name = self.durable_deliver = ""
+
+    async def _reset(self, rx: _Receiver) -> list[InboundMsg]:
+        """Reset the durable upstream consumer (``CONSUMER.RESET``, empty body: delivery starts
+        over after its ack floor, which is at most what we stored) and subscribe to its deliver
+        subject once it answered: it delivers only to interest, so everything that arrives was
+        numbered after the reset. The reference's ``setupSourceConsumer`` with a durable,
+        downgrading the required API level as it does. An answer that is not a flow-control
+        acked consumer is 10217 (a mirror's 10214)."""
+        self._to(SourceState.CREATING)
+        self._start(await self.stream.state())  # a mirror's position: its last sequence
+        level = self.API_LEVEL
+        subject = self._reset_subject()
+        while True:
+            reply = sync_subject("$JSC.R")
+            reply_sub = rx.subscribe(reply)
+            self._last_request = time.monotonic()
+            self.requests += 1
+            if not self.stream.account.publish(subject, reply, self._headers(level), b""):
+                self._forget_durable()
+                err = api_error(self.SETUP_ERROR, err=f"no responders for {subject}")
+                raise _Recreate("no responders", fail=True, error=err)
+            resp: InboundMsg | None = None
+            with anyio.move_on_after(RESET_WAIT):
+                async for m in rx.inbox:
+                    if m.sub is reply_sub:
+                        resp = m
+                        break
+            self.stream.account.unsubscribe(reply_sub)
+            rx.subs.remove(reply_sub)
+            if resp is None:
+                self._forget_durable()
+                raise _Recreate(
+                    "consumer reset timed out", fail=True, error=api_error(self.SETUP_ERROR, err="timeout")
+                )
+            try:
+                ccr = json.loads(resp.payload)
+                if not isinstance(ccr, dict):
+                    raise ValueError("not an object")
+            except ValueError:
+                err = api_error(self.SETUP_ERROR, err="invalid consumer reset response")
+                raise _Recreate("bad reset response", fail=True, error=err) from None
+            error = ccr.get("error")
+            if isinstance(error, dict):
+                if error.get("err_code") in (10185, 10025) and level > 4:
+                    level -= 1
+                    continue
+                self._forget_durable()
+                raise _Recreate("reset refused", fail=True, error=_remote_error(error))
+            cfg = ccr.get("config")
+            if not isinstance(cfg, dict) or not isinstance(ccr.get("name"), str):
+                err = api_error(self.SETUP_ERROR, err="invalid consumer reset response")
+                raise _Recreate("bad reset response", fail=True, error=err)
+            if cfg.get("ack_policy") != "flow_control":
+                self._forget_durable()
+                raise _Recreate(
+                    "not acked by flow control", fail=True, error=api_error(self.REQUIRES_FC_ERROR)
+                )
+            await self._created(resp, _starts_after(ccr, cfg))
+            self.cname = ccr["name"]
+            self.dseq = 0
+            deliver = self.durable_deliver or cfg.get("deliver_subject")
+            if not isinstance(deliver, str) or not deliver:
+                err = api_error(self.SETUP_ERROR, err="durable consumer has no deliver subject")
+                raise _Recreate("no deliver subject", fail=True, error=err)
+            rx.subscribe(deliver)
+            return []
 
     async def _created(self, resp: InboundMsg, delivered: int) -> None:
         """The consumer exists; ``delivered`` is the upstream sequence it says it starts after
@@ -765,6 +864,7 @@ class MirrorWorker(SourceWorker):
     sequences, as the reference's skip markers do."""
 
     SETUP_ERROR = "JSMirrorConsumerSetupFailedErrF"  # 10029
+    REQUIRES_FC_ERROR = "JSMirrorConsumerRequiresAckFCErr"  # 10214
     NAME_PREFIX = "JS_MIRROR_"
     META_PREFIX = "_nats.mirror"
     DELIVER_TOKEN = "M"
@@ -838,6 +938,17 @@ class MirrorWorker(SourceWorker):
             # the reference's errLastSeqMismatch: start again after what the mirror holds
             raise _Recreate(f"mirror holds up to {e.last_seq}, upstream sent {batch[0].sseq}") from None
         self.committed = batch[-1].sseq
+
+
+def _starts_after(ccr: Mapping[str, Any], cfg: Mapping[str, Any]) -> int:
+    """The upstream sequence a created (or reset) consumer starts after: its
+    ``delivered.stream_seq``, or for one acked by flow control its ack floor. What lies between
+    those was delivered and not yet acked, by us: the consumer may have delivered it again
+    before its answer was made (a durable already running), and it is ours to take."""
+    key = "ack_floor" if cfg.get("ack_policy") == "flow_control" else "delivered"
+    seqs = ccr.get(key)
+    seq = seqs.get("stream_seq", 0) if isinstance(seqs, dict) else 0
+    return seq if type(seq) is int and seq > 0 else 0
 
 
 def _remote_error(error: Mapping[str, Any]) -> ApiError:
@@ -921,12 +1032,16 @@ class Sourcing:
         new = [k for k in wanted if k not in self.workers]
         if not new:
             return
+        # sources and mirrors read a leafjet upstream through the bulk read API (bulk_source.py,
+        # subclasses of these workers: imported here, not at the top, as it imports this module)
+        from core.jetstream.bulk_source import BulkMirrorWorker, BulkSourceWorker
+
         positions = await self.stream.store.source_positions()
         for iname in new:
             if iname == MIRROR_KEY:
-                worker: SourceWorker = MirrorWorker(self.stream, wanted[iname], "", 0)
+                worker: SourceWorker = BulkMirrorWorker(self.stream, wanted[iname], "", 0)
             else:
-                worker = SourceWorker(self.stream, wanted[iname], iname, positions.get(iname, 0))
+                worker = BulkSourceWorker(self.stream, wanted[iname], iname, positions.get(iname, 0))
             scope = anyio.CancelScope()
             self.workers[iname] = (worker, scope)
             self._tg.start_soon(self._run_worker, worker, scope)

@@ -214,6 +214,7 @@ class Stream:
         self._next_expiry_ns = 0  # when the housekeeper looks next (wall ns)
         self.failed: str | None = None  # why the pipeline was given up (see fail)
         self.sourcing: Sourcing | None = None  # its sources' workers (core/jetstream/sourcing.py)
+        self._appended: anyio.Event | None = None  # see appended()
         self.transforms = StreamTransforms.of(config.subject_transform, config.republish)
 
     @property
@@ -225,8 +226,19 @@ class Stream:
         return len(self.consumers)
 
     def wake_consumers(self) -> None:
+        """Messages were stored: consumers and waiting bulk reads look again."""
         for c in self.consumers.values():
             c.wake()
+        if self._appended is not None:
+            self._appended.set()
+            self._appended = None
+
+    def appended(self) -> anyio.Event:
+        """An event set at the next commit that stores messages (or when the stream closes):
+        a bulk read waiting for messages (core/jetstream/bulk_read.py) waits on it."""
+        if self._appended is None:
+            self._appended = anyio.Event()
+        return self._appended
 
     def _removed_messages(self, seqs: Iterable[int] = (), subjects: Iterable[str] = ()) -> None:
         """Messages went away (delete, expiry, limits): all below the new first sequence, and
@@ -386,6 +398,9 @@ class Stream:
     async def close(self) -> None:
         self._closed = True
         self.receiver.close()
+        if self._appended is not None:  # bulk reads waiting for messages end now
+            self._appended.set()
+            self._appended = None
 
     def reset_pipeline(self) -> None:
         """After the pipeline task failed, before it runs again: the batches it held are gone
@@ -764,6 +779,21 @@ class Stream:
                 await before()
             if self._closed or self.failed is not None:
                 raise StoreError(f"stream {self.name} is closed")
+            fast = await self._admit_plain_sourced(msgs)
+            if fast is not None:
+                flight = fast
+                flight.plan.ops.append(SourcePosOp(key, msgs[-1].sseq))
+                if before is not None:
+                    try:
+                        await before()
+                    except BaseException:
+                        self._unadmit(flight)
+                        raise
+                try:
+                    flight.commit = await self.store.submit(flight.plan.ops)
+                except StoreError as e:
+                    flight.error = e
+                return len(msgs), None, flight
             batch = [InboundMsg(d.subject, None, d.headers, d.payload, None) for d in msgs]  # type: ignore[arg-type]
             flight = await self._admit(batch)
             outcomes = flight.plan.outcomes
@@ -790,6 +820,56 @@ class Stream:
             except StoreError as e:
                 flight.error = e
         return taken, refusal, flight
+
+    async def _admit_plain_sourced(self, msgs: Sequence[Delivery]) -> _Flight | None:
+        """``_admit`` for a batch of sourced messages that all take ``_decide_plain`` (a config
+        that refuses nothing, no header the stream acts on, no size over the limit): the same
+        plan -- Appends, the discard-old max_msgs purge -- without a publish object, an outcome
+        or a second look per message. A bulk source stores thousands per batch, and this loop
+        is its share of the hub's work per message. None: the batch needs ``_admit``."""
+        if self._closed or not self._plain_publishes_ok() or self.transforms.ingest is not None:
+            return None  # (a subject_transform: _admit applies it to each message first)
+        max_size = self.config.max_msg_size
+        for d in msgs:
+            h = d.headers
+            if h is not None and (len(h) > _MAX_HEADERS or _acts_on(h)):
+                return None
+            if max_size != -1 and len(d.payload) + (len(h) if h else 0) > max_size:
+                return None
+            if not d.subject.isascii():
+                return None
+        if self._inflight == 0 or self._predicted is None:
+            st = await self.state()
+            run = _Running(msgs=st.msgs, bytes=st.bytes, last_seq=st.last_seq, last_msg_id=self._last_msg_id)
+        else:
+            run = self._predicted
+        plan = _Batch()
+        ops = plan.ops
+        size_of = self.store.size_of
+        last_by_subject = run.last_by_subject
+        now = time.time_ns()
+        seq, nbytes = run.last_seq, 0
+        try:
+            for d in msgs:
+                subject, headers, payload = d.subject, d.headers, d.payload
+                ops.append(Append(subject, headers, payload, now))
+                seq += 1
+                nbytes += size_of(subject, headers, payload)
+                last_by_subject[subject] = seq
+        except InvalidOperation:
+            return None  # a subject the store refuses: _admit says so, message by message
+        run.last_seq, run.msgs, run.bytes = seq, run.msgs + len(msgs), run.bytes + nbytes
+        run.last_msg_id = plan.last_msg_id = ""
+        cfg = self.config
+        if cfg.discard == "old" and 0 < cfg.max_msgs < run.msgs:
+            ops.append(PurgeOp(keep=cfg.max_msgs))
+            run.msgs = cfg.max_msgs
+            plan.removes = True
+        self._predicted = run
+        if self._inflight == 0:
+            self._idle.clear()
+        self._inflight += 1
+        return _Flight(plan)
 
     async def settle_sourced(self, flight: _Flight) -> None:
         """Wait for a ``submit_sourced`` flight's commit (once; again only re-raises): raises its

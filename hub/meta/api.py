@@ -59,6 +59,7 @@ _STREAM_SCOPED = {
     ("CONSUMER", "LIST"),
     ("CONSUMER", "MSG", "NEXT"),
     ("CONSUMER", "PAUSE"),
+    ("CONSUMER", "RESET"),
 }
 
 

@@ -318,7 +318,11 @@ async def test_bad_transforms_are_refused_with_the_references_errors(js_server):
 @pytest.mark.parametrize("several", [False, True], ids=["one", "several"])
 async def test_the_source_consumer_create_asks_for_the_transforms_sources(js_server, several):
     """One transform: ``filter_subject`` and the extended create subject; several:
-    ``filter_subjects`` on the plain one (as the reference's setupSourceConsumer)."""
+    ``filter_subjects`` on the plain one (as the reference's setupSourceConsumer). A leafjet
+    reading a leafjet upstream makes no consumer: its bulk read asks for the same filters."""
+    if js_server.kind == "leafjet":
+        await _bulk_read_asks_for_the_transforms_sources(js_server, several)
+        return
     async with jetstream(js_server) as (nc, _js):
         await create(nc, {"name": "UP", "subjects": ["up.>"]})
         seen: list[tuple[str, dict[str, Any]]] = []
@@ -346,3 +350,25 @@ async def test_the_source_consumer_create_asks_for_the_transforms_sources(js_ser
         else:
             assert subject == f"$JS.API.CONSUMER.CREATE.UP.{cfg['name']}.up.a.*"
             assert cfg["filter_subject"] == "up.a.*" and "filter_subjects" not in cfg
+
+
+async def _bulk_read_asks_for_the_transforms_sources(srv: Any, several: bool) -> None:
+    async with jetstream(srv) as (nc, _js):
+        await create(nc, {"name": "UP", "subjects": ["up.>"]})
+        seen: list[dict[str, Any]] = []
+        got = anyio.Event()
+
+        async def watch(msg: Any) -> None:
+            seen.append(json.loads(msg.data))
+            got.set()
+
+        sub = await nc.subscribe("$JS.API.LEAFJET.READ.UP", cb=watch)
+        await nc.flush()
+        transforms = [{"src": "up.a.*", "dest": "A.$1"}]
+        if several:
+            transforms.append({"src": "up.b", "dest": ""})
+        await create(nc, {"name": "DOWN", "sources": [{"name": "UP", "subject_transforms": transforms}]})
+        with anyio.fail_after(15):
+            await got.wait()
+        await sub.unsubscribe()
+        assert seen[0]["filter"] == [t["src"] for t in transforms]

@@ -7,6 +7,7 @@ in the middle of a catch-up; every leaf message ends up on the hub exactly once,
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -171,19 +172,25 @@ async def test_repeated_link_cuts_while_the_leaf_publishes_lose_and_duplicate_no
 
 
 async def test_a_hub_killed_mid_catch_up_resumes_exactly_where_it_stored(topo: Topology) -> None:
+    """Between two leafjets the catch-up goes through the bulk read API (no upstream consumer
+    exists on the leaf), in replies of about 1 MiB: incompressible payloads and a throttled
+    link make it last seconds, so the kill lands between two stored replies."""
     hub, leaf, proxy = start_pair(topo, "leafjet", "leafjet")
-    n = 20_000
+    n = 4_000
+    sent = [i.to_bytes(4, "big") + os.urandom(1020) for i in range(n)]
     async with client(leaf) as leaf_nc:
         await create(leaf_nc, {"name": "ORDERS", "subjects": ["orders.>"]})
-        await publish_core(leaf_nc, "orders.a", [b"%d" % i for i in range(n)])
+        await publish_core(leaf_nc, "orders.a", sent)
         await wait_msgs(leaf_nc, "ORDERS", n)
-    proxy.throttle(200_000)  # a catch-up of seconds, so the kill lands in its middle
-    async with client(hub) as hub_nc:
+    proxy.throttle(1_000_000)  # a catch-up of seconds, so the kill lands in its middle
+    async with client(hub) as hub_nc, client(leaf) as leaf_nc:
         await create(hub_nc, {"name": "AGG", "sources": [SOURCE]})
         with anyio.fail_after(20):
             while (await info(hub_nc, "AGG"))["state"]["messages"] == 0:
                 await anyio.sleep(0.01)
         partial = (await info(hub_nc, "AGG"))["state"]["messages"]
+        names = await leaf_nc.request("$JS.API.CONSUMER.NAMES.ORDERS", b"", timeout=5)
+        assert json.loads(names.data)["consumers"] in (None, []), "not read through the bulk read API"
     hub.restart(kill=True)
     assert partial < n, "the catch-up was over before the kill: nothing was tested"
     proxy.throttle(None)
@@ -192,7 +199,38 @@ async def test_a_hub_killed_mid_catch_up_resumes_exactly_where_it_stored(topo: T
         await wait_msgs(hub_nc, "AGG", n, timeout=60)
         await anyio.sleep(0.5)
         got = await payloads(hub_nc, "AGG")
-    assert got == [b"%d" % i for i in range(n)]
+    assert got == sent
+
+
+async def test_a_link_cut_mid_bulk_catch_up_loses_and_duplicates_nothing(topo: Topology) -> None:
+    """A cut (and a freeze: replies that never come) between two leafjets in the middle of a
+    bulk catch-up: the source resumes after what it stored, and the hub holds each message once."""
+    hub, leaf, proxy = start_pair(topo, "leafjet", "leafjet")
+    n = 3_000
+    sent = [i.to_bytes(4, "big") + os.urandom(1020) for i in range(n)]
+    async with client(leaf) as leaf_nc:
+        await create(leaf_nc, {"name": "ORDERS", "subjects": ["orders.>"]})
+        await publish_core(leaf_nc, "orders.a", sent)
+        await wait_msgs(leaf_nc, "ORDERS", n)
+    proxy.throttle(1_000_000)
+    async with client(hub) as hub_nc:
+        await create(hub_nc, {"name": "AGG", "sources": [SOURCE]})
+        with anyio.fail_after(20):
+            while (await info(hub_nc, "AGG"))["state"]["messages"] == 0:
+                await anyio.sleep(0.01)
+        proxy.freeze()
+        partial = (await info(hub_nc, "AGG"))["state"]["messages"]
+        await anyio.sleep(0.5)
+        proxy.cut()
+        proxy.throttle(None)
+        proxy.restore()
+        assert partial < n, "the catch-up was over before the cut: nothing was tested"
+        wait_for_leaf_connected(hub, 1)
+        await wait_msgs(hub_nc, "AGG", n, timeout=90)
+        await anyio.sleep(0.5)
+        assert await payloads(hub_nc, "AGG") == sent
+        (src,) = (await info(hub_nc, "AGG"))["sources"]
+        assert src["lag"] == 0 and "error" not in src
 
 
 @pytest.mark.chaos

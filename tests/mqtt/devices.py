@@ -86,7 +86,14 @@ class Flood:
     """
 
     def __init__(
-        self, port: int, topic: str, n: int, *, client_id: str = "flood-device", rate_pause: int = 0
+        self,
+        port: int,
+        topic: str,
+        n: int,
+        *,
+        client_id: str = "flood-device",
+        rate_pause: int = 0,
+        same_bytes: bool = False,
     ):
         self.n = n
         self.client = _client(client_id, 5)
@@ -101,12 +108,18 @@ class Flood:
         self.infos: list[Any] = []
         self._topic = topic
         self._pause = rate_pause
+        self._same_bytes = same_bytes  # every payload b"same"; the number goes in a user property
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         for i in range(self.n):
-            self.infos.append(self.client.publish(self._topic, str(i).encode(), 1))
+            if self._same_bytes:
+                props = Properties(PacketTypes.PUBLISH)
+                props.UserProperty = [("n", str(i))]
+                self.infos.append(self.client.publish(self._topic, b"same", 1, properties=props))
+            else:
+                self.infos.append(self.client.publish(self._topic, str(i).encode(), 1))
             if self._pause and i % self._pause == 0:
                 threading.Event().wait(0.002)
 

@@ -51,15 +51,20 @@ class _Bucket:
         self.last = time.monotonic()
 
     async def take(self, n: int) -> None:
-        """Wait until ``n`` bytes (at most one burst, see ``piece``) may pass."""
-        while self.rate is not None:
+        """Wait until ``n`` bytes may pass. Usually at most one burst (see ``piece``), but a
+        read sized before the throttle was set can be larger: it passes a burst at a time (it
+        used to wait for more tokens than the bucket holds, forever)."""
+        left = float(n)
+        while self.rate is not None and left > 0:
             now = time.monotonic()
             self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
             self.last = now
-            if self.tokens >= n:
-                self.tokens -= n
-                return
-            await asyncio.sleep((n - self.tokens) / self.rate)
+            step = min(left, self.burst)
+            if self.tokens >= step:
+                self.tokens -= step
+                left -= step
+                continue
+            await asyncio.sleep((step - self.tokens) / self.rate)
 
     def piece(self) -> int:
         return CHUNK if self.rate is None else max(1, min(CHUNK, int(self.burst)))

@@ -155,3 +155,15 @@ def test_close_ends_live_connections() -> None:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_read_larger_than_the_throttles_burst_still_passes() -> None:
+    """A read made before the throttle was set can exceed its burst (64 KiB against 3000 bytes
+    at 60 kB/s): it passes a burst at a time, where it used to wait forever."""
+    import asyncio
+
+    from tests.support.proxy import _Bucket
+
+    bucket = _Bucket()
+    bucket.set(60_000)
+    asyncio.run(asyncio.wait_for(bucket.take(64 * 1024), timeout=30))

@@ -1,0 +1,287 @@
+"""Many inbound messages on their way into JetStream at once, acknowledged to the broker in order.
+
+Two parts, both free of MQTT sockets and threads:
+
+* :class:`AckWindow` keeps the messages in the order the broker delivered them and hands back the
+  ones whose turn it is to be acknowledged: a message is released only when it *and every message
+  received before it* are done (MQTT 3.1.1 §4.6 / MQTT 5 §4.6: PUBACKs go out in the order the
+  PUBLISHes arrived). Its size bounds how many messages the bridge holds unacknowledged.
+* :class:`JetStreamPipeline` publishes with a reply subject of its own (one wildcard subscription,
+  a counter per publish) instead of one request/future/timer per message, so a window of publishes
+  is in flight on one connection and the server can group-commit them. Outcomes come back through a
+  callback; publishes without a reply by ``deadline`` are reported as timed out by :meth:`expire`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats.errors
+
+from .messages import InboundMessage
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    """One inbound message between the broker's PUBLISH and our PUBACK."""
+
+    item: InboundMessage
+    subject: str = ""
+    payload: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    dead_letter: bool = False
+    attempt: int = 0  # publishes so far (a retry or a fresh-id republish adds one)
+    retry_delay: float = 0.0  # the next backoff sleep after a failure
+    deadline: float = 0.0  # monotonic: no reply by then -> timed out
+    done: bool = False
+
+
+class AckWindow:
+    """At most ``size`` messages held; released for acknowledgement strictly in arrival order."""
+
+    __slots__ = ("_order", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._order: deque[Pending] = deque()
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def has_room(self) -> bool:
+        return len(self._order) < self.size
+
+    def add(self, p: Pending) -> None:
+        self._order.append(p)
+
+    def releasable(self) -> list[Pending]:
+        """Pop the done messages at the head; a message not yet done holds back all behind it."""
+        out: list[Pending] = []
+        order = self._order
+        while order and order[0].done:
+            out.append(order.popleft())
+        return out
+
+    def oldest(self) -> Pending | None:
+        return self._order[0] if self._order else None
+
+
+# Outcomes of one publish attempt.
+@dataclass(frozen=True, slots=True)
+class Stored:
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NoStream:
+    """Nobody answers on the subject (no stream captures it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TooLarge:
+    """The NATS server's max_payload refuses the message: no retry can store it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    problem: str
+
+
+Outcome = Stored | NoStream | TooLarge | Failed
+NO_STREAM = NoStream()
+TOO_LARGE = TooLarge()
+
+
+def classify_reply(headers: dict[str, str] | None, data: bytes) -> Outcome:
+    """What a JetStream publish reply says (a PubAck, an API error, or a no-responders status)."""
+    if headers and headers.get("Status") == "503":
+        return NO_STREAM
+    try:
+        resp = json.loads(data)
+    except ValueError:
+        return Failed(f"unreadable reply {data[:80]!r}")
+    if not isinstance(resp, dict):
+        return Failed(f"unexpected reply {data[:80]!r}")
+    err = resp.get("error")
+    if err is not None:
+        if isinstance(err, dict):
+            return Failed(f"JetStream error {err.get('err_code')}: {err.get('description')}")
+        return Failed(f"JetStream error: {err}")
+    if "seq" not in resp:
+        return Failed(f"unexpected reply {data[:80]!r}")
+    return Stored(bool(resp.get("duplicate", False)))
+
+
+class JetStreamPipeline:
+    """Publishes on ``nc`` with replies to one subscription; reports each outcome to ``on_outcome``."""
+
+    def __init__(self, nc: Any, timeout: float, on_outcome: Callable[[Pending, Outcome], None]) -> None:
+        self._nc = nc
+        self._timeout = timeout
+        self._on_outcome = on_outcome
+        self._waiting: dict[str, Pending] = {}  # token -> message, in send order (so deadlines ascend)
+        self._next = 0
+        self._prefix = ""
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        self._prefix = self._nc.new_inbox() + "."
+        # No per-subscription limits: the window bounds how many replies can be outstanding.
+        self._sub = await self._nc.subscribe(
+            self._prefix + "*", cb=self._on_reply, pending_msgs_limit=0, pending_bytes_limit=0
+        )
+
+    def in_flight(self) -> int:
+        return len(self._waiting)
+
+    async def send(self, p: Pending) -> None:
+        self._next += 1
+        token = f"{self._next:x}"
+        p.attempt += 1
+        p.deadline = time.monotonic() + self._timeout
+        self._waiting[token] = p
+        try:
+            await self._nc.publish(p.subject, p.payload, reply=self._prefix + token, headers=p.headers)
+        except nats.errors.MaxPayloadError:
+            self._waiting.pop(token, None)
+            self._on_outcome(p, TOO_LARGE)
+        except Exception as e:  # closed, draining, outbound buffer full while reconnecting, ...
+            self._waiting.pop(token, None)
+            self._on_outcome(p, Failed(f"{type(e).__name__}: {e}"))
+
+    async def _on_reply(self, msg: Any) -> None:
+        p = self._waiting.pop(msg.subject[len(self._prefix) :], None)
+        if p is None:
+            return  # a reply after we gave up on it: its retry runs under another token
+        self._on_outcome(p, classify_reply(msg.headers, msg.data))
+
+    def next_deadline(self) -> float | None:
+        for p in self._waiting.values():
+            return p.deadline
+        return None
+
+    def expire(self, now: float) -> None:
+        """Report every publish whose reply is overdue as failed (it is retried under a new token)."""
+        waiting = self._waiting
+        while waiting:
+            token, p = next(iter(waiting.items()))
+            if p.deadline > now:
+                return
+            del waiting[token]
+            self._on_outcome(p, Failed(f"no PubAck within {self._timeout:g}s"))
+
+
+class Handoff:
+    """paho's thread -> the event loop: a deque, and a bounded wait only when it is full.
+
+    The broker never has more than its inflight limit (our Receive Maximum) unacknowledged, so the
+    deque stays short and ``put`` takes no lock; ``queue.Queue`` took two per message on each side.
+    Only a broker ignoring the limit makes ``put`` wait, for at most ``timeout``.
+    """
+
+    __slots__ = ("_items", "_limit", "_room", "_waiters")
+
+    def __init__(self, limit: int) -> None:
+        self._items: deque[InboundMessage] = deque()
+        self._limit = limit
+        self._room = threading.Condition()
+        self._waiters = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, item: InboundMessage, timeout: float) -> bool:
+        """Append (paho's thread); False if there was no room within ``timeout``."""
+        if len(self._items) >= self._limit:
+            with self._room:
+                self._waiters += 1
+                try:
+                    # _waiters goes up before this first check, so a get() after it sees a waiter
+                    if not self._room.wait_for(lambda: len(self._items) < self._limit, timeout):
+                        return False
+                finally:
+                    self._waiters -= 1
+        self._items.append(item)
+        return True
+
+    def put_nowait(self, item: InboundMessage) -> bool:
+        if len(self._items) >= self._limit:
+            return False
+        self._items.append(item)
+        return True
+
+    def get(self) -> InboundMessage | None:
+        """The oldest item or None (the loop)."""
+        try:
+            item = self._items.popleft()
+        except IndexError:
+            return None
+        if self._waiters:
+            with self._room:
+                self._room.notify()
+        return item
+
+
+class MessageIds:
+    """Chooses each inbound message's ``Nats-Msg-Id`` so dedup drops redeliveries, not new messages.
+
+    The deterministic id is the packet id + a digest of topic and payload. The broker reuses a packet
+    id once we acknowledged it, so when devices send identical bytes a new message can get the id of
+    one stored a moment ago. What this process saw decides:
+
+    * a packet id not seen (a new message, or a redelivery after a bridge restart): the deterministic
+      id, so a copy stored before the restart is recognised;
+    * a redelivery (DUP) of the message we hold unacknowledged under that packet id, or of the one we
+      acknowledged last (our ack may have died with the connection): the same id as before, so the
+      stored copy is recognised - unless devices have been seen to repeat bytes (below);
+    * once a packet id came back with the same bytes as the message acknowledged under it (devices
+      repeat themselves; ``repeats``), a new message gets a fresh id, and so does a redelivery of an
+      acknowledged one: after a reconnect the broker may resend the old message (our ack was lost) or
+      a new identical one sent on the dropped connection. Storing again risks a duplicate; reusing the
+      id would risk a loss.
+    """
+
+    __slots__ = ("_last", "_nonce", "_seq", "repeats")
+
+    def __init__(self) -> None:
+        self._last: dict[int, list[Any]] = {}  # packet id -> [deterministic id, id used, acked]
+        self._nonce = os.urandom(4).hex()
+        self._seq = 0
+        self.repeats = False  # devices have sent identical bytes under a reused packet id
+
+    def fresh(self, base: str) -> str:
+        self._seq += 1
+        return f"{base}-{self._nonce}{self._seq:x}"
+
+    def choose(self, mid: int, dup: bool, base: str) -> str:
+        rec = self._last.get(mid)
+        if rec is None or rec[0] != base:
+            chosen = base
+        elif dup and (not rec[2] or not self.repeats):
+            return str(rec[1])  # the broker redelivers what we stored: keep its id (and its record)
+        else:
+            if not dup:
+                self.repeats = True  # a new message with the bytes of the last one under this id
+            chosen = self.fresh(base)
+        self._last[mid] = [base, chosen, False]
+        return chosen
+
+    def renamed(self, mid: int, old: str, new: str) -> None:
+        """The message stored under ``old`` was stored again as ``new``: the stream held the
+        deterministic id already (identical bytes from before this process)."""
+        self.repeats = True
+        rec = self._last.get(mid)
+        if rec is not None and rec[1] == old:
+            rec[1] = new
+
+    def acked(self, mid: int, used: str) -> None:
+        rec = self._last.get(mid)
+        if rec is not None and rec[1] == used:
+            rec[2] = True

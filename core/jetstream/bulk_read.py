@@ -1,0 +1,281 @@
+"""The bulk read API: ``$JS.API.LEAFJET.READ.<stream>`` answers with many messages per reply.
+
+A leafjet extension (the reference answers it, as any unknown API subject, with 400 / 10003
+"bad request"; a reader learns from that that the server is no leafjet). It reaches across
+domains as every API subject does (``$JS.<domain>.API.LEAFJET.READ.<stream>``). Its users: a
+stream sourcing another leafjet's stream (core/jetstream/bulk_source.py), and any client that
+wants a stream's messages fast and in columns (a Spark source).
+
+Request (JSON, version 1)::
+
+    {"v": 1, "seq": N, "max_msgs": M, "max_bytes": B, "filter": ["subj", ...],
+     "wait_ms": W, "compress": "zstd"}
+
+``seq`` (>= 1) is where to start; ``max_msgs`` and ``max_bytes`` bound the reply (clamped to
+``MAX_MSGS`` and to ``MAX_BYTES`` / the server's max_payload less room for the reply's headers;
+the first message is sent even when it alone is larger); ``filter`` (optional, at most
+``MAX_FILTERS`` subjects, wildcards allowed) keeps the matching messages; ``wait_ms`` (optional,
+at most ``MAX_WAIT_MS``) holds a request that finds nothing at or after ``seq`` until a message
+arrives or the time runs out; ``compress: "zstd"`` compresses the frame itself (for a client whose
+link is not compressed). Unknown fields are ignored, so a later minor addition does not break an
+older server; a ``v`` other than 1 is refused.
+
+Reply: one message. Headers ``Leafjet-Read: 1``, ``Leafjet-Read-First`` and ``Leafjet-Read-Last``
+(the sequences the reply covers: every message of the stream in ``[first, last]`` that matches
+the filter is in it, so the next request asks from ``last + 1``, also across deleted and
+filtered-out ranges; ``last = first - 1`` when it covers nothing), ``Leafjet-Stream-Last`` (the
+stream's last sequence, for lag), ``Nats-Stream-Identity`` (as a consumer create answers it: a
+stream deleted and made again has another), and ``Leafjet-Read-Encoding: zstd`` when
+compressed. The body is a frame (core/protocol/readframe.py). Errors are the API's JSON:
+10025 for a body that is no JSON, 10003 for a bad request, 10059 for an unknown stream, 10054
+when the first message at ``seq`` alone is too large for a reply (max_payload less 4 KiB).
+
+Versioning: the request's ``v`` and the reply's ``Leafjet-Read`` name the API version; a change
+that an older peer would misread gets a new version, and a server answers a version it does not
+know with 10003, which makes a reader fall back (as it does against the reference).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from core import subjects
+from core.api_errors import ApiError, api_error
+from core.errors import StoreError
+from core.jetstream.models import decode_request, error_response
+from core.jetstream.sourcing import stream_identity
+from core.protocol.headers import encode_headers
+from core.protocol.readframe import compress_frame, encode_frame
+from core.store.api import StoredMsg
+
+if TYPE_CHECKING:
+    from core.jetstream.engine import AccountJetStream, JetStream
+    from core.jetstream.stream import Stream
+
+log = logging.getLogger("leafjet.jetstream.read")
+
+VERSION = 1
+READ_PATH = ("LEAFJET", "READ")
+TYPE_NAME = "leafjet_read_response"
+MAX_MSGS = 100_000
+MAX_BYTES = 8 << 20
+MAX_FILTERS = 256
+MAX_WAIT_MS = 60_000
+ROW_OVERHEAD = 8 + 8 + 3 * 4  # a row's sequence, timestamp and three offsets in the frame
+HEADER_ROOM = 4096  # what the reply's headers and the frame's fixed part may take
+# At most this many reads run at once per account (each one holds its frame in memory); more
+# wait their turn. At most MAX_PARKED requests wait for messages (wait_ms); past it a request
+# that finds nothing is answered at once, as if its wait had run out.
+MAX_CONCURRENT = 8
+MAX_PARKED = 1024
+SCAN_ROWS = 16_384  # rows looked at per request when several filters are matched here
+COMPRESS_OFFLOAD = 256 << 10  # frames larger than this are compressed on a worker thread
+
+H_READ = "Leafjet-Read"
+H_FIRST = "Leafjet-Read-First"
+H_LAST = "Leafjet-Read-Last"
+H_STREAM_LAST = "Leafjet-Stream-Last"
+H_ENCODING = "Leafjet-Read-Encoding"
+H_IDENTITY = "Nats-Stream-Identity"
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    seq: int
+    max_msgs: int
+    max_bytes: int
+    filters: tuple[str, ...] = ()  # empty: every subject
+    wait_ms: int = 0
+    compress: bool = False
+
+
+def _positive(body: dict[str, Any], key: str, default: int | None, top: int) -> int:
+    value = body.get(key, default)
+    if type(value) is not int or value < 1:
+        raise api_error("JSBadRequestErr")
+    return min(value, top)
+
+
+def parse_read_request(payload: bytes, max_bytes: int = MAX_BYTES) -> ReadRequest:
+    """A version-1 request, validated and clamped (``max_bytes``: the server's own ceiling);
+    raises the API's errors (10025 no JSON, 10003 anything else wrong)."""
+    body = decode_request(payload)
+    if not isinstance(body, dict) or body.get("v") != VERSION:
+        raise api_error("JSBadRequestErr")
+    seq = _positive(body, "seq", None, (1 << 63) - 1)
+    max_msgs = _positive(body, "max_msgs", MAX_MSGS, MAX_MSGS)
+    nbytes = _positive(body, "max_bytes", max_bytes, max_bytes)
+    wait = body.get("wait_ms", 0)
+    if type(wait) is not int or wait < 0:
+        raise api_error("JSBadRequestErr")
+    flt = body.get("filter")
+    filters: tuple[str, ...] = ()
+    if flt is not None:
+        if (
+            not isinstance(flt, list)
+            or len(flt) > MAX_FILTERS
+            or not all(isinstance(f, str) and subjects.is_valid_subject(f) for f in flt)
+        ):
+            raise api_error("JSBadRequestErr")
+        filters = () if ">" in flt else tuple(dict.fromkeys(flt))
+    compress = body.get("compress")
+    if compress not in (None, "", "zstd"):
+        raise api_error("JSBadRequestErr")
+    return ReadRequest(seq, max_msgs, nbytes, filters, min(wait, MAX_WAIT_MS), compress == "zstd")
+
+
+def _matches(filters: tuple[str, ...], subject: str) -> bool:
+    return any(subjects.match(f, subject) for f in filters)
+
+
+async def read_range(
+    stream: Stream, req: ReadRequest, hard_limit: int = MAX_BYTES
+) -> tuple[list[StoredMsg], int, int]:
+    """The messages a request gets: ``(messages, last covered, stream last)``. Reads by
+    sequence in chunks sized from the stream's mean message (the store's range read: off the
+    event loop for large ranges), until ``max_msgs``, ``max_bytes`` or the stream's last
+    sequence as it stood at the start. The first message goes even past ``max_bytes``, but
+    never past ``hard_limit`` (what a reply can carry across a link): a message that large
+    raises 10054, and the reader takes another way to it (a source: the consumer path)."""
+    store = stream.store
+    st = await store.state()
+    end = st.last_seq
+    start = max(req.seq, 1)
+    out: list[StoredMsg] = []
+    if start > end:
+        return out, start - 1, end
+    mean = max(64, st.bytes // st.msgs) if st.msgs else 1024
+    budget = req.max_bytes
+    single = req.filters[0] if len(req.filters) == 1 else None
+    several = req.filters if len(req.filters) > 1 else ()
+    scanned = 0
+    pos = start
+    while pos <= end:
+        want = req.max_msgs - len(out)
+        limit = max(1, min(want, budget // (mean + ROW_OVERHEAD) + 1))
+        if several:
+            limit = min(SCAN_ROWS, max(limit, 256))
+        chunk = await store.range(pos, end, limit=limit, subject_filter=single)
+        if not chunk:
+            return out, end, end
+        for m in chunk:
+            if several and not _matches(several, m.subject):
+                continue
+            size = len(m.subject) + (len(m.headers) if m.headers else 0) + len(m.data) + ROW_OVERHEAD
+            if out and size > budget:
+                return out, m.seq - 1, end
+            if size > hard_limit:
+                raise api_error("JSStreamMessageExceedsMaximumErr")
+            out.append(m)
+            budget -= size
+            if len(out) >= req.max_msgs:
+                return out, m.seq, end
+        scanned += len(chunk)
+        if len(chunk) < limit:
+            return out, end, end  # the store had no more up to end
+        pos = chunk[-1].seq + 1
+        if budget <= 0 or (several and scanned >= SCAN_ROWS):
+            return out, chunk[-1].seq, end
+    return out, end, end
+
+
+def build_reply(
+    msgs: Sequence[StoredMsg], first: int, last: int, stream_last: int, identity: str
+) -> tuple[bytes, bytes]:
+    """The reply's headers and (uncompressed) frame."""
+    frame = encode_frame(
+        [m.seq for m in msgs],
+        [m.ts for m in msgs],
+        [m.subject.encode("utf-8", "surrogateescape") for m in msgs],
+        [m.headers or b"" for m in msgs],
+        [m.data for m in msgs],
+    )
+    headers = [
+        (H_READ, str(VERSION)),
+        (H_FIRST, str(first)),
+        (H_LAST, str(last)),
+        (H_STREAM_LAST, str(stream_last)),
+        (H_IDENTITY, identity),
+    ]
+    return encode_headers(headers), frame
+
+
+class BulkReads:
+    """Serves the account's read requests: each in a task of its own (a long poll must not hold
+    the API's queue), at most ``MAX_CONCURRENT`` reading at once, at most ``MAX_PARKED``
+    waiting for messages. Owned by JetStream's task group (``run``)."""
+
+    def __init__(self, js: JetStream) -> None:
+        self.js = js
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._limiter = anyio.CapacityLimiter(MAX_CONCURRENT)
+        self.parked = 0
+        self.served = 0
+
+    def max_bytes(self) -> int:
+        return max(1024, min(MAX_BYTES, self.js.server.config.max_payload - HEADER_ROOM))
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self._tg = None
+                tg.cancel_scope.cancel()
+
+    def start(self, ajs: AccountJetStream, stream: Stream, req: ReadRequest, reply: str) -> None:
+        if self._tg is None:
+            raise api_error("JSStreamGeneralErrorF", err="bulk reads are not being served")
+        self._tg.start_soon(self._serve, ajs, stream, req, reply)
+
+    async def _serve(self, ajs: AccountJetStream, stream: Stream, req: ReadRequest, reply: str) -> None:
+        try:
+            await self._answer(ajs, stream, req, reply)
+        except Exception as e:  # one failed read ends that read, answered with an error
+            err = e if isinstance(e, ApiError) else api_error("JSStreamGeneralErrorF", err=_why(e))
+            if not isinstance(e, ApiError | StoreError):
+                log.exception("bulk read of %s failed", stream.name)
+            body = json.dumps(error_response(TYPE_NAME, err), separators=(",", ":")).encode()
+            ajs.account.publish(reply, None, None, body)
+
+    async def _answer(self, ajs: AccountJetStream, stream: Stream, req: ReadRequest, reply: str) -> None:
+        woken = stream.appended()  # taken before reading: a commit after the read still wakes us
+        async with self._limiter:
+            msgs, last, stream_last = await read_range(stream, req, self.max_bytes())
+        if not msgs and last < req.seq and req.wait_ms and self.parked < MAX_PARKED:
+            # nothing at or after seq yet: hold the request until a commit, then read again
+            self.parked += 1
+            try:
+                with anyio.move_on_after(req.wait_ms / 1000):
+                    while not msgs and last < req.seq:
+                        await woken.wait()
+                        woken = stream.appended()
+                        if ajs.streams.get(stream.name) is not stream:  # deleted meanwhile
+                            raise api_error("JSStreamNotFoundErr")
+                        async with self._limiter:
+                            msgs, last, stream_last = await read_range(stream, req, self.max_bytes())
+            finally:
+                self.parked -= 1
+        async with self._limiter:  # the frames being built count against the same bound
+            headers, frame = build_reply(msgs, req.seq, last, stream_last, stream_identity(stream.created_ns))
+            del msgs
+            if req.compress:
+                if len(frame) > COMPRESS_OFFLOAD:
+                    frame = await anyio.to_thread.run_sync(compress_frame, frame)
+                else:
+                    frame = compress_frame(frame)
+                headers = headers[:-2] + f"{H_ENCODING}: zstd\r\n\r\n".encode()
+            self.served += 1
+            ajs.account.publish(reply, None, headers, frame)
+
+
+def _why(e: Exception) -> str:
+    return str(e) or type(e).__name__

@@ -1,0 +1,355 @@
+"""A source read through the bulk read API when the upstream is a leafjet.
+
+``BulkSourceWorker`` is a ``SourceWorker`` (sourcing.py) whose attempt first asks the upstream's
+``<api>.LEAFJET.READ.<stream>`` (core/jetstream/bulk_read.py). A leafjet upstream answers with a
+frame, and the attempt goes on in bulk mode; anything else (10003 "bad request", no responders,
+silence) means the upstream is not a leafjet, and the attempt takes the consumer path as the
+reference's sources do. The answer holds for the attempt; the next one asks again.
+
+Bulk mode, per reply: the next request goes out at once (one request ahead, so the upstream reads
+while we store), the reply's messages are stored with ONE ``submit_sourced`` (all of them and the
+source's position in one store transaction), and the batch after it is submitted only once that
+commit succeeded (``_flush``/``_settle``, as the consumer path) -- so exactly-once holds as
+there: every attempt starts after the stored position. Requests long-poll (``WAIT_MS``): a source
+that is live gets each message as it is committed upstream; one that hears nothing for
+``WAIT_MS`` + ``REPLY_GRACE`` is stalled and recreated. Flow control is the requests' byte bound:
+at most two replies of ``MAX_BYTES`` in flight per source, and one batch committing.
+
+The upstream's ``Nats-Stream-Identity`` comes with every reply; when it changes (the upstream
+stream was deleted and made again) the source starts over, as the consumer path does on 10225.
+A start by time (``opt_start_time``, or a stream with messages of its own and no position) takes
+the consumer path: the read API starts at a sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from core.api_errors import ApiError, api_error
+from core.jetstream.bulk_read import (
+    H_ENCODING,
+    H_IDENTITY,
+    H_LAST,
+    H_READ,
+    H_STREAM_LAST,
+    READ_PATH,
+    TYPE_NAME,
+    VERSION,
+)
+from core.jetstream.models import API_TYPE_PREFIX
+from core.jetstream.source_health import GAP_SKIPPED, GAP_STARTED_PAST
+from core.jetstream.sourcing import (
+    _API_PREFIX,
+    KICK_STALE,
+    STREAM_SOURCE,
+    Delivery,
+    MirrorWorker,
+    SourceState,
+    SourceWorker,
+    _Receiver,
+    _Recreate,
+    _remote_error,
+    mirrored_headers,
+    sourced_headers,
+    sync_subject,
+)
+from core.jetstream.transforms import first_match
+from core.protocol.headers import slice_header
+from core.protocol.readframe import FrameError, ReadFrame, decode_frame, decompress_frame
+from core.server.internal import InboundMsg
+
+log = logging.getLogger("leafjet.sourcing")
+
+WAIT_MS = 4000  # a request's long poll
+REPLY_GRACE = 10.0  # s past its wait a reply may take (a loaded upstream, a slow link)
+PROBE_WAIT = 10.0  # s the first request of an attempt is waited for before taking the consumer path
+MAX_BYTES = 4 << 20  # asked per request; the upstream clamps it to its max_payload
+MAX_MSGS = 100_000
+# Replies read but not stored yet (flow control: at most this many x the upstream's max_bytes,
+# plus the one being stored); what is queued when the writer looks goes into one transaction,
+# up to MERGE_MAX_MSGS.
+QUEUED_REPLIES = 4
+MERGE_MAX_MSGS = 20_000
+
+
+class _NotLeafjet(Exception):
+    """The upstream does not serve the read API: take the consumer path."""
+
+
+class BulkSourceWorker(SourceWorker):
+    """A source that reads a leafjet upstream through the bulk read API, and any other through
+    the reference's consumer path."""
+
+    bulk = False  # whether the current attempt runs in bulk mode (shown for tests and benches)
+    _started_at = 0  # the upstream sequence the current bulk attempt started after
+    FOLLOWS_IDENTITY = True  # a source starts over when the upstream's identity changes
+
+    def _read_subject(self) -> str:
+        subject = f"{_API_PREFIX}.{'.'.join(READ_PATH)}.{self.upstream}"
+        ext = self.spec.get("external")
+        if ext is not None and ext.get("api"):
+            subject = subject.replace(_API_PREFIX, ext["api"], 1).replace("..", ".")
+        return subject
+
+    def _filters(self) -> list[str]:
+        flt = self.spec.get("filter_subject") or ""
+        srcs = [t.get("src", "") for t in self.spec.get("subject_transforms") or []]
+        return [f for f in [flt, *srcs] if f and f != ">"]
+
+    async def _attempt(self) -> None:
+        start = self._start(await self.stream.state())
+        policy = start.get("deliver_policy")
+        if policy not in ("all", "by_start_sequence"):
+            self.bulk = False
+            await super()._attempt()
+            return
+        seq = start.get("opt_start_seq", 1) if policy == "by_start_sequence" else 1
+        try:
+            await self._bulk_attempt(max(1, int(seq)))
+        except _NotLeafjet as why:
+            log.debug("stream %s source %s: consumer path (%s)", self.stream.name, self.upstream, why)
+            self.bulk = False
+            # from what is stored (the bulk attempt settled what it submitted)
+            self.sseq = self.committed
+            if self.state is not SourceState.WAITING:
+                self._to(SourceState.WAITING)
+            await super()._attempt()
+
+    def _read_body(self, seq: int) -> bytes:
+        body: dict[str, Any] = {"v": VERSION, "seq": seq, "max_msgs": MAX_MSGS, "max_bytes": MAX_BYTES}
+        body["wait_ms"] = WAIT_MS
+        flt = self._filters()
+        if flt:
+            body["filter"] = flt
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    async def _bulk_attempt(self, seq: int) -> None:
+        account = self.stream.account
+        subject = self._read_subject()
+        rx = _Receiver(f"source:{self.stream.name}:{self.upstream}", account, 64)
+        inbox = sync_subject("$JSC.R")
+        n = 0
+
+        def ask(at: int) -> str:
+            nonlocal n
+            n += 1
+            reply = f"{inbox}.{n}"
+            self._last_request = time.monotonic()
+            if not account.publish(subject, reply, None, self._read_body(at)):
+                err = api_error(self.SETUP_ERROR, err=f"no responders for {subject}")
+                raise _Recreate("no responders", fail=True, error=err)
+            return reply
+
+        self._to(SourceState.CREATING)
+        try:
+            rx.subscribe(inbox + ".*")
+            try:
+                pending = ask(seq)
+            except _Recreate:
+                raise _NotLeafjet("no responders for the read API") from None
+            msg = await self._reply(rx, pending, PROBE_WAIT, True)
+            self._to(SourceState.ACTIVE)
+            self.bulk = True
+            # the error and the backoff stay until a valid frame comes (_heard_valid in _take)
+            self._spoke = False
+            self._started_at = self.sseq  # a first message past it: the upstream lost those
+            send, receive = anyio.create_memory_object_stream[list[Delivery]](QUEUED_REPLIES)
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._store_batches, receive)
+                    async with send:
+                        while True:
+                            covered, batch = self._take(msg)
+                            pending = ask(covered + 1)  # one ahead: the upstream reads while we store
+                            if batch:
+                                await send.send(batch)  # waits while QUEUED_REPLIES are queued
+                            msg = await self._reply(rx, pending, WAIT_MS / 1000 + REPLY_GRACE, False)
+            except BaseExceptionGroup as group:  # the reader's or the writer's failure, as it was
+                raise _first(group) from None
+        finally:
+            rx.close()
+            await self._settle_last()
+
+    async def _store_batches(self, receive: MemoryObjectReceiveStream[list[Delivery]]) -> None:
+        """The writer: stores what the reader queued, everything queued at once (one
+        transaction), so the batches grow while a commit (an fsync) takes long. A batch is
+        submitted only after the one before it committed (``_flush``), and the last one is
+        settled when nothing more is queued, so ``committed`` catches up when idle."""
+        async with receive:
+            async for batch in receive:
+                while len(batch) < MERGE_MAX_MSGS:
+                    try:
+                        batch += receive.receive_nowait()
+                    except anyio.WouldBlock:
+                        break
+                await self._flush(batch)
+                if self._flight is not None and receive.statistics().current_buffer_used == 0:
+                    await self._settle()
+
+    async def _reply(self, rx: _Receiver, pending: str, wait: float, probe: bool) -> InboundMsg:
+        """The reply to ``pending``; a probe that gets none, or a reply that is not the read
+        API's, is no leafjet (``_NotLeafjet``)."""
+        deadline = time.monotonic() + wait
+        while True:
+            with anyio.move_on_after(min(1.0, max(0.0, deadline - time.monotonic()))):
+                async for m in rx.inbox:
+                    if m.subject != pending:
+                        continue
+                    if m.headers and slice_header(m.headers, H_READ) == str(VERSION):
+                        if probe:
+                            self.requests += 1  # the attempt's one "create" (leafjet info)
+                        return m
+                    error, leafjet = _read_error(self, m.payload)
+                    if not leafjet:  # the reference, or anything else: not our read API
+                        if probe:
+                            raise _NotLeafjet(f"the read API answered {m.payload[:200]!r}")
+                        raise _Recreate("invalid read reply", fail=True, error=error)
+                    if error.err_code == 10054:  # a message too large for a reply
+                        raise _NotLeafjet("a message too large for the read API")
+                    if probe:
+                        self.requests += 1
+                    # a leafjet's refusal (its stream is missing: 10059): the source's error
+                    raise _Recreate("read refused", fail=True, error=error)
+            if self.stream.failed is not None:
+                raise _Recreate("stream failed")
+            now = time.monotonic()
+            if now >= deadline:
+                if probe:
+                    raise _NotLeafjet("no answer from the read API")
+                why = f"no reply from the upstream's read API for {wait:.0f} s"
+                raise _Recreate("stalled", error=api_error(self.SETUP_ERROR, err=why))
+            if self._kicked and now - self._heard > KICK_STALE:
+                raise _Recreate("link came up, source quiet")
+
+    def _take(self, msg: InboundMsg) -> tuple[int, list[Delivery]]:
+        """A reply's messages as deliveries (with ``Nats-Stream-Source``), and the last upstream
+        sequence it covers. Raises _Recreate for a reply that is no valid frame, and for an
+        upstream that was made again (its identity changed)."""
+        h = msg.headers or b""
+        ident = slice_header(h, H_IDENTITY) or "" if self.FOLLOWS_IDENTITY else ""
+        if ident and self.ident and ident != self.ident:
+            log.warning(
+                "stream %s: source stream %s was recreated, resetting source state",
+                self.stream.name,
+                self.upstream,
+            )
+            self.reset, self.ident = True, ""
+            raise _Recreate("upstream recreated")
+        if self.reset:  # the upstream is another stream now: its sequences start over
+            self.sseq = self.committed = 0
+            self.reset = False
+        self.ident = ident
+        try:
+            last, stream_last = (int(slice_header(h, k) or "") for k in (H_LAST, H_STREAM_LAST))
+            data = msg.payload
+            if slice_header(h, H_ENCODING) == "zstd":
+                data = decompress_frame(data)
+            frame = decode_frame(data)
+        except (ValueError, FrameError) as e:
+            err = api_error(self.SETUP_ERROR, err=f"invalid read reply: {e}")
+            raise _Recreate("bad read reply", fail=True, error=err) from None
+        self._heard = time.monotonic()
+        self.heard_ns = time.time_ns()
+        self._kicked = False  # the upstream answers: a link's kick is spent
+        if not self._spoke:
+            self._heard_valid()
+        self.lag = max(0, stream_last - last)
+        batch: list[Delivery] = []
+        self.sseq = self._deliveries(frame, batch)
+        return max(last, self.sseq), batch
+
+    def _deliveries(self, frame: ReadFrame, batch: list[Delivery]) -> int:
+        """Append the frame's messages past ``sseq`` to ``batch`` as deliveries, each with its
+        ``Nats-Stream-Source`` header; returns the new ``sseq``. Runs once per message on the
+        hub: it slices the frame's columns itself, and builds the header of a message that
+        came without headers (most) from three constant pieces -- the bytes
+        ``sourced_headers`` would make."""
+        name, flt, dest = self._iname_parts
+        ident_tail = f" {self.ident}" if self.ident else ""
+        head = f"NATS/1.0\r\n{STREAM_SOURCE}: {name} ".encode()
+        mid = f" {flt} {dest} ".encode()
+        tail = ident_tail.encode() + b"\r\n\r\n"
+        so, sb = frame.subject_offsets, bytes(frame.subject_bytes)
+        ho, hb = frame.header_offsets, bytes(frame.header_bytes)
+        do, db = frame.data_offsets, bytes(frame.data_bytes)
+        ts = frame.timestamps
+        floor = prev = self.sseq
+        transforms = self.transforms
+        append = batch.append
+        for i, seq in enumerate(frame.seqs):
+            if seq <= floor:
+                continue  # taken already (a reply to a request sent before a commit moved us)
+            if seq > prev + 1:
+                self._bulk_gap(prev, seq)
+            prev = seq
+            raw = sb[so[i] : so[i + 1]]
+            subject = raw.decode("utf-8", "surrogateescape")
+            h0, h1 = ho[i], ho[i + 1]
+            if h1 > h0:
+                value = f"{name} {seq} {flt} {dest} {subject}{ident_tail}"
+                headers = sourced_headers(hb[h0:h1], value)
+            else:
+                headers = b"%s%d%s%s%s" % (head, seq, mid, raw, tail)
+            if transforms:  # the header names the upstream's subject, the stream stores this
+                subject = first_match(transforms, subject)
+            append(Delivery(seq, subject, headers, db[do[i] : do[i + 1]], ts[i]))
+        return prev
+
+    def _bulk_gap(self, after: int, next_seq: int) -> None:
+        """Upstream sequences a frame skips were removed before we read them (without a filter;
+        ``_gap`` tells): reported as the consumer path reports them -- a first message past
+        where the attempt started as the consumer's start, a later jump as a skip."""
+        reason = GAP_STARTED_PAST if after == self._started_at else GAP_SKIPPED
+        self._gap(after, next_seq, reason)
+
+
+def _first(group: BaseExceptionGroup) -> BaseException:
+    """The failure that ended a task group: the first that is not a cancellation."""
+    for e in group.exceptions:
+        if isinstance(e, BaseExceptionGroup):
+            return _first(e)
+        if not isinstance(e, anyio.get_cancelled_exc_class()):
+            return e
+    return group.exceptions[0]
+
+
+def _read_error(worker: SourceWorker, payload: bytes) -> tuple[ApiError, bool]:
+    """An error reply's error, and whether a leafjet read API sent it (its response type)."""
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return _remote_error(body["error"]), body.get("type") == API_TYPE_PREFIX + TYPE_NAME
+    return api_error(worker.SETUP_ERROR, err="invalid read reply"), False
+
+
+class BulkMirrorWorker(BulkSourceWorker, MirrorWorker):
+    """A mirror of a leafjet upstream read through the bulk read API; the reference's consumer
+    path for any other (``MirrorWorker``: its start, storing and gap rules). In bulk mode each
+    message is stored under its upstream sequence with its upstream timestamp
+    (``ingest_mirrored``): sequences a frame skips (deleted or expired upstream) become deleted
+    sequences, as the consumer path's skips do. A mirror sends no identity on the consumer
+    path, and ignores it here too."""
+
+    FOLLOWS_IDENTITY = False
+
+    def _deliveries(self, frame: ReadFrame, batch: list[Delivery]) -> int:
+        floor = prev = self.sseq
+        transforms = self.transforms
+        append = batch.append
+        for seq, subject, headers, data, ts in frame.rows():
+            if seq <= floor:
+                continue
+            if seq > prev + 1:
+                self._bulk_gap(prev, seq)
+            prev = seq
+            stored = first_match(transforms, subject) if transforms else subject
+            append(Delivery(seq, stored, mirrored_headers(headers), data, ts))
+        return prev

@@ -1,0 +1,288 @@
+"""The bulk read API (``$JS.API.LEAFJET.READ.<stream>``) against a real leafjet server, with
+stock nats-py: ranges, filters, the long poll, deleted ranges, bounds and errors. The reference
+answers it as any unknown API subject (400 / 10003): what a reader falls back on."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import nats.errors
+import pytest
+
+from core.protocol.readframe import decode_frame, decompress_frame
+from tests.support.jsapi import api, jetstream
+from tests.support.servers import RunningServer, start_server
+from tests.support.streams import create_stream as create
+from tests.support.streams import stored_messages, wait_msgs
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+READ = "$JS.API.LEAFJET.READ."
+
+
+@pytest.fixture
+def lj(tmp_path: Path) -> Iterator[RunningServer]:
+    srv = start_server("leafjet", tmp_path / "lj", jetstream=True)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+async def read(nc: Any, stream: str, timeout: float = 10, **body: Any) -> tuple[dict[str, str], Any]:
+    """One read: the reply's headers, and its decoded frame's rows (or the error JSON)."""
+    body.setdefault("v", 1)
+    msg = await nc.request(READ + stream, json.dumps(body).encode(), timeout=timeout)
+    if not msg.headers or "Leafjet-Read" not in msg.headers:
+        return {}, json.loads(msg.data)
+    data = msg.data
+    if msg.headers.get("Leafjet-Read-Encoding") == "zstd":
+        data = decompress_frame(data)
+    return msg.headers, list(decode_frame(data).rows())
+
+
+def span(headers: dict[str, str]) -> tuple[int, int, int]:
+    return tuple(int(headers[k]) for k in ("Leafjet-Read-First", "Leafjet-Read-Last", "Leafjet-Stream-Last"))  # type: ignore[return-value]
+
+
+async def fill(js: Any, n: int, subject: str = "orders.{i}", size: int = 10) -> None:
+    for i in range(n):
+        await js.publish(subject.format(i=i % 3), (b"%05d" % i).ljust(size, b"."))
+
+
+async def test_a_read_returns_the_range_with_sequences_timestamps_and_identity(lj):
+    async with jetstream(lj) as (nc, js):
+        await create(nc, {"name": "ORDERS", "subjects": ["orders.>"]})
+        await js.publish("orders.a", b"one", headers={"X-K": "v"})
+        await fill(js, 9)
+        h, rows = await read(nc, "ORDERS", seq=1, max_msgs=4)
+        assert span(h) == (1, 4, 10)
+        assert [r[0] for r in rows] == [1, 2, 3, 4]
+        _seq, subject, headers, data, ts = rows[0]
+        assert (subject, data) == ("orders.a", b"one")
+        assert headers is not None and b"X-K: v\r\n" in headers
+        assert rows[1][2] is None
+        got = await api(nc, "$JS.API.STREAM.MSG.GET.ORDERS", {"seq": 1})
+        assert got["message"]["time"].startswith(time.strftime("%Y-%m-%dT", time.gmtime(ts / 1e9)))
+        # the identity is the one a consumer create answers
+        create_reply = await nc.request(
+            "$JS.API.CONSUMER.CREATE.ORDERS",
+            json.dumps(
+                {"stream_name": "ORDERS", "config": {"direct": True, "deliver_subject": "x.y"}}
+            ).encode(),
+        )
+        assert create_reply.headers["Nats-Stream-Identity"] == h["Nats-Stream-Identity"]
+        h, rows = await read(nc, "ORDERS", seq=5)
+        assert span(h) == (5, 10, 10) and [r[0] for r in rows] == list(range(5, 11))
+        h, rows = await read(nc, "ORDERS", seq=11)
+        assert span(h) == (11, 10, 10) and rows == []
+
+
+async def test_deleted_and_filtered_ranges_are_covered_so_the_next_read_starts_after_them(lj):
+    async with jetstream(lj) as (nc, js):
+        await create(nc, {"name": "S", "subjects": ["s.>"]})
+        for i in range(1, 21):
+            await js.publish("s.even" if i % 2 == 0 else "s.odd", b"%d" % i)
+        for seq in (2, 3, 4, 18, 19, 20):
+            assert (await api(nc, "$JS.API.STREAM.MSG.DELETE.S", {"seq": seq})).get("success")
+        h, rows = await read(nc, "S", seq=1)
+        assert [r[0] for r in rows] == [1, *range(5, 18)] and span(h) == (1, 20, 20)
+        h, rows = await read(nc, "S", seq=1, filter=["s.even"])
+        assert [r[0] for r in rows] == [6, 8, 10, 12, 14, 16] and span(h)[1] == 20
+        h, rows = await read(nc, "S", seq=1, filter=["s.even", "s.nothing"], max_msgs=2)
+        assert [r[0] for r in rows] == [6, 8] and span(h)[1] == 8
+        h, rows = await read(nc, "S", seq=1, filter=["s.*"], max_msgs=3)
+        assert [r[0] for r in rows] == [1, 5, 6] and span(h)[1] == 6
+        await api(nc, "$JS.API.STREAM.PURGE.S", {})
+        h, rows = await read(nc, "S", seq=1)
+        assert rows == [] and span(h) == (1, 20, 20)
+
+
+async def test_max_bytes_bounds_the_reply_but_one_large_message_still_goes(lj):
+    async with jetstream(lj) as (nc, js):
+        await create(nc, {"name": "B", "subjects": ["b"]})
+        await fill(js, 20, subject="b", size=1000)
+        h, rows = await read(nc, "B", seq=1, max_bytes=3000)
+        assert len(rows) == 2 and span(h)[:2] == (1, 2)
+        h, rows = await read(nc, "B", seq=3, max_bytes=10)
+        assert len(rows) == 1 and span(h)[:2] == (3, 3)
+        # max_bytes is clamped to what the server's max_payload allows
+        h, rows = await read(nc, "B", seq=1, max_bytes=1 << 40)
+        assert len(rows) == 20
+
+
+async def test_a_compressed_frame_decodes_to_the_same_rows(lj):
+    async with jetstream(lj) as (nc, js):
+        await create(nc, {"name": "Z", "subjects": ["z"]})
+        await fill(js, 50, subject="z", size=500)
+        h1, plain = await read(nc, "Z", seq=1)
+        h2, packed = await read(nc, "Z", seq=1, compress="zstd")
+        assert h2["Leafjet-Read-Encoding"] == "zstd" and "Leafjet-Read-Encoding" not in h1
+        assert plain == packed and len(plain) == 50
+
+
+async def test_a_long_poll_is_answered_when_a_message_arrives(lj):
+    async with jetstream(lj) as (nc, js):
+        await create(nc, {"name": "W", "subjects": ["w"]})
+        await js.publish("w", b"1")
+        result: list[Any] = []
+
+        async def poll() -> None:
+            result.append(await read(nc, "W", seq=2, wait_ms=30_000, timeout=40))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(poll)
+            # the request is parked before the publish: the API still serves others meanwhile
+            await anyio.sleep(0.3)
+            assert (await api(nc, "$JS.API.STREAM.INFO.W"))["state"]["messages"] == 1
+            assert not result
+            await js.publish("w", b"2")
+        h, rows = result[0]
+        assert [(r[0], r[3]) for r in rows] == [(2, b"2")] and span(h)[:2] == (2, 2)
+
+
+async def test_a_long_poll_that_runs_out_is_answered_empty(lj):
+    async with jetstream(lj) as (nc, _js):
+        await create(nc, {"name": "W", "subjects": ["w"]})
+        h, rows = await read(nc, "W", seq=1, wait_ms=200)
+        assert rows == [] and span(h) == (1, 0, 0)
+
+
+async def test_a_long_poll_ends_when_its_stream_is_deleted(lj):
+    async with jetstream(lj) as (nc, _js):
+        await create(nc, {"name": "W", "subjects": ["w"]})
+        result: list[Any] = []
+
+        async def poll() -> None:
+            result.append(await read(nc, "W", seq=1, wait_ms=30_000, timeout=40))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(poll)
+            await anyio.sleep(0.3)
+            assert (await api(nc, "$JS.API.STREAM.DELETE.W"))["success"]
+        assert result[0][1]["error"]["err_code"] == 10059
+
+
+@pytest.mark.parametrize(
+    ("body", "err_code"),
+    [
+        (b"not json", 10025),
+        (b'{"seq": 1}', 10003),  # no version
+        (b'{"v": 2, "seq": 1}', 10003),
+        (b'{"v": 1}', 10003),  # no seq
+        (b'{"v": 1, "seq": 0}', 10003),
+        (b'{"v": 1, "seq": "1"}', 10003),
+        (b'{"v": 1, "seq": 1, "max_msgs": 0}', 10003),
+        (b'{"v": 1, "seq": 1, "max_bytes": -5}', 10003),
+        (b'{"v": 1, "seq": 1, "wait_ms": -1}', 10003),
+        (b'{"v": 1, "seq": 1, "filter": "a"}', 10003),
+        (b'{"v": 1, "seq": 1, "filter": ["a..b"]}', 10003),
+        (b'{"v": 1, "seq": 1, "compress": "gzip"}', 10003),
+        (b"[1]", 10003),
+    ],
+)
+async def test_bad_requests_get_the_apis_errors(lj, body, err_code):
+    async with jetstream(lj) as (nc, _js):
+        await create(nc, {"name": "E", "subjects": ["e"]})
+        msg = await nc.request(READ + "E", body, timeout=5)
+        reply = json.loads(msg.data)
+        assert reply["error"]["err_code"] == err_code, reply
+        assert reply["type"] == "io.nats.jetstream.api.v1.leafjet_read_response"
+        # the server goes on serving
+        _h, rows = await read(nc, "E", seq=1)
+        assert rows == []
+
+
+async def test_an_unknown_stream_is_10059(lj):
+    async with jetstream(lj) as (nc, _js):
+        _h, reply = await read(nc, "NOPE", seq=1)
+        assert reply["error"]["err_code"] == 10059
+
+
+async def test_the_reference_does_not_answer_with_a_frame(tmp_path: Path):
+    """What a source worker takes as "not leafjet". Measured: a client of the reference hears
+    nothing (its API answers unknown subjects only to some connection kinds), and across a
+    leaf link the subject has no responders (a reference leaf exports no interest in it);
+    a 400 / 10003 reply is possible too. The worker falls back on each of the three."""
+    srv = start_server("reference", tmp_path / "ref", jetstream=True)
+    try:
+        async with jetstream(srv) as (nc, _js):
+            await create(nc, {"name": "ORDERS", "subjects": ["orders.>"]})
+            try:
+                _h, reply = await read(nc, "ORDERS", seq=1, timeout=2)
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                return
+            assert reply["error"]["err_code"] == 10003
+    finally:
+        srv.stop()
+
+
+async def test_a_source_starts_over_when_its_upstream_is_made_again(lj):
+    """Bulk mode sees the upstream's identity change in a reply and resets the source, as the
+    consumer path does on 10225: the new stream's messages are taken from its first one."""
+    async with jetstream(lj) as (nc, js):
+        await create(nc, {"name": "UP", "subjects": ["up.>"]})
+        for i in range(5):
+            await js.publish("up.a", b"old%d" % i)
+        await create(nc, {"name": "AGG", "sources": [{"name": "UP"}]})
+        await wait_msgs(nc, "AGG", 5)
+        assert (await api(nc, "$JS.API.STREAM.DELETE.UP"))["success"]
+        await create(nc, {"name": "UP", "subjects": ["up.>"]})
+        for i in range(3):
+            await js.publish("up.a", b"new%d" % i)
+        await wait_msgs(nc, "AGG", 8, timeout=60)
+        got = [m.data for m in await stored_messages(nc, "AGG")]
+        assert got == [b"old0", b"old1", b"old2", b"old3", b"old4", b"new0", b"new1", b"new2"]
+
+
+async def test_sources_and_mirrors_of_a_leafjet_stream_read_it_in_bulk(lj):
+    """No upstream consumer is made: both read through the API. The mirror keeps the upstream's
+    sequences and timestamps, with what the upstream deleted as deleted sequences."""
+    async with jetstream(lj) as (nc, js):
+        await create(nc, {"name": "UP", "subjects": ["up.>"]})
+        for i in range(10):
+            await js.publish(f"up.{i % 2}", b"%d" % i)
+        for seq in (3, 4, 10):
+            assert (await api(nc, "$JS.API.STREAM.MSG.DELETE.UP", {"seq": seq})).get("success")
+        await js.publish("up.0", b"10")
+        await create(nc, {"name": "M", "mirror": {"name": "UP"}})
+        await create(nc, {"name": "S", "sources": [{"name": "UP", "filter_subject": "up.1"}]})
+        await wait_msgs(nc, "M", 8)
+        await wait_msgs(nc, "S", 3)
+        names = await api(nc, "$JS.API.CONSUMER.NAMES.UP")
+        assert not names["consumers"], names
+        up, mirror = await stored_messages(nc, "UP"), await stored_messages(nc, "M")
+        assert [(m.seq, m.subject, m.data, m.time) for m in mirror] == [
+            (m.seq, m.subject, m.data, m.time) for m in up
+        ]
+        m_state = (await api(nc, "$JS.API.STREAM.INFO.M"))["state"]
+        assert (m_state["first_seq"], m_state["last_seq"], m_state["num_deleted"]) == (1, 11, 3)
+        assert [m.data for m in await stored_messages(nc, "S")] == [b"1", b"5", b"7"]
+
+
+async def test_a_message_too_large_for_a_reply_is_10054_and_a_source_takes_the_consumer_path(
+    tmp_path: Path,
+):
+    """The reply must fit the link's max_payload: a message that alone does not (max_payload
+    less 4 KiB) is refused by name, and a source reads on through the consumer path."""
+    srv = start_server("leafjet", tmp_path / "small", {"max_payload": 65536}, jetstream=True)
+    try:
+        async with jetstream(srv) as (nc, js):
+            await create(nc, {"name": "UP", "subjects": ["up"]})
+            sizes = [10, 63_000, 10]
+            for size in sizes:
+                await js.publish("up", b"x" * size)
+            _h, reply = await read(nc, "UP", seq=2)
+            assert reply["error"]["err_code"] == 10054
+            h, rows = await read(nc, "UP", seq=1)
+            assert [r[0] for r in rows] == [1] and span(h)[1] == 1  # up to the large one
+            await create(nc, {"name": "AGG", "sources": [{"name": "UP"}]})
+            await wait_msgs(nc, "AGG", 3, timeout=30)
+            assert [len(m.data) for m in await stored_messages(nc, "AGG")] == sizes
+    finally:
+        srv.stop()

@@ -1,0 +1,124 @@
+"""The bulk read API's request checks and range read (core/jetstream/bulk_read.py), over real
+memory and SQLite stores: what a reply covers, its bounds, and its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from core.api_errors import ApiError
+from core.jetstream import bulk_read
+from core.jetstream.bulk_read import ReadRequest, parse_read_request, read_range
+from core.store.api import Append, DeleteOp
+from core.store.memory import MemoryStore
+from core.store.sqlite import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    s = await SqliteStore.open(tmp_path / "s.db")
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+def err_code(payload: bytes) -> int:
+    with pytest.raises(ApiError) as e:
+        parse_read_request(payload)
+    return e.value.err_code
+
+
+def test_a_minimal_request_takes_the_defaults() -> None:
+    req = parse_read_request(b'{"v":1,"seq":5}', max_bytes=1000)
+    assert req == ReadRequest(5, bulk_read.MAX_MSGS, 1000, (), 0, False)
+
+
+def test_bounds_are_clamped_and_filters_kept_once() -> None:
+    req = parse_read_request(
+        b'{"v":1,"seq":1,"max_msgs":999999999,"max_bytes":999999999,"wait_ms":999999999,'
+        b'"filter":["a.*","b","a.*"],"compress":"zstd","later_field":true}',
+        max_bytes=4096,
+    )
+    assert (req.max_msgs, req.max_bytes, req.wait_ms) == (bulk_read.MAX_MSGS, 4096, bulk_read.MAX_WAIT_MS)
+    assert req.filters == ("a.*", "b") and req.compress
+    assert parse_read_request(b'{"v":1,"seq":1,"filter":["a",">"]}').filters == ()
+
+
+@pytest.mark.parametrize(
+    ("payload", "code"),
+    [
+        (b"{", 10025),
+        (b'{"v":1,"seq":1,"filter":["x"]', 10025),
+        (b"", 10003),
+        (b'"text"', 10003),
+        (b'{"v":"1","seq":1}', 10003),
+        (b'{"v":1,"seq":-1}', 10003),
+        (b'{"v":1,"seq":1.5}', 10003),
+        (b'{"v":1,"seq":true}', 10003),
+        (b'{"v":1,"seq":1,"max_msgs":null}', 10003),
+        (b'{"v":1,"seq":1,"filter":[1]}', 10003),
+        (b'{"v":1,"seq":1,"filter":["a b"]}', 10003),
+        (b'{"v":1,"seq":1,"wait_ms":1.0}', 10003),
+    ],
+)
+def test_bad_requests_are_refused_with_the_apis_codes(payload: bytes, code: int) -> None:
+    assert err_code(payload) == code
+
+
+def test_too_many_filters_are_refused() -> None:
+    many = ",".join(f'"f.{i}"' for i in range(bulk_read.MAX_FILTERS + 1))
+    assert err_code(f'{{"v":1,"seq":1,"filter":[{many}]}}'.encode()) == 10003
+
+
+async def fill(store: Any, subjects: list[str], size: int = 100) -> None:
+    await store.apply([Append(s, None, b"x" * size, 1_000 + i) for i, s in enumerate(subjects)])
+
+
+def req(seq: int = 1, **kw: Any) -> ReadRequest:
+    fields: dict[str, Any] = {"max_msgs": 1000, "max_bytes": 1 << 20, **kw}
+    return ReadRequest(seq, **fields)
+
+
+async def test_a_read_covers_deleted_sequences_up_to_the_streams_last(store: Any) -> None:
+    await fill(store, ["a"] * 10)
+    await store.apply([DeleteOp(s) for s in (1, 2, 9, 10)])
+    msgs, last, stream_last = await read_range(SimpleNamespace(store=store), req())  # type: ignore[arg-type]
+    assert [m.seq for m in msgs] == [3, 4, 5, 6, 7, 8] and (last, stream_last) == (10, 10)
+    msgs, last, _ = await read_range(SimpleNamespace(store=store), req(11))  # type: ignore[arg-type]
+    assert msgs == [] and last == 10
+
+
+async def test_the_byte_bound_cuts_between_messages_and_says_where(store: Any) -> None:
+    await fill(store, ["a"] * 10, size=100)
+    one = 1 + 100 + bulk_read.ROW_OVERHEAD
+    msgs, last, _ = await read_range(SimpleNamespace(store=store), req(max_bytes=3 * one + 5))  # type: ignore[arg-type]
+    assert [m.seq for m in msgs] == [1, 2, 3] and last == 3
+    msgs, last, _ = await read_range(SimpleNamespace(store=store), req(4, max_bytes=1))  # type: ignore[arg-type]
+    assert [m.seq for m in msgs] == [4] and last == 4  # the first message goes even when larger
+
+
+async def test_filters_one_or_several(store: Any) -> None:
+    await fill(store, ["a.1", "b.1", "a.2", "c", "b.2", "a.3"])
+    stream = SimpleNamespace(store=store)
+    msgs, last, _ = await read_range(stream, req(filters=("a.*",)))  # type: ignore[arg-type]
+    assert [m.seq for m in msgs] == [1, 3, 6] and last == 6
+    msgs, last, _ = await read_range(stream, req(filters=("b.*", "c"), max_msgs=2))  # type: ignore[arg-type]
+    assert [m.seq for m in msgs] == [2, 4] and last == 4
+    msgs, last, _ = await read_range(stream, req(filters=("x", "y")))  # type: ignore[arg-type]
+    assert msgs == [] and last == 6
+
+
+async def test_several_filters_scan_a_bounded_number_of_rows(store: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr(bulk_read, "SCAN_ROWS", 300)
+    await fill(store, ["n"] * 1000 + ["y"], size=1)
+    msgs, last, _ = await read_range(SimpleNamespace(store=store), req(filters=("y", "z")))  # type: ignore[arg-type]
+    assert msgs == [] and 300 <= last < 1001  # the next read goes on from there
