@@ -26,6 +26,7 @@ from core.jetstream.engine import JetStream
 from core.server.failures import describe_failure, leaf_exception
 from core.server.server import Server
 from federation.leafnode.manager import LeafNodes
+from hub.meta.group import MetaGroup
 from hub.routes import Routes
 
 log = logging.getLogger("leafjet.agent")
@@ -86,6 +87,15 @@ async def _serve(
         server.extra_info["jetstream"] = True
         if cfg.jetstream.domain:
             server.extra_info["domain"] = cfg.jetstream.domain
+    meta: MetaGroup | None = None
+    if routes is not None and js is not None:
+        # A hub cluster with JetStream: the meta group places streams and answers the API
+        # from any server (hub/meta/); set before the API serves its first request.
+        meta = MetaGroup(
+            server, js, routes, Path(cfg.jetstream.store_dir) if cfg.jetstream.store_dir else data_dir
+        )
+        js.cluster = meta.api
+    meta_scope = anyio.CancelScope()
     js_scope = anyio.CancelScope()
     monitor_scope = anyio.CancelScope()
     leaf_scope = anyio.CancelScope()
@@ -101,6 +111,11 @@ async def _serve(
         with routes_scope:
             await routes.run(task_status=task_status)
 
+    async def run_meta(*, task_status: TaskStatus[None]) -> None:
+        assert meta is not None
+        with meta_scope:
+            await meta.run(task_status=task_status)
+
     async def run_monitor(*, task_status: TaskStatus[int]) -> None:
         with monitor_scope:
             await server.run_monitor(task_status=task_status)
@@ -115,6 +130,7 @@ async def _serve(
             await server.run(task_status=task_status)
         finally:
             leaf_scope.cancel()
+            meta_scope.cancel()
             routes_scope.cancel()
             js_scope.cancel()
             monitor_scope.cancel()
@@ -136,6 +152,8 @@ async def _serve(
         if routes is not None:
             cluster_port = await tg.start(run_routes)
             leaf_note += f", cluster {cfg.cluster.name} routes on {cfg.cluster.host}:{cluster_port}"
+            if meta is not None:
+                await tg.start(run_meta)
         print(
             f"leafjet {role} ready: listening on nats://{cfg.host}:{port} "
             f"(server {server.name}, data {cfg.data_dir}{leaf_note})",

@@ -181,6 +181,7 @@ class ServerConfig:
     host: str = "0.0.0.0"
     port: int = 4222
     server_name: str = ""
+    server_tags: tuple[str, ...] = ()  # what stream placement matches (placement.tags; hub/meta/)
     max_payload: int = 1024 * 1024
     max_control_line: int = 4096
     max_pending: int = 64 * 1024 * 1024
@@ -301,6 +302,7 @@ def config_from_dict(data: dict[str, Any], *, base_dir: Path | None = None) -> S
         host=host,
         port=port,
         server_name=t.string("server_name", "") or "",
+        server_tags=t.str_list("server_tags"),
         max_payload=t.size("max_payload", d.max_payload),
         max_control_line=t.size("max_control_line", d.max_control_line),
         max_pending=t.size("max_pending", d.max_pending),

@@ -105,11 +105,30 @@ async def _info(
         consumer_count=stream.consumer_count,
         subjects=subj_counts,
         server_name=js.server.name,
+        cluster=_cluster_json(js),
         domain=js.domain if with_domain else None,
         mirror=stream.sourcing.mirror_info() if stream.sourcing is not None else None,
         sources=stream.sourcing.info() if stream.sourcing is not None else (),
         first_seq_set=stream.first_seq_set,
     )
+
+
+def _cluster_json(js: JetStream) -> dict[str, Any] | None:
+    """An R1 asset of a clustered server: the reference's ``{name, leader}`` (None: a single
+    server's ``{leader}``)."""
+    if js.cluster is None:
+        return None
+    return {"name": js.cluster.name, "leader": js.server.name}
+
+
+def _with_cluster(js: JetStream, info: dict[str, Any]) -> dict[str, Any]:
+    cluster = _cluster_json(js)
+    if cluster is not None:
+        ts = info.pop("ts", None)
+        info["cluster"] = cluster
+        if ts is not None:
+            info["ts"] = ts  # the reference's field order: cluster, then ts
+    return info
 
 
 # ---------------------------------------------------------------------------------------- handlers
@@ -417,7 +436,7 @@ async def _create_consumer(
                     await consumer.persist()
             else:
                 consumer = await js.create_consumer(stream, outcome.name, outcome.config)
-            info = await consumer.info()  # a new consumer: before it delivers anything
+            info = _with_cluster(js, await consumer.info())  # a new consumer: before it delivers anything
             if not outcome.existing:
                 await js.start_consumer(stream, consumer)
         response = api_response("consumer_create_response", info)
@@ -508,7 +527,7 @@ async def consumer_info(
 ) -> dict[str, Any]:
     _no_body(msg)
     consumer = _consumer(_stream(ajs, args[0]), args[1])
-    return api_response("consumer_info_response", await consumer.info())
+    return api_response("consumer_info_response", _with_cluster(js, await consumer.info()))
 
 
 async def consumer_delete(
@@ -673,8 +692,15 @@ def _internal_error(msg: InboundMsg, failure: Exception) -> ApiError:
     return api_error("JSStreamGeneralErrorF", err=f"internal error ({type(failure).__name__})")
 
 
-async def dispatch(js: JetStream, ajs: AccountJetStream, path: list[str], msg: InboundMsg) -> None:
+async def dispatch(
+    js: JetStream, ajs: AccountJetStream, path: list[str], msg: InboundMsg, *, forwarded: bool = False
+) -> None:
+    """Answer one API request. On a clustered server the cluster may take the request over
+    (``ClusterApi.takeover``: forward it to the meta leader or to the server of the stream); a
+    ``forwarded`` request came from there and is answered here."""
     found = route(path)
+    if js.cluster is not None and not forwarded:
+        found = js.cluster.takeover(ajs, path, found)
     if found is None:
         if path[:3] == ["CONSUMER", "MSG", "NEXT"] and msg.reply:
             # The reference's consumers listen on MSG.NEXT.<stream>.<consumer>: other token

@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -131,6 +131,18 @@ class ApiReceiver(InternalReceiver):
         super().deliver(sub, subject, reply, headers, payload)
 
 
+class ClusterApi(Protocol):
+    """The hub cluster's hook into the API (hub/meta/): what a clustered server answers
+    differently. ``takeover`` returns the (handler, response type, args) to run instead of the
+    local ``found`` one (None: no API request there); it must not block."""
+
+    name: str
+
+    def takeover(
+        self, ajs: AccountJetStream, path: list[str], found: tuple[api.Handler, str, list[str]] | None
+    ) -> tuple[api.Handler, str, list[str]] | None: ...
+
+
 class JetStream:
     def __init__(self, server: Server, config: JetStreamConfig, store_dir: Path) -> None:
         self.server = server
@@ -143,6 +155,7 @@ class JetStream:
         self._consumer_scopes: dict[tuple[str, str, str], anyio.CancelScope] = {}
         self._sourcing_scopes: dict[tuple[str, str], anyio.CancelScope] = {}
         server.shutdown_hooks.append(self._server_shutdown)
+        self.cluster: ClusterApi | None = None  # set by the hub's meta group (hub/meta/)
         self.recovered = False  # every stream on disk loaded (/healthz answers 503 until then)
         server.jetstream_monitor = JetStreamMonitor(self)
         self.reads = BulkReads(self)  # the bulk read API's requests (core/jetstream/bulk_read.py)
@@ -461,7 +474,10 @@ class JetStream:
 
     # ------------------------------------------------------------------ streams
 
-    async def create_stream(self, ajs: AccountJetStream, cfg: StreamConfig) -> Stream:
+    async def create_stream(
+        self, ajs: AccountJetStream, cfg: StreamConfig, created: int | None = None
+    ) -> Stream:
+        """A new stream; ``created`` (wall ns) is the meta group's, when it assigned the stream."""
         d = ajs.root / cfg.name
         d.mkdir(parents=True, exist_ok=True)
         try:
@@ -473,7 +489,7 @@ class JetStream:
                 # An empty stream that starts at first_seq: last_seq moves to first_seq - 1, and
                 # it reports that first sequence (not 0) until its first message.
                 await store.apply([PurgeOp(up_to_seq=cfg.first_seq), SetMetaOp(FIRST_SEQ_SET_KEY, b"1")])
-            created = time.time_ns()
+            created = created or time.time_ns()
             if cfg.storage != "memory":
                 _write_atomic(d / "stream.json", {"config": cfg.to_json(), "created": created})
             stream = await self._start_stream(ajs, cfg, store, created)

@@ -125,6 +125,7 @@ class Monitor:
             "/jsz": self.jsz,
             "/leafz": self.leafz,
             "/routez": self.routez,
+            "/raftz": self.raftz,
             "/healthz": self.healthz,
             "/metrics": self.metrics,
         }
@@ -438,6 +439,15 @@ class Monitor:
             "routes": [],
         }
         source = self.server.routez_source
+        if source is not None:
+            body.update(source())
+        return _json(body)
+
+    async def raftz(self, _req: Request) -> Response:
+        """leafjet's own: the hub's RAFT groups (``meta``: leader, term, role, applied, peers);
+        empty without a cluster. (The reference's /raftz is keyed by account and group.)"""
+        body: dict[str, Any] = {"server_id": self.server.server_id, "server_name": self.server.name}
+        source = self.server.raftz_source
         if source is not None:
             body.update(source())
         return _json(body)

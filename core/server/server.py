@@ -99,6 +99,8 @@ class Server:
         self.leafz_source: Callable[[bool], tuple[list[dict[str, Any]], list[dict[str, Any]]]] | None = None
         # /routez's body (num_routes, routes, ...); set by the routes subsystem (hub/routes/)
         self.routez_source: Callable[[], dict[str, Any]] | None = None
+        # /raftz's body (the RAFT groups: leader, term, peers); set by the meta group (hub/meta/)
+        self.raftz_source: Callable[[], dict[str, Any]] | None = None
 
     # ------------------------------------------------------------------ run
 

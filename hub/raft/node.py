@@ -182,6 +182,16 @@ class Node:
         self.pending_conf_index = index
         return index
 
+    def step_down(self) -> bool:
+        """A leader gives up leading (an operator's stepdown): it becomes a follower of no one
+        in its term and waits the longest election timeout, so another server most likely
+        campaigns first. False when this node does not lead."""
+        if self.role is not Role.LEADER:
+            return False
+        self._become_follower(self.term, NONE)
+        self.randomized_timeout = 2 * self.config.election_ticks
+        return True
+
     def step(self, m: Message) -> None:
         if m.dst != self.id:
             return

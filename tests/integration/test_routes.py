@@ -269,32 +269,6 @@ async def test_a_leaf_of_one_server_is_reached_from_every_server(tmp_path, kind)
         c.close()
 
 
-async def test_jetstream_stays_per_server_but_its_streams_are_reachable(tmp_path):
-    """Until hub/raft/ replicates JetStream, each leafjet server's API answers only its own
-    clients (an API request never reaches, and is never answered by, the other servers), while a
-    stream's subjects are reachable from every server: a publish on server 2 is stored on server
-    1's stream and acknowledged from there."""
-    c = Cluster(tmp_path, "leafjet", size=2)
-    try:
-        await anyio.to_thread.run_sync(c.start)
-        await anyio.to_thread.run_sync(c.wait_for_mesh)
-        nc1, nc2 = await _connect(c, 0), await _connect(c, 1)
-        js1, js2 = nc1.jetstream(), nc2.jetstream()
-        await js1.add_stream(name="ORDERS", subjects=["orders.>"])
-        with pytest.raises(nats.js.errors.NotFoundError):
-            await js2.stream_info("ORDERS")
-        probe = probe_subject()
-        await answer_probes(nc1, probe)
-        await wait_for_interest(nc2, probe)
-        ack = await js2.publish("orders.1", b"from server 2")
-        assert (ack.stream, ack.seq) == ("ORDERS", 1)
-        assert (await js1.stream_info("ORDERS")).state.messages == 1
-        await nc1.close()
-        await nc2.close()
-    finally:
-        c.close()
-
-
 @pytest.mark.chaos
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", KINDS)

@@ -1,0 +1,491 @@
+"""The JetStream API of a clustered server: what it answers itself, and what it forwards.
+
+Any server takes a client's request (its own ``$JS.API.>`` never crosses a route):
+- stream CREATE / UPDATE / DELETE, ``SERVER.REMOVE``, ``META.LEADER.STEPDOWN`` go to the meta
+  leader (``$JSC.RPC.<leader>.META``), which checks them against the replicated state, places a
+  new stream and proposes the change; it answers once the entry is applied on it. A create or
+  update is then answered by the stream's server: the request is forwarded there
+  (``FWD``, carrying the index to wait for) and that server replies to the client itself;
+- stream NAMES and LIST, and account INFO, are answered from the replicated state (LIST asks
+  each stream's server for its info);
+- requests about one stream (INFO, PURGE, MSG.*, DIRECT.GET, CONSUMER.*) are forwarded to the
+  stream's server, which replies to the client itself; a server that is down is the
+  reference's 10118 "stream is offline" at once;
+- with no meta leader known, 10008 "JetStream system temporarily unavailable".
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from core.api_errors import API_ERRORS, ApiError, api_error
+from core.jetstream import api
+from core.jetstream.models import StreamConfig, api_response, check_subject_overlap, decode_request
+from core.server.internal import InboundMsg
+from hub.meta.bus import Unreachable
+from hub.meta.peers import node_id
+from hub.meta.placement import NoPeers, place
+from hub.meta.state import encode_op
+from hub.raft.node import ProposalError
+from hub.raft.types import ConfChange, ConfChangeKind
+
+if TYPE_CHECKING:
+    from core.jetstream.engine import AccountJetStream, JetStream
+    from hub.meta.group import MetaGroup
+
+log = logging.getLogger("leafjet.meta")
+
+LEADER_TIMEOUT = 10.0  # a request to the meta leader, commit included
+FORWARD_WAIT = 10.0  # a forwarded request waits this long for its assignment to be applied here
+INFO_TIMEOUT = 3.0
+
+_STREAM_SCOPED = {
+    ("STREAM", "INFO"),
+    ("STREAM", "PURGE"),
+    ("STREAM", "MSG", "GET"),
+    ("STREAM", "MSG", "DELETE"),
+    ("DIRECT", "GET"),
+    ("CONSUMER", "CREATE"),
+    ("CONSUMER", "DURABLE", "CREATE"),
+    ("CONSUMER", "INFO"),
+    ("CONSUMER", "DELETE"),
+    ("CONSUMER", "NAMES"),
+    ("CONSUMER", "LIST"),
+    ("CONSUMER", "MSG", "NEXT"),
+    ("CONSUMER", "PAUSE"),
+    ("CONSUMER", "RESET"),
+}
+
+
+def remote_error(err: Any) -> ApiError:
+    """An API error another server rendered, as an ``ApiError`` to raise here."""
+    if not isinstance(err, dict):
+        return api_error("JSClusterNotAvailErr")
+    code = err.get("err_code")
+    spec = next((s for s in API_ERRORS.values() if s.err_code == code), None)
+    if spec is None:
+        spec = API_ERRORS["JSClusterNotAvailErr"]
+    e = ApiError(spec, err=str(err.get("description", "")))
+    e.description = str(err.get("description", e.description))
+    return e
+
+
+def _r1_only() -> ApiError:
+    """Replicated streams (R>1) are the next step: refused, with the reason in the text."""
+    e = api_error("JSStreamReplicasNotSupportedErr")
+    e.description = "replicas > 1 not supported by this cluster yet (leafjet places R1 streams only)"
+    return e
+
+
+class MetaApi:
+    """The ``ClusterApi`` of a clustered server (core/jetstream/engine.py) and the meta
+    group's RPC handlers."""
+
+    def __init__(self, group: MetaGroup) -> None:
+        self.group = group
+        self.js: JetStream = group.js
+        self.name = group.name
+        self._op_lock = anyio.Lock()  # the leader decides one change at a time
+
+    # ------------------------------------------------------------------ ClusterApi
+
+    def takeover(
+        self, ajs: AccountJetStream, path: list[str], found: tuple[api.Handler, str, list[str]] | None
+    ) -> tuple[api.Handler, str, list[str]] | None:
+        if path == ["META", "LEADER", "STEPDOWN"]:
+            return self._stepdown, "meta_leader_stepdown_response", []
+        if path == ["SERVER", "REMOVE"]:
+            return self._server_remove, "meta_server_remove_response", []
+        if found is None:
+            return None
+        handler, type_name, args = found
+        head = tuple(path[: len(path) - len(args)])
+        if head == ("STREAM", "CREATE"):
+            return self._create, type_name, args
+        if head == ("STREAM", "UPDATE"):
+            return self._update, type_name, args
+        if head == ("STREAM", "DELETE"):
+            return self._delete, type_name, args
+        if head == ("STREAM", "NAMES"):
+            return self._names, type_name, args
+        if head == ("STREAM", "LIST"):
+            return self._list, type_name, args
+        if head == ("INFO",):
+            return self._account_info(handler), type_name, args
+        if head in _STREAM_SCOPED and args:
+            a = self.group.state.streams.get((ajs.account.name, args[0]))
+            if a is not None and self.group.me not in a.servers:
+                return self._forward_handler(a.servers[0]), type_name, args
+        return found
+
+    # ------------------------------------------------------------------ handlers (any server)
+
+    async def _read_barrier(self) -> None:
+        """Before answering from this server's state: catch up with what the leader has
+        applied (every change acknowledged so far), so a list never misses an acknowledged
+        create because this server lags (the reference answers lists from the leader)."""
+        self._need_leader()
+        if self.group.driver.is_leader():
+            return
+        answer = await self.ask_leader({"kind": "read"})
+        await self._caught_up(int(answer.get("index") or 0))
+
+    def _need_leader(self) -> None:
+        if not self.group.ready or self.group.leader_name() is None:
+            raise api_error("JSClusterNotAvailErr")
+
+    async def _create(self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
+        await self._change_then_forward("create", ajs, args[0], msg)
+
+    async def _update(self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
+        await self._change_then_forward("update", ajs, args[0], msg)
+
+    async def _change_then_forward(
+        self, kind: str, ajs: AccountJetStream, name: str, msg: InboundMsg
+    ) -> None:
+        self._need_leader()
+        body = {"kind": kind, "account": ajs.account.name, "name": name, "data": _b64(msg.payload)}
+        answer = await self.ask_leader(body)
+        index = int(answer["index"])
+        await self._caught_up(index)
+        await self._forward(str(answer["server"]), ajs, msg, index)
+
+    async def _caught_up(self, index: int) -> None:
+        """Until this server has applied ``index`` too (bounded): a client that hears of its
+        change then finds it in this server's state at once."""
+        with anyio.move_on_after(FORWARD_WAIT):
+            await self.group.driver.wait_applied(index)
+
+    async def _delete(
+        self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+    ) -> dict[str, Any]:
+        if msg.payload.strip() not in (b"", b"{}"):
+            raise api_error("JSNotEmptyRequestErr")
+        self._need_leader()
+        answer = await self.ask_leader({"kind": "delete", "account": ajs.account.name, "name": args[0]})
+        await self._caught_up(int(answer.get("index") or 0))
+        return api_response("stream_delete_response", {"success": True})
+
+    async def _stepdown(
+        self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+    ) -> dict[str, Any]:
+        self._need_leader()
+        await self.ask_leader({"kind": "stepdown"})
+        return api_response("meta_leader_stepdown_response", {"success": True})
+
+    async def _server_remove(
+        self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+    ) -> dict[str, Any]:
+        req = decode_request(msg.payload) if msg.payload.strip() else {}
+        if not isinstance(req, dict) or not (req.get("peer") or req.get("peer_id")):
+            raise api_error("JSBadRequestErr")
+        self._need_leader()
+        await self.ask_leader(
+            {"kind": "remove_server", "peer": req.get("peer"), "peer_id": req.get("peer_id")}
+        )
+        return api_response("meta_server_remove_response", {"success": True})
+
+    async def _names(
+        self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+    ) -> dict[str, Any]:
+        await self._read_barrier()
+        body = api._request(msg, "stream_names")
+        streams = self._matching(ajs, body)
+        offset = min(max(body.get("offset", 0), 0), len(streams))
+        page = streams[offset : offset + api.NAMES_LIMIT]
+        return api_response(
+            "stream_names_response",
+            {"total": len(streams), "offset": offset, "limit": api.NAMES_LIMIT, "streams": page or None},
+        )
+
+    async def _list(
+        self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+    ) -> dict[str, Any]:
+        await self._read_barrier()
+        body = api._request(msg, "stream_list")
+        names = self._matching(ajs, body)
+        offset = min(max(body.get("offset", 0), 0), len(names))
+        page = names[offset : offset + api.LIST_LIMIT]
+        by_server: dict[str, list[str]] = {}
+        for n in page:
+            a = self.group.state.streams[(ajs.account.name, n)]
+            by_server.setdefault(a.servers[0], []).append(n)
+        infos: dict[str, dict[str, Any]] = {}
+        for server, names_there in by_server.items():
+            infos.update(await self._infos_from(server, ajs.account.name, names_there))
+        out: dict[str, Any] = {
+            "total": len(names),
+            "offset": offset,
+            "limit": api.LIST_LIMIT,
+            "streams": [infos[n] for n in page if n in infos],
+        }
+        missing = [n for n in page if n not in infos]
+        if missing:
+            out["missing"] = missing
+        return api_response("stream_list_response", out)
+
+    def _account_info(self, local: api.Handler) -> api.Handler:
+        async def handler(
+            js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+        ) -> dict[str, Any] | None:
+            await self._read_barrier()
+            body = await local(js, ajs, args, msg)
+            if body is not None:
+                body["streams"] = len(self.group.state.account_streams(ajs.account.name))
+            return body
+
+        return handler
+
+    def _matching(self, ajs: AccountJetStream, body: dict[str, Any]) -> list[str]:
+        from core import subjects
+
+        filt = body.get("subject")
+        out = []
+        for a in self.group.state.account_streams(ajs.account.name):
+            subs = a.config.get("subjects") or []
+            if filt and not any(subjects.subjects_collide(filt, s) for s in subs):
+                continue
+            out.append(a.name)
+        return out
+
+    def _forward_handler(self, server: str) -> api.Handler:
+        async def handler(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
+            await self._forward(server, ajs, msg, 0)
+
+        return handler
+
+    # ------------------------------------------------------------------ forwarding
+
+    async def _forward(self, server: str, ajs: AccountJetStream, msg: InboundMsg, index: int) -> None:
+        """Have ``server`` answer ``msg`` as its own, once it has applied ``index``; it replies
+        to the client directly. Raises 10118 when it is down."""
+        group = self.group
+        if server == group.me:
+            await self._answer_here(ajs, msg, index)
+            return
+        entry = group.state.servers.get(server)
+        body = {
+            "account": ajs.account.name,
+            "subject": msg.subject,
+            "reply": msg.reply,
+            "hdrs": _b64(msg.headers or b""),
+            "data": _b64(msg.payload),
+            "index": index,
+        }
+        try:
+            if entry is None or group.bus is None:
+                raise Unreachable(server)
+            group.bus.post(entry.peer, "FWD", body)
+        except Unreachable:
+            raise api_error("JSStreamOfflineErr") from None
+
+    async def _answer_here(self, ajs: AccountJetStream, msg: InboundMsg, index: int) -> None:
+        with anyio.move_on_after(FORWARD_WAIT):
+            await self.group.wait_reconciled(index)
+        path = _api_path(msg.subject, self.js.domain)
+        with contextlib.suppress(ApiError):  # answered with the error, and counted
+            await api.dispatch(self.js, ajs, path, msg, forwarded=True)
+
+    async def _infos_from(self, server: str, account: str, names: list[str]) -> dict[str, dict[str, Any]]:
+        group = self.group
+        if server == group.me:
+            return await self._local_infos(account, names)
+        entry = group.state.servers.get(server)
+        if entry is None or group.bus is None:
+            return {}
+        try:
+            answer = await group.bus.request(
+                entry.peer, "SI", {"account": account, "names": names}, INFO_TIMEOUT
+            )
+        except (Unreachable, TimeoutError):
+            return {}
+        infos = answer.get("infos")
+        return infos if isinstance(infos, dict) else {}
+
+    async def _local_infos(self, account: str, names: list[str]) -> dict[str, dict[str, Any]]:
+        ajs = self.js.accounts.get(account)
+        out: dict[str, dict[str, Any]] = {}
+        if ajs is None:
+            return out
+        for n in names:
+            stream = ajs.streams.get(n)
+            if stream is not None:
+                out[n] = await api._info(self.js, stream)
+        return out
+
+    # ------------------------------------------------------------------ the meta leader
+
+    async def ask_leader(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Have the meta leader carry out ``body``; its answer, or the ApiError it raised."""
+        group = self.group
+        leader = group.leader_name()
+        if leader is None:
+            raise api_error("JSClusterNotAvailErr")
+        if leader == group.me:
+            answer = await self.lead(body)
+        else:
+            entry = group.state.servers.get(leader)
+            peer = entry.peer if entry is not None else f"{group.driver.leader:016x}"
+            assert group.bus is not None
+            try:
+                answer = await group.bus.request(peer, "META", body, LEADER_TIMEOUT)
+            except (Unreachable, TimeoutError):
+                raise api_error("JSClusterNotAvailErr") from None
+        if "error" in answer:
+            raise remote_error(answer["error"])
+        return answer
+
+    async def lead(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The leader's side of a change: decide, propose, wait until applied here."""
+        try:
+            with anyio.fail_after(LEADER_TIMEOUT):
+                async with self._op_lock:
+                    return await self._decide(body)
+        except ApiError as e:
+            return {"error": e.to_json()}
+        except (ProposalError, TimeoutError):
+            return {"error": api_error("JSClusterNotAvailErr").to_json()}
+
+    async def _commit(self, data: bytes) -> int:
+        driver = self.group.driver
+        index, term = await driver.propose([data])
+        if await driver.wait_applied(index) != term:
+            raise api_error("JSClusterNotAvailErr")  # another leader's entry took its place
+        return index
+
+    async def _decide(self, body: dict[str, Any]) -> dict[str, Any]:
+        group, state = self.group, self.group.state
+        if not group.driver.is_leader():
+            raise api_error("JSClusterNotAvailErr")
+        kind = body.get("kind")
+        if kind == "read":
+            return {"index": group.driver.applied}
+        if kind == "register":
+            s = body["server"]
+            index = await self._commit(encode_op("server", **s))
+            return {"index": index}
+        if kind == "stepdown":
+            if not await group.driver.step_down():
+                raise api_error("JSClusterNotAvailErr")
+            return {}
+        if kind == "remove_server":
+            return await self._remove_server(body)
+        account, name = str(body["account"]), str(body["name"])
+        existing = state.streams.get((account, name))
+        if kind == "delete":
+            if existing is None:
+                raise api_error("JSStreamNotFoundErr")
+            index = await self._commit(
+                encode_op("remove", account=account, name=name, created=existing.created)
+            )
+            return {"index": index}
+        payload = base64.b64decode(body["data"])
+        configs = {a.name: a.config for a in state.account_streams(account)}
+
+        def lookup(n: str) -> StreamConfig | None:
+            c = configs.get(n)
+            return StreamConfig.from_json(c, create=False, clustered=True) if c is not None else None
+
+        others = [lookup(n) for n in configs if n != name]
+        if kind == "create":
+            cfg = StreamConfig.from_json(
+                decode_request(payload), expected_name=name, lookup=lookup, clustered=True
+            )
+            if existing is not None:
+                if existing.config != cfg.to_json():
+                    raise api_error("JSStreamNameExistErr")
+                return {"server": existing.servers[0], "index": group.driver.applied}
+            check_subject_overlap(cfg, [c for c in others if c is not None])
+            placement = cfg.placement or {}
+            try:
+                servers = place(
+                    list(state.servers.values()),
+                    group.online(),
+                    state.load(),
+                    cfg.num_replicas,
+                    placement.get("cluster") or None,
+                    list(placement.get("tags") or ()),
+                )
+            except NoPeers as e:
+                raise api_error("JSClusterNoPeersErrF", err=str(e)) from None
+            if cfg.num_replicas > 1:  # placed as the reference would, then refused: R1 only yet
+                raise _r1_only()
+            fields = {"account": account, "name": name, "config": cfg.to_json(), "created": time.time_ns()}
+            index = await self._commit(encode_op("assign", **fields, servers=servers))
+            return {"server": servers[0], "index": index}
+        if kind == "update":
+            new = StreamConfig.from_json(
+                decode_request(payload), create=False, expected_name=name, lookup=lookup, clustered=True
+            )
+            if existing is None:
+                raise api_error("JSStreamNotFoundErr")
+            if new.num_replicas > 1:
+                raise _r1_only()
+            old = StreamConfig.from_json(existing.config, create=False, clustered=True)
+            cfg = StreamConfig.check_update(old, new, clustered=True)
+            check_subject_overlap(cfg, [c for c in others if c is not None])
+            if cfg.to_json() == existing.config:
+                return {"server": existing.servers[0], "index": group.driver.applied}
+            index = await self._commit(encode_op("update", account=account, name=name, config=cfg.to_json()))
+            return {"server": existing.servers[0], "index": index}
+        raise api_error("JSBadRequestErr")
+
+    async def _remove_server(self, body: dict[str, Any]) -> dict[str, Any]:
+        group, state = self.group, self.group.state
+        peer = body.get("peer_id") or ""
+        name = body.get("peer") or next((s.name for s in state.servers.values() if s.peer == peer), "")
+        entry = state.servers.get(str(name))
+        if entry is None:
+            raise api_error("JSClusterServerNotMemberErr")
+        if entry.name == group.me:
+            raise api_error("JSClusterPeerNotMemberErr")  # the leader cannot remove itself here
+        await self._commit(encode_op("remove_server", name=entry.name))
+        if node_id(entry.name) in group.driver.voters:
+            index, _term = await group.driver.propose_conf_change(
+                ConfChange(ConfChangeKind.REMOVE, node_id(entry.name))
+            )
+            await group.driver.wait_applied(index)
+        return {}
+
+    # ------------------------------------------------------------------ RPCs from other servers
+
+    async def on_rpc(self, method: str, body: dict[str, Any], msg: InboundMsg) -> dict[str, Any] | None:
+        if method == "META":
+            return await self.lead(body)
+        if method == "FWD":
+            await self._on_forward(body, msg)
+            return None
+        if method == "SI":
+            names = [str(n) for n in body.get("names") or []][: api.LIST_LIMIT]
+            return {"infos": await self._local_infos(str(body.get("account")), names)}
+        return {"error": api_error("JSBadRequestErr").to_json()}
+
+    async def _on_forward(self, body: dict[str, Any], via: InboundMsg) -> None:
+        ajs = self.js.accounts.get(str(body.get("account")))
+        if ajs is None:
+            return
+        hdrs = base64.b64decode(body.get("hdrs") or "")
+        reply = body.get("reply")
+        msg = InboundMsg(
+            str(body["subject"]),
+            str(reply) if reply else None,
+            hdrs or None,
+            base64.b64decode(body.get("data") or ""),
+            via.sub,
+        )
+        await self._answer_here(ajs, msg, int(body.get("index") or 0))
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _api_path(subject: str, domain: str | None) -> list[str]:
+    tokens = subject.split(".")
+    return tokens[2:] if tokens[1] == "API" else tokens[3:]

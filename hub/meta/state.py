@@ -1,0 +1,167 @@
+"""The meta group's replicated state: the cluster's servers and the stream assignments.
+
+Pure: entries are JSON objects with an ``op`` (the reference encodes one op byte then JSON; one
+JSON object with its op named is as explicit and easier to read in a log dump), applied in log
+order on every server. A bad entry is skipped with a log line on every server alike, so the
+states stay equal.
+
+Ops:
+- ``server``: a server's name, peer id and tags (each server registers itself when a leader is
+  known; placement picks among registered servers);
+- ``assign``: a stream (account, name, config JSON, created ns, the servers it is placed on);
+- ``update``: a new config for an assigned stream;
+- ``remove``: a stream is deleted (a tombstone remembers which incarnation, so that the placed
+  server deletes exactly that one, never a stream created again since);
+- ``remove_server``: a server leaves the registry (``$JS.API.SERVER.REMOVE``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("leafjet.meta")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerEntry:
+    name: str
+    peer: str  # 16 hex digits: the RAFT node id (hub/meta/peers.py)
+    tags: tuple[str, ...] = ()
+    cluster: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamAssignment:
+    account: str
+    name: str
+    config: dict[str, Any]
+    created: int
+    servers: tuple[str, ...]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.account, self.name)
+
+
+@dataclass
+class MetaState:
+    servers: dict[str, ServerEntry] = field(default_factory=dict)
+    streams: dict[tuple[str, str], StreamAssignment] = field(default_factory=dict)
+    # (account, stream) -> (server, created) of a removed stream its server still has to delete
+    tombstones: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ reading
+
+    def account_streams(self, account: str) -> list[StreamAssignment]:
+        return sorted((a for a in self.streams.values() if a.account == account), key=lambda a: a.name)
+
+    def load(self) -> dict[str, int]:
+        """Streams assigned per server (placement's "least loaded")."""
+        counts = {name: 0 for name in self.servers}
+        for a in self.streams.values():
+            for s in a.servers:
+                counts[s] = counts.get(s, 0) + 1
+        return counts
+
+    # ------------------------------------------------------------------ applying
+
+    def apply(self, entry: dict[str, Any]) -> None:
+        op = entry.get("op")
+        if op == "server":
+            s = ServerEntry(
+                str(entry["name"]),
+                str(entry["peer"]),
+                tuple(str(t) for t in entry.get("tags") or ()),
+                str(entry.get("cluster") or ""),
+            )
+            self.servers[s.name] = s
+        elif op == "remove_server":
+            self.servers.pop(str(entry["name"]), None)
+        elif op == "assign":
+            a = _assignment(entry)
+            self.streams[a.key] = a
+            self.tombstones.pop(a.key, None)
+        elif op == "update":
+            key = (str(entry["account"]), str(entry["name"]))
+            old = self.streams.get(key)
+            if old is not None:
+                self.streams[key] = StreamAssignment(
+                    old.account, old.name, dict(entry["config"]), old.created, old.servers
+                )
+        elif op == "remove":
+            key = (str(entry["account"]), str(entry["name"]))
+            old = self.streams.pop(key, None)
+            if old is not None:
+                for server in old.servers:
+                    self.tombstones[key] = (server, old.created)
+        elif op == "forget_tombstone":
+            key = (str(entry["account"]), str(entry["name"]))
+            if self.tombstones.get(key, ("", 0))[1] == int(entry["created"]):
+                self.tombstones.pop(key, None)
+        else:
+            raise ValueError(f"unknown meta op {op!r}")
+
+    # ------------------------------------------------------------------ snapshots
+
+    def to_bytes(self) -> bytes:
+        body = {
+            "servers": [
+                {"name": s.name, "peer": s.peer, "tags": list(s.tags), "cluster": s.cluster}
+                for s in self.servers.values()
+            ],
+            "streams": [_assignment_json(a) for a in self.streams.values()],
+            "tombstones": [[k[0], k[1], v[0], v[1]] for k, v in self.tombstones.items()],
+        }
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> MetaState:
+        state = cls()
+        if not data:
+            return state
+        body = json.loads(data)
+        for s in body.get("servers", []):
+            state.apply({"op": "server", **s})
+        for a in body.get("streams", []):
+            state.apply({"op": "assign", **a})
+        for acc, name, server, created in body.get("tombstones", []):
+            state.tombstones[(acc, name)] = (server, created)
+        return state
+
+
+def encode_op(op: str, **fields: Any) -> bytes:
+    return json.dumps({"op": op, **fields}, separators=(",", ":")).encode()
+
+
+def decode_op(data: bytes) -> dict[str, Any]:
+    entry = json.loads(data)
+    if not isinstance(entry, dict):
+        raise ValueError("a meta entry is a JSON object")
+    return entry
+
+
+def assignment_fields(a: StreamAssignment) -> dict[str, Any]:
+    return _assignment_json(a)
+
+
+def _assignment_json(a: StreamAssignment) -> dict[str, Any]:
+    return {
+        "account": a.account,
+        "name": a.name,
+        "config": a.config,
+        "created": a.created,
+        "servers": list(a.servers),
+    }
+
+
+def _assignment(entry: dict[str, Any]) -> StreamAssignment:
+    return StreamAssignment(
+        str(entry["account"]),
+        str(entry["name"]),
+        dict(entry["config"]),
+        int(entry["created"]),
+        tuple(str(s) for s in entry["servers"]),
+    )

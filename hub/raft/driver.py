@@ -1,0 +1,282 @@
+"""The anyio shell around one sans-IO RAFT ``Node``: ticks from a clock, messages and proposals
+in, and each ``Ready`` done in the contract's order (hub/raft/DESIGN.md "The driver contract").
+
+One task owns the node: every tick, received message and proposal is an event on one bounded
+queue, so nothing touches the node between ``ready()`` and ``advance()``. For each Ready:
+persist (the snapshot, the entries with one fsync, the hard state; in a worker thread, so the
+event loop never waits on a disk), then send, then apply, then advance.
+
+A proposal returns the (index, term) the leader gave it; ``wait_applied(index)`` returns the term
+of the entry applied at that index, so the proposer can tell its entry from another leader's
+that replaced it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import anyio
+from anyio.abc import TaskStatus
+
+from hub.raft.log_store import LogStore
+from hub.raft.node import Config, Node, NotLeader, ProposalError, bootstrap_snapshot
+from hub.raft.types import NONE, ConfChange, Entry, EntryKind, Message, NodeId, Ready, Role, Snapshot
+
+log = logging.getLogger("leafjet.raft")
+
+KEEP_TERMS = 4096  # terms of the newest applied entries, for proposers reading theirs
+EVENT_QUEUE = 4096  # events waiting for the node's task (messages beyond it are dropped: RAFT retries)
+
+
+class StateMachine(Protocol):
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace the whole state with ``snapshot.data`` (b"": the empty state)."""
+
+    def apply(self, entry: Entry) -> None:
+        """Apply one committed NORMAL entry. Must not raise for a bad entry: log it and skip it
+        (every server skips it alike)."""
+
+
+Send = Callable[[Message], None]
+
+
+@dataclass
+class _Proposal:
+    data: list[bytes]
+    done: anyio.Event
+    conf: ConfChange | None = None  # a membership change instead of data
+    stepdown: bool = False  # give up leading instead
+    result: tuple[int, int] | None = None
+    error: ProposalError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    pass
+
+
+class RaftDriver:
+    def __init__(
+        self,
+        group: str,
+        node_id: NodeId,
+        store: LogStore,
+        machine: StateMachine,
+        *,
+        tick_interval: float = 0.1,
+        election_ticks: int = 15,
+        heartbeat_ticks: int = 2,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.group = group
+        self.id = node_id
+        self.store = store
+        self.machine = machine
+        self.tick_interval = tick_interval
+        self._config = Config(id=node_id, election_ticks=election_ticks, heartbeat_ticks=heartbeat_ticks)
+        self._rng = rng or random.Random()
+        self.node: Node | None = None
+        self.send: Send = lambda m: None
+        self.applied = 0
+        self._applied_terms: dict[int, int] = {}  # index -> term, for waiters (pruned as they go)
+        self._waiters: dict[int, list[anyio.Event]] = {}
+        self._changed = anyio.Event()  # set (and replaced) on every leader or applied change
+        self._send_events, self._events = anyio.create_memory_object_stream[Message | _Proposal | _Tick](
+            EVENT_QUEUE
+        )
+        self.dropped = 0
+
+    # ------------------------------------------------------------------ set-up
+
+    def open(self, founders: Iterable[NodeId] | None) -> bool:
+        """Load the log; a store never written takes the bootstrap snapshot of ``founders`` (when
+        given). Returns False when the store is empty and no founders are known yet."""
+        loaded = self.store.open()
+        snapshot = loaded.snapshot
+        if snapshot.index == 0 and not loaded.entries:
+            if founders is None:
+                return False
+            snapshot = bootstrap_snapshot(founders)
+            self.store.save_snapshot(snapshot)
+        self.machine.restore(snapshot)
+        self.applied = snapshot.index
+        self.node = Node(self._config, self._rng, loaded.hard_state, snapshot, loaded.entries)
+        return True
+
+    # ------------------------------------------------------------------ state for others
+
+    @property
+    def leader(self) -> NodeId:
+        return self.node.lead if self.node is not None else NONE
+
+    @property
+    def role(self) -> Role:
+        return self.node.role if self.node is not None else Role.FOLLOWER
+
+    @property
+    def term(self) -> int:
+        return self.node.term if self.node is not None else 0
+
+    @property
+    def voters(self) -> frozenset[NodeId]:
+        return self.node.voters if self.node is not None else frozenset()
+
+    @property
+    def committed(self) -> int:
+        return self.node.log.committed if self.node is not None else 0
+
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    async def changed(self) -> None:
+        """Wait for the next change of leader, role or applied index."""
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # ------------------------------------------------------------------ inputs
+
+    def step(self, m: Message) -> None:
+        """A message from a peer (the transport calls this; never blocks)."""
+        try:
+            self._send_events.send_nowait(m)
+        except anyio.WouldBlock:
+            self.dropped += 1
+
+    async def propose(self, data: list[bytes]) -> tuple[int, int]:
+        """Append entries through this node, which must lead: (index of the last, term)."""
+        p = _Proposal(data, anyio.Event())
+        await self._send_events.send(p)
+        await p.done.wait()
+        if p.error is not None:
+            raise p.error
+        assert p.result is not None
+        return p.result
+
+    async def propose_conf_change(self, change: ConfChange) -> tuple[int, int]:
+        p = _Proposal([], anyio.Event(), conf=change)
+        await self._send_events.send(p)
+        await p.done.wait()
+        if p.error is not None:
+            raise p.error
+        assert p.result is not None
+        return p.result
+
+    async def step_down(self) -> bool:
+        """This node stops leading (``Node.step_down``); False when it did not lead."""
+        p = _Proposal([], anyio.Event(), stepdown=True)
+        await self._send_events.send(p)
+        await p.done.wait()
+        return p.error is None
+
+    async def wait_applied(self, index: int) -> int | None:
+        """Until the entry at ``index`` is applied here: its term (None: applied from a snapshot,
+        term unknown). The caller bounds the wait."""
+        while self.applied < index:
+            ev = anyio.Event()
+            self._waiters.setdefault(index, []).append(ev)
+            await ev.wait()
+        return self._applied_terms.get(index)
+
+    # ------------------------------------------------------------------ the node's task
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        assert self.node is not None, "open() first"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._clock)
+            task_status.started()
+            await self._process_ready()
+            async for event in self._events:
+                self._handle(event)
+                # take whatever else is queued before doing the work: one fsync for all of it
+                while True:
+                    try:
+                        self._handle(self._events.receive_nowait())
+                    except anyio.WouldBlock:
+                        break
+                await self._process_ready()
+
+    async def _clock(self) -> None:
+        while True:
+            await anyio.sleep(self.tick_interval)
+            with contextlib.suppress(anyio.WouldBlock):  # behind: a missed tick only delays a timeout
+                self._send_events.send_nowait(_Tick())
+
+    def _handle(self, event: Message | _Proposal | _Tick) -> None:
+        node = self.node
+        assert node is not None
+        if isinstance(event, _Tick):
+            node.tick()
+        elif isinstance(event, Message):
+            node.step(event)
+        else:
+            try:
+                if event.stepdown:
+                    if not node.step_down():
+                        raise NotLeader(node.lead)
+                    event.result = (0, node.term)
+                elif event.conf is not None:
+                    event.result = (node.propose_conf_change(event.conf), node.term)
+                else:
+                    event.result = (node.propose(event.data), node.term)
+            except ProposalError as e:
+                event.error = e
+            event.done.set()
+
+    async def _process_ready(self) -> None:
+        node = self.node
+        assert node is not None
+        while (rd := node.ready()) is not None:
+            before = (self.leader, self.role)
+            if rd.must_sync:
+                await anyio.to_thread.run_sync(self._persist, rd)
+            for m in rd.messages:
+                try:
+                    self.send(m)
+                except Exception as e:  # one lost message: RAFT resends; the node goes on
+                    log.warning("raft %s: sending %s to %d failed: %s", self.group, m.type.name, m.dst, e)
+            self._apply(rd)
+            node.advance(rd)
+            soft = rd.soft_state
+            if (soft.leader, soft.role) != before or rd.committed or rd.snapshot is not None:
+                self._notify()
+            if rd.soft_state.leader != NONE and soft.role is Role.LEADER and before[1] is not Role.LEADER:
+                log.info("raft %s: this server leads, term %d", self.group, node.term)
+
+    def _persist(self, rd: Ready) -> None:
+        if rd.snapshot is not None:
+            self.store.install_snapshot(rd.snapshot)
+        if rd.entries:
+            self.store.append(rd.entries)
+        if rd.hard_state is not None:
+            self.store.save_hard_state(rd.hard_state)
+
+    def _apply(self, rd: Ready) -> None:
+        if rd.snapshot is not None:
+            self.machine.restore(rd.snapshot)
+            self.applied = rd.snapshot.index
+            self._applied_terms.clear()
+        for e in rd.committed:
+            if e.kind is EntryKind.NORMAL:
+                try:
+                    self.machine.apply(e)
+                except Exception:  # a bug in the state machine must not stop the log
+                    log.exception("raft %s: applying entry %d failed", self.group, e.index)
+            self.applied = e.index
+            self._applied_terms[e.index] = e.term
+        for index in [i for i in self._waiters if i <= self.applied]:
+            for ev in self._waiters.pop(index):
+                ev.set()
+        if len(self._applied_terms) > 2 * KEEP_TERMS:
+            floor = self.applied - KEEP_TERMS  # a waiter reads its term as soon as it wakes
+            self._applied_terms = {i: t for i, t in self._applied_terms.items() if i > floor}
+
+
+__all__ = ["NotLeader", "ProposalError", "RaftDriver", "StateMachine"]

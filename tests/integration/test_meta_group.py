@@ -1,0 +1,321 @@
+"""Clustered JetStream: the meta group places R1 streams and any server answers the API.
+
+The same scenario runs on three ``nats-server`` processes and three ``leafjet hub`` processes
+with stock nats-py clients on different servers: a stream created through one server is placed
+by tags, its info (with the reference's ``cluster`` object) and the names and list come from the
+others, a publish through a third is stored and consumed through a fourth connection, a KV bucket
+works from every server, a placement nothing fits is 10005, a delete through any server removes
+it everywhere. The kill -9 and whole-cluster restart scenarios (leafjet) are ``chaos``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import anyio
+import nats
+import pytest
+
+from tests.support.cluster import KINDS, Cluster
+from tests.support.jscluster import (
+    api,
+    api_until,
+    err_code,
+    meta_leader,
+    publish_until,
+    raftz,
+    restart_js_node,
+    start_js_cluster,
+    until_true,
+)
+from tests.support.servers import wait_until, wait_until_async
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.anyio, pytest.mark.timeout(240)]
+
+TAGS = [["az:1", "ssd"], ["az:2"], ["az:3"]]
+
+
+@pytest.fixture(params=KINDS)
+def cluster(request, tmp_path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, request.param, size=3)
+    try:
+        start_js_cluster(c, TAGS)
+        c.wait_for_mesh()
+        yield c
+    finally:
+        c.close()
+
+
+async def _connect(c: Cluster, i: int) -> nats.NATS:
+    return await nats.connect(c.url(i), name=f"client-of-n{i + 1}", max_reconnect_attempts=-1)
+
+
+async def _placed_on_all_servers(ncs: list[nats.NATS]) -> None:
+    """Until the meta group places a stream (a throwaway one), then deletes it: every server
+    is known to the leader with its tags by then."""
+    for i in range(3):
+        r = await api_until(
+            ncs[i],
+            f"$JS.API.STREAM.CREATE.WARM{i}",
+            {"name": f"WARM{i}", "subjects": [f"warm.{i}"]},
+            retry_on=(10008, 10005),
+        )
+        assert "error" not in r, r
+    for i in range(3):
+        assert "error" not in await api_until(ncs[i], f"$JS.API.STREAM.DELETE.WARM{i}")
+
+
+async def test_streams_are_placed_and_answered_from_any_server(cluster):
+    c = cluster
+    ncs = [await _connect(c, i) for i in range(3)]
+    try:
+        await _placed_on_all_servers(ncs)
+        tagged = c.nodes[0].name
+        cfg = {"name": "ORDERS", "subjects": ["orders.>"], "placement": {"tags": ["ssd"]}}
+        created = await api_until(ncs[1], "$JS.API.STREAM.CREATE.ORDERS", cfg, retry_on=(10008, 10005))
+        assert created.get("did_create") is True, created
+        assert created["cluster"] == {"name": "C", "leader": tagged}
+
+        info = await api(ncs[2], "$JS.API.STREAM.INFO.ORDERS")
+        assert info["cluster"] == {"name": "C", "leader": tagged}
+        assert info["config"]["subjects"] == ["orders.>"]
+        names = await api(ncs[0], "$JS.API.STREAM.NAMES")
+        assert (names["total"], names["streams"]) == (1, ["ORDERS"])
+        listed = await api(ncs[2], "$JS.API.STREAM.LIST")
+        assert listed["total"] == 1 and listed["streams"][0]["cluster"]["leader"] == tagged
+
+        # publish through server 3, consume through server 2 (the stream lives on server 1)
+        js3, js2 = ncs[2].jetstream(), ncs[1].jetstream()
+        ack = await publish_until(js3, "orders.1", b"from n3")
+        assert (ack.stream, ack.seq) == ("ORDERS", 1)
+        sub = await js2.pull_subscribe("orders.>", durable="worker", stream="ORDERS")
+        [msg] = await sub.fetch(1, timeout=10)
+        assert msg.data == b"from n3"
+        await msg.ack_sync(timeout=10)
+        cinfo = await api(ncs[0], "$JS.API.CONSUMER.INFO.ORDERS.worker")
+        assert cinfo["cluster"] == {"name": "C", "leader": tagged}
+        assert cinfo["ack_floor"]["stream_seq"] == 1
+
+        # a KV bucket, wherever it is placed, from every server
+        kv3 = await ncs[2].jetstream().create_key_value(bucket="settings")
+        await publish_until(ncs[2].jetstream(), "$KV.settings.mode", b"auto")  # kv3.put, once it is reachable
+        await kv3.put("mode", b"manual")
+        kv1 = await ncs[0].jetstream().key_value("settings")
+        assert (await kv1.get("mode")).value == b"manual"
+        assert (await kv1.get("mode")).revision == 2
+
+        nope = await api(
+            ncs[2], "$JS.API.STREAM.CREATE.NOPE", {"name": "NOPE", "placement": {"tags": ["nope"]}}
+        )
+        assert nope["error"] == {
+            "code": 400,
+            "err_code": 10005,
+            "description": "no suitable peers for placement, tags not matched ['nope']",
+        }
+        elsewhere = await api(
+            ncs[2], "$JS.API.STREAM.CREATE.NOPE", {"name": "NOPE", "placement": {"cluster": "other"}}
+        )
+        assert err_code(elsewhere) == 10005
+
+        deleted = await api(ncs[1], "$JS.API.STREAM.DELETE.ORDERS")
+        assert deleted.get("success") is True, deleted
+
+        async def gone() -> bool:
+            return err_code(await api(ncs[2], "$JS.API.STREAM.INFO.ORDERS")) == 10059
+
+        await until_true(gone, 20, what="the deleted stream to be gone everywhere")
+        if c.kind == "leafjet":
+            # R>1 is the next step: refused plainly (the reference would make it)
+            r3 = await api(ncs[0], "$JS.API.STREAM.CREATE.R3", {"name": "R3", "num_replicas": 3})
+            assert err_code(r3) == 10074 and "R1" in r3["error"]["description"]
+    finally:
+        for nc in ncs:
+            await nc.close()
+
+
+async def test_a_stream_whose_server_is_down_is_offline_and_nothing_else_breaks(tmp_path):
+    """leafjet: the stream's server stopped, its info is 10118 from the others; other streams,
+    creates and deletes go on; back up, the stream is there with its messages."""
+    c = Cluster(tmp_path, "leafjet", size=3)
+    try:
+        start_js_cluster(c, TAGS)
+        c.wait_for_mesh()
+        ncs = [await _connect(c, i) for i in range(3)]
+        await _placed_on_all_servers(ncs)
+        on_n3 = {"name": "FAR", "subjects": ["far.>"], "placement": {"tags": ["az:3"]}}
+        assert "error" not in await api_until(ncs[0], "$JS.API.STREAM.CREATE.FAR", on_n3)
+        await publish_until(ncs[0].jetstream(), "far.1", b"kept")
+        await ncs[2].close()
+        c.stop(2)
+        for nc in ncs[:2]:
+            r = await api_until(nc, "$JS.API.STREAM.INFO.FAR")
+            assert r["error"]["err_code"] == 10118, r
+        # a stream whose server is up, from both survivors
+        near = {"name": "NEAR", "subjects": ["near"], "placement": {"tags": ["az:1"]}}
+        assert "error" not in await api_until(ncs[1], "$JS.API.STREAM.CREATE.NEAR", near)
+        ack = await publish_until(ncs[1].jetstream(), "near", b"x")
+        assert ack.stream == "NEAR"
+        restart_js_node(c, 2, TAGS)
+        c.wait_for_mesh()
+
+        async def back() -> bool:
+            r = await api(ncs[1], "$JS.API.STREAM.INFO.FAR")
+            return r.get("state", {}).get("messages") == 1
+
+        await until_true(back, 30, what="the stream back with its message")
+        for nc in ncs[:2]:
+            await nc.close()
+    finally:
+        c.close()
+
+
+async def test_a_new_meta_leader_is_elected_after_the_leader_is_killed(tmp_path):
+    """leafjet: /raftz shows one leader and its term on every server; SIGKILL it and the other
+    two agree on a new one, in a later term."""
+    c = Cluster(tmp_path, "leafjet", size=3)
+    try:
+        await anyio.to_thread.run_sync(start_js_cluster, c)
+        await anyio.to_thread.run_sync(c.wait_for_mesh)
+        victim = await anyio.to_thread.run_sync(_leader_index, c)
+        term = (raftz(c, victim) or {})["term"]
+        c.stop(victim, kill=True)
+        new = await anyio.to_thread.run_sync(_leader_index, c)
+        assert new != victim
+        z = raftz(c, new) or {}
+        assert z["role"] == "leader" and z["term"] > term
+    finally:
+        c.close()
+
+
+# ---------------------------------------------------------------------------------------- chaos
+
+
+def _running(c: Cluster) -> list[int]:
+    return [i for i in range(c.size) if c.servers[i] is not None]
+
+
+def _leader_index(c: Cluster) -> int:
+    name = wait_until(lambda: meta_leader(c, _running(c)), 60, interval=0.1, what="a meta leader")
+    return next(i for i in range(c.size) if c.nodes[i].name == name)
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(600)
+async def test_killing_the_meta_leader_loses_no_acknowledged_change(tmp_path):
+    """Clients on every server create and delete streams while the meta leader is SIGKILLed
+    (twice): a new leader is elected, every acknowledged create is there, no acknowledged delete
+    is, and every server lists the same streams, each once."""
+    c = Cluster(tmp_path, "leafjet", size=3)
+    try:
+        start_js_cluster(c)
+        c.wait_for_mesh()
+        _leader_index(c)
+        created: set[str] = set()
+        deleted: set[str] = set()
+        uncertain: set[str] = set()
+        stop = anyio.Event()
+
+        async def worker(w: int) -> None:
+            rng = random.Random(w)
+            n = 0
+            nc = None
+            while not stop.is_set():
+                try:
+                    if nc is None or nc.is_closed:
+                        i = rng.choice(_running(c))
+                        nc = await nats.connect(c.url(i), allow_reconnect=False, connect_timeout=2)
+                    if created - deleted and rng.random() < 0.3:
+                        name = rng.choice(sorted(created - deleted))
+                        # a delete without a clear answer may or may not have happened (and two
+                        # workers may delete one stream at once: one of them hears 10059)
+                        uncertain.add(name)
+                        r = await api(nc, f"$JS.API.STREAM.DELETE.{name}", timeout=5)
+                        if r.get("success"):
+                            deleted.add(name)
+                    else:
+                        name = f"W{w}_{n}"
+                        n += 1
+                        r = await api(
+                            nc,
+                            f"$JS.API.STREAM.CREATE.{name}",
+                            {"name": name, "subjects": [f"w.{name}"]},
+                            timeout=5,
+                        )
+                        if r.get("did_create"):
+                            created.add(name)
+                        else:
+                            uncertain.add(name)
+                except Exception:
+                    if nc is not None:
+                        await nc.close()
+                    nc = None
+                    await anyio.sleep(0.1)
+
+        async with anyio.create_task_group() as tg:
+            for w in range(4):
+                tg.start_soon(worker, w)
+            for _round in range(2):
+                await wait_until_async(lambda: len(created) >= 5, 60, what="some creates")
+                victim = await anyio.to_thread.run_sync(_leader_index, c)
+                before = len(created)
+                await anyio.to_thread.run_sync(lambda v=victim: c.stop(v, kill=True))
+                new = await anyio.to_thread.run_sync(_leader_index, c)
+                assert new != victim
+                await wait_until_async(
+                    lambda b=before: len(created) >= b + 5, 60, what="creates after failover"
+                )
+                await anyio.to_thread.run_sync(restart_js_node, c, victim)
+                await anyio.to_thread.run_sync(c.wait_for_mesh)
+            stop.set()
+        listings = []
+        for i in range(3):
+            nc = await _connect(c, i)
+            names = await api_until(nc, "$JS.API.STREAM.NAMES")
+            listings.append(names["streams"] or [])
+            await nc.close()
+        for names in listings:
+            assert len(names) == len(set(names)), "a stream listed twice"
+            present = set(names)
+            must = created - deleted - uncertain
+            assert must <= present, f"acknowledged creates lost: {sorted(must - present)}"
+            assert not (deleted - uncertain) & present, "an acknowledged delete is back"
+        assert listings[0] == listings[1] == listings[2]
+    finally:
+        c.close()
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(600)
+async def test_the_whole_cluster_restarts_with_its_streams(tmp_path):
+    c = Cluster(tmp_path, "leafjet", size=3)
+    try:
+        start_js_cluster(c, TAGS)
+        c.wait_for_mesh()
+        ncs = [await _connect(c, i) for i in range(3)]
+        await _placed_on_all_servers(ncs)
+        for i, tag in enumerate(["az:1", "az:2", "az:3"]):
+            cfg = {"name": f"S{i}", "subjects": [f"s{i}"], "placement": {"tags": [tag]}}
+            assert "error" not in await api_until(ncs[(i + 1) % 3], f"$JS.API.STREAM.CREATE.S{i}", cfg)
+            for k in range(3):
+                await publish_until(ncs[(i + 2) % 3].jetstream(), f"s{i}", str(k).encode())
+        for nc in ncs:
+            await nc.close()
+        for i in range(3):
+            c.stop(i, kill=True)
+        for i in range(3):
+            restart_js_node(c, i, TAGS)
+        c.wait_for_mesh()
+        ncs = [await _connect(c, i) for i in range(3)]
+        for i in range(3):
+            names = await api_until(ncs[i], "$JS.API.STREAM.NAMES")
+            assert names["streams"] == ["S0", "S1", "S2"]
+            for s in range(3):
+                info = await api_until(ncs[i], f"$JS.API.STREAM.INFO.S{s}", retry_on=(10008, 10118))
+                assert info["state"]["messages"] == 3
+                assert info["cluster"]["leader"] == c.nodes[s].name
+        assert raftz(c, 0) is not None
+        for nc in ncs:
+            await nc.close()
+    finally:
+        c.close()

@@ -1,0 +1,87 @@
+"""The meta group's pure parts: placement (the reference's filters and 10005 reasons, least
+loaded first) and the replicated state (ops, tombstones, snapshot round trip)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hub.meta.peers import node_id, peer_of
+from hub.meta.placement import NoPeers, place
+from hub.meta.state import MetaState, ServerEntry, decode_op, encode_op
+
+SERVERS = [
+    ServerEntry("n1", peer_of("n1"), ("az:1", "ssd"), "C"),
+    ServerEntry("n2", peer_of("n2"), ("az:2",), "C"),
+    ServerEntry("n3", peer_of("n3"), ("az:3", "ssd"), "C"),
+]
+ALL = {"n1", "n2", "n3"}
+
+
+def test_least_loaded_server_first_then_by_name() -> None:
+    assert place(SERVERS, ALL, {"n1": 2, "n2": 1, "n3": 1}, 1, None, []) == ["n2"]
+    assert place(SERVERS, ALL, {}, 1, None, []) == ["n1"]
+
+
+def test_tags_must_all_match_and_a_bang_tag_excludes() -> None:
+    assert place(SERVERS, ALL, {"n1": 5}, 1, None, ["ssd"]) == ["n3"]
+    assert place(SERVERS, ALL, {}, 1, None, ["ssd", "!az:1"]) == ["n3"]
+    assert place(SERVERS, ALL, {}, 1, "C", ["az:2"]) == ["n2"]
+
+
+@pytest.mark.parametrize(
+    ("online", "cluster", "tags", "reason"),
+    [
+        (ALL, None, ["nope"], "no suitable peers for placement, tags not matched ['nope']"),
+        (ALL, "other", [], "no suitable peers for placement"),
+        (
+            {"n1", "n3"},
+            None,
+            ["az:2"],
+            "no suitable peers for placement, peer offline, tags not matched ['az:2']",
+        ),
+        (
+            ALL,
+            None,
+            ["!az:1", "ssd"],
+            "no suitable peers for placement, peer offline, exclude tag set, tags not matched ['ssd'],"
+            " tags excluded ['az:1']",
+        ),
+    ],
+)
+def test_no_fitting_server_is_the_reference_reason(online, cluster, tags, reason) -> None:
+    with pytest.raises(NoPeers) as e:
+        place(SERVERS, online - {"n3"} if "!az:1" in tags else online, {}, 1, cluster, tags)
+    assert str(e.value) == reason
+
+
+def test_more_replicas_than_servers_is_no_suitable_peers() -> None:
+    with pytest.raises(NoPeers):
+        place(SERVERS, ALL, {}, 5, None, [])
+
+
+def test_state_applies_ops_and_survives_a_snapshot() -> None:
+    s = MetaState()
+    for server in SERVERS:
+        s.apply(decode_op(encode_op("server", name=server.name, peer=server.peer, tags=list(server.tags))))
+    a = {"account": "$G", "name": "S", "config": {"name": "S"}, "created": 7, "servers": ["n2"]}
+    s.apply(decode_op(encode_op("assign", **a)))
+    s.apply(decode_op(encode_op("update", account="$G", name="S", config={"name": "S", "max_msgs": 5})))
+    assert s.streams[("$G", "S")].config["max_msgs"] == 5
+    assert s.load()["n2"] == 1
+    s.apply(decode_op(encode_op("assign", **{**a, "name": "T"})))
+    s.apply(decode_op(encode_op("remove", account="$G", name="T", created=7)))
+    assert s.tombstones == {("$G", "T"): ("n2", 7)}
+    again = MetaState.from_bytes(s.to_bytes())
+    assert again == s
+    s.apply(decode_op(encode_op("assign", **{**a, "name": "T"})))
+    assert ("$G", "T") not in s.tombstones  # made again: the removal no longer applies
+
+
+def test_an_unknown_op_is_refused() -> None:
+    with pytest.raises(ValueError):
+        MetaState().apply({"op": "explode"})
+
+
+def test_peer_ids_are_stable_and_never_zero() -> None:
+    assert node_id("n1") == node_id("n1") != node_id("n2")
+    assert node_id("n1") > 0 and len(peer_of("n1")) == 16
