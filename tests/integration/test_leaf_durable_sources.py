@@ -149,7 +149,9 @@ async def test_an_upstream_that_removes_what_is_acked_is_sourced_through_a_flow_
         assert after["ack_floor"]["stream_seq"] == 300 and after["num_ack_pending"] == 0
 
 
-@pytest.mark.parametrize("retention", ["workqueue", "interest"])
+@pytest.mark.parametrize(
+    "retention", ["workqueue", pytest.param("interest", marks=pytest.mark.chaos)]
+)  # the interest variant of the same path: chaos tier (time)
 @pytest.mark.parametrize(("hub_kind", "leaf_kind"), ALL_PAIRS, ids=PAIR_IDS)
 async def test_a_link_cut_mid_stream_keeps_on_the_leaf_what_the_hub_did_not_store(
     topo: Topology, hub_kind: str, leaf_kind: str, retention: str
@@ -295,6 +297,20 @@ async def test_a_source_named_consumer_is_checked_as_the_reference_checks_it(
         assert r["error"]["err_code"] == 10216, r
 
 
+# The slow fault scenarios run every pairing under the chaos marker; the default run keeps
+# leafjet at both ends (the other pairings of the same code paths run in the default tier's
+# link-cut and plain tests).
+LEAFJET_PAIR_BY_DEFAULT = [
+    pytest.param(
+        hub,
+        leaf,
+        id=f"hub={hub},leaf={leaf}",
+        marks=[] if (hub, leaf) == ("leafjet", "leafjet") else [pytest.mark.chaos],
+    )
+    for hub, leaf in ALL_PAIRS
+]
+
+
 # A restarted reference hub takes about 40 s to source again (its retry backoff): behind the
 # chaos marker, so the default run stays short.
 KILL_PAIRS = [
@@ -333,7 +349,7 @@ async def test_a_hub_killed_mid_catch_up_of_a_work_queue_loses_and_repeats_nothi
         assert await payloads(hub_nc, "AGG") == sent
 
 
-@pytest.mark.parametrize(("hub_kind", "leaf_kind"), ALL_PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize(("hub_kind", "leaf_kind"), LEAFJET_PAIR_BY_DEFAULT)
 async def test_the_durable_outlives_a_leaf_killed_mid_stream(
     topo: Topology, hub_kind: str, leaf_kind: str
 ) -> None:

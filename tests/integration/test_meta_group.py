@@ -144,7 +144,9 @@ async def test_a_stream_whose_server_is_down_is_offline_and_nothing_else_breaks(
         ncs = [await _connect(c, i) for i in range(3)]
         await _placed_on_all_servers(ncs)
         on_n3 = {"name": "FAR", "subjects": ["far.>"], "placement": {"tags": ["az:3"]}}
-        assert "error" not in await api_until(ncs[0], "$JS.API.STREAM.CREATE.FAR", on_n3)
+        # 10005 until the third server's tags reached the meta leader
+        far = await api_until(ncs[0], "$JS.API.STREAM.CREATE.FAR", on_n3, retry_on=(10008, 10005))
+        assert "error" not in far, far
         await publish_until(ncs[0].jetstream(), "far.1", b"kept")
         await ncs[2].close()
         c.stop(2)
