@@ -137,15 +137,52 @@ async def _catch_up(
         await hub_nc.close()
 
 
+SYNC_OPTIONS: dict[
+    str, dict[str, dict[str, str]]
+] = {  # --sync -> kind -> [jetstream] fields ("default": each server's own default)
+    "default": {"leafjet": {}, "reference": {}},
+    # both fsync before acknowledging: leafjet's default, the reference's sync_interval always
+    "always": {"leafjet": {}, "reference": {"sync_interval": "always"}},
+    # both fsync on a timer: the reference's default (2 min), leafjet's interval mode
+    "interval": {"leafjet": {"sync": "interval"}, "reference": {}},
+}
+
+
+def pair_nodes(topo: Topology, leaf_kind: str, hub_kind: str, sync: str) -> tuple[Any, Any]:
+    """The hub (domain HUB) and the leaf (domain EDGE, linked to it) of one pair."""
+    js = SYNC_OPTIONS[sync]
+    hub = topo.start(
+        "hub",
+        hub_kind,
+        Node(accounts=ACCOUNTS, domain="HUB", leaf_users=LEAF_USERS, js_options=js[hub_kind]),
+    )
+    leaf = topo.start(
+        "leaf",
+        leaf_kind,
+        Node(
+            accounts=ACCOUNTS,
+            domain="EDGE",
+            remotes=[Remote(hub, "leaf", "leaf-pw", "APP")],
+            js_options=js[leaf_kind],
+        ),
+    )
+    return hub, leaf
+
+
+def add_sync_argument(p: Any) -> None:
+    p.add_argument(
+        "--sync",
+        choices=sorted(SYNC_OPTIONS),
+        default="default",
+        help="default: each server's own (leafjet fsyncs before acking, the reference every 2 min); "
+        "always: both fsync before acking; interval: both fsync on a timer",
+    )
+
+
 def _run_pair(tmp: Path, leaf_kind: str, hub_kind: str, args: argparse.Namespace, run: int) -> SourceFigures:
     topo = Topology(tmp / f"{leaf_kind}-{hub_kind}-{run}")
     try:
-        hub = topo.start("hub", hub_kind, Node(accounts=ACCOUNTS, domain="HUB", leaf_users=LEAF_USERS))
-        leaf = topo.start(
-            "leaf",
-            leaf_kind,
-            Node(accounts=ACCOUNTS, domain="EDGE", remotes=[Remote(hub, "leaf", "leaf-pw", "APP")]),
-        )
+        hub, leaf = pair_nodes(topo, leaf_kind, hub_kind, args.sync)
         wait_for_leaf_connected(hub, 1, timeout=30)
         return asyncio.run(
             _catch_up(
@@ -185,7 +222,7 @@ def sources_matrix(args: argparse.Namespace) -> int:
     }
     print(
         f"\nsources catch-up N={args.msgs},MsgSz={args.size}B,retention={args.retention},"
-        f"runs={args.runs} (medians)"
+        f"sync={args.sync},runs={args.runs} (medians)"
     )
     print("  hub stream created after the leaf's stream holds N; msgs/s until the hub holds N")
     base = res.get("ref-ref")
@@ -209,6 +246,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--pairs", default=",".join(PAIRS), help=f"comma list of {','.join(PAIRS)}")
+    add_sync_argument(p)
     p.add_argument(
         "--retention",
         choices=("limits", "workqueue"),

@@ -31,10 +31,8 @@ from typing import Any
 
 import nats
 
-from bench.sources import ACCOUNTS, LEAF_USERS, PAIRS, SOURCE, _api
+from bench.sources import PAIRS, SOURCE, _api, add_sync_argument, pair_nodes
 from tests.support.leafnodes import (
-    Node,
-    Remote,
     Topology,
     client_url,
     missing_leafjet_roles,
@@ -138,12 +136,7 @@ async def _measure(hub_url: str, leaf_url: str, rate: float, seconds: float, siz
 def _run_pair(tmp: Path, leaf_kind: str, hub_kind: str, args: argparse.Namespace, run: int) -> LatencyFigures:
     topo = Topology(tmp / f"latency-{leaf_kind}-{hub_kind}-{run}")
     try:
-        hub = topo.start("hub", hub_kind, Node(accounts=ACCOUNTS, domain="HUB", leaf_users=LEAF_USERS))
-        leaf = topo.start(
-            "leaf",
-            leaf_kind,
-            Node(accounts=ACCOUNTS, domain="EDGE", remotes=[Remote(hub, "leaf", "leaf-pw", "APP")]),
-        )
+        hub, leaf = pair_nodes(topo, leaf_kind, hub_kind, args.sync)
         wait_for_leaf_connected(hub, 1, timeout=30)
         return asyncio.run(
             _measure(
@@ -186,7 +179,7 @@ def latency_matrix(args: argparse.Namespace) -> int:
     }
     print(
         f"\nsources live latency rate={args.rate:g}/s,seconds={args.seconds:g},MsgSz={args.size}B,"
-        f"runs={args.runs} (medians of p50/p90/p99; max of max)"
+        f"sync={args.sync},runs={args.runs} (medians of p50/p90/p99; max of max)"
     )
     print("  leaf publish -> hub's ordered push consumer on the sourcing stream, ms")
     base = res.get("ref-ref")
@@ -220,3 +213,4 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--runs", type=int, default=1)
     p.add_argument("--pairs", default=",".join(PAIRS), help=f"comma list of {','.join(PAIRS)}")
+    add_sync_argument(p)

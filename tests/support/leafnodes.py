@@ -88,6 +88,7 @@ class Node:
     remotes: list[Remote] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # more top-level fields, verbatim
     leaf_compression: str | None = None  # leafnodes.compression of an accepting node ("off": none)
+    js_options: dict[str, Any] = field(default_factory=dict)  # more [jetstream] fields, verbatim
 
     @property
     def accepts(self) -> bool:
@@ -104,6 +105,7 @@ class Node:
                 for acc, users in self.accounts.items()
             }
         cfg["jetstream"] = {"domain": self.domain} if self.domain else {}
+        cfg["jetstream"].update(self.js_options)
         leafnodes: dict[str, Any] = {}
         if self.accepts:
             assert leaf_listen_port is not None
