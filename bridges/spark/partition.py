@@ -56,8 +56,9 @@ class GapTracker:
         if lo != self.expected:
             self.gap = self.expected
         elif hi - lo + 1 != n:
+            # pairwise_diff[k] = seqs[k] - seqs[k - 1]: a jump at k follows seqs[k - 1]
             jumps = pc.indices_nonzero(pc.greater(pc.pairwise_diff(seqs), 1))
-            self.gap = seqs[jumps[0].as_py()].as_py() + 1
+            self.gap = seqs[jumps[0].as_py() - 1].as_py() + 1
         self.expected = hi + 1
 
     def finish(self, last: int) -> int | None:
