@@ -19,6 +19,7 @@ from core.protocol.readframe import ReadFrame
 
 HEADERS = pa.map_(pa.string(), pa.string())
 _TS_NS = pa.timestamp("ns", tz="UTC")
+_NO_STRINGS = pa.array([], pa.string())
 
 
 def _batch(
@@ -64,14 +65,19 @@ def _subjects(n: int, offsets: bytes | memoryview, values: bytes | memoryview) -
     return arr
 
 
+def no_headers(n: int) -> pa.Array:
+    """``n`` empty maps: zero offsets, no entries (``pa.repeat`` of an empty map took ~5 ms/8192 rows)."""
+    offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(bytes(4 * (n + 1)))])
+    return pa.MapArray.from_arrays(offsets, _NO_STRINGS, _NO_STRINGS)
+
+
 def _headers(blocks: pa.BinaryArray) -> pa.Array:
     """MAP<STRING,STRING> of the messages' own headers. No headers at all (the usual case) costs one
     constant array; otherwise only the rows that have a header block are parsed."""
     n = len(blocks)
-    sizes = pc.binary_length(blocks)
-    if n == 0 or not pc.any(pc.greater(sizes, 0)).as_py():
-        return pa.repeat(pa.scalar([], HEADERS), n)
-    mask = pc.greater(sizes, 0)
+    mask = pc.greater(pc.binary_length(blocks), 0)
+    if n == 0 or not pc.any(mask).as_py():
+        return no_headers(n)
     keys: list[str] = []
     values: list[str] = []
     counts: list[int] = []
@@ -98,7 +104,7 @@ def frame_to_batch(
         pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(buf["seq"][0])]),
         _subjects(n, *buf["subject"]),
         pa.Array.from_buffers(_TS_NS, n, [None, pa.py_buffer(buf["ts"][0])]).cast(TS, safe=False),
-        _headers(_binary(pa.binary(), n, *buf["headers"])),
+        _headers(_binary(pa.binary(), n, *buf["headers"])) if frame.header_offsets[n] else no_headers(n),
         data,
     ]
     if rows < n:
