@@ -274,3 +274,27 @@ def test_gap_tracker_finds_the_lowest_missing_sequence() -> None:
     t = GapTracker(1)
     t.see(pa.array([3], pa.int64()))
     assert t.finish(3) == 1
+
+
+def test_spark_reads_the_same_rows_from_both_servers(spark: Any, server: RunningServer) -> None:
+    """Through Spark: leafjet in bulk, the reference by direct get (the fallback), same answer."""
+    url, stream = server.url, _unique(server, "spark")
+    create_stream(url, stream, [f"{stream}.>"])
+    payloads = [json.dumps({"temp": i / 4}).encode() if i % 50 else b"broken" for i in range(1, 901)]
+    publish(url, [(f"{stream}.d{i % 2}", p, {"K": "v"} if i % 9 == 0 else None)[: 3 if i % 9 == 0 else 2]
+                  for i, p in enumerate(payloads, 1)])  # fmt: skip
+    df = (
+        spark.read.format("leafjet")
+        .option("servers", url)
+        .option("stream", stream)
+        .option("jsonSchema", "temp DOUBLE")
+        .option("numPartitions", "2")
+        .option("minPartitionSize", "100")
+        .load()
+    )
+    rows = sorted(df.collect(), key=lambda r: r.seq)
+    assert [r.seq for r in rows] == list(range(1, 901))
+    assert [bytes(r.data) for r in rows] == payloads
+    assert [r.temp for r in rows] == [None if i % 50 == 0 else i / 4 for i in range(1, 901)]
+    assert [r._corrupt for r in rows] == [i % 50 == 0 for i in range(1, 901)]
+    assert [r.headers for r in rows] == [{"K": "v"} if i % 9 == 0 else {} for i in range(1, 901)]
