@@ -1,10 +1,12 @@
 """Spark source throughput: a leafjet stream read through the ``leafjet`` source vs the same rows in Parquet.
 
-    python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 2]
+    python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 2] [--compression auto]
 
 A fresh leafjet agent is filled with ``--msgs`` JSON payloads (not timed), then each figure is the best of
 ``--runs`` full scans materialised with Spark's ``noop`` sink (every column is produced, nothing is written).
-The Parquet file holds exactly the rows the source returned. Never asserts.
+The Parquet file holds exactly the rows the source returned. The source reads through leafjet's bulk
+read API (``bulkRead=auto``); one more scan with ``bulkRead=false`` shows the direct-get fallback.
+Never asserts.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class SparkFigures:
     source_json_rows_per_s: float
     parquet_rows_per_s: float
     parquet_json_rows_per_s: float
+    direct_rows_per_s: float  # the fallback path (bulkRead=false: batched direct gets)
 
 
 async def fill(url: str, msgs: int, size: int) -> float:
@@ -67,7 +70,7 @@ def _scan(df: Any, runs: int) -> tuple[float, int]:
     return best, 0
 
 
-def run_spark(msgs: int, size: int, partitions: int, runs: int) -> SparkFigures:
+def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str = "auto") -> SparkFigures:
     from bridges.spark.session import quiet_session
 
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-spark-") as tmp:
@@ -77,12 +80,14 @@ def run_spark(msgs: int, size: int, partitions: int, runs: int) -> SparkFigures:
             spark = quiet_session("leafjet-bench", master=f"local[{partitions}]", tmp_dir=Path(tmp) / "spark")
             try:
 
-                def source(json_schema: bool) -> Any:
+                def source(json_schema: bool, bulk: str = "auto") -> Any:
                     r = (
                         spark.read.format("leafjet")
                         .option("servers", srv.url)
                         .option("stream", STREAM)
                         .option("numPartitions", str(partitions))
+                        .option("bulkRead", bulk)
+                        .option("compression", compression)
                     )
                     return (r.option("jsonSchema", "temp DOUBLE") if json_schema else r).load()
 
@@ -92,6 +97,7 @@ def run_spark(msgs: int, size: int, partitions: int, runs: int) -> SparkFigures:
                 _scan(source(False).limit(1), 1)  # warm the Python workers
                 src_s, _ = _scan(source(False), runs)
                 src_json_s, _ = _scan(source(True), runs)
+                direct_s, _ = _scan(source(False, "false"), 1)
                 pq = spark.read.parquet(parquet)
                 pq_s, _ = _scan(pq.drop("temp", "_corrupt"), runs)
                 pq_json_s, _ = _scan(pq, runs)
@@ -99,12 +105,17 @@ def run_spark(msgs: int, size: int, partitions: int, runs: int) -> SparkFigures:
                 spark.stop()
         finally:
             srv.stop()
-    return SparkFigures(rows, load_s, rows / src_s, rows / src_json_s, rows / pq_s, rows / pq_json_s)
+    return SparkFigures(
+        rows, load_s, rows / src_s, rows / src_json_s, rows / pq_s, rows / pq_json_s, rows / direct_s
+    )
 
 
 def spark_matrix(args: argparse.Namespace) -> int:
-    f = run_spark(args.msgs, args.size, args.partitions, args.runs)
-    print(f"\nspark N={f.msgs},MsgSz~{args.size}B,Partitions={args.partitions},best of runs={args.runs}")
+    f = run_spark(args.msgs, args.size, args.partitions, args.runs, args.compression)
+    print(
+        f"\nspark N={f.msgs},MsgSz~{args.size}B,Partitions={args.partitions},best of runs={args.runs},"
+        f"compression={args.compression}"
+    )
     print(
         f"  stream filled in {f.load_s:.1f}s ({f.msgs / f.load_s:,.0f} msgs/s, not timed below); each scan\n"
         "  materialises every column with the noop sink. ratio = leafjet source / Parquet."
@@ -115,6 +126,8 @@ def spark_matrix(args: argparse.Namespace) -> int:
         ("scan + jsonSchema 'temp DOUBLE'", f.source_json_rows_per_s, f.parquet_json_rows_per_s),
     ):
         print(f"{label:40s} {a:>12,.0f} {b:>12,.0f} {a / b:7.3f}")
+    d, p = f.direct_rows_per_s, f.parquet_rows_per_s
+    print(f"{'scan, base, bulkRead=false (direct get)':40s} {d:>12,.0f} {p:>12,.0f} {d / p:7.3f}  (1 run)")
     return 0
 
 
@@ -124,6 +137,9 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--size", type=int, default=64, help="approximate payload size in bytes")
     s.add_argument("--partitions", type=int, default=2)
     s.add_argument("--runs", type=int, default=2)
+    s.add_argument(
+        "--compression", default="auto", choices=("auto", "zstd", "none"), help="the source option"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
