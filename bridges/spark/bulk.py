@@ -4,8 +4,9 @@ One request ``{"v": 1, "seq": N, "max_msgs": M, "max_bytes": B[, "filter": [...]
 gets one reply: a columnar frame (core/protocol/readframe.py) of the messages the reply covers, with
 ``Leafjet-Read-First``/``-Last`` saying which sequences it covers (every matching message in that
 range is in the frame). The API is a leafjet extension: the reference leaves the request unanswered,
-so whether a server has it is learnt once, on the driver (``probe``), and carried by the partitions;
-a server without it is read by batched direct gets (reader.py), as before.
+so whether a server has it is learnt once, on the driver (``probe``: only a server whose INFO names
+leafjet is asked), and carried by the partitions; a server without it is read by batched direct gets
+(reader.py), as before.
 
 Unfiltered ranges are read in chunks of ``M`` sequences with up to ``in_flight`` requests out, so the
 server builds the next frame while this process turns the last one into Arrow. A chunk asks for as
@@ -38,7 +39,6 @@ VERSION = 1
 MAX_MSGS = 100_000  # the server clamps max_msgs to this
 MAX_BYTES = 8 << 20  # asked per request; the server clamps it (to its max_payload less 4 KiB)
 MAX_IN_FLIGHT = 4  # replies of up to ~max_payload each; more does not keep one server busier
-PROBE_TIMEOUT = 1.0  # s to wait for a server whose INFO does not say leafjet (the reference: silence)
 H_READ = "Leafjet-Read"
 H_LAST = "Leafjet-Read-Last"
 H_ENCODING = "Leafjet-Read-Encoding"
@@ -122,13 +122,18 @@ def _error_of(msg: Msg) -> dict[str, Any] | None:
 
 
 async def probe(nc: NATS, opts: SourceOptions) -> bool:
-    """Does the server answer the read API for this stream? Asked once per query on the driver: a
-    one-message read. The reference leaves it unanswered, so a server whose INFO does not say
-    leafjet gets only ``PROBE_TIMEOUT``; an error reply other than "too large" means no."""
-    timeout = opts.conn.timeout if says_leafjet(nc) else min(PROBE_TIMEOUT, opts.conn.timeout)
+    """Does the server answer the read API for this stream? Asked once per query, on the driver.
+
+    Only a server whose INFO names leafjet is asked (a one-message read): the reference leaves the
+    request unanswered, and waiting out a timeout on every query against it would cost more than the
+    question is worth (``bulkRead=true`` forces the API for a leafjet that does not say so). A frame,
+    or "too large" (10054: the API is there), means yes; any other error reply or silence means no.
+    """
+    if not says_leafjet(nc):
+        return False
     body = json.dumps({"v": VERSION, "seq": 1, "max_msgs": 1, "max_bytes": 1024}).encode()
     try:
-        reply = await nc.request(subject(opts.stream), body, timeout=timeout)
+        reply = await nc.request(subject(opts.stream), body, timeout=opts.conn.timeout)
     except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
         return False
     err = _error_of(reply)
