@@ -231,7 +231,9 @@ async def read_pieces(
         if opts.subject:
             seq = first
             while seq <= last:
-                covered, frame = await reqs.answer(seq, await reqs.ask(seq, per_request), asked_first)
+                # never more matches than the range has sequences: less read past `last`
+                want = min(per_request, last - seq + 1)
+                covered, frame = await reqs.answer(seq, await reqs.ask(seq, want), asked_first)
                 asked_first = False
                 if covered < seq:
                     return  # the stream ends before `last` (it was purged or replaced meanwhile)
