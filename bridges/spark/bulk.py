@@ -38,7 +38,10 @@ from core.protocol.readframe import FrameError, ReadFrame, decode_frame, decompr
 VERSION = 1
 MAX_MSGS = 100_000  # the server clamps max_msgs to this
 MAX_BYTES = 8 << 20  # asked per request; the server clamps it (to its max_payload less 4 KiB)
-MAX_IN_FLIGHT = 4  # replies of up to ~max_payload each; more does not keep one server busier
+# Requests out per partition: two keep the server building the next frame while this process converts
+# the last. More only queue up at the server (it serves them on one event loop), where every other
+# partition's requests wait behind them.
+MAX_IN_FLIGHT = 2
 H_READ = "Leafjet-Read"
 H_LAST = "Leafjet-Read-Last"
 H_ENCODING = "Leafjet-Read-Encoding"
@@ -150,6 +153,7 @@ class _Requests:
         self.pending: dict[str, asyncio.Future[Msg]] = {}
         self.counter = 0
         self.sub: Any = None
+        self.progress = 0.0  # loop time of the last reply (or of a send into an empty window)
 
     async def start(self) -> None:
         self.sub = await self.nc.subscribe(
@@ -164,26 +168,42 @@ class _Requests:
 
     async def _on_msg(self, msg: Msg) -> None:
         fut = self.pending.pop(msg.subject.rsplit(".", 1)[-1], None)
+        self.progress = asyncio.get_running_loop().time()
         if fut is not None and not fut.done():
             fut.set_result(msg)
 
     async def ask(self, seq: int, max_msgs: int) -> asyncio.Future[Msg]:
         self.counter += 1
         token = str(self.counter)
-        fut: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if not self.pending:
+            self.progress = loop.time()
+        fut: asyncio.Future[Msg] = loop.create_future()
         self.pending[token] = fut
         body = _request_body(self.opts, seq, max_msgs)
         await self.nc.publish(self.subject, body, reply=f"{self.prefix}.{token}")
         return fut
 
+    async def _wait(self, seq: int, fut: asyncio.Future[Msg]) -> Msg:
+        """The reply, or a timeout once *no* reply has come for ``timeout`` seconds. The deadline runs
+        from the last progress, not from the send: a request queued at a busy server behind this
+        partition's earlier ones is not late while those arrive. A server that sends nothing for
+        ``timeout`` still ends the read with an error."""
+        loop = asyncio.get_running_loop()
+        while True:
+            remaining = self.progress + self.opts.conn.timeout - loop.time()
+            if remaining <= 0:
+                raise LeafjetSourceError(
+                    f"bulk read from {seq} timed out after {self.opts.conn.timeout}s for {_where(self.opts)}"
+                )
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), remaining)
+            except TimeoutError:
+                continue  # another reply may have come meanwhile: the deadline moved
+
     async def answer(self, seq: int, fut: asyncio.Future[Msg], first: bool) -> tuple[int, ReadFrame]:
         """The reply to a request from ``seq``: (last covered, frame)."""
-        try:
-            msg = await asyncio.wait_for(fut, self.opts.conn.timeout)
-        except TimeoutError:
-            raise LeafjetSourceError(
-                f"bulk read from {seq} timed out after {self.opts.conn.timeout}s for {_where(self.opts)}"
-            ) from None
+        msg = await self._wait(seq, fut)
         err = _error_of(msg)
         if err is not None:
             code = err.get("err_code")
