@@ -95,6 +95,8 @@ def test_bulk_path_on_leafjet_direct_get_on_the_reference_same_rows(server: Runn
         )
         assert r["timestamp"] == m.ts
     assert table.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    _bulk, zstd = read_table(url, stream, rowsPerArrowBatch=256, compression="zstd")  # frames compressed
+    assert zstd.equals(table)
 
     # a subject filter and an explicit range, with ranges that end inside a frame
     _bulk, part = read_table(
