@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ class SparkFigures:
     parquet_rows_per_s: float
     parquet_json_rows_per_s: float
     direct_rows_per_s: float  # the fallback path (bulkRead=false: batched direct gets)
+    cpu_us_per_row: dict[str, tuple[float, float]]  # scan -> (server, Spark) CPU us per row
 
 
 async def fill(url: str, msgs: int, size: int) -> float:
@@ -61,13 +63,55 @@ async def fill(url: str, msgs: int, size: int) -> float:
         await nc.close()
 
 
-def _scan(df: Any, runs: int) -> tuple[float, int]:
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds of the process and its reaped children), None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), sum(int(x) for x in fields[11:15]) / _TICK
+
+
+def _cpu(server_pid: int) -> tuple[float, float]:
+    """CPU seconds so far of the server, and of Spark: this process and its descendants (the JVM,
+    its Python workers) but not the server. Linux /proc only; zeros elsewhere."""
+    procs: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc/self/stat").exists() else ():
+        if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None:
+            procs[int(entry.name)] = st
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _c) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    spark, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        if pid == server_pid or pid not in procs:
+            continue
+        spark += procs[pid][1]
+        todo += children.get(pid, [])
+    return procs.get(server_pid, (0, 0.0))[1], spark
+
+
+@dataclass(frozen=True)
+class Scan:
+    seconds: float  # the best run
+    server_cpu_s: float  # per run (mean)
+    spark_cpu_s: float
+
+
+def _scan(df: Any, runs: int, server_pid: int) -> Scan:
     best = float("inf")
+    s0, k0 = _cpu(server_pid)
     for _ in range(runs):
         t0 = time.perf_counter()
         df.write.format("noop").mode("overwrite").save()
         best = min(best, time.perf_counter() - t0)
-    return best, 0
+    s1, k1 = _cpu(server_pid)
+    return Scan(best, (s1 - s0) / runs, (k1 - k0) / runs)
 
 
 def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str = "auto") -> SparkFigures:
@@ -94,19 +138,28 @@ def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str
                 parquet = str(Path(tmp) / "rows.parquet")
                 source(True).write.mode("overwrite").parquet(parquet)  # the same rows, not timed
                 rows = spark.read.parquet(parquet).count()
-                _scan(source(False).limit(1), 1)  # warm the Python workers
-                src_s, _ = _scan(source(False), runs)
-                src_json_s, _ = _scan(source(True), runs)
-                direct_s, _ = _scan(source(False, "false"), 1)
+                _scan(source(False).limit(1), 1, srv.pid)  # warm the Python workers
+                scans = {"leafjet base": _scan(source(False), runs, srv.pid)}
+                scans["leafjet json"] = _scan(source(True), runs, srv.pid)
+                scans["direct get base"] = _scan(source(False, "false"), 1, srv.pid)
                 pq = spark.read.parquet(parquet)
-                pq_s, _ = _scan(pq.drop("temp", "_corrupt"), runs)
-                pq_json_s, _ = _scan(pq, runs)
+                scans["parquet base"] = _scan(pq.drop("temp", "_corrupt"), runs, srv.pid)
+                scans["parquet json"] = _scan(pq, runs, srv.pid)
             finally:
                 spark.stop()
         finally:
             srv.stop()
+    rate = {k: rows / v.seconds for k, v in scans.items()}
+    cpu = {k: (v.server_cpu_s / rows * 1e6, v.spark_cpu_s / rows * 1e6) for k, v in scans.items()}
     return SparkFigures(
-        rows, load_s, rows / src_s, rows / src_json_s, rows / pq_s, rows / pq_json_s, rows / direct_s
+        rows,
+        load_s,
+        rate["leafjet base"],
+        rate["leafjet json"],
+        rate["parquet base"],
+        rate["parquet json"],
+        rate["direct get base"],
+        cpu,
     )
 
 
@@ -128,6 +181,9 @@ def spark_matrix(args: argparse.Namespace) -> int:
         print(f"{label:40s} {a:>12,.0f} {b:>12,.0f} {a / b:7.3f}")
     d, p = f.direct_rows_per_s, f.parquet_rows_per_s
     print(f"{'scan, base, bulkRead=false (direct get)':40s} {d:>12,.0f} {p:>12,.0f} {d / p:7.3f}  (1 run)")
+    print("CPU per row (us, mean of the runs; Spark = driver + JVM + Python workers):")
+    for label, (server, spark) in f.cpu_us_per_row.items():
+        print(f"  {label:20s} server {server:6.2f}   spark {spark:6.2f}")
     return 0
 
 
