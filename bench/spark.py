@@ -138,7 +138,7 @@ def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str
                 parquet = str(Path(tmp) / "rows.parquet")
                 source(True).write.mode("overwrite").parquet(parquet)  # the same rows, not timed
                 rows = spark.read.parquet(parquet).count()
-                _scan(source(False).limit(1), 1, srv.pid)  # warm the Python workers
+                _scan(source(False), 1, srv.pid)  # warm the Python workers and the JVM's JIT (not timed)
                 scans = {"leafjet base": _scan(source(False), runs, srv.pid)}
                 scans["leafjet json"] = _scan(source(True), runs, srv.pid)
                 scans["direct get base"] = _scan(source(False, "false"), 1, srv.pid)
