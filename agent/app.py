@@ -26,6 +26,7 @@ from core.jetstream.engine import JetStream
 from core.server.failures import describe_failure, leaf_exception
 from core.server.server import Server
 from federation.leafnode.manager import LeafNodes
+from hub.routes import Routes
 
 log = logging.getLogger("leafjet.agent")
 
@@ -75,6 +76,7 @@ async def _serve(
 ) -> None:
     server = Server(cfg)
     leafnodes = LeafNodes(server) if LeafNodes.configured(cfg) else None
+    routes = Routes(server) if Routes.configured(cfg) else None
     js: JetStream | None = None
     if cfg.jetstream.enabled:
         store_dir = Path(cfg.jetstream.store_dir) if cfg.jetstream.store_dir else data_dir
@@ -87,11 +89,17 @@ async def _serve(
     js_scope = anyio.CancelScope()
     monitor_scope = anyio.CancelScope()
     leaf_scope = anyio.CancelScope()
+    routes_scope = anyio.CancelScope()
 
     async def run_leafnodes(*, task_status: TaskStatus[int | None]) -> None:
         assert leafnodes is not None
         with leaf_scope:
             await leafnodes.run(task_status=task_status)
+
+    async def run_routes(*, task_status: TaskStatus[int]) -> None:
+        assert routes is not None
+        with routes_scope:
+            await routes.run(task_status=task_status)
 
     async def run_monitor(*, task_status: TaskStatus[int]) -> None:
         with monitor_scope:
@@ -107,6 +115,7 @@ async def _serve(
             await server.run(task_status=task_status)
         finally:
             leaf_scope.cancel()
+            routes_scope.cancel()
             js_scope.cancel()
             monitor_scope.cancel()
 
@@ -124,6 +133,9 @@ async def _serve(
                 leaf_note = f", leafnodes on {cfg.leafnodes.host}:{leaf_port}"
             if cfg.leafnodes.remotes:
                 leaf_note += f", {len(cfg.leafnodes.remotes)} leafnode remote(s)"
+        if routes is not None:
+            cluster_port = await tg.start(run_routes)
+            leaf_note += f", cluster {cfg.cluster.name} routes on {cfg.cluster.host}:{cluster_port}"
         print(
             f"leafjet {role} ready: listening on nats://{cfg.host}:{port} "
             f"(server {server.name}, data {cfg.data_dir}{leaf_note})",

@@ -86,7 +86,10 @@ def _build_parser() -> argparse.ArgumentParser:
         "hub",
         help="run a hub (the same server, accepting leaf nodes on port 7422 by default)",
         description="Run a hub: the same server core as the agent, with the leaf-node listener on"
-        f" (port {DEFAULT_HUB_LEAF_PORT} unless leafnodes.port or --leaf-port says otherwise).",
+        f" (port {DEFAULT_HUB_LEAF_PORT} unless leafnodes.port or --leaf-port says otherwise)."
+        " A [cluster] table in the config (name, listen or host/port, default 6222, routes ="
+        ' ["nats-route://host:6222", ...], authorization, tls) joins this hub to the other servers'
+        " of its cluster by routes: deploy/hub-cluster/ has three such configs.",
         epilog=AGENT_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

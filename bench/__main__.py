@@ -10,6 +10,7 @@
     python -m bench monitoring [--msgs 100000] [--js-msgs 20000] [--runs 3] [--interval 1.0]
     python -m bench leaf [--msgs 100000] [--sizes 128,1024] [--seconds 5] [--rate 1000000] [--runs 1]
     python -m bench sources [--msgs 50000] [--size 128] [--runs 1] [--pairs ref-ref,lj-ref,ref-lj,lj-lj]
+    python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--requests 2000] [--runs 1]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
 core/jetstream/consumers figures are medians over --runs runs; each run uses a fresh server of each
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import median_figures
+from bench.cluster import add_parser as add_cluster_parser
+from bench.cluster import cluster_matrix
 from bench.consumers import KV_WRITERS, ConsumerFigures, run_consumers
 from bench.core import CoreFigures, run_core
 from bench.footprint import add_parser as add_footprint_parser
@@ -314,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     add_monitoring_parser(sub)
     add_leaf_parser(sub)
     add_sources_parser(sub)
+    add_cluster_parser(sub)
     args = p.parse_args(argv)
     if args.matrix == "core":
         return core_matrix(args)
@@ -335,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         return leaf_matrix(args)
     if args.matrix == "sources":
         return sources_matrix(args)
+    if args.matrix == "cluster":
+        return cluster_matrix(args)
     if args.matrix == "mqtt":
         return run_mqtt(args.msgs, args.size, args.inflight)
     return 2

@@ -146,6 +146,36 @@ class LeafNodeConfig:
     remotes: tuple[RemoteLeafConfig, ...] = ()
 
 
+DEFAULT_CLUSTER_PORT = 6222  # the reference's route port
+ROUTE_SCHEMES = ("nats-route", "nats", "route", "tls")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """``[cluster]``: routes to the other servers of this server's cluster (hub/routes/).
+
+    ``routes`` are the URLs this server dials (``nats-route://[user:pass@]host:6222``); the
+    others are learned from the peers' INFO (gossip). ``user``/``password`` are
+    ``cluster.authorization``: what a peer must present, and what this server presents when a
+    route URL carries no userinfo (the reference's rule). Kept in clear: a route must send it."""
+
+    name: str = ""
+    host: str = "0.0.0.0"
+    port: int | None = None  # None: no cluster
+    advertise: str = ""  # host:port peers should dial for this server (gossip)
+    routes: tuple[str, ...] = ()
+    tls: TLSConfig | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    auth_timeout: float = 2.0
+    ping_interval: float = 30.0  # the reference caps route pings at 30 s
+    connect_retry_max: float = 30.0  # dial backoff: 1 s doubling up to this, plus jitter
+
+    @property
+    def enabled(self) -> bool:
+        return self.port is not None
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     host: str = "0.0.0.0"
@@ -172,6 +202,7 @@ class ServerConfig:
     tls: TLSConfig | None = None
     jetstream: JetStreamConfig = field(default_factory=JetStreamConfig)
     leafnodes: LeafNodeConfig = field(default_factory=LeafNodeConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def replace(self, **changes: Any) -> ServerConfig:
         return dataclasses.replace(self, **changes)
@@ -289,6 +320,7 @@ def config_from_dict(data: dict[str, Any], *, base_dir: Path | None = None) -> S
         leafnodes=_read_leafnodes(t.take("leafnodes"), base_dir)
         if "leafnodes" in t.data
         else LeafNodeConfig(),
+        cluster=_read_cluster(t.take("cluster"), base_dir) if "cluster" in t.data else ClusterConfig(),
     )
     t.done()
     if cfg.max_payload > cfg.max_pending:
@@ -360,6 +392,72 @@ def _read_leafnodes(data: Any, base_dir: Path | None) -> LeafNodeConfig:
         compression=compression,
         remotes=remotes,
     )
+
+
+def _read_cluster(data: Any, base_dir: Path | None) -> ClusterConfig:
+    """``[cluster]`` with the reference's names: ``name`` (required), ``host``/``listen``,
+    ``port`` (default 6222), ``advertise``, ``routes``, ``tls``, ``authorization``
+    (``user``, ``password``, ``timeout``), ``ping_interval``."""
+    t = ConfigTable(data, "cluster")
+    d = ClusterConfig()
+    name = t.string("name", "") or ""
+    if not name:
+        raise ConfigError("cluster.name", "a cluster needs a name")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ConfigError("cluster.name", f"invalid cluster name {name!r} (no spaces)")
+    host = t.string("host", None)
+    port = t.integer("port", DEFAULT_CLUSTER_PORT, maximum=65535) if "port" in t.data else None
+    listen = t.string("listen", None)
+    if listen is not None:  # listen = "host:port" (the reference's spelling)
+        lhost, sep, text = listen.rpartition(":")
+        if not sep or not text.isdigit() or int(text) > 65535:
+            raise ConfigError("cluster.listen", f'expected "host:port", got {listen!r}')
+        host, port = host or lhost.strip("[]") or d.host, int(text)
+    advertise = t.string("advertise", "") or ""
+    routes = t.str_list("routes")
+    for i, url in enumerate(routes):
+        _check_route_url(url, f"cluster.routes[{i}]")
+    tls = _read_tls(t.take("tls"), base_dir, "cluster.tls") if "tls" in t.data else None
+    user = password = None
+    timeout = d.auth_timeout
+    if "authorization" in t.data:
+        a = ConfigTable(t.take("authorization"), "cluster.authorization")
+        user, password = a.string("user"), a.string("password")
+        timeout = a.duration("timeout", timeout)
+        a.done()
+        if (user is None) != (password is None):
+            raise ConfigError("cluster.authorization", "user and password go together")
+    cfg = ClusterConfig(
+        name=name,
+        host=host or d.host,
+        port=DEFAULT_CLUSTER_PORT if port is None else port,
+        advertise=advertise,
+        routes=routes,
+        tls=tls,
+        user=user,
+        password=password,
+        auth_timeout=timeout,
+        ping_interval=t.duration("ping_interval", d.ping_interval),
+        connect_retry_max=t.duration("connect_retry_max", d.connect_retry_max),
+    )
+    t.done()
+    return cfg
+
+
+def _check_route_url(url: str, path: str) -> None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url if "://" in url else f"nats-route://{url}")
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError(path, f"invalid URL {_without_userinfo(url)!r}: {e}") from None
+    if parts.scheme not in ROUTE_SCHEMES:
+        raise ConfigError(path, f'unsupported scheme {parts.scheme!r} (use "nats-route://")')
+    if not parts.hostname:
+        raise ConfigError(path, f"no host in URL {_without_userinfo(url)!r}")
+    if port is None:
+        raise ConfigError(path, f"no port in URL {_without_userinfo(url)!r}")
 
 
 def _leaf_compression(t: ConfigTable, default: str) -> str:

@@ -39,8 +39,11 @@ from core.jetstream.bulk_read import (
     H_READ,
     H_STREAM_LAST,
     READ_PATH,
+    TYPE_NAME,
     VERSION,
 )
+from core.jetstream.models import API_TYPE_PREFIX
+from core.jetstream.source_health import GAP_SKIPPED, GAP_STARTED_PAST
 from core.jetstream.sourcing import (
     _API_PREFIX,
     KICK_STALE,
@@ -56,6 +59,7 @@ from core.jetstream.sourcing import (
     sourced_headers,
     sync_subject,
 )
+from core.jetstream.transforms import first_match
 from core.protocol.headers import slice_header
 from core.protocol.readframe import FrameError, ReadFrame, decode_frame, decompress_frame
 from core.server.internal import InboundMsg
@@ -83,6 +87,7 @@ class BulkSourceWorker(SourceWorker):
     the reference's consumer path."""
 
     bulk = False  # whether the current attempt runs in bulk mode (shown for tests and benches)
+    _started_at = 0  # the upstream sequence the current bulk attempt started after
     FOLLOWS_IDENTITY = True  # a source starts over when the upstream's identity changes
 
     def _read_subject(self) -> str:
@@ -136,7 +141,6 @@ class BulkSourceWorker(SourceWorker):
             n += 1
             reply = f"{inbox}.{n}"
             self._last_request = time.monotonic()
-            self.requests += 1
             if not account.publish(subject, reply, None, self._read_body(at)):
                 err = api_error(self.SETUP_ERROR, err=f"no responders for {subject}")
                 raise _Recreate("no responders", fail=True, error=err)
@@ -152,8 +156,9 @@ class BulkSourceWorker(SourceWorker):
             msg = await self._reply(rx, pending, PROBE_WAIT, True)
             self._to(SourceState.ACTIVE)
             self.bulk = True
-            self.error = None
-            self.fails = 0
+            # the error and the backoff stay until a valid frame comes (_heard_valid in _take)
+            self._spoke = False
+            self._started_at = self.sseq  # a first message past it: the upstream lost those
             send, receive = anyio.create_memory_object_stream[list[Delivery]](QUEUED_REPLIES)
             try:
                 async with anyio.create_task_group() as tg:
@@ -188,27 +193,37 @@ class BulkSourceWorker(SourceWorker):
                     await self._settle()
 
     async def _reply(self, rx: _Receiver, pending: str, wait: float, probe: bool) -> InboundMsg:
-        """The reply to ``pending``; a probe that gets none (or an error) is no leafjet."""
+        """The reply to ``pending``; a probe that gets none, or a reply that is not the read
+        API's, is no leafjet (``_NotLeafjet``)."""
         deadline = time.monotonic() + wait
         while True:
             with anyio.move_on_after(min(1.0, max(0.0, deadline - time.monotonic()))):
                 async for m in rx.inbox:
-                    if m.subject == pending:
-                        if m.headers and slice_header(m.headers, H_READ) == str(VERSION):
-                            return m
+                    if m.subject != pending:
+                        continue
+                    if m.headers and slice_header(m.headers, H_READ) == str(VERSION):
+                        if probe:
+                            self.requests += 1  # the attempt's one "create" (leafjet info)
+                        return m
+                    error, leafjet = _read_error(self, m.payload)
+                    if not leafjet:  # the reference, or anything else: not our read API
                         if probe:
                             raise _NotLeafjet(f"the read API answered {m.payload[:200]!r}")
-                        error = _read_error(self, m.payload)
-                        if error.err_code == 10054:  # a message too large for a reply
-                            raise _NotLeafjet("a message too large for the read API")
-                        raise _Recreate("read refused", fail=True, error=error)
+                        raise _Recreate("invalid read reply", fail=True, error=error)
+                    if error.err_code == 10054:  # a message too large for a reply
+                        raise _NotLeafjet("a message too large for the read API")
+                    if probe:
+                        self.requests += 1
+                    # a leafjet's refusal (its stream is missing: 10059): the source's error
+                    raise _Recreate("read refused", fail=True, error=error)
             if self.stream.failed is not None:
                 raise _Recreate("stream failed")
             now = time.monotonic()
             if now >= deadline:
                 if probe:
                     raise _NotLeafjet("no answer from the read API")
-                raise _Recreate("stalled")
+                why = f"no reply from the upstream's read API for {wait:.0f} s"
+                raise _Recreate("stalled", error=api_error(self.SETUP_ERROR, err=why))
             if self._kicked and now - self._heard > KICK_STALE:
                 raise _Recreate("link came up, source quiet")
 
@@ -241,6 +256,9 @@ class BulkSourceWorker(SourceWorker):
             raise _Recreate("bad read reply", fail=True, error=err) from None
         self._heard = time.monotonic()
         self.heard_ns = time.time_ns()
+        self._kicked = False  # the upstream answers: a link's kick is spent
+        if not self._spoke:
+            self._heard_valid()
         self.lag = max(0, stream_last - last)
         batch: list[Delivery] = []
         self.sseq = self._deliveries(frame, batch)
@@ -261,11 +279,15 @@ class BulkSourceWorker(SourceWorker):
         ho, hb = frame.header_offsets, bytes(frame.header_bytes)
         do, db = frame.data_offsets, bytes(frame.data_bytes)
         ts = frame.timestamps
-        floor = self.sseq
+        floor = prev = self.sseq
+        transforms = self.transforms
         append = batch.append
         for i, seq in enumerate(frame.seqs):
             if seq <= floor:
                 continue  # taken already (a reply to a request sent before a commit moved us)
+            if seq > prev + 1:
+                self._bulk_gap(prev, seq)
+            prev = seq
             raw = sb[so[i] : so[i + 1]]
             subject = raw.decode("utf-8", "surrogateescape")
             h0, h1 = ho[i], ho[i + 1]
@@ -274,8 +296,17 @@ class BulkSourceWorker(SourceWorker):
                 headers = sourced_headers(hb[h0:h1], value)
             else:
                 headers = b"%s%d%s%s%s" % (head, seq, mid, raw, tail)
+            if transforms:  # the header names the upstream's subject, the stream stores this
+                subject = first_match(transforms, subject)
             append(Delivery(seq, subject, headers, db[do[i] : do[i + 1]], ts[i]))
-        return batch[-1].sseq if batch else floor
+        return prev
+
+    def _bulk_gap(self, after: int, next_seq: int) -> None:
+        """Upstream sequences a frame skips were removed before we read them (without a filter;
+        ``_gap`` tells): reported as the consumer path reports them -- a first message past
+        where the attempt started as the consumer's start, a later jump as a skip."""
+        reason = GAP_STARTED_PAST if after == self._started_at else GAP_SKIPPED
+        self._gap(after, next_seq, reason)
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:
@@ -288,15 +319,15 @@ def _first(group: BaseExceptionGroup) -> BaseException:
     return group.exceptions[0]
 
 
-def _read_error(worker: SourceWorker, payload: bytes) -> ApiError:
+def _read_error(worker: SourceWorker, payload: bytes) -> tuple[ApiError, bool]:
+    """An error reply's error, and whether a leafjet read API sent it (its response type)."""
     try:
         body = json.loads(payload)
-        error = body.get("error") if isinstance(body, dict) else None
     except ValueError:
-        error = None
-    if isinstance(error, dict):
-        return _remote_error(error)
-    return api_error(worker.SETUP_ERROR, err="invalid read reply")
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return _remote_error(body["error"]), body.get("type") == API_TYPE_PREFIX + TYPE_NAME
+    return api_error(worker.SETUP_ERROR, err="invalid read reply"), False
 
 
 class BulkMirrorWorker(BulkSourceWorker, MirrorWorker):
@@ -310,9 +341,15 @@ class BulkMirrorWorker(BulkSourceWorker, MirrorWorker):
     FOLLOWS_IDENTITY = False
 
     def _deliveries(self, frame: ReadFrame, batch: list[Delivery]) -> int:
-        floor = self.sseq
+        floor = prev = self.sseq
+        transforms = self.transforms
         append = batch.append
         for seq, subject, headers, data, ts in frame.rows():
-            if seq > floor:
-                append(Delivery(seq, subject, mirrored_headers(headers), data, ts))
-        return batch[-1].sseq if batch else floor
+            if seq <= floor:
+                continue
+            if seq > prev + 1:
+                self._bulk_gap(prev, seq)
+            prev = seq
+            stored = first_match(transforms, subject) if transforms else subject
+            append(Delivery(seq, stored, mirrored_headers(headers), data, ts))
+        return prev

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -29,6 +28,7 @@ from core import jsonsafe
 from core.api_errors import ApiError, api_error
 from core.jetstream.gotime import format_go_time, parse_go_time, rfc3339_nano
 from core.store.api import MAX_SEQ
+from core.subject_transform import TransformError, compile_transform, validate_mapping
 from core.subjects import SubjectIndex, is_subset, is_valid_literal_subject, is_valid_subject, overlaps
 
 API_TYPE_PREFIX = "io.nats.jetstream.api.v1."
@@ -1087,7 +1087,7 @@ def _check_stream_cfg(
     if st is not None:
         if st["src"] and not is_valid_subject(st["src"]):
             raise api_error("JSStreamTransformInvalidSource", err=f"invalid subject {st['src']}")
-        if (err := _destination_error(st["dest"], st["src"])) is not None:
+        if (err := validate_mapping(st["src"], st["dest"])) is not None:
             raise api_error("JSStreamTransformInvalidDestination", err=err)
 
     rp = c["republish"]
@@ -1109,7 +1109,7 @@ def _check_stream_cfg(
         c["republish"] = _shape_republish(rp)
         if rp["dest"] and any(overlaps(rp["dest"], s) for s in subjects):
             raise _invalid_config("stream configuration for republish destination forms a cycle")
-        if not is_valid_subject(rp["src"]) or _destination_error(rp["dest"], rp["src"]) is not None:
+        if not _republish_transform_ok(rp["src"], rp["dest"]):
             raise _invalid_config(
                 f"stream configuration for republish with transform from '{rp['src']}' "
                 f"to '{rp['dest']}' not valid"
@@ -1122,25 +1122,13 @@ def _check_stream_cfg(
             raise _invalid_config("preferred server not permitted in placement")
 
 
-_WILDCARD_FN = re.compile(r"\{\{\s*wildcard\s*\(\s*(-?\d+)\s*\)\s*\}\}", re.IGNORECASE)
-
-
-def _destination_error(dest: str, src: str = ">") -> str | None:
-    """A cheap stand-in for the reference's ``ValidateMapping``: empty tokens, ``*`` and
-    ``{{wildcard(n)}}`` with ``n`` beyond the source's ``*`` tokens are rejected with its
-    messages; the other mustache functions (``partition``, ``split``...) are not checked."""
-    if dest == "" or dest == ">":
-        return None
-    for m in _WILDCARD_FN.finditer(dest):
-        n = int(m.group(1))
-        if not 1 <= n <= (src or ">").split(".").count("*"):
-            return f"invalid mapping destination: wildcard index out of range in {m.group(0)}: [{n}]"
-    tokens = re.sub(r"\{\{[^}]*\}\}", "x", dest).split(".")
-    if any(not t or _WHITESPACE.intersection(t) for t in tokens):
-        return "invalid mapping destination: invalid transform"
-    if "*" in tokens or ">" in tokens[:-1]:
-        return "invalid subject"
-    return None
+def _republish_transform_ok(src: str, dest: str) -> bool:
+    """Whether the reference's ``NewSubjectTransform`` takes a republish's source and destination."""
+    try:
+        compile_transform(src, dest)
+    except TransformError:
+        return False
+    return True
 
 
 def _check_mirror(
@@ -1184,7 +1172,7 @@ def _check_mirror(
     for i, tr in enumerate(transforms):
         if tr["src"] and not is_valid_subject(tr["src"]):
             raise api_error("JSMirrorInvalidSubjectFilter", err=f"invalid subject {tr['src']}")
-        if (err := _destination_error(tr["dest"], tr["src"])) is not None:
+        if (err := validate_mapping(tr["src"], tr["dest"])) is not None:
             raise api_error("JSMirrorInvalidTransformDestination", err=err)
         if any(j != i for j in index.overlapping(tr["src"])):
             raise api_error("JSMirrorOverlappingSubjectFilters")
@@ -1245,7 +1233,7 @@ def _check_source(
     for tr in transforms:
         if tr["src"] and not is_valid_subject(tr["src"]):
             raise api_error("JSSourceInvalidSubjectFilter", err=f"invalid subject {tr['src']}")
-        if (err := _destination_error(tr["dest"], tr["src"])) is not None:
+        if (err := validate_mapping(tr["src"], tr["dest"])) is not None:
             raise api_error("JSSourceInvalidTransformDestination", err=err)
     index = SubjectIndex((tr["src"], j) for j, tr in enumerate(transforms))  # not pairwise
     for i, tr in enumerate(transforms):

@@ -161,6 +161,15 @@ class JetStreamMonitor:
             d["consumer_detail"] = [
                 await self._consumer_detail(c, opts) for c in list(stream.consumers.values())
             ]
+        if stream.sourcing is not None:
+            # the reference's StreamSourceInfo, each with leafjet's ``leafjet`` object
+            # (retries, state, upstream gaps: core/jetstream/source_health.py)
+            mirror = stream.sourcing.mirror_info(extras=True)
+            if mirror is not None:
+                d["mirror"] = mirror
+            sources = stream.sourcing.info(extras=True)
+            if sources:
+                d["sources"] = sources
         return d
 
     async def _consumer_detail(self, consumer: Consumer, opts: JszOptions) -> dict[str, Any]:

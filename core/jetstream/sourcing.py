@@ -37,6 +37,18 @@ import anyio
 from core.api_errors import ApiError, ApiErrorSpec, api_error
 from core.errors import StoreError
 from core.jetstream.gotime import parse_rfc3339, rfc3339_nano
+from core.jetstream.source_health import (
+    GAP_SKIPPED,
+    GAP_STARTED_PAST,
+    SOURCE_GAP_EVENT,
+    SOURCE_GAP_NAMESPACE,
+    SOURCE_GAP_SUBJECT,
+    UpstreamGaps,
+    detects_gaps,
+    gap_advisory,
+    leafjet_extras,
+)
+from core.jetstream.transforms import first_match, source_transforms
 from core.protocol.headers import encode_headers, slice_header
 from core.server.failures import describe_failure
 from core.server.internal import InboundMsg, InternalReceiver, fill_batch
@@ -59,6 +71,7 @@ ACK_WAIT_NS = 22 * 3600 * 1_000_000_000
 API_LEVEL = 5  # what a source asks of the upstream first (Nats-Required-Api-Level)
 # After a link comes up, a source that heard nothing for this long is recreated at once.
 KICK_STALE = 2.0
+LOG_REPEAT = 60.0  # s: the same failure logged again within this goes to the debug log
 
 MAX_BATCH = 1024  # deliveries stored per transaction
 MAX_BATCH_BYTES = 4 * 1024 * 1024
@@ -257,6 +270,7 @@ class SourceWorker:
     META_PREFIX = "_nats.src"
     DELIVER_TOKEN = "S"  # $JS.S.<8> or <external.deliver>.S.<8>
     API_LEVEL = API_LEVEL
+    KIND = "source"  # in log lines and the gap advisory
 
     def __init__(self, stream: Stream, spec: Mapping[str, Any], iname: str, position: int) -> None:
         self.stream = stream
@@ -264,6 +278,7 @@ class SourceWorker:
         self.iname = iname
         self._iname_parts = iname.split(" ") if iname else ["", "", ""]  # name, filter, dest
         self.upstream: str = spec["name"]
+        self.transforms = source_transforms(spec)  # rewrite a delivery's subject before storing
         self.committed = position  # the last upstream sequence stored (SourcePosOp)
         self.sseq = position  # the last upstream sequence taken
         self.dseq = 0
@@ -276,6 +291,9 @@ class SourceWorker:
         self.error: ApiError | None = None
         self.fails = 0
         self.requests = 0
+        self.gaps = UpstreamGaps(enabled=detects_gaps(spec))
+        self._spoke = False  # the upstream sent something valid since the last create
+        self._logged_key, self._logged_at = "", 0.0  # the last failure logged, and when
         self._last_request: float | None = None
         self.state = SourceState.WAITING
         self._kick = anyio.Event()
@@ -303,7 +321,8 @@ class SourceWorker:
         if ext is not None:
             d["external"] = {"api": ext.get("api", ""), "deliver": ext.get("deliver", "")}
         d["lag"] = self.lag
-        d["seq"] = self.sseq  # the reference's 2.15: the last upstream sequence taken
+        if self.sseq:  # the reference's 2.15: the last upstream sequence taken (omitempty)
+            d["seq"] = self.sseq
         d["active"] = time.time_ns() - self.heard_ns if self.heard_ns else -1
         if self.error is not None:
             d["error"] = self.error.to_json()
@@ -315,6 +334,12 @@ class SourceWorker:
                 {"src": t.get("src", ""), "dest": t.get("dest", "")} for t in transforms
             ]
         return d
+
+    def leafjet_info(self) -> dict[str, Any]:
+        """What the reference's info has no field for (``leafjet`` in /jsz's stream detail)."""
+        return leafjet_extras(
+            state=self.state.value, creates=self.requests, failures=self.fails, gaps=self.gaps
+        )
 
     # ---------------------------------------------------------------- the loop
 
@@ -332,16 +357,71 @@ class SourceWorker:
                     self.fails += 1
                 if r.error is not None:
                     self.error = r.error
-                log.debug("stream %s source %s: recreating (%s)", self.stream.name, self.upstream, r)
+                if r.fail or r.error is not None:
+                    self._log_failure(str(r), logging.WARNING)
+                else:
+                    log.debug(
+                        "stream %s %s %s: recreating (%s)", self.stream.name, self.KIND, self.upstream, r
+                    )
             except Exception as e:
                 self.fails += 1
                 why = str(e) if isinstance(e, StoreError) else describe_failure(e)
                 self.error = api_error(self.SETUP_ERROR, err=why)
-                log.error("stream %s source %s failed, retrying: %s", self.stream.name, self.upstream, why)
+                self._log_failure("failed", logging.ERROR)
             finally:
                 if self.state is not SourceState.WAITING:
                     self._to(SourceState.WAITING)
             self.sseq, self.dseq = self.committed, 0
+
+    def _log_failure(self, what: str, level: int) -> None:
+        """One line per failed attempt: what happened, the error the info shows, and when the
+        next attempt is due. Failures back off, but a refusal or a stall retries every 2 s:
+        the same line again within a minute goes to the debug log."""
+        delay = retry_backoff(self.fails) if self.fails else REQUEST_THROTTLE
+        err = self.error.to_json() if self.error is not None else {}
+        key = f"{what}\0{err.get('description', '')}"
+        now = time.monotonic()
+        if key == self._logged_key and now - self._logged_at < LOG_REPEAT:
+            level = logging.DEBUG
+        else:
+            self._logged_key, self._logged_at = key, now
+        log.log(
+            level,
+            "stream %s %s %s: %s: %s (%s); retrying in about %.0f s",
+            self.stream.name,
+            self.KIND,
+            self.upstream,
+            what,
+            err.get("description", ""),
+            err.get("err_code", ""),
+            delay,
+        )
+
+    def _heard_valid(self) -> None:
+        """The upstream sent a valid delivery or heartbeat: the source works again."""
+        self._spoke = True
+        self.error = None
+        self.fails = 0
+
+    def _gap(self, after: int, next_seq: int, reason: str) -> None:
+        """Report upstream sequences ``after + 1 .. next_seq - 1`` removed before they were read
+        (core/jetstream/source_health.py): a log line and the leafjet advisory, once per range."""
+        found = self.gaps.check(after, next_seq)
+        if found is None:
+            return
+        first, last = found
+        log.warning(
+            "stream %s %s %s: upstream sequences %d-%d (%d messages) were removed before they were read",
+            self.stream.name,
+            self.KIND,
+            self.upstream,
+            first,
+            last,
+            last - first + 1,
+        )
+        fields = gap_advisory(self.stream.name, self.spec, self.KIND, first, last, reason)
+        subject = f"{SOURCE_GAP_SUBJECT}.{self.stream.name}"
+        self.stream.advise(subject, SOURCE_GAP_EVENT, fields, namespace=SOURCE_GAP_NAMESPACE)
 
     async def _wait_turn(self) -> None:
         """The reference's schedule: 2 s since the last request, the backoff after failures,
@@ -449,8 +529,9 @@ class SourceWorker:
             rx.subscribe(deliver)  # before asking: nothing the consumer sends is missed
             early = await self._create(rx, deliver)
             self._to(SourceState.ACTIVE)
-            self.error = None
-            self.fails = 0
+            # the error and the backoff stay until the upstream sends something valid: an
+            # upstream that answers creates and then sends garbage or nothing still shows why
+            self._spoke = False
             self._heard = time.monotonic()
             await self._read(rx, early)
         finally:
@@ -537,6 +618,7 @@ class SourceWorker:
         self.reset = False
         self.ident = ident or ""
         if delivered > self.sseq:
+            self._gap(self.sseq, delivered + 1, GAP_STARTED_PAST)
             self.sseq = delivered
 
     async def _read(self, rx: _Receiver, early: list[InboundMsg]) -> None:
@@ -556,7 +638,8 @@ class SourceWorker:
             if not pending:
                 quiet = time.monotonic() - self._heard
                 if quiet > HEALTH_INTERVAL:
-                    raise _Recreate("stalled")
+                    why = f"no message or heartbeat from upstream for {HEALTH_INTERVAL:.0f} s"
+                    raise _Recreate("stalled", error=api_error(self.SETUP_ERROR, err=why))
                 if self._kicked and quiet > KICK_STALE:
                     raise _Recreate("link came up, source quiet")
                 continue
@@ -573,6 +656,7 @@ class SourceWorker:
                 continue  # a late create response
             self._heard = time.monotonic()
             self.heard_ns = time.time_ns()
+            self._kicked = False  # the consumer is alive: a link's kick is spent, not kept for later
             headers = m.headers
             if headers and is_control(headers, m.payload):
                 if m.reply:  # flow control: answered once what came before it is stored
@@ -588,10 +672,20 @@ class SourceWorker:
                     stalled = slice_header(headers, "Nats-Consumer-Stalled")
                     if stalled:
                         account.publish(stalled, None, None, b"")
+                if not self._spoke:
+                    self._heard_valid()
                 continue
             ack = parse_ack_reply(m.reply)
-            if ack is None or ack.consumer != self.cname or ack.delivered > 1:
+            if ack is None:
+                # only the upstream consumer publishes to this fresh deliver subject, always
+                # with an ack reply: anything else is a broken upstream, not a message to store
+                await self._flush(batch)
+                why = f"invalid delivery from upstream: reply {str(m.reply)[:80]!r} is not an ack subject"
+                raise _Recreate("invalid delivery", fail=True, error=api_error(self.SETUP_ERROR, err=why))
+            if ack.consumer != self.cname or ack.delivered > 1:
                 continue
+            if not self._spoke:
+                self._heard_valid()
             try:
                 take = self._gap_rule(ack)
             except _Recreate:
@@ -612,6 +706,8 @@ class SourceWorker:
                 self.dseq += 1
             return False
         if ack.dseq == self.dseq + 1:
+            if ack.sseq > self.sseq + 1:
+                self._gap(self.sseq, ack.sseq, GAP_SKIPPED)
             self.dseq, self.sseq = ack.dseq, ack.sseq
             return True
         if ack.dseq > self.dseq:
@@ -621,10 +717,11 @@ class SourceWorker:
     def _delivery(self, ack: AckInfo, m: InboundMsg) -> Delivery:
         # source_header_value's value, from the parsed reply (this runs per delivery)
         name, flt, dest = self._iname_parts
-        value = f"{name} {ack.sseq_text} {flt} {dest} {m.subject}"
+        value = f"{name} {ack.sseq_text} {flt} {dest} {m.subject}"  # the upstream's subject
         if self.ident:
             value = f"{value} {self.ident}"
-        return Delivery(ack.sseq, m.subject, sourced_headers(m.headers, value), m.payload, ack.ts)
+        subject = first_match(self.transforms, m.subject) if self.transforms else m.subject
+        return Delivery(ack.sseq, subject, sourced_headers(m.headers, value), m.payload, ack.ts)
 
     async def _flush(self, batch: list[Delivery]) -> None:
         """Submit the batch; its commit is waited for by the next batch's submit (pipelined:
@@ -672,6 +769,7 @@ class MirrorWorker(SourceWorker):
     META_PREFIX = "_nats.mirror"
     DELIVER_TOKEN = "M"
     API_LEVEL = 4  # the mirror's request asks for level 4 and sends no identity
+    KIND = "mirror"
 
     def info(self) -> dict[str, Any]:
         d = super().info()
@@ -707,6 +805,7 @@ class MirrorWorker(SourceWorker):
         empty mirror moves its first sequence there, a non-empty one marks the sequences in
         between deleted (the reference's purge and skip)."""
         if delivered > self.committed:
+            self._gap(self.committed, delivered + 1, GAP_STARTED_PAST)
             await self.stream.ingest_mirrored([], skip_to=delivered)
             self.committed = delivered
         self.sseq = max(self.sseq, delivered)
@@ -720,12 +819,15 @@ class MirrorWorker(SourceWorker):
                 self.dseq += 1
             return False
         if ack.sseq == self.sseq + 1 or ack.dseq == self.dseq + 1:
+            if ack.sseq > self.sseq + 1:
+                self._gap(self.sseq, ack.sseq, GAP_SKIPPED)
             self.dseq, self.sseq = ack.dseq, ack.sseq
             return True
         raise _Recreate(f"delivery gap: {self.dseq} then {ack.dseq}")
 
     def _delivery(self, ack: AckInfo, m: InboundMsg) -> Delivery:
-        return Delivery(ack.sseq, m.subject, mirrored_headers(m.headers), m.payload, ack.ts)
+        subject = first_match(self.transforms, m.subject) if self.transforms else m.subject
+        return Delivery(ack.sseq, subject, mirrored_headers(m.headers), m.payload, ack.ts)
 
     async def _flush(self, batch: list[Delivery]) -> None:
         if not batch:
@@ -756,6 +858,13 @@ def _int_or(value: Any, default: int) -> int:
 # ------------------------------------------------------------------------------ a stream's sources
 
 
+def _info(worker: SourceWorker, extras: bool) -> dict[str, Any]:
+    d = worker.info()
+    if extras:
+        d["leafjet"] = worker.leafjet_info()
+    return d
+
+
 MIRROR_KEY = "\0mirror"  # the mirror's worker among the sources' (no index name is so)
 
 
@@ -768,12 +877,14 @@ class Sourcing:
         self.workers: dict[str, tuple[SourceWorker, anyio.CancelScope]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
 
-    def info(self) -> list[dict[str, Any]]:
-        return [w.info() for k, (w, _s) in self.workers.items() if k != MIRROR_KEY]
+    def info(self, *, extras: bool = False) -> list[dict[str, Any]]:
+        """The sources' ``StreamSourceInfo``; with ``extras`` (/jsz) each with its ``leafjet``
+        object (core/jetstream/source_health.py)."""
+        return [_info(w, extras) for k, (w, _s) in self.workers.items() if k != MIRROR_KEY]
 
-    def mirror_info(self) -> dict[str, Any] | None:
+    def mirror_info(self, *, extras: bool = False) -> dict[str, Any] | None:
         entry = self.workers.get(MIRROR_KEY)
-        return entry[0].info() if entry is not None else None
+        return _info(entry[0], extras) if entry is not None else None
 
     def _kick(self) -> None:
         for w, _s in self.workers.values():

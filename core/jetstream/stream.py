@@ -32,6 +32,7 @@ from core.config import JetStreamConfig
 from core.errors import StoreError
 from core.faults import fault_point
 from core.jetstream.gotime import format_go_seconds, parse_go_duration, rfc3339_nano
+from core.jetstream.transforms import Republish, StreamTransforms, republish_message
 from core.protocol.headers import HeaderError, encode_headers, parse_headers, replace_header, slice_header
 from core.server.internal import Backlog, InboundMsg, InternalReceiver, fill_batch, inbound_size
 from core.server.mailbox import Mailbox
@@ -165,6 +166,7 @@ class _Batch:
     removes: bool = False  # the batch also removes messages (rollup, per-subject limit)
     removed_subjects: set[str] = field(default_factory=set)  # where it removes inside the stream
     trims: dict[str, None] = field(default_factory=dict)  # subjects over max_msgs_per_subject, in order
+    republish: list[Republish] = field(default_factory=list)  # sent once the batch committed
 
 
 class Stream:
@@ -213,6 +215,7 @@ class Stream:
         self.failed: str | None = None  # why the pipeline was given up (see fail)
         self.sourcing: Sourcing | None = None  # its sources' workers (core/jetstream/sourcing.py)
         self._appended: anyio.Event | None = None  # see appended()
+        self.transforms = StreamTransforms.of(config.subject_transform, config.republish)
 
     @property
     def name(self) -> str:
@@ -581,13 +584,16 @@ class Stream:
 
     # ------------------------------------------------------------------ advisories
 
-    def advise(self, subject: str, event_type: str, fields: dict[str, Any]) -> None:
+    def advise(
+        self, subject: str, event_type: str, fields: dict[str, Any], *, namespace: str = "io.nats.jetstream"
+    ) -> None:
         """Publish a JetStream event about this stream or one of its consumers, framed as the
-        reference frames them: ``type`` (``io.nats.jetstream.<event_type>``), a unique ``id``,
-        ``timestamp``, then ``fields``, then ``domain`` when the server has one."""
+        reference frames them: ``type`` (``io.nats.jetstream.<event_type>``; leafjet's own
+        events name another ``namespace``), a unique ``id``, ``timestamp``, then ``fields``,
+        then ``domain`` when the server has one."""
         now = time.time_ns()
         body: dict[str, Any] = {
-            "type": f"io.nats.jetstream.{event_type}",
+            "type": f"{namespace}.{event_type}",
             "id": secrets.token_hex(11),
             "timestamp": rfc3339_nano(now),
             **fields,
@@ -632,7 +638,11 @@ class Stream:
         plan = _Batch()
         if not self._closed:
             plain = self._plain_publishes_ok()
+            ingest = self.transforms.ingest
             for msg in batch:
+                if ingest is not None and (subject := ingest.match(msg.subject)) is not None:
+                    # the stream's subject_transform, before anything else (the reference's order)
+                    msg = msg._replace(subject=subject)
                 if not msg.subject.isascii():
                     # Bytes that are not UTF-8 (the parser keeps them as surrogates) cannot go
                     # into the store's text: stored as U+FFFD, as the reference's JSON shows them.
@@ -733,6 +743,9 @@ class Stream:
                 self._removed_messages(subjects=plan.removed_subjects)
             await self._enforce_limits()
             self.wake_consumers()
+            if plan.republish:  # after the commit, before the acks (as the reference)
+                results = flight.results or []
+                self._republish(plan.republish, lambda rp: int(results[rp.index]))
         self._send_outcomes(plan, flight.results or [])
 
     async def ingest_sourced(self, key: str, msgs: Sequence[Delivery]) -> tuple[int, ApiError | None]:
@@ -814,8 +827,8 @@ class Stream:
         plan -- Appends, the discard-old max_msgs purge -- without a publish object, an outcome
         or a second look per message. A bulk source stores thousands per batch, and this loop
         is its share of the hub's work per message. None: the batch needs ``_admit``."""
-        if self._closed or not self._plain_publishes_ok():
-            return None
+        if self._closed or not self._plain_publishes_ok() or self.transforms.ingest is not None:
+            return None  # (a subject_transform: _admit applies it to each message first)
         max_size = self.config.max_msg_size
         for d in msgs:
             h = d.headers
@@ -884,6 +897,10 @@ class Stream:
             if self._closed or self.failed is not None:
                 raise StoreError(f"stream {self.name} is closed")
             st = await self.state()
+            tf = self.transforms
+            if tf.ingest is not None:  # the mirror's own subject_transform, as for a publish
+                msgs = [d._replace(subject=tf.ingest_subject(d.subject)) for d in msgs]
+            republish = await self._mirrored_republish(msgs) if tf.republish is not None else []
             ops: list[Op] = []
             if skip_to > st.last_seq:
                 ops.append(PurgeOp(up_to_seq=skip_to + 1) if st.msgs == 0 else SkipOp(skip_to))
@@ -904,6 +921,28 @@ class Stream:
             await self._enforce_limits(touched)
             if msgs:
                 self.wake_consumers()
+            self._republish(republish, lambda rp: msgs[rp.index].sseq)
+
+    async def _mirrored_republish(self, msgs: Sequence[Delivery]) -> list[Republish]:
+        """What of a mirror's batch to republish once stored, each with the sequence of its
+        subject's message before it."""
+        out: list[Republish] = []
+        last: dict[str, int] = {}
+        for i, d in enumerate(msgs):
+            to = self.transforms.republish_subject(d.subject)
+            if to is not None:
+                if d.subject not in last:
+                    stored = await self.store.last_by_subject(d.subject)
+                    last[d.subject] = stored.seq if stored else 0
+                out.append(Republish(i, to, d.subject, d.headers, d.payload, d.ts, last[d.subject]))
+            last[d.subject] = d.sseq
+        return out
+
+    def _republish(self, stored: Iterable[Republish], seq_of: Callable[[Republish], int]) -> None:
+        publish, name, headers_only = self.account.publish, self.name, self.transforms.headers_only
+        for rp in stored:
+            headers, payload = republish_message(name, rp, seq_of(rp), headers_only)
+            publish(rp.to, None, headers, payload)
 
     def _unadmit(self, flight: _Flight) -> None:
         """Forget a batch ``_admit`` decided and nothing submitted (the pipeline was drained)."""
@@ -941,6 +980,7 @@ class Stream:
         cfg = self.config
         return (
             not cfg.sealed
+            and self.transforms.republish is None  # _decide notes what to republish
             and cfg.discard == "old"
             and cfg.max_msgs_per_subject <= 0
             and (cfg.retention != "interest" or any(not c.filters for c in self.consumers.values()))
@@ -1077,6 +1117,9 @@ class Stream:
                 raise api_error("JSStreamStoreFailedF", err=err) from None
             run.msgs += 1
             run.bytes += stored_size
+        if appended and (to := self.transforms.republish_subject(msg.subject)) is not None:
+            last = await self._last_seq_for(msg.subject, plan, run)
+            plan.republish.append(Republish(index, to, msg.subject, headers, msg.payload, now, last))
         run.last_seq += 1
         run.last_by_subject[msg.subject] = run.last_seq
         run.per_subject[msg.subject] = run.per_subject.get(msg.subject, 0) + 1
@@ -1226,6 +1269,7 @@ class Stream:
             await self.drain()
             self.receiver.unsubscribe_all()
             old_retention, self.config = self.config.retention, cfg
+            self.transforms = StreamTransforms.of(cfg.subject_transform, cfg.republish)
             self._predicted = None
             self.subscribe()
             self._state = None

@@ -21,7 +21,7 @@ from typing import Protocol
 from core.server.interest import (
     InterestLedger,
     Link,
-    is_lds_subject,
+    announces,
     new_lds_subject,
     propagates,
     with_ack_subject,
@@ -237,7 +237,7 @@ class Account:
             if holder is None:
                 if not propagates(None, kind):
                     continue
-            elif not (propagates(holder.kind, kind) or (sub.queue is None and is_lds_subject(sub.subject))):
+            elif not announces(holder.kind, kind, sub.subject, sub.queue):
                 continue
             ledger.apply(sub.subject, sub.queue, sub.weight)
         for frame in ledger.frames():  # each key once, a queue group with its total weight
@@ -326,15 +326,10 @@ class Account:
         queue member) to each link it propagates to, through that link's ledger."""
         holder = sub.link
         subject, queue = sub.subject, sub.queue
-        if holder is None:
-            origin = None
-            everywhere = False
-        else:
-            origin = holder.kind
-            everywhere = queue is None and is_lds_subject(subject)
+        origin = None if holder is None else holder.kind
         for state in self._attached.values():
             link = state.link
-            if link is holder or not (everywhere or propagates(origin, link.kind)):
+            if link is holder or not announces(origin, link.kind, subject, queue):
                 continue
             frame = state.ledger.apply(subject, queue, delta)
             if frame is not None:
@@ -443,6 +438,9 @@ class Account:
 class AccountRegistry:
     def __init__(self, names: tuple[str, ...] = ()) -> None:
         self._accounts: dict[str, Account] = {}
+        # Called with each account made after start-up: routes attach themselves to it, since a
+        # route carries every account (hub/routes/).
+        self.watchers: list[Callable[[Account], None]] = []
         for name in names:
             self.get(name)
 
@@ -450,7 +448,13 @@ class AccountRegistry:
         acc = self._accounts.get(name)
         if acc is None:
             acc = self._accounts[name] = Account(name)
+            for watcher in list(self.watchers):
+                watcher(acc)
         return acc
+
+    def find(self, name: str) -> Account | None:
+        """The account, if it exists (never makes one)."""
+        return self._accounts.get(name)
 
     def __iter__(self) -> Iterator[Account]:
         return iter(self._accounts.values())

@@ -35,7 +35,7 @@ class LinkKind(Enum):
 
     LEAF_ACCEPTED = "leaf-accepted"  # a leaf that dialled us: we are its hub
     LEAF_SOLICITED = "leaf-solicited"  # we dialled it: it is our hub, we are its spoke
-    ROUTE = "route"  # a server of our own cluster (not used yet)
+    ROUTE = "route"  # a server of our own cluster (hub/routes/)
     GATEWAY = "gateway"  # another cluster (not used yet)
 
 
@@ -52,9 +52,12 @@ _EDGES: dict[LinkKind | None, frozenset[LinkKind]] = {
     # interest, never another hub's (nats-server sublist.go 1566-1573, leafnode.go updateSmap):
     # two hubs joined through a spoke would otherwise each route the other's traffic through it.
     LinkKind.LEAF_SOLICITED: frozenset({LinkKind.LEAF_ACCEPTED}),
-    # a route peer: to leafs and gateways, never to another route (the cluster is a full mesh:
-    # every peer already heard it from the server that holds it)
-    LinkKind.ROUTE: _LEAFS | {LinkKind.GATEWAY},
+    # a route peer: to the leafs that dialled us and to gateways; never to another route (the
+    # cluster is a full mesh: every peer already heard it from the server that holds it), and
+    # never to our hub (nats-server's updateSmap: a spoke tells its hub only local and accepted-
+    # leaf interest; each server of a cluster of spokes dials the hub itself, so the hub reaches
+    # each directly and a message from it never crosses a route as well)
+    LinkKind.ROUTE: frozenset({LinkKind.LEAF_ACCEPTED, LinkKind.GATEWAY}),
     # a gateway, for now like a route: to leafs and to the other mesh kind, never to its own kind
     # (gateways form a full mesh of clusters; a message never transits a cluster)
     LinkKind.GATEWAY: _LEAFS | {LinkKind.ROUTE},
@@ -76,6 +79,25 @@ def is_lds_subject(subject: str) -> bool:
     ``!isLDS``): without that, a spoke joined to two hubs that are also joined to each other
     would never see its own ``$LDS`` come back, and every message would reach it twice."""
     return subject.startswith(LDS_PREFIX)
+
+
+def announces(origin: LinkKind | None, target: LinkKind, subject: str, queue: str | None) -> bool:
+    """Whether a holder's interest in ``subject`` (``queue``) reaches a link of kind ``target``:
+    the ``propagates`` table, widened for a link's ``$LDS`` subject (``is_lds_subject``), except
+    where a route is at either end. A route peer's ``$LDS`` never goes on to another route (one
+    hop: every peer heard it directly) nor to our hub (each server of the cluster dials the hub
+    itself, so the hub would see a spoke's ``$LDS`` come back through another spoke and call it a
+    loop: nats-server tells them apart by cluster name, leafjet's leaf links carry none yet), and
+    our hub's ``$LDS`` is not told to routes (nats-server sends routes no spoke interest)."""
+    if propagates(origin, target):
+        return True
+    return (
+        origin is not None
+        and queue is None
+        and is_lds_subject(subject)
+        and origin is not LinkKind.ROUTE
+        and target is not LinkKind.ROUTE
+    )
 
 
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

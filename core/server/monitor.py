@@ -428,15 +428,19 @@ class Monitor:
         return _json(body)
 
     async def routez(self, _req: Request) -> Response:
-        return _json(
-            {
-                "server_id": self.server.server_id,
-                "server_name": self.server.name,
-                "now": self.now(),
-                "num_routes": 0,
-                "routes": [],
-            }
-        )
+        """The reference's shape (``num_routes``, ``routes``); with a cluster, leafjet adds its
+        ``cluster`` name and ``diallers``: each route URL's dial state (hub/routes/)."""
+        body: dict[str, Any] = {
+            "server_id": self.server.server_id,
+            "server_name": self.server.name,
+            "now": self.now(),
+            "num_routes": 0,
+            "routes": [],
+        }
+        source = self.server.routez_source
+        if source is not None:
+            body.update(source())
+        return _json(body)
 
     async def healthz(self, req: Request) -> Response:
         """The reference's probe: 200 ``{"status":"ok"}``, or 503 ``{"status":"unavailable",

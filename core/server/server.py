@@ -97,6 +97,8 @@ class Server:
         self.monitor: Monitor | None = None  # the monitoring HTTP server, when http_port is set
         # /leafz's rows: (live links, configured remotes' states); set by the leaf-node subsystem
         self.leafz_source: Callable[[bool], tuple[list[dict[str, Any]], list[dict[str, Any]]]] | None = None
+        # /routez's body (num_routes, routes, ...); set by the routes subsystem (hub/routes/)
+        self.routez_source: Callable[[], dict[str, Any]] | None = None
 
     # ------------------------------------------------------------------ run
 

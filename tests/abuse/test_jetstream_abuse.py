@@ -36,6 +36,7 @@ HOSTILE_BODIES = {
 }
 # replies that are not API JSON: a pull request's status messages, a direct get's message
 NOT_API_JSON = {("CONSUMER", "MSG", "NEXT"), ("DIRECT", "GET")}
+LEAFJET_ONLY = {("LEAFJET", "READ")}  # leafjet's own API: the reference does not answer it
 
 
 def _api_subjects(stream: str, consumer: str) -> list[tuple[str, tuple[str, ...], str]]:
@@ -66,6 +67,8 @@ def test_hostile_bodies_to_every_api_subject_get_a_typed_reply(target):
     _scratch(c, "SCRATCH", "SC")
     unanswered = []
     for subject, path, type_name in _api_subjects("SCRATCH", "SC"):
+        if path in LEAFJET_ONLY and target.srv.kind == "reference":
+            continue
         for name, body in HOSTILE_BODIES.items():
             if path in NOT_API_JSON:  # answered by status messages, or not at all: just survive it
                 c.send(b"PUB %s _INBOX.ignored %d\r\n%s\r\n" % (subject.encode(), len(body), body))
@@ -370,6 +373,8 @@ def test_generated_json_to_every_api_subject_never_takes_the_server_down(target)
     @given(st.sampled_from(API_ROUTES), api_bodies)
     def attack(route: tuple[str, tuple[str, ...], str], body: bytes) -> None:
         subject, path, type_name = route
+        if path in LEAFJET_ONLY and target.srv.kind == "reference":
+            return
         if path in NOT_API_JSON:
             c.send(b"PUB %s _INBOX.ignored %d\r\n%s\r\n" % (subject.encode(), len(body), body))
             c.ping(10)

@@ -16,8 +16,14 @@ from core.store.api import make_state
 
 
 def worker(mirror: dict[str, Any], domain: str | None = "HUB") -> MirrorWorker:
+    advisories: list[tuple[str, str, dict[str, Any]]] = []
     stream = SimpleNamespace(
-        name="M", account=SimpleNamespace(name="APP"), domain=domain, config=SimpleNamespace(sources=[])
+        name="M",
+        account=SimpleNamespace(name="APP"),
+        domain=domain,
+        config=SimpleNamespace(sources=[]),
+        advisories=advisories,
+        advise=lambda subject, event, fields, **_kw: advisories.append((subject, event, fields)),
     )
     return MirrorWorker(stream, mirror, "", 0)  # type: ignore[arg-type]
 
@@ -100,6 +106,20 @@ def test_the_gap_rules_are_the_references() -> None:
     assert w._gap_rule(ack(16, 9)) and (w.sseq, w.dseq) == (16, 9)  # the next sequence is always taken
     with pytest.raises(_Recreate):
         w._gap_rule(ack(20, 11))  # a sequence and a delivery missed
+    # the lost 12-14 were reported once: a log line and leafjet's advisory
+    [(subject, event, fields)] = w.stream.advisories  # type: ignore[attr-defined]
+    assert subject == "$JS.EVENT.ADVISORY.STREAM.SOURCE_GAP.M"
+    assert event == "advisory.v1.stream_source_gap"
+    assert fields == {
+        "stream": "M",
+        "kind": "mirror",
+        "source": {"name": "U"},
+        "first_seq": 12,
+        "last_seq": 14,
+        "missing": 3,
+        "reason": "upstream_skipped",
+    }
+    assert w.leafjet_info()["upstream_lost"] == 3
 
 
 def test_mirrored_headers_lose_only_the_expectations_and_batches() -> None:

@@ -4,17 +4,20 @@ commit. Also the per-delivery helpers the catch-up path was made cheaper with.""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
 
+from core.api_errors import api_error
 from core.errors import StoreError
-from core.jetstream.sourcing import Delivery, SourceWorker, parse_ack_reply
+from core.jetstream.sourcing import Delivery, SourceWorker, _Recreate, parse_ack_reply
 from core.jetstream.stream import _DECIDED_HEADERS, _acts_on
 from core.protocol.headers import slice_header
 from core.server.interest import _ack_suffix_index
+from core.server.internal import InboundMsg
 
 pytestmark = pytest.mark.anyio
 
@@ -121,3 +124,60 @@ def test_the_ack_reply_is_parsed_strictly() -> None:
 def test_a_block_the_decision_skips_has_none_of_the_headers_it_acts_on(block: bytes) -> None:
     found = [n for n in _DECIDED_HEADERS if slice_header(block, n.decode()) is not None]
     assert _acts_on(block) == bool(found)
+
+
+# ------------------------------------------------------------------ errors, kicks, garbage
+
+
+def inbound(subject: str, reply: str | None, payload: bytes = b"x", headers: bytes | None = None) -> Any:
+    return InboundMsg(subject, reply, headers, payload, SimpleNamespace(subject="$JS.S.abcdefgh"))
+
+
+def active_worker() -> tuple[SourceWorker, FakeStream]:
+    stream = FakeStream(failing=set())
+    stream.account = SimpleNamespace(name="APP", publish=lambda *a: True)  # type: ignore[assignment]
+    w = SourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
+    w.cname = "C"
+    return w, stream
+
+
+async def test_a_delivery_without_an_ack_reply_fails_the_attempt_with_an_error() -> None:
+    w, stream = active_worker()
+    good = inbound("orders.a", "$JS.ACK.ORDERS.C.1.1.1.100.1")
+    with pytest.raises(_Recreate) as raised:
+        await w._handle([good, inbound("orders.a", "not.an.ack")])
+    assert raised.value.fail and raised.value.error is not None
+    assert "is not an ack subject" in raised.value.error.to_json()["description"]
+    await w._settle()
+    assert stream.stored == [1]  # what came before the garbage is stored, once
+
+
+async def test_the_error_and_backoff_stay_until_the_upstream_sends_something_valid() -> None:
+    w, _stream = active_worker()
+    w.error, w.fails = api_error("JSSourceConsumerSetupFailedErrF", err="timeout"), 3
+    w._spoke = False  # a create was just answered
+    await w._handle([inbound("orders.a", "$JS.ACK.ORDERS.OTHER.1.1.1.100.0")])  # another consumer's
+    assert w.error is not None and w.fails == 3
+    heartbeat = b"NATS/1.0 100 Idle Heartbeat\r\n\r\n"
+    await w._handle([inbound("$JS.S.abcdefgh", None, b"", heartbeat)])
+    assert w.error is None and w.fails == 0
+
+
+async def test_a_kick_is_spent_once_the_consumer_is_heard() -> None:
+    w, _stream = active_worker()
+    w.kick()
+    assert w._kicked
+    await w._handle([inbound("orders.a", "$JS.ACK.ORDERS.C.1.1.1.100.0")])
+    assert not w._kicked  # a later quiet spell waits for the 10 s health check, not the kick
+
+
+def test_the_same_failure_is_logged_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    w, _stream = active_worker()
+    w.error = api_error("JSSourceConsumerSetupFailedErrF", err="stream refused upstream sequence 7")
+    caplog.set_level(logging.DEBUG, logger="leafjet.sourcing")
+    w._log_failure("refused", logging.WARNING)
+    w._log_failure("refused", logging.WARNING)  # a refusal retries every 2 s
+    w.error = api_error("JSSourceConsumerSetupFailedErrF", err="timeout")
+    w._log_failure("create timed out", logging.WARNING)
+    levels = [(r.levelno, "timeout" in r.getMessage()) for r in caplog.records]
+    assert levels == [(logging.WARNING, False), (logging.DEBUG, False), (logging.WARNING, True)]

@@ -163,7 +163,7 @@ def test_frames_render_the_wire_lines():
         (LS, ROUTE, False),
         (LS, GW, False),
         (ROUTE, LA, True),
-        (ROUTE, LS, True),
+        (ROUTE, LS, False),
         (ROUTE, ROUTE, False),
         (ROUTE, GW, True),
         (GW, LA, True),
@@ -263,6 +263,40 @@ def test_a_links_loop_subject_reaches_every_other_link_even_from_hub_to_hub():
     assert ("$LDS.theirs", None) in late.peer, "and so does the burst"
 
 
+def test_a_route_peers_lds_stays_one_hop_and_away_from_our_hub():
+    """Full mesh, one hop: a peer's ``$LDS`` reaches our own leafs, never another route (each
+    peer heard it directly) nor our hub (each server of the cluster dials the hub itself, and the
+    hub would take a spoke's ``$LDS`` coming back through another spoke for a loop)."""
+    acc = Account("A")
+    peer1, peer2 = FakeLink("peer1", ROUTE), FakeLink("peer2", ROUTE)
+    hub, leaf = FakeLink("hub", LS), FakeLink("leaf", LA)
+    for link in (peer1, peer2, hub, leaf):
+        acc.attach_link(link)
+    acc.link_subscribe(peer1, "$LDS.peer1")
+    assert ("$LDS.peer1", None) in leaf.peer
+    assert ("$LDS.peer1", None) not in peer2.peer
+    assert ("$LDS.peer1", None) not in hub.peer
+    acc.link_subscribe(hub, "$LDS.hub")
+    assert ("$LDS.hub", None) not in peer1.peer, "routes hear no spoke interest"
+    assert ("$LDS.hub", None) in leaf.peer
+    acc.link_subscribe(leaf, "$LDS.leaf")
+    assert ("$LDS.leaf", None) in peer1.peer and ("$LDS.leaf", None) in hub.peer
+
+
+def test_routes_carry_local_and_accepted_leaf_interest_but_not_the_hubs():
+    acc = Account("A")
+    peer = FakeLink("peer", ROUTE)
+    hub, leaf = FakeLink("hub", LS), FakeLink("leaf", LA)
+    for link in (peer, hub, leaf):
+        acc.attach_link(link)
+    _sub(acc, Local(), "local.x")
+    acc.link_subscribe(leaf, "leaf.x")
+    acc.link_subscribe(hub, "hub.x")
+    acc.link_subscribe(peer, "peer.x")
+    assert set(_user_peer(peer)) == {("local.x", None), ("leaf.x", None)}
+    assert ("peer.x", None) in leaf.peer and ("peer.x", None) not in hub.peer
+
+
 # ----------------------------------------------------------- property: ledger == from scratch
 
 SUBJECTS = ["a.b", "a.*", "a.>", "c", "$LDS.peer"]
@@ -302,7 +336,10 @@ def _expected(
         if holder is target:
             continue
         for (subject, queue), weight in keys.items():
-            if propagates(holder.kind, target.kind) or (queue is None and subject.startswith("$LDS.")):
+            lds_anywhere = (
+                queue is None and subject.startswith("$LDS.") and ROUTE not in (holder.kind, target.kind)
+            )
+            if propagates(holder.kind, target.kind) or lds_anywhere:
                 exp[subject, queue] += weight
     return dict(exp)
 
