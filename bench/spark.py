@@ -1,10 +1,12 @@
 """Spark source throughput: a leafjet stream read through the ``leafjet`` source vs the same rows in Parquet.
 
-    python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 2]
+    python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 2] [--compression auto]
 
 A fresh leafjet agent is filled with ``--msgs`` JSON payloads (not timed), then each figure is the best of
 ``--runs`` full scans materialised with Spark's ``noop`` sink (every column is produced, nothing is written).
-The Parquet file holds exactly the rows the source returned. Never asserts.
+The Parquet file holds exactly the rows the source returned. The source reads through leafjet's bulk
+read API (``bulkRead=auto``); one more scan with ``bulkRead=false`` shows the direct-get fallback.
+Never asserts.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -31,6 +34,8 @@ class SparkFigures:
     source_json_rows_per_s: float
     parquet_rows_per_s: float
     parquet_json_rows_per_s: float
+    direct_rows_per_s: float  # the fallback path (bulkRead=false: batched direct gets)
+    cpu_us_per_row: dict[str, tuple[float, float]]  # scan -> (server, Spark) CPU us per row
 
 
 async def fill(url: str, msgs: int, size: int) -> float:
@@ -58,16 +63,58 @@ async def fill(url: str, msgs: int, size: int) -> float:
         await nc.close()
 
 
-def _scan(df: Any, runs: int) -> tuple[float, int]:
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds of the process and its reaped children), None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), sum(int(x) for x in fields[11:15]) / _TICK
+
+
+def _cpu(server_pid: int) -> tuple[float, float]:
+    """CPU seconds so far of the server, and of Spark: this process and its descendants (the JVM,
+    its Python workers) but not the server. Linux /proc only; zeros elsewhere."""
+    procs: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc/self/stat").exists() else ():
+        if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None:
+            procs[int(entry.name)] = st
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _c) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    spark, todo = 0.0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        if pid == server_pid or pid not in procs:
+            continue
+        spark += procs[pid][1]
+        todo += children.get(pid, [])
+    return procs.get(server_pid, (0, 0.0))[1], spark
+
+
+@dataclass(frozen=True)
+class Scan:
+    seconds: float  # the best run
+    server_cpu_s: float  # per run (mean)
+    spark_cpu_s: float
+
+
+def _scan(df: Any, runs: int, server_pid: int) -> Scan:
     best = float("inf")
+    s0, k0 = _cpu(server_pid)
     for _ in range(runs):
         t0 = time.perf_counter()
         df.write.format("noop").mode("overwrite").save()
         best = min(best, time.perf_counter() - t0)
-    return best, 0
+    s1, k1 = _cpu(server_pid)
+    return Scan(best, (s1 - s0) / runs, (k1 - k0) / runs)
 
 
-def run_spark(msgs: int, size: int, partitions: int, runs: int) -> SparkFigures:
+def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str = "auto") -> SparkFigures:
     from bridges.spark.session import quiet_session
 
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-spark-") as tmp:
@@ -77,34 +124,51 @@ def run_spark(msgs: int, size: int, partitions: int, runs: int) -> SparkFigures:
             spark = quiet_session("leafjet-bench", master=f"local[{partitions}]", tmp_dir=Path(tmp) / "spark")
             try:
 
-                def source(json_schema: bool) -> Any:
+                def source(json_schema: bool, bulk: str = "auto") -> Any:
                     r = (
                         spark.read.format("leafjet")
                         .option("servers", srv.url)
                         .option("stream", STREAM)
                         .option("numPartitions", str(partitions))
+                        .option("bulkRead", bulk)
+                        .option("compression", compression)
                     )
                     return (r.option("jsonSchema", "temp DOUBLE") if json_schema else r).load()
 
                 parquet = str(Path(tmp) / "rows.parquet")
                 source(True).write.mode("overwrite").parquet(parquet)  # the same rows, not timed
                 rows = spark.read.parquet(parquet).count()
-                _scan(source(False).limit(1), 1)  # warm the Python workers
-                src_s, _ = _scan(source(False), runs)
-                src_json_s, _ = _scan(source(True), runs)
+                _scan(source(False), 1, srv.pid)  # warm the Python workers and the JVM's JIT (not timed)
+                scans = {"leafjet base": _scan(source(False), runs, srv.pid)}
+                scans["leafjet json"] = _scan(source(True), runs, srv.pid)
+                scans["direct get base"] = _scan(source(False, "false"), 1, srv.pid)
                 pq = spark.read.parquet(parquet)
-                pq_s, _ = _scan(pq.drop("temp", "_corrupt"), runs)
-                pq_json_s, _ = _scan(pq, runs)
+                scans["parquet base"] = _scan(pq.drop("temp", "_corrupt"), runs, srv.pid)
+                scans["parquet json"] = _scan(pq, runs, srv.pid)
             finally:
                 spark.stop()
         finally:
             srv.stop()
-    return SparkFigures(rows, load_s, rows / src_s, rows / src_json_s, rows / pq_s, rows / pq_json_s)
+    rate = {k: rows / v.seconds for k, v in scans.items()}
+    cpu = {k: (v.server_cpu_s / rows * 1e6, v.spark_cpu_s / rows * 1e6) for k, v in scans.items()}
+    return SparkFigures(
+        rows,
+        load_s,
+        rate["leafjet base"],
+        rate["leafjet json"],
+        rate["parquet base"],
+        rate["parquet json"],
+        rate["direct get base"],
+        cpu,
+    )
 
 
 def spark_matrix(args: argparse.Namespace) -> int:
-    f = run_spark(args.msgs, args.size, args.partitions, args.runs)
-    print(f"\nspark N={f.msgs},MsgSz~{args.size}B,Partitions={args.partitions},best of runs={args.runs}")
+    f = run_spark(args.msgs, args.size, args.partitions, args.runs, args.compression)
+    print(
+        f"\nspark N={f.msgs},MsgSz~{args.size}B,Partitions={args.partitions},best of runs={args.runs},"
+        f"compression={args.compression}"
+    )
     print(
         f"  stream filled in {f.load_s:.1f}s ({f.msgs / f.load_s:,.0f} msgs/s, not timed below); each scan\n"
         "  materialises every column with the noop sink. ratio = leafjet source / Parquet."
@@ -115,6 +179,11 @@ def spark_matrix(args: argparse.Namespace) -> int:
         ("scan + jsonSchema 'temp DOUBLE'", f.source_json_rows_per_s, f.parquet_json_rows_per_s),
     ):
         print(f"{label:40s} {a:>12,.0f} {b:>12,.0f} {a / b:7.3f}")
+    d, p = f.direct_rows_per_s, f.parquet_rows_per_s
+    print(f"{'scan, base, bulkRead=false (direct get)':40s} {d:>12,.0f} {p:>12,.0f} {d / p:7.3f}  (1 run)")
+    print("CPU per row (us, mean of the runs; Spark = driver + JVM + Python workers):")
+    for label, (server, spark) in f.cpu_us_per_row.items():
+        print(f"  {label:20s} server {server:6.2f}   spark {spark:6.2f}")
     return 0
 
 
@@ -124,6 +193,9 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--size", type=int, default=64, help="approximate payload size in bytes")
     s.add_argument("--partitions", type=int, default=2)
     s.add_argument("--runs", type=int, default=2)
+    s.add_argument(
+        "--compression", default="auto", choices=("auto", "zstd", "none"), help="the source option"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

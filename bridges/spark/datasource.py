@@ -35,7 +35,6 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from bridges.spark.arrow import to_record_batch
 from bridges.spark.options import (
     BASE_COLUMNS,
     BASE_DDL,
@@ -45,15 +44,8 @@ from bridges.spark.options import (
     parse_options,
     split_range,
 )
-from bridges.spark.reader import (
-    Record,
-    SyncSession,
-    check_data_loss,
-    fetch_info,
-    read_range,
-    resolve_range,
-    stream_info,
-)
+from bridges.spark.partition import choose_bulk, read_partition
+from bridges.spark.reader import SyncSession, fetch_info, resolve_range
 
 _KINDS = {
     StringType: "string",
@@ -84,35 +76,31 @@ def json_fields(schema: StructType) -> tuple[tuple[str, str], ...]:
 
 @dataclass(frozen=True)
 class RangePartition(InputPartition):
-    """An inclusive sequence range of one stream; carries everything ``read()`` needs (it is pickled)."""
+    """An inclusive sequence range of one stream; carries everything ``read()`` needs (it is pickled).
+    ``bulk``: read through leafjet's bulk read API (decided once, on the driver)."""
 
     opts: SourceOptions
     first: int
     last: int
+    bulk: bool = False
 
 
-def read_partition(p: RangePartition, fields: tuple[tuple[str, str], ...], names: list[str]) -> Iterator[Any]:
-    opts = p.opts
+def read_range_partition(
+    p: RangePartition, fields: tuple[tuple[str, str], ...], names: list[str]
+) -> Iterator[pa.RecordBatch]:
+    return read_partition(p.opts, p.first, p.last, p.bulk, fields, names)
+
+
+def plan(opts: SourceOptions) -> tuple[int, int, bool]:
+    """Driver side: the range to read and whether to read it in bulk, on one connection."""
     with SyncSession(opts) as s:
-        info = s.run(lambda nc: stream_info(nc, opts))
-        first = check_data_loss(opts, p.first, p.last, info.first_seq)
-        direct = info.allow_direct if opts.use_direct == "auto" else opts.use_direct == "true"
-        assert s.nc is not None
-        buf: list[Record] = []
-        seen_first: int | None = None
-        for chunk in s.iterate(read_range(s.nc, opts, first, p.last, direct)):
-            if seen_first is None:
-                seen_first = chunk[0][0]
-            buf.extend(chunk)
-            if len(buf) >= opts.rows_per_arrow_batch:
-                yield to_record_batch(opts.stream, buf, fields, names)
-                buf = []
-        if buf:
-            yield to_record_batch(opts.stream, buf, fields, names)
-        if (seen_first is None or seen_first > first) and first <= p.last:
-            # Something at the start was missing: was the head of the stream removed while we read?
-            now = s.run(lambda nc: stream_info(nc, opts))
-            check_data_loss(opts, first, min(p.last, (seen_first or p.last + 1) - 1), now.first_seq)
+        _info, first, last = resolve_range(opts, s)
+        return first, last, choose_bulk(opts, s)
+
+
+def detect_bulk(opts: SourceOptions) -> bool:
+    with SyncSession(opts) as s:
+        return choose_bulk(opts, s)
 
 
 class LeafjetBatchReader(DataSourceReader):
@@ -122,14 +110,14 @@ class LeafjetBatchReader(DataSourceReader):
         self.names = [f.name for f in schema.fields]
 
     def partitions(self) -> list[RangePartition]:
-        _info, first, last = resolve_range(self.opts)
+        first, last, bulk = plan(self.opts)
         ranges = split_range(first, last, self.opts.num_partitions, self.opts.min_partition_size)
-        parts = [RangePartition(self.opts, lo, hi) for lo, hi in ranges]
+        parts = [RangePartition(self.opts, lo, hi, bulk) for lo, hi in ranges]
         return parts or [RangePartition(self.opts, 1, 0)]  # an empty range reads nothing
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
-        yield from read_partition(partition, self.fields, self.names)
+        yield from read_range_partition(partition, self.fields, self.names)
 
 
 class LeafjetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -140,6 +128,7 @@ class LeafjetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.fields = json_fields(schema)
         self.names = [f.name for f in schema.fields]
         self.target: int | None = None  # the availableNow ceiling
+        self.bulk: bool | None = None  # learnt once per query (planning), as in batch
 
     def _seq(self, offset: dict) -> int:
         try:
@@ -151,7 +140,7 @@ class LeafjetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ) from None
 
     def initialOffset(self) -> dict:
-        _info, first, _last = resolve_range(self.opts)
+        first, _last, self.bulk = plan(self.opts)
         return {self.opts.stream: first - 1}
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -176,11 +165,13 @@ class LeafjetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = split_range(
             self._seq(start) + 1, self._seq(end), self.opts.num_partitions, self.opts.min_partition_size
         )
-        return [RangePartition(self.opts, lo, hi) for lo, hi in ranges]
+        if ranges and self.bulk is None:
+            self.bulk = detect_bulk(self.opts)
+        return [RangePartition(self.opts, lo, hi, bool(self.bulk)) for lo, hi in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
-        yield from read_partition(partition, self.fields, self.names)
+        yield from read_range_partition(partition, self.fields, self.names)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: reads are stateless, the checkpoint is the only record of progress."""

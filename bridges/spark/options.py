@@ -60,6 +60,8 @@ class SourceOptions:
     in_flight: int = 8  # batched direct-get requests outstanding per partition
     rows_per_arrow_batch: int = 8192
     use_direct: str = "auto"  # auto | true | false
+    bulk_read: str = "auto"  # auto | true | false: leafjet's bulk read API (bulk.py)
+    compression: str = "auto"  # auto | zstd | none: zstd frames from the bulk read API
 
 
 def _int(opts: Mapping[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
@@ -85,6 +87,13 @@ def _bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
     if text in ("false", "0", "no"):
         return False
     raise OptionError(f"option {key!r} must be true or false, got {raw!r}")
+
+
+def _choice(opts: Mapping[str, str], key: str, allowed: tuple[str, ...]) -> str:
+    value = str(opts.get(key.lower(), allowed[0])).strip().lower()
+    if value not in allowed:
+        raise OptionError(f"option {key!r} must be one of {', '.join(allowed)}, got {value!r}")
+    return value
 
 
 def parse_time_us(value: str, key: str = "time") -> int:
@@ -131,6 +140,8 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
     use_direct = str(lower.get("usedirect", "auto")).lower()
     if use_direct not in ("auto", "true", "false"):
         raise OptionError(f"option 'useDirect' must be auto, true or false, got {use_direct!r}")
+    bulk_read = _choice(lower, "bulkRead", ("auto", "true", "false"))
+    compression = _choice(lower, "compression", ("auto", "zstd", "none"))
     json_schema = (lower.get("jsonschema") or "").strip() or None
     subject = (lower.get("subject") or "").strip() or None
     default_parts = max(1, os.cpu_count() or 1)
@@ -151,6 +162,8 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         in_flight=_int(lower, "inflight", 8, 1) or 8,
         rows_per_arrow_batch=_int(lower, "rowsperarrowbatch", 8192, 1) or 8192,
         use_direct=use_direct,
+        bulk_read=bulk_read,
+        compression=compression,
     )
     if result.start_seq is not None and result.start_time_us is not None:
         raise OptionError("options 'startSeq' and 'startTime' are exclusive; give one")

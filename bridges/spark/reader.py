@@ -436,24 +436,27 @@ def fetch_info(opts: SourceOptions) -> StreamInfo:
         return s.run(lambda nc: stream_info(nc, opts))
 
 
-def resolve_range(opts: SourceOptions) -> tuple[StreamInfo, int, int]:
+def resolve_range(opts: SourceOptions, s: SyncSession | None = None) -> tuple[StreamInfo, int, int]:
     """Driver side: the stream's state and the inclusive sequence range the options ask for.
 
     A start below the stream's first sequence is data loss (purged or aged out): an error unless
-    ``failOnDataLoss=false``, which starts at the first sequence still stored.
+    ``failOnDataLoss=false``, which starts at the first sequence still stored. ``s``: a session to
+    use (else one is opened for this call).
     """
-    with SyncSession(opts) as s:
-        info = s.run(lambda nc: stream_info(nc, opts))
-        first = 1 if opts.start_seq is None else opts.start_seq
-        explicit_start = opts.start_seq is not None
-        if opts.start_time_us is not None:
-            t = opts.start_time_us
-            first = s.run(lambda nc: seq_at_time(nc, opts, info, t))
-            explicit_start = False
-        last = info.last_seq if opts.end_seq is None else min(opts.end_seq, info.last_seq)
-        if opts.end_time_us is not None:
-            te = opts.end_time_us
-            last = min(last, s.run(lambda nc: seq_at_time(nc, opts, info, te)) - 1)
+    if s is None:
+        with SyncSession(opts) as own:
+            return resolve_range(opts, own)
+    info = s.run(lambda nc: stream_info(nc, opts))
+    first = 1 if opts.start_seq is None else opts.start_seq
+    explicit_start = opts.start_seq is not None
+    if opts.start_time_us is not None:
+        t = opts.start_time_us
+        first = s.run(lambda nc: seq_at_time(nc, opts, info, t))
+        explicit_start = False
+    last = info.last_seq if opts.end_seq is None else min(opts.end_seq, info.last_seq)
+    if opts.end_time_us is not None:
+        te = opts.end_time_us
+        last = min(last, s.run(lambda nc: seq_at_time(nc, opts, info, te)) - 1)
     if explicit_start:
         check_data_loss(opts, first, last, info.first_seq)
     return info, max(first, info.first_seq), last
