@@ -36,7 +36,7 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from tests.support.servers import (
     RunningServer,
-    free_port,
+    free_ports,
     start_leafjet,
     start_reference,
     wait_until,
@@ -71,9 +71,9 @@ class Cluster:
 
     def __post_init__(self) -> None:
         tag = secrets.token_hex(2)
+        ports = free_ports(4 * self.size)  # distinct: a node's ports must not collide
         self.nodes = [
-            NodeSpec(f"{self.kind[:2]}{tag}-n{i + 1}", free_port(), free_port(), free_port(), free_port())
-            for i in range(self.size)
+            NodeSpec(f"{self.kind[:2]}{tag}-n{i + 1}", *ports[4 * i : 4 * i + 4]) for i in range(self.size)
         ]
         self.servers = [None] * self.size
 

@@ -33,7 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.proxy import Proxy
-from tests.support.servers import REPO, RunningServer, free_port, start_server, to_toml, wait_until
+from tests.support.servers import (
+    REPO,
+    RunningServer,
+    free_ports,
+    start_server,
+    to_toml,
+    wait_until,
+)
 
 NOT_BUILT = "leafjet leaf links not built yet"
 
@@ -145,7 +152,8 @@ def start_node(kind: str, workdir: Path, name: str, node: Node, *, timeout: floa
     """Start ``node`` as a ``kind`` server; free ports are picked here, and picked again if a
     test running beside this one (pytest -n) took one in between."""
     for attempt in range(4):
-        cfg = node.config(name, free_port() if node.accepts else None, free_port())
+        leaf_port, http_port = free_ports(2)
+        cfg = node.config(name, leaf_port if node.accepts else None, http_port)
         try:
             return start_server(kind, workdir / f"{name}-{attempt}", cfg, jetstream=True, timeout=timeout)
         except RuntimeError as e:
