@@ -2446,7 +2446,11 @@ async def test_a_pull_written_right_behind_the_consumers_delete_is_answered(js_s
             b"PUB $JS.API.CONSUMER.MSG.NEXT.S.D _p 1\r\n1\r\n"
         )
         connect = b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n'
-        out, _closed = await anyio.to_thread.run_sync(lambda: exchange(js_server.port, data, connect=connect))
+        # quiet=3: on a loaded machine the reference's answer to the pull can trail the
+        # delete's by more than the default 0.4 s of silence
+        out, _closed = await anyio.to_thread.run_sync(
+            lambda: exchange(js_server.port, data, connect=connect, quiet=3.0)
+        )
         assert b'"success":true' in out
         delivered = b"MSG s.0 2 " in out  # the message goes out with its own subject on sid 2
         refused = b"HMSG _p 2 " in out and b"409 Consumer Deleted" in out
