@@ -99,6 +99,12 @@ def malformed(m: Message) -> str | None:
                 return f"entry {k} (index {e.index}, term {e.term}) does not continue the append"
         if m.entries and m.entries[0].term < m.log_term:
             return "entries older than the entry they follow"
+        for e in m.entries:
+            if e.kind is EntryKind.CONF:
+                try:  # decoded again whenever the configuration is recomputed: it must decode
+                    ConfChange.decode(e.data)
+                except ValueError as err:
+                    return f"entry {e.index}: {err}"
     if m.type is MsgType.SNAPSHOT and (m.snapshot is None or m.snapshot.term > m.term):
         return "snapshot missing or from the future"
     return None

@@ -47,7 +47,10 @@ class ConfChange:
     def decode(cls, data: bytes) -> ConfChange:
         if len(data) != 9 or data[0] not in (ConfChangeKind.ADD, ConfChangeKind.REMOVE):
             raise ValueError(f"malformed conf change entry ({len(data)} bytes)")
-        return cls(ConfChangeKind(data[0]), int.from_bytes(data[1:], "little"))
+        node = int.from_bytes(data[1:], "little")
+        if node == NONE:
+            raise ValueError("conf change names node 0 ('none')")
+        return cls(ConfChangeKind(data[0]), node)
 
     def apply(self, voters: frozenset[NodeId]) -> frozenset[NodeId]:
         if self.kind is ConfChangeKind.ADD:

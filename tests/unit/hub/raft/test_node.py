@@ -261,6 +261,19 @@ def test_a_removed_leader_hands_over_and_an_added_server_joins() -> None:
         Message(MsgType.APPEND, 1, 2, 3, index=1, log_term=1, entries=(Entry(4, 2),)),  # future term
         Message(MsgType.APPEND, 1, 2, 3, index=1, log_term=2, entries=(Entry(1, 2),)),  # terms go back
         Message(MsgType.SNAPSHOT, 1, 2, 3),  # no snapshot
+        # a membership change that does not decode (it would raise wherever the node reads it)
+        Message(
+            MsgType.APPEND, 1, 2, 3, index=1, log_term=1, entries=(Entry(3, 2, EntryKind.CONF, b"\x07"),)
+        ),
+        Message(
+            MsgType.APPEND,
+            1,
+            2,
+            3,
+            index=1,
+            log_term=1,
+            entries=(Entry(3, 2, EntryKind.CONF, ConfChange(ConfChangeKind.ADD, 0).encode()),),
+        ),  # adds node 0, which means "none"
         Message(MsgType.HEARTBEAT, 1, 2, 3, commit=-1),
     ],
 )
