@@ -152,29 +152,27 @@ class RaftDriver:
 
     async def propose(self, data: list[bytes]) -> tuple[int, int]:
         """Append entries through this node, which must lead: (index of the last, term)."""
-        p = _Proposal(data, anyio.Event())
-        await self._send_events.send(p)
-        await p.done.wait()
-        if p.error is not None:
-            raise p.error
-        assert p.result is not None
-        return p.result
+        return await self._submit(_Proposal(data, anyio.Event()))
 
     async def propose_conf_change(self, change: ConfChange) -> tuple[int, int]:
-        p = _Proposal([], anyio.Event(), conf=change)
-        await self._send_events.send(p)
-        await p.done.wait()
-        if p.error is not None:
-            raise p.error
-        assert p.result is not None
-        return p.result
+        return await self._submit(_Proposal([], anyio.Event(), conf=change))
 
     async def step_down(self) -> bool:
         """This node stops leading (``Node.step_down``); False when it did not lead."""
-        p = _Proposal([], anyio.Event(), stepdown=True)
+        try:
+            await self._submit(_Proposal([], anyio.Event(), stepdown=True))
+        except ProposalError:
+            return False
+        return True
+
+    async def _submit(self, p: _Proposal) -> tuple[int, int]:
+        """Hand ``p`` to the node's task and wait for its outcome (raises its ProposalError)."""
         await self._send_events.send(p)
         await p.done.wait()
-        return p.error is None
+        if p.error is not None:
+            raise p.error
+        assert p.result is not None
+        return p.result
 
     async def wait_applied(self, index: int) -> int | None:
         """Until the entry at ``index`` is applied here: its term (None: applied from a snapshot,
