@@ -20,24 +20,23 @@ TRANSIENT = (10008,)  # the meta group has no leader yet (or is changing it)
 
 
 def start_js_cluster(c: Cluster, tags: list[list[str]] | None = None) -> None:
-    """Start every node with JetStream on (the reference needs a store dir each) and the given
-    ``server_tags`` per node."""
+    """Start every node with JetStream on and the given ``server_tags`` per node."""
     for i in range(c.size):
-        cfg = c.config(i)
-        if c.kind == "reference":
-            cfg["jetstream"] = {"store_dir": str(c.workdir / c.nodes[i].name / "js")}
-        if tags is not None and tags[i]:
-            cfg["server_tags"] = tags[i]
-        c.start_node(i, cfg)
+        start_js_node(c, i, tags)
 
 
-def restart_js_node(c: Cluster, i: int, tags: list[list[str]] | None = None) -> None:
+def start_js_node(c: Cluster, i: int, tags: list[list[str]] | None = None) -> None:
+    """Start (or start again) node ``i`` with JetStream on (the reference needs a store dir
+    each) and its ``server_tags``, if any."""
     cfg = c.config(i)
     if c.kind == "reference":
         cfg["jetstream"] = {"store_dir": str(c.workdir / c.nodes[i].name / "js")}
     if tags is not None and tags[i]:
         cfg["server_tags"] = tags[i]
     c.start_node(i, cfg)
+
+
+restart_js_node = start_js_node  # the same call: a node's store dir and tags do not change
 
 
 async def api(nc: nats.NATS, subject: str, body: Any = None, timeout: float = 10.0) -> dict[str, Any]:
