@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from hub.meta.group import MetaMachine
 from hub.meta.peers import node_id, peer_of
 from hub.meta.placement import NoPeers, place
 from hub.meta.state import MetaState, ServerEntry, decode_op, encode_op
+from hub.raft.types import Entry, EntryKind
 
 SERVERS = [
     ServerEntry("n1", peer_of("n1"), ("az:1", "ssd"), "C"),
@@ -85,3 +87,22 @@ def test_an_unknown_op_is_refused() -> None:
 def test_peer_ids_are_stable_and_never_zero() -> None:
     assert node_id("n1") == node_id("n1") != node_id("n2")
     assert node_id("n1") > 0 and len(peer_of("n1")) == 16
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xff\xfe",  # not UTF-8
+        b"{not json",
+        b"[1, 2]",  # not an object
+        encode_op("server"),  # no name
+        encode_op("assign", account="$G", name="S", config=5, created=1, servers=["n1"]),
+        encode_op("assign", account="$G", name="S", config={}, created="soon", servers=["n1"]),
+        encode_op("forget_tombstone", account="$G", name="S", created="x"),
+    ],
+)
+def test_an_entry_that_cannot_apply_is_skipped_and_changes_nothing(data: bytes) -> None:
+    changes: list[None] = []
+    machine = MetaMachine(lambda: changes.append(None))
+    machine.apply(Entry(1, 2, EntryKind.NORMAL, data))
+    assert machine.state == MetaState() and changes == []
