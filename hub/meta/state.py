@@ -143,10 +143,6 @@ def decode_op(data: bytes) -> dict[str, Any]:
     return entry
 
 
-def assignment_fields(a: StreamAssignment) -> dict[str, Any]:
-    return _assignment_json(a)
-
-
 def _assignment_json(a: StreamAssignment) -> dict[str, Any]:
     return {
         "account": a.account,
