@@ -34,6 +34,9 @@ SYSTEM_ACCOUNT = "$SYS"
 RAFT_PREFIX = "$NRG.meta."
 RPC_PREFIX = "$JSC.RPC."
 RESP_PREFIX = "$JSC.RESP."
+# RPCs running at once: each is a task, so a flood of forwarded requests must not make tasks
+# without end; past it a request is answered at once with an error (its client may retry).
+MAX_RPCS = 1024
 
 RpcHandler = Callable[[str, dict[str, Any], InboundMsg], Awaitable[dict[str, Any] | None]]
 
@@ -52,6 +55,7 @@ class Bus:
         self.on_raft: Callable[[Message], None] = lambda m: None
         self.on_rpc: RpcHandler | None = None
         self.bad_messages = 0
+        self.rpcs = 0  # running _run_rpc tasks
 
     def start(self) -> None:
         self.rx.subscribe(f"{RAFT_PREFIX}{self.me}")
@@ -124,6 +128,11 @@ class Bus:
                 except ValueError as e:
                     self._bad(f"a {method} request that is no JSON object: {e}")
                     continue
+                if self.rpcs >= MAX_RPCS:
+                    self._bad(f"a {method} request past {MAX_RPCS} running")
+                    self.respond(msg.reply, _BUSY)
+                    continue
+                self.rpcs += 1
                 tg.start_soon(self._run_rpc, self.on_rpc, method, body, msg)
 
     async def _run_rpc(self, handler: RpcHandler, method: str, body: dict[str, Any], msg: InboundMsg) -> None:
@@ -132,6 +141,8 @@ class Bus:
         except Exception as e:  # one request fails, not the bus
             log.exception("meta request %s failed", method)
             answer = {"error": {"code": 500, "err_code": 10010, "description": f"internal error: {e}"}}
+        finally:
+            self.rpcs -= 1
         if answer is not None:
             self.respond(msg.reply, answer)
 
@@ -139,6 +150,9 @@ class Bus:
         self.bad_messages += 1
         if self.bad_messages & (self.bad_messages - 1) == 0:  # powers of two: no log flood
             log.warning("meta group: dropping %s (%d so far)", what, self.bad_messages)
+
+
+_BUSY = {"error": {"code": 503, "err_code": 10010, "description": "meta group busy: too many requests"}}
 
 
 def _json_object(data: bytes) -> dict[str, Any]:
