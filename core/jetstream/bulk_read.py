@@ -71,9 +71,12 @@ ROW_OVERHEAD = 8 + 8 + 3 * 4  # a row's sequence, timestamp and three offsets in
 HEADER_ROOM = 4096  # what the reply's headers and the frame's fixed part may take
 # At most this many reads run at once per account (each one holds its frame in memory); more
 # wait their turn. At most MAX_PARKED requests wait for messages (wait_ms); past it a request
-# that finds nothing is answered at once, as if its wait had run out.
+# that finds nothing is answered at once, as if its wait had run out. At most MAX_OPEN requests
+# are taken and not yet answered (each is a task); past it a request is refused at once with
+# 10167 "too many requests", as the reference refuses direct gets it cannot keep up with.
 MAX_CONCURRENT = 8
 MAX_PARKED = 1024
+MAX_OPEN = 2 * MAX_PARKED
 SCAN_ROWS = 16_384  # rows looked at per request when several filters are matched here
 COMPRESS_OFFLOAD = 256 << 10  # frames larger than this are compressed on a worker thread
 
@@ -218,13 +221,14 @@ def build_reply(
 class BulkReads:
     """Serves the account's read requests: each in a task of its own (a long poll must not hold
     the API's queue), at most ``MAX_CONCURRENT`` reading at once, at most ``MAX_PARKED``
-    waiting for messages. Owned by JetStream's task group (``run``)."""
+    waiting for messages, at most ``MAX_OPEN`` in all. Owned by JetStream's task group (``run``)."""
 
     def __init__(self, js: JetStream) -> None:
         self.js = js
         self._tg: anyio.abc.TaskGroup | None = None
         self._limiter = anyio.CapacityLimiter(MAX_CONCURRENT)
         self.parked = 0
+        self.open = 0  # requests started and not yet answered
         self.served = 0
 
     def max_bytes(self) -> int:
@@ -243,6 +247,9 @@ class BulkReads:
     def start(self, ajs: AccountJetStream, stream: Stream, req: ReadRequest, reply: str) -> None:
         if self._tg is None:
             raise api_error("JSStreamGeneralErrorF", err="bulk reads are not being served")
+        if self.open >= MAX_OPEN:
+            raise api_error("JSStreamTooManyRequests")
+        self.open += 1
         self._tg.start_soon(self._serve, ajs, stream, req, reply)
 
     async def _serve(self, ajs: AccountJetStream, stream: Stream, req: ReadRequest, reply: str) -> None:
@@ -254,6 +261,8 @@ class BulkReads:
                 log.exception("bulk read of %s failed", stream.name)
             body = json.dumps(error_response(TYPE_NAME, err), separators=(",", ":")).encode()
             ajs.account.publish(reply, None, None, body)
+        finally:
+            self.open -= 1
 
     async def _answer(self, ajs: AccountJetStream, stream: Stream, req: ReadRequest, reply: str) -> None:
         woken = stream.appended()  # taken before reading: a commit after the read still wakes us

@@ -46,7 +46,6 @@ from core.jetstream.bulk_read import (
 from core.jetstream.models import API_TYPE_PREFIX
 from core.jetstream.source_health import GAP_SKIPPED, GAP_STARTED_PAST
 from core.jetstream.sourcing import (
-    _API_PREFIX,
     KICK_STALE,
     STREAM_SOURCE,
     Delivery,
@@ -92,11 +91,7 @@ class BulkSourceWorker(SourceWorker):
     FOLLOWS_IDENTITY = True  # a source starts over when the upstream's identity changes
 
     def _read_subject(self) -> str:
-        subject = f"{_API_PREFIX}.{'.'.join(READ_PATH)}.{self.upstream}"
-        ext = self.spec.get("external")
-        if ext is not None and ext.get("api"):
-            subject = subject.replace(_API_PREFIX, ext["api"], 1).replace("..", ".")
-        return subject
+        return self._api_subject(f"{'.'.join(READ_PATH)}.{self.upstream}")
 
     def _filters(self) -> list[str]:
         flt = self.spec.get("filter_subject") or ""

@@ -1294,13 +1294,18 @@ class Consumer:
                 # with the next ack of a pending message.
                 self.maxed.discard(sseq)
                 self._dirty = True
-        for s in acked:
-            del self.pending[s]
         if not acked:
             return
+        self._forget_acked(acked, removals)
+        self._floor_stale = True  # recomputed once per ack batch
+
+    def _forget_acked(self, acked: list[int], removals: list[int]) -> None:
+        """Acked messages leave ``pending``; a work queue removes them (``removals``), an
+        interest stream looks whether every consumer has acked them."""
+        for s in acked:
+            del self.pending[s]
         self.last_ack_ns = time.time_ns()
         self._dirty = True
-        self._floor_stale = True  # recomputed once per ack batch
         retention = self.stream.config.retention
         if retention == "workqueue":
             removals.extend(acked)
@@ -1323,16 +1328,8 @@ class Consumer:
         acked = sorted(s for s in self.pending if s <= sseq)
         p = self.pending.get(sseq)
         dseq = p.dseq if p is not None else min(max(last_consumer, self.ack_floor_dseq), self.dseq)
-        for s in acked:
-            del self.pending[s]
+        self._forget_acked(acked, removals)
         self.ack_floor_sseq, self.ack_floor_dseq = sseq, dseq
-        self.last_ack_ns = time.time_ns()
-        self._dirty = True
-        retention = self.stream.config.retention
-        if retention == "workqueue":
-            removals.extend(acked)
-        elif retention == "interest":
-            self._interest_candidates.extend(acked)
         return 1
 
     def release(self) -> None:

@@ -515,12 +515,10 @@ class SourceWorker:
         if sourcing:
             cfg["sourcing"] = True
         cfg["metadata"] = meta
-        subject = f"{_API_PREFIX}.CONSUMER.CREATE.{self.upstream}"
+        tail = f"CONSUMER.CREATE.{self.upstream}"
         if flt:
-            subject += f".{name}.{flt}"
-        ext = spec.get("external")
-        if ext is not None and ext.get("api"):
-            subject = subject.replace(_API_PREFIX, ext["api"], 1).replace("..", ".")
+            tail += f".{name}.{flt}"
+        subject = self._api_subject(tail)
         headers = self._headers(level)
         body = {"stream_name": self.upstream, "config": cfg, "action": ""}
         return subject, headers, json.dumps(body, separators=(",", ":")).encode()
@@ -563,36 +561,8 @@ class SourceWorker:
         level, sourcing = self.API_LEVEL, True
         start = self._start(await self.stream.state())
         while True:
-            reply = sync_subject("$JSC.R")
-            reply_sub = rx.subscribe(reply)
             subject, headers, body = self._request(deliver, level, sourcing, start)
-            self._last_request = time.monotonic()
-            self.requests += 1
-            if not self.stream.account.publish(subject, reply, headers, body):
-                raise _Recreate(
-                    "no responders",
-                    fail=True,
-                    error=api_error(self.SETUP_ERROR, err=f"no responders for {subject}"),
-                )
-            resp: InboundMsg | None = None
-            with anyio.move_on_after(CREATE_WAIT):
-                async for m in rx.inbox:
-                    if m.sub is reply_sub:
-                        resp = m
-                        break
-                    early.append(m)
-            self.stream.account.unsubscribe(reply_sub)
-            rx.subs.remove(reply_sub)
-            if resp is None:
-                err = api_error(self.SETUP_ERROR, err="timeout")
-                raise _Recreate("consumer create timed out", fail=True, error=err)
-            try:
-                ccr = json.loads(resp.payload)
-                if not isinstance(ccr, dict):
-                    raise ValueError("not an object")
-            except ValueError:
-                err = api_error(self.SETUP_ERROR, err="invalid consumer create response")
-                raise _Recreate("bad create response", fail=True, error=err) from None
+            resp, ccr = await self._ask(rx, "create", subject, headers, body, CREATE_WAIT, early)
             error = ccr.get("error")
             if isinstance(error, dict):
                 code = error.get("err_code")
@@ -611,10 +581,7 @@ class SourceWorker:
                         level, sourcing = 0, False
                     continue
                 raise _Recreate("create refused", fail=True, error=_remote_error(error))
-            cfg = ccr.get("config")
-            if not isinstance(cfg, dict) or not isinstance(ccr.get("name"), str):
-                err = api_error(self.SETUP_ERROR, err="invalid consumer create response")
-                raise _Recreate("bad create response", fail=True, error=err)
+            cfg = self._consumer_config(ccr, "create")
             await self._created(resp, _starts_after(ccr, cfg))
             self.cname = ccr["name"]
             self.dseq = 0
@@ -628,12 +595,17 @@ class SourceWorker:
                 self.durable_name, self.durable_deliver = self.cname, other
             return early
 
-    def _reset_subject(self) -> str:
-        subject = f"{_API_PREFIX}.CONSUMER.RESET.{self.upstream}.{self.durable_name}"
+    def _api_subject(self, tail: str) -> str:
+        """``$JS.API.<tail>`` on the upstream's side: under the source's ``external.api`` prefix
+        when it has one."""
+        subject = f"{_API_PREFIX}.{tail}"
         ext = self.spec.get("external")
         if ext is not None and ext.get("api"):
             subject = subject.replace(_API_PREFIX, ext["api"], 1).replace("..", ".")
         return subject
+
+    def _reset_subject(self) -> str:
+        return self._api_subject(f"CONSUMER.RESET.{self.upstream}.{self.durable_name}")
 
     def _forget_durable(self) -> None:
         """An upgraded durable that does not answer its reset is created again next time (the
@@ -653,34 +625,11 @@ class SourceWorker:
         level = self.API_LEVEL
         subject = self._reset_subject()
         while True:
-            reply = sync_subject("$JSC.R")
-            reply_sub = rx.subscribe(reply)
-            self._last_request = time.monotonic()
-            self.requests += 1
-            if not self.stream.account.publish(subject, reply, self._headers(level), b""):
-                self._forget_durable()
-                err = api_error(self.SETUP_ERROR, err=f"no responders for {subject}")
-                raise _Recreate("no responders", fail=True, error=err)
-            resp: InboundMsg | None = None
-            with anyio.move_on_after(RESET_WAIT):
-                async for m in rx.inbox:
-                    if m.sub is reply_sub:
-                        resp = m
-                        break
-            self.stream.account.unsubscribe(reply_sub)
-            rx.subs.remove(reply_sub)
-            if resp is None:
-                self._forget_durable()
-                raise _Recreate(
-                    "consumer reset timed out", fail=True, error=api_error(self.SETUP_ERROR, err="timeout")
-                )
             try:
-                ccr = json.loads(resp.payload)
-                if not isinstance(ccr, dict):
-                    raise ValueError("not an object")
-            except ValueError:
-                err = api_error(self.SETUP_ERROR, err="invalid consumer reset response")
-                raise _Recreate("bad reset response", fail=True, error=err) from None
+                resp, ccr = await self._ask(rx, "reset", subject, self._headers(level), b"", RESET_WAIT)
+            except _Recreate:
+                self._forget_durable()
+                raise
             error = ccr.get("error")
             if isinstance(error, dict):
                 if error.get("err_code") in (10185, 10025) and level > 4:
@@ -688,10 +637,7 @@ class SourceWorker:
                     continue
                 self._forget_durable()
                 raise _Recreate("reset refused", fail=True, error=_remote_error(error))
-            cfg = ccr.get("config")
-            if not isinstance(cfg, dict) or not isinstance(ccr.get("name"), str):
-                err = api_error(self.SETUP_ERROR, err="invalid consumer reset response")
-                raise _Recreate("bad reset response", fail=True, error=err)
+            cfg = self._consumer_config(ccr, "reset")
             if cfg.get("ack_policy") != "flow_control":
                 self._forget_durable()
                 raise _Recreate(
@@ -706,6 +652,56 @@ class SourceWorker:
                 raise _Recreate("no deliver subject", fail=True, error=err)
             rx.subscribe(deliver)
             return []
+
+    async def _ask(
+        self,
+        rx: _Receiver,
+        what: str,
+        subject: str,
+        headers: bytes | None,
+        body: bytes,
+        wait: float,
+        early: list[InboundMsg] | None = None,
+    ) -> tuple[InboundMsg, dict[str, Any]]:
+        """Send the consumer ``what`` request (create, reset) to the upstream and return its
+        answer with the answer's JSON object; what arrives meanwhile on ``rx``'s other
+        subscriptions goes to ``early`` (dropped without one). No responders, no answer within
+        ``wait`` and an answer that is no JSON object raise ``_Recreate``."""
+        reply_sub = rx.subscribe(sync_subject("$JSC.R"))
+        self._last_request = time.monotonic()
+        self.requests += 1
+        if not self.stream.account.publish(subject, reply_sub.subject, headers, body):
+            err = api_error(self.SETUP_ERROR, err=f"no responders for {subject}")
+            raise _Recreate("no responders", fail=True, error=err)
+        resp: InboundMsg | None = None
+        with anyio.move_on_after(wait):
+            async for m in rx.inbox:
+                if m.sub is reply_sub:
+                    resp = m
+                    break
+                if early is not None:
+                    early.append(m)
+        self.stream.account.unsubscribe(reply_sub)
+        rx.subs.remove(reply_sub)
+        if resp is None:
+            err = api_error(self.SETUP_ERROR, err="timeout")
+            raise _Recreate(f"consumer {what} timed out", fail=True, error=err)
+        try:
+            ccr = json.loads(resp.payload)
+            if not isinstance(ccr, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            err = api_error(self.SETUP_ERROR, err=f"invalid consumer {what} response")
+            raise _Recreate(f"bad {what} response", fail=True, error=err) from None
+        return resp, ccr
+
+    def _consumer_config(self, ccr: dict[str, Any], what: str) -> dict[str, Any]:
+        """A consumer ``what`` answer's config (it names the consumer), or ``_Recreate``."""
+        cfg = ccr.get("config")
+        if not isinstance(cfg, dict) or not isinstance(ccr.get("name"), str):
+            err = api_error(self.SETUP_ERROR, err=f"invalid consumer {what} response")
+            raise _Recreate(f"bad {what} response", fail=True, error=err)
+        return cfg
 
     async def _created(self, resp: InboundMsg, delivered: int) -> None:
         """The consumer exists; ``delivered`` is the upstream sequence it says it starts after

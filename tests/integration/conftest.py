@@ -3,8 +3,11 @@ from __future__ import annotations
 import gc
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+from tests.support.leafnodes import Topology
 
 
 @pytest.fixture(autouse=True)
@@ -26,3 +29,11 @@ def collect_client_leftovers() -> Iterator[None]:
 def js_server(make_server):
     """The parametrized server kind with JetStream enabled."""
     return make_server(jetstream=True)
+
+
+@pytest.fixture
+def topo(tmp_path: Path) -> Iterator[Topology]:
+    """Servers (and proxies) started under the test's directory, all stopped at its end."""
+    t = Topology(tmp_path)
+    yield t
+    t.close()

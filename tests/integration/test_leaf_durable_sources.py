@@ -11,71 +11,32 @@ the hub cannot have a message, the leaf keeps it.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
-import nats
 import pytest
 
 from core.jetstream.sourcing import get_hash
 from tests.support.jsapi import api
 from tests.support.leafnodes import (
     ALL_PAIRS,
-    LeafUser,
     Node,
-    Remote,
     Topology,
-    client_url,
     leaf_count,
     pair_ids,
     wait_for_leaf_connected,
 )
-from tests.support.servers import RunningServer, wait_until
+from tests.support.leafsources import ACCOUNTS, EDGE_API, SOURCE, client, start_pair
+from tests.support.servers import wait_until
 from tests.support.streams import create_stream as create
 from tests.support.streams import stream_info as info
 from tests.support.streams import wait_for_state, wait_msgs
 
 pytestmark = [pytest.mark.integration, pytest.mark.federation, pytest.mark.anyio]
 
-ACCOUNTS = {"A": [("a", "a-pw")]}
-LEAF_USERS = [LeafUser("leaf-a", "leaf-a-pw", "A")]
-EDGE_API = "$JS.EDGE.API"
-SOURCE = {"name": "ORDERS", "external": {"api": EDGE_API, "deliver": ""}}
 PAIR_IDS = pair_ids(ALL_PAIRS)
 # The durable's name: the hash of "<sourcing stream> <account> <domain>" (the reference's).
 DURABLE = f"JS_SRC_{get_hash(get_hash('AGG A HUB'))}"
-
-
-@pytest.fixture
-def topo(tmp_path: Path) -> Iterator[Topology]:
-    t = Topology(tmp_path)
-    yield t
-    t.close()
-
-
-@asynccontextmanager
-async def client(server: RunningServer) -> AsyncIterator[Any]:
-    nc = await nats.connect(
-        client_url(server, "a", "a-pw"), max_reconnect_attempts=-1, reconnect_time_wait=0.1
-    )
-    try:
-        yield nc
-    finally:
-        await nc.close()
-
-
-def start_pair(topo: Topology, hub_kind: str, leaf_kind: str) -> tuple[RunningServer, RunningServer, Any]:
-    hub, proxy = topo.start_behind_proxy(
-        "hub", hub_kind, Node(accounts=ACCOUNTS, domain="HUB", leaf_users=LEAF_USERS)
-    )
-    reconnect = 0.2 if leaf_kind == "leafjet" else None
-    remote = Remote(hub, "leaf-a", "leaf-a-pw", "A", via=proxy, reconnect=reconnect)
-    leaf = topo.start("leaf", leaf_kind, Node(accounts=ACCOUNTS, domain="EDGE", remotes=[remote]))
-    wait_for_leaf_connected(hub, 1)
-    return hub, leaf, proxy
 
 
 async def publish_core(nc: Any, subject: str, payloads: list[bytes]) -> None:

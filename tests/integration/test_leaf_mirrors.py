@@ -15,8 +15,8 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.integration.test_leaf_sources import EDGE_API, client, start_pair
 from tests.support.leafnodes import Topology, leaf_count, pair_ids
+from tests.support.leafsources import EDGE_API, client, start_pair
 from tests.support.servers import wait_until
 from tests.support.streams import counts, stored_messages, wait_last
 from tests.support.streams import create_stream as create

@@ -18,19 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import nats
 import pytest
 
 from tests.support.leafnodes import (
-    LeafUser,
-    Node,
-    Remote,
     Topology,
-    client_url,
     leaf_count,
     monitor,
-    wait_for_leaf_connected,
 )
+from tests.support.leafsources import SOURCE, connect, start_pair
 from tests.support.proxy import Proxy
 from tests.support.servers import RunningServer, wait_until, wait_until_async
 from tests.support.streams import create_stream as create
@@ -39,39 +34,10 @@ from tests.support.streams import stream_info as info
 
 pytestmark = [pytest.mark.integration, pytest.mark.federation, pytest.mark.anyio]
 
-ACCOUNTS = {"A": [("a", "a-pw")]}
-LEAF_USERS = [LeafUser("leaf-a", "leaf-a-pw", "A")]
-SOURCE = {"name": "ORDERS", "external": {"api": "$JS.EDGE.API", "deliver": ""}}
 # flaps per phase: a leafjet leaf redials in 0.2 s here, the reference's every 1 s (five keep
 # its test as short)
 FLAPS = {"leafjet": 10, "reference": 5}
 REQUEST_THROTTLE = 2.0  # the reference's: at most one consumer create per 2 s per source
-
-
-@pytest.fixture
-def topo(tmp_path: Path) -> Iterator[Topology]:
-    t = Topology(tmp_path)
-    yield t
-    t.close()
-
-
-def start_pair(
-    topo: Topology, leaf_kind: str, hub_kind: str = "leafjet"
-) -> tuple[RunningServer, RunningServer, Proxy]:
-    hub, proxy = topo.start_behind_proxy(
-        "hub", hub_kind, Node(accounts=ACCOUNTS, domain="HUB", leaf_users=LEAF_USERS)
-    )
-    reconnect = 0.2 if leaf_kind == "leafjet" else None
-    remote = Remote(hub, "leaf-a", "leaf-a-pw", "A", via=proxy, reconnect=reconnect)
-    leaf = topo.start("leaf", leaf_kind, Node(accounts=ACCOUNTS, domain="EDGE", remotes=[remote]))
-    wait_for_leaf_connected(hub, 1)
-    return hub, leaf, proxy
-
-
-async def connect(server: RunningServer) -> Any:
-    return await nats.connect(
-        client_url(server, "a", "a-pw"), max_reconnect_attempts=-1, reconnect_time_wait=0.1
-    )
 
 
 async def flap(hub: RunningServer, proxy: Proxy) -> None:
@@ -128,7 +94,7 @@ async def test_a_flapping_link_costs_one_consumer_create_per_retry(topo: Topolog
     """Each link attach kicks the source (the reference's leaf-connect kick), yet it asks at
     most once per 2 s: while its upstream stream is missing (every create refused, the backoff
     cut short by each kick) and while it reads a healthy one."""
-    hub, leaf, proxy = start_pair(topo, leaf_kind)
+    hub, leaf, proxy = start_pair(topo, "leafjet", leaf_kind)
     hub_nc, leaf_nc = await connect(hub), await connect(leaf)
     try:
         await create(hub_nc, {"name": "AGG", "sources": [SOURCE]})
@@ -230,7 +196,7 @@ async def kick_until_asked(
 async def test_an_upstream_that_answers_garbage_or_stops_mid_batch_is_an_error_and_stores_nothing_twice(
     topo: Topology,
 ) -> None:
-    hub, _leaf, proxy = start_pair(topo, "leafjet")
+    hub, _leaf, proxy = start_pair(topo, "leafjet", "leafjet")
     hub_nc, fake_nc = await connect(hub), await connect(hub)
     try:
         fake = FakeUpstream(fake_nc)
@@ -308,7 +274,7 @@ async def test_a_full_disk_on_the_hub_mid_catch_up_is_an_error_then_every_messag
     topo: Topology, hub_on_small_disk: Path
 ) -> None:
     n, size = 4000, 2048
-    hub, leaf, proxy = start_pair(topo, "leafjet")
+    hub, leaf, proxy = start_pair(topo, "leafjet", "leafjet")
     hub_nc, leaf_nc = await connect(hub), await connect(leaf)
     try:
         await create(leaf_nc, {"name": "ORDERS", "subjects": ["orders"]})
@@ -353,7 +319,7 @@ async def test_a_mirror_that_misses_purged_messages_keeps_the_holes_and_leafjet_
     """The leaf purges messages while its link is cut: the hub's mirror keeps the same holes on
     both servers (the reference's skip markers; leafjet's deleted sequences); leafjet also
     logs the gap and advises it once."""
-    hub, leaf, proxy = start_pair(topo, "leafjet", hub_kind=hub_kind)
+    hub, leaf, proxy = start_pair(topo, hub_kind, "leafjet")
     hub_nc, leaf_nc = await connect(hub), await connect(leaf)
     try:
         advisories: list[dict[str, Any]] = []

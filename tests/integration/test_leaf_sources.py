@@ -9,72 +9,30 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
-import nats
 import pytest
 
 from core.jetstream.sourcing import get_hash
 from tests.support.leafnodes import (
-    LeafUser,
-    Node,
-    Remote,
     Topology,
-    client_url,
     leaf_count,
     pair_ids,
     wait_for_leaf_connected,
 )
-from tests.support.servers import RunningServer, wait_until
+from tests.support.leafsources import EDGE_API, SOURCE, client, start_pair
+from tests.support.servers import wait_until
 from tests.support.streams import create_stream as create
 from tests.support.streams import stored_messages, wait_msgs
 from tests.support.streams import stream_info as info
 
 pytestmark = [pytest.mark.integration, pytest.mark.federation, pytest.mark.anyio]
 
-ACCOUNTS = {"A": [("a", "a-pw")]}
-LEAF_USERS = [LeafUser("leaf-a", "leaf-a-pw", "A")]
-EDGE_API = "$JS.EDGE.API"
-SOURCE = {"name": "ORDERS", "external": {"api": EDGE_API, "deliver": ""}}
-
 # (hub, leaf): leafjet sources both implementations; the reference hub is the baseline the
 # stored headers are compared with.
 PAIRS = [("leafjet", "leafjet"), ("leafjet", "reference"), ("reference", "leafjet")]
 PAIR_IDS = pair_ids(PAIRS)
-
-
-@pytest.fixture
-def topo(tmp_path: Path) -> Iterator[Topology]:
-    t = Topology(tmp_path)
-    yield t
-    t.close()
-
-
-@asynccontextmanager
-async def client(server: RunningServer) -> AsyncIterator[Any]:
-    nc = await nats.connect(
-        client_url(server, "a", "a-pw"), max_reconnect_attempts=-1, reconnect_time_wait=0.1
-    )
-    try:
-        yield nc
-    finally:
-        await nc.close()
-
-
-def start_pair(topo: Topology, hub_kind: str, leaf_kind: str) -> tuple[RunningServer, RunningServer, Any]:
-    hub, proxy = topo.start_behind_proxy(
-        "hub", hub_kind, Node(accounts=ACCOUNTS, domain="HUB", leaf_users=LEAF_USERS)
-    )
-    # leafjet's dial interval is configurable (the reference's is 1 s): its leaf comes back soon
-    reconnect = 0.2 if leaf_kind == "leafjet" else None
-    remote = Remote(hub, "leaf-a", "leaf-a-pw", "A", via=proxy, reconnect=reconnect)
-    leaf = topo.start("leaf", leaf_kind, Node(accounts=ACCOUNTS, domain="EDGE", remotes=[remote]))
-    wait_for_leaf_connected(hub, 1)
-    return hub, leaf, proxy
 
 
 async def stored(nc: Any, name: str) -> list[tuple[str, bytes, str | None]]:

@@ -26,9 +26,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -75,13 +73,6 @@ def api_of(leaf: str) -> str:
 
 def url_a(server: RunningServer) -> str:
     return client_url(server, "a", "a-pw")
-
-
-@pytest.fixture
-def topo(tmp_path: Path) -> Iterator[Topology]:
-    t = Topology(tmp_path)
-    yield t
-    t.close()
 
 
 # -- the schedule --------------------------------------------------------------------------------

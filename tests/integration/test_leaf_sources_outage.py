@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -33,6 +31,7 @@ from tests.support.leafnodes import (
     pair_ids,
     wait_for_leaf_connected,
 )
+from tests.support.leafsources import ACCOUNTS, SOURCE, start_pair
 from tests.support.servers import RunningServer, wait_until
 from tests.support.sourced import iter_stream, upstream_of
 from tests.support.streams import create_stream, stream_info
@@ -40,22 +39,12 @@ from tests.support.tiers import only_when_selected
 
 pytestmark = [pytest.mark.integration, pytest.mark.federation, pytest.mark.anyio]
 
-ACCOUNTS = {"A": [("a", "a-pw")]}
-LEAF_USER = LeafUser("leaf-a", "leaf-a-pw", "A")
-SOURCE = {"name": "ORDERS", "external": {"api": "$JS.EDGE.API", "deliver": ""}}
 PAIR_IDS = pair_ids(ALL_PAIRS)
 BEFORE = 100  # messages sourced before the cut: the source is live when the link goes
 
 
 def url_a(server: RunningServer) -> str:
     return client_url(server, "a", "a-pw")
-
-
-@pytest.fixture
-def topo(tmp_path: Path) -> Iterator[Topology]:
-    t = Topology(tmp_path)
-    yield t
-    t.close()
 
 
 async def wait_count(nc: Any, stream: str, n: int, timeout: float) -> int:
@@ -84,13 +73,7 @@ async def check_exactly_once(hub_nc: Any, total: int) -> None:
 
 async def run_outage(topo: Topology, hub_kind: str, leaf_kind: str, n: int) -> None:
     skip_unless_built((hub_kind, "accept"), (leaf_kind, "solicit"))
-    hub, proxy = topo.start_behind_proxy(
-        "hub", hub_kind, Node(accounts=ACCOUNTS, domain="HUB", leaf_users=[LEAF_USER])
-    )
-    reconnect = 0.2 if leaf_kind == "leafjet" else None  # the reference's is fixed at 1 s
-    remote = Remote(hub, LEAF_USER.user, LEAF_USER.password, "A", via=proxy, reconnect=reconnect)
-    leaf = topo.start("leaf", leaf_kind, Node(accounts=ACCOUNTS, domain="EDGE", remotes=[remote]))
-    wait_for_leaf_connected(hub, 1, timeout=30)
+    hub, leaf, proxy = start_pair(topo, hub_kind, leaf_kind, link_timeout=30)
     total = BEFORE + n
     async with (
         await nats.connect(url_a(hub), max_reconnect_attempts=-1) as hub_nc,

@@ -5,26 +5,17 @@ header whichever server does the sourcing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from core.jetstream.sourcing import get_hash
-from tests.integration.test_leaf_sources import EDGE_API, client, start_pair, stored
+from tests.integration.test_leaf_sources import stored
 from tests.support.leafnodes import ALL_PAIRS, Topology, pair_ids
+from tests.support.leafsources import EDGE_API, client, start_pair
 from tests.support.streams import create_stream as create
 from tests.support.streams import stream_info as info
 from tests.support.streams import wait_msgs
 
 pytestmark = [pytest.mark.integration, pytest.mark.federation, pytest.mark.anyio]
-
-
-@pytest.fixture
-def topo(tmp_path: Path) -> Iterator[Topology]:
-    t = Topology(tmp_path)
-    yield t
-    t.close()
 
 
 @pytest.mark.parametrize(("hub_kind", "leaf_kind"), ALL_PAIRS, ids=pair_ids(ALL_PAIRS))

@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import anyio
 import pytest
 
 from core.api_errors import ApiError
@@ -122,3 +123,43 @@ async def test_several_filters_scan_a_bounded_number_of_rows(store: Any, monkeyp
     await fill(store, ["n"] * 1000 + ["y"], size=1)
     msgs, last, _ = await read_range(SimpleNamespace(store=store), req(filters=("y", "z")))  # type: ignore[arg-type]
     assert msgs == [] and 300 <= last < 1001  # the next read goes on from there
+
+
+async def test_requests_past_the_open_bound_are_refused_at_once_with_10167(monkeypatch: Any) -> None:
+    """Each request is a task; while reads cannot keep up, at most MAX_OPEN are held, and the
+    next one is refused (429 "too many requests") instead of queueing without a bound."""
+    monkeypatch.setattr(bulk_read, "MAX_OPEN", 3)
+    store = MemoryStore()
+    await fill(store, ["a"])
+    stream = SimpleNamespace(
+        name="S", store=store, created_ns=1, config=SimpleNamespace(retention="limits"), appended=anyio.Event
+    )
+    replies: list[tuple[str, bytes | None]] = []
+
+    def publish(subject: str, reply: str | None, headers: bytes | None, payload: bytes) -> bool:
+        replies.append((subject, headers))
+        return True
+
+    ajs = SimpleNamespace(account=SimpleNamespace(publish=publish), streams={"S": stream})
+    js = SimpleNamespace(server=SimpleNamespace(config=SimpleNamespace(max_payload=1 << 20)))
+    reads = bulk_read.BulkReads(js)  # type: ignore[arg-type]
+    reads._limiter = anyio.CapacityLimiter(1)
+    async with anyio.create_task_group() as tg:
+        await tg.start(reads.run)
+        async with reads._limiter:  # the reads cannot go on: every request stays open
+            for i in range(3):
+                reads.start(ajs, stream, req(), f"r.{i}")  # type: ignore[arg-type]
+            with pytest.raises(ApiError) as refused:
+                reads.start(ajs, stream, req(), "r.3")  # type: ignore[arg-type]
+            assert refused.value.err_code == 10167
+        with anyio.fail_after(5):
+            while reads.open:
+                await anyio.sleep(0.01)
+        assert sorted(s for s, _ in replies) == ["r.0", "r.1", "r.2"]
+        assert all(h and b"Leafjet-Read: 1" in h for _, h in replies)
+        reads.start(ajs, stream, req(), "r.4")  # type: ignore[arg-type]  # room again
+        with anyio.fail_after(5):
+            while reads.open:
+                await anyio.sleep(0.01)
+        assert replies[-1][0] == "r.4"
+        tg.cancel_scope.cancel()
