@@ -23,6 +23,7 @@ from typing import Any
 
 import nats
 
+from bench.leaf import pub_sub_throughput
 from bench.procstat import cpu_seconds
 from tests.support.cluster import Cluster, answer_probes, probe_subject, wait_for_interest
 
@@ -36,40 +37,10 @@ class ClusterFigures:
     request_us: float  # median round trip, server 1 -> server 2 -> back
 
 
-async def _throughput(pub_url: str, sub_url: str, n: int, size: int) -> float:
-    sub_nc = await nats.connect(sub_url, pending_size=1 << 30)
-    pub_nc = await nats.connect(pub_url, pending_size=1 << 30, flusher_queue_size=1 << 20)
-    done = asyncio.Event()
-    count = 0
-
-    async def on_msg(_msg: Any) -> None:
-        nonlocal count
-        count += 1
-        if count == n:
-            done.set()
-
-    try:
-        await sub_nc.subscribe(
-            "bench.route", cb=on_msg, pending_msgs_limit=n + 1, pending_bytes_limit=1 << 31
-        )
-        probe = probe_subject()
-        await answer_probes(sub_nc, probe)
-        await wait_for_interest(pub_nc, probe, timeout=60)
-        payload = b"x" * size
-        window = max(1000, (8 << 20) // size)  # at most ~8 MB in flight (slow consumer limits)
-        t0 = time.perf_counter()
-        for i in range(n):
-            await pub_nc.publish("bench.route", payload)
-            if i % 1000 == 0:
-                await asyncio.sleep(0)
-                while i - count > window:
-                    await asyncio.sleep(0.001)
-        await pub_nc.flush(timeout=120)
-        await asyncio.wait_for(done.wait(), timeout=300)
-        return n / (time.perf_counter() - t0)
-    finally:
-        await pub_nc.close()
-        await sub_nc.close()
+async def _route_interest(sub_nc: Any, pub_nc: Any) -> None:
+    probe = probe_subject()
+    await answer_probes(sub_nc, probe)
+    await wait_for_interest(pub_nc, probe, timeout=60)
 
 
 async def _requests(pub_url: str, sub_url: str, n: int) -> float:
@@ -107,7 +78,11 @@ def _run_kind(tmp: Path, kind: str, args: argparse.Namespace) -> ClusterFigures:
             runs, pub_cpu, sub_cpu = [], [], []
             for _ in range(args.runs):
                 p0, s0 = cpu_seconds(pub_pid), cpu_seconds(sub_pid)
-                runs.append(asyncio.run(_throughput(pub_url, sub_url, args.msgs, size)))
+                runs.append(
+                    asyncio.run(
+                        pub_sub_throughput(pub_url, sub_url, args.msgs, size, "bench.route", _route_interest)
+                    )
+                )
                 pub_cpu.append((cpu_seconds(pub_pid) - p0) / args.msgs * 1e6)
                 sub_cpu.append((cpu_seconds(sub_pid) - s0) / args.msgs * 1e6)
             figs[size] = statistics.median(runs)

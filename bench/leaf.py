@@ -25,6 +25,7 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,9 +105,18 @@ async def _interest_crossed(hub: Any, leaf: Any) -> None:
     await sub.unsubscribe()
 
 
-async def _throughput(hub_url: str, leaf_url: str, n: int, size: int) -> float:
-    sub_nc = await nats.connect(hub_url, pending_size=1 << 30)
-    pub_nc = await nats.connect(leaf_url, pending_size=1 << 30, flusher_queue_size=1 << 20)
+async def pub_sub_throughput(
+    pub_url: str,
+    sub_url: str,
+    n: int,
+    size: int,
+    subject: str,
+    interest: Callable[[Any, Any], Awaitable[None]],
+) -> float:
+    """Messages/s from a publisher on ``pub_url`` to a subscriber on ``sub_url`` until it has all
+    ``n``; ``interest(sub_nc, pub_nc)`` returns once the subscription is known where ``pub_nc`` is."""
+    sub_nc = await nats.connect(sub_url, pending_size=1 << 30)
+    pub_nc = await nats.connect(pub_url, pending_size=1 << 30, flusher_queue_size=1 << 20)
     done = asyncio.Event()
     count = 0
 
@@ -117,15 +127,15 @@ async def _throughput(hub_url: str, leaf_url: str, n: int, size: int) -> float:
             done.set()
 
     try:
-        await sub_nc.subscribe("bench.leaf", cb=on_msg, pending_msgs_limit=n + 1, pending_bytes_limit=1 << 31)
-        await _interest_crossed(sub_nc, pub_nc)
+        await sub_nc.subscribe(subject, cb=on_msg, pending_msgs_limit=n + 1, pending_bytes_limit=1 << 31)
+        await interest(sub_nc, pub_nc)
         payload = b"x" * size
-        # at most ~8 MB in flight: the hub closes a subscriber that falls 64 MB behind (slow
+        # at most ~8 MB in flight: a server closes a subscriber that falls 64 MB behind (slow
         # consumer), and a Python client reading 1 KiB messages does fall behind a Go server
         window = max(1000, (8 << 20) // size)
         t0 = time.perf_counter()
         for i in range(n):
-            await pub_nc.publish("bench.leaf", payload)
+            await pub_nc.publish(subject, payload)
             if i % 1000 == 0:
                 await asyncio.sleep(0)
                 while i - count > window:
@@ -194,7 +204,13 @@ def _run_pair(
             runs, leaf_cpu, hub_cpu = [], [], []
             for _ in range(args.runs):
                 l0, h0 = cpu_seconds(leaf.pid), cpu_seconds(hub.pid)
-                runs.append(asyncio.run(_throughput(hub_url, leaf_url, args.msgs, size)))
+                runs.append(
+                    asyncio.run(
+                        pub_sub_throughput(
+                            leaf_url, hub_url, args.msgs, size, "bench.leaf", _interest_crossed
+                        )
+                    )
+                )
                 leaf_cpu.append((cpu_seconds(leaf.pid) - l0) / args.msgs * 1e6)
                 hub_cpu.append((cpu_seconds(hub.pid) - h0) / args.msgs * 1e6)
             figs[size] = statistics.median(runs)

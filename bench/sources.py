@@ -29,9 +29,10 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 from nats.errors import NoRespondersError
@@ -57,6 +58,7 @@ PAIRS = {  # short name -> (leaf kind, hub kind)
 ACCOUNTS = {"APP": [("app", "app-pw")]}
 LEAF_USERS = [LeafUser("leaf", "leaf-pw", "APP")]
 SOURCE = {"name": "ORDERS", "external": {"api": "$JS.EDGE.API", "deliver": ""}}
+F = TypeVar("F")
 STALL_S = 60.0  # a catch-up that stores nothing for this long has failed
 
 
@@ -199,18 +201,28 @@ def _run_pair(tmp: Path, leaf_kind: str, hub_kind: str, args: argparse.Namespace
         shutil.rmtree(topo.workdir, ignore_errors=True)  # 1M x 1 KiB is a GiB a side
 
 
-def sources_matrix(args: argparse.Namespace) -> int:
-    wanted = [p for p in str(args.pairs).split(",") if p]
-    runs: dict[str, list[SourceFigures]] = {p: [] for p in wanted}
+def run_pairs(
+    args: argparse.Namespace, prefix: str, run_pair: Callable[[Path, str, str, argparse.Namespace, int], F]
+) -> tuple[dict[str, list[F]], list[str]]:
+    """``run_pair`` for each of ``--pairs`` (alternated run by run, ``--runs`` times) in a temporary
+    directory: the figures of each pair, and notes on the pairs skipped."""
+    wanted = list(dict.fromkeys(p for p in str(args.pairs).split(",") if p))
+    runs: dict[str, list[F]] = {p: [] for p in wanted}
     notes: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="leafjet-bench-sources-") as tmp:
-        for r in range(args.runs):  # alternate the pairs run by run
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        for r in range(args.runs):
             for name in wanted:
                 leaf_kind, hub_kind = PAIRS[name]
                 if missing_leafjet_roles([(leaf_kind, "solicit"), (hub_kind, "accept")]):
-                    notes.append(f"{name}: skipped, leafjet leaf links not built yet")
+                    if r == 0:
+                        notes.append(f"{name}: skipped, leafjet leaf links not built yet")
                     continue
-                runs[name].append(_run_pair(Path(tmp), leaf_kind, hub_kind, args, r))
+                runs[name].append(run_pair(Path(tmp), leaf_kind, hub_kind, args, r))
+    return runs, notes
+
+
+def sources_matrix(args: argparse.Namespace) -> int:
+    runs, notes = run_pairs(args, "leafjet-bench-sources-", _run_pair)
     res = {
         k: SourceFigures(
             statistics.median(f.msgs_per_s for f in v),

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import statistics
 import struct
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +30,10 @@ from typing import Any
 
 import nats
 
-from bench.sources import PAIRS, SOURCE, _api, add_sync_argument, pair_nodes
+from bench.sources import PAIRS, SOURCE, _api, add_sync_argument, pair_nodes, run_pairs
 from tests.support.leafnodes import (
     Topology,
     client_url,
-    missing_leafjet_roles,
     wait_for_leaf_connected,
 )
 
@@ -152,17 +150,7 @@ def _run_pair(tmp: Path, leaf_kind: str, hub_kind: str, args: argparse.Namespace
 
 
 def latency_matrix(args: argparse.Namespace) -> int:
-    wanted = list(dict.fromkeys(p for p in str(args.pairs).split(",") if p))
-    runs: dict[str, list[LatencyFigures]] = {p: [] for p in wanted}
-    notes: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="leafjet-bench-sources-latency-") as tmp:
-        for r in range(args.runs):  # alternate the pairs run by run
-            for name in wanted:
-                leaf_kind, hub_kind = PAIRS[name]
-                if missing_leafjet_roles([(leaf_kind, "solicit"), (hub_kind, "accept")]):
-                    notes.append(f"{name}: skipped, leafjet leaf links not built yet")
-                    continue
-                runs[name].append(_run_pair(Path(tmp), leaf_kind, hub_kind, args, r))
+    runs, notes = run_pairs(args, "leafjet-bench-sources-latency-", _run_pair)
     res = {
         k: LatencyFigures(
             statistics.median(f.p50_ms for f in v),

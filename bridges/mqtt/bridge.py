@@ -148,7 +148,7 @@ class MqttBridge:
                     if self.config.inbound:
                         tg.start_soon(self._inbound_pump, nc)
                     for route in self.config.outbound:
-                        tg.start_soon(self._outbound_loop, route, js, nc)
+                        tg.start_soon(self._outbound_loop, route, js)
             finally:
                 with anyio.CancelScope(shield=True):
                     await self._stop_mqtt(client)
@@ -539,58 +539,42 @@ class MqttBridge:
         if self._wakeup is not None:
             self._wakeup.set()
 
-    async def _store(
-        self,
-        js: Any,
-        nc: Any,
-        subject: str,
-        payload: bytes,
-        headers: dict[str, str],
-        dup: bool,
-        *,
-        dead_letter: bool = False,
-    ) -> None:
-        """Publish until JetStream acknowledges: retried with capped backoff, never given up.
+    async def _store_dead_letter(self, js: Any, plan: DeadLetter) -> None:
+        """Store an outbound dead letter, or publish it when no stream captures it: retried with capped
+        backoff until one of those succeeds. One too large for the NATS server is logged and counted
+        ``oversized`` (retrying cannot store it, and failing would redeliver the command forever).
 
-        One message at a time: only the outbound path's (rare) dead letters use it; inbound messages go
-        through the pipeline."""
+        Inbound dead letters go through the pipeline; only the outbound path's (rare) ones come here."""
         cfg = self.config
         backoff = _Backoff(cfg.reconnect_min, cfg.reconnect_max)
         attempt = 0
         while True:
             attempt += 1
             try:
-                ack = await js.publish(subject, payload, timeout=cfg.ack_timeout, headers=headers)
-            except nats.js.errors.NoStreamResponseError:
-                if dead_letter:  # nobody stores dead letters: publish them for whoever listens
-                    await nc.publish(subject, payload, headers=headers)
-                    await nc.flush(timeout=cfg.ack_timeout)
-                    return
-                problem = f"no stream captures subject {subject!r}"
+                try:
+                    await js.publish(
+                        plan.subject, plan.payload, timeout=cfg.ack_timeout, headers=plan.headers
+                    )
+                except nats.js.errors.NoStreamResponseError:  # nobody stores them: publish for listeners
+                    await self._nc_publish_flushed(plan.subject, plan.payload, plan.headers)
+                return
             except nats.errors.MaxPayloadError:
-                problem = f"payload of {len(payload)} bytes exceeds the NATS server's max_payload"
-                if dead_letter:
-                    raise
+                self.stats.oversized += 1
+                log.error(
+                    "%s: dropped a dead letter on %r: %d bytes exceed the NATS server's max_payload",
+                    self._who,
+                    plan.subject,
+                    len(plan.payload),
+                )
+                return
             except Exception as e:
                 problem = f"{type(e).__name__}: {e}"
-            else:
-                if ack.duplicate and not dup and attempt == 1 and H_MSG_ID in headers:
-                    # Not a redelivery (no DUP flag) and not our own retry: a reused packet id
-                    # with identical bytes. Store it again under a fresh id.
-                    self.stats.id_collisions += 1
-                    headers = {**headers, H_MSG_ID: f"{headers[H_MSG_ID]}-{time.time_ns()}"}
-                    continue
-                if ack.duplicate:
-                    self.stats.duplicates += 1
-                elif not dead_letter:
-                    self.stats.stored += 1
-                return
             self.stats.store_retries += 1
             if attempt & (attempt - 1) == 0:  # log attempts 1, 2, 4, 8, ...
                 log.warning(
                     "%s: cannot store on %r (%s); attempt %d, retrying in %.1fs",
                     self._who,
-                    subject,
+                    plan.subject,
                     problem,
                     attempt,
                     backoff.delay,
@@ -604,7 +588,7 @@ class MqttBridge:
         if fut is not None and not fut.done():
             fut.set_result(reason)
 
-    async def _outbound_loop(self, route: OutboundRoute, js: Any, nc: Any) -> None:
+    async def _outbound_loop(self, route: OutboundRoute, js: Any) -> None:
         cfg = self.config
         backoff = _Backoff(cfg.reconnect_min, cfg.reconnect_max)
         while True:
@@ -657,9 +641,7 @@ class MqttBridge:
                             log.warning(
                                 "%s: command on %r dead-lettered: %s", self._who, msg.subject, plan.reason
                             )
-                            await self._store(
-                                js, nc, plan.subject, plan.payload, plan.headers, False, dead_letter=True
-                            )
+                            await self._store_dead_letter(js, plan)
                             self.stats.commands_dead_lettered += 1
                             await msg.term()
                             continue

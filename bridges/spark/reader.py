@@ -436,16 +436,13 @@ def fetch_info(opts: SourceOptions) -> StreamInfo:
         return s.run(lambda nc: stream_info(nc, opts))
 
 
-def resolve_range(opts: SourceOptions, s: SyncSession | None = None) -> tuple[StreamInfo, int, int]:
-    """Driver side: the stream's state and the inclusive sequence range the options ask for.
+def resolve_range(opts: SourceOptions, s: SyncSession) -> tuple[StreamInfo, int, int]:
+    """Driver side, on session ``s``: the stream's state and the inclusive sequence range the options
+    ask for.
 
     A start below the stream's first sequence is data loss (purged or aged out): an error unless
-    ``failOnDataLoss=false``, which starts at the first sequence still stored. ``s``: a session to
-    use (else one is opened for this call).
+    ``failOnDataLoss=false``, which starts at the first sequence still stored.
     """
-    if s is None:
-        with SyncSession(opts) as own:
-            return resolve_range(opts, own)
     info = s.run(lambda nc: stream_info(nc, opts))
     first = 1 if opts.start_seq is None else opts.start_seq
     explicit_start = opts.start_seq is not None

@@ -7,7 +7,7 @@ import logging
 import anyio
 import pytest
 
-from bridges.mqtt.messages import H_MSG_ID, H_QOS, H_REASON, H_TOPIC
+from bridges.mqtt.messages import H_MSG_ID, H_QOS, H_REASON, H_SUBJECT, H_TOPIC
 from tests.mqtt import devices
 from tests.mqtt.conftest import bridge_config, eventually, running_bridge
 from tests.support.jsapi import connect, jetstream
@@ -95,6 +95,39 @@ async def test_outbound_command_is_delivered_at_qos1_and_acked_after_puback(mosq
             return info.ack_floor.stream_seq == 2 and info.num_ack_pending == 0
 
         await eventually(acked, what="stream messages acked")
+    finally:
+        await anyio.to_thread.run_sync(device.close)
+        await nc.close()
+
+
+async def test_an_oversized_command_is_dead_lettered_and_terminated_not_delivered(mosquitto, leafjet):
+    nc, js = await connect(leafjet)
+    device = await anyio.to_thread.run_sync(lambda: devices.Subscriber(mosquitto.port, "devices/#"))
+    try:
+        await js.add_stream(name="COMMANDS", subjects=["cmd.>"])
+        await js.add_stream(name="DEAD", subjects=["mqtt.dead_letter"])
+        await js.publish("cmd.devices.7.set", b"x" * 2000)
+        await js.publish("cmd.devices.7.get", b"ok")
+        cfg = bridge_config(
+            mosquitto,
+            leafjet.url,
+            max_payload=1000,
+            inbound=[],
+            outbound=[{"stream": "COMMANDS", "subject_prefix": "cmd", "durable": "to-devices"}],
+        )
+        async with running_bridge(cfg) as bridge:
+            await eventually(lambda: bridge.stats.commands_sent == 1, what=lambda: f"sent: {bridge.stats}")
+            assert bridge.stats.commands_dead_lettered == 1
+        letter = await js.get_msg("DEAD", 1)
+        assert not letter.data and letter.headers[H_SUBJECT] == "cmd.devices.7.set"
+        assert "exceeds max_payload 1000" in letter.headers[H_REASON]
+        assert [m[:2] for m in device.messages()] == [("devices/7/get", b"ok")]
+
+        async def settled():
+            info = await js.consumer_info("COMMANDS", "to-devices")
+            return info.num_ack_pending == 0 and info.num_pending == 0
+
+        await eventually(settled, what="both commands settled")
     finally:
         await anyio.to_thread.run_sync(device.close)
         await nc.close()
