@@ -23,6 +23,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -643,7 +644,7 @@ class MqttBridge:
                             )
                             await self._store_dead_letter(js, plan)
                             self.stats.commands_dead_lettered += 1
-                            await msg.term()
+                            await self._settle(msg.term(), "term", msg.subject)
                             continue
                         deadline = time.monotonic() + cfg.ack_timeout
                         await in_flight.send(_Command(msg, self._mqtt_publish(plan), deadline))
@@ -664,11 +665,20 @@ class MqttBridge:
                             "%s: broker refused command on %r: %s", self._who, cmd.msg.subject, reason
                         )
             if ok:
-                await cmd.msg.ack()
+                await self._settle(cmd.msg.ack(), "ack", cmd.msg.subject)
                 self.stats.commands_sent += 1
             else:
                 self.stats.command_failures += 1
-                await cmd.msg.nak(delay=self.config.reconnect_min)
+                await self._settle(cmd.msg.nak(delay=self.config.reconnect_min), "nak", cmd.msg.subject)
+
+    async def _settle(self, done: Awaitable[None], what: str, subject: str) -> None:
+        """An ack, nak or term of a command: one that fails (a closed connection, a full
+        reconnect buffer) is logged, not raised -- the stream redelivers the command after its
+        ack_wait, and the bridge goes on."""
+        try:
+            await done
+        except Exception as e:
+            log.warning("%s: %s of command on %r failed: %s", self._who, what, subject, e or type(e).__name__)
 
     def _mqtt_publish(self, plan: MqttPublish) -> asyncio.Future[Any] | None:
         assert self._client is not None and self._loop is not None
