@@ -527,23 +527,10 @@ class Route(BufferedOutput):
         """(An account, through its link) one message to the peer."""
         if self.state is not RouteState.CONNECTED or subject.startswith(self._local):
             return
-        data = encode_rmsg(account, subject, reply, queues, headers, payload)
-        size = len(data)
-        if self._pending + size > self.cfg.max_pending:
-            self._out.clear()
-            self._pending = 0
-            self.close("slow consumer: max_pending exceeded", "Slow Consumer")
+        if not self._buffer_delivery(encode_rmsg(account, subject, reply, queues, headers, payload)):
             return
-        self._out.append(data)
-        self._pending += size
-        if self._pending > self._high_water:
-            self.server.stalled.add(self)
         self.out_msgs += 1
         self.out_bytes += len(payload) + (len(headers) if headers is not None else 0)
-        if len(self._out) == 1:
-            self._wake.set()
-            if self._drained.is_set():
-                self._drained.clear()
 
     # ------------------------------------------------------------------ monitoring
 
