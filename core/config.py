@@ -148,6 +148,7 @@ class LeafNodeConfig:
 
 DEFAULT_CLUSTER_PORT = 6222  # the reference's route port
 ROUTE_SCHEMES = ("nats-route", "nats", "route", "tls")
+LEAF_SCHEMES = ("nats-leaf", "nats", "tls", "leafnode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,20 +447,26 @@ def _read_cluster(data: Any, base_dir: Path | None) -> ClusterConfig:
     return cfg
 
 
-def _check_route_url(url: str, path: str) -> None:
+def _check_url(url: str, path: str, schemes: tuple[str, ...], use: str, *, port_required: bool) -> None:
+    """A configured URL: ``schemes[0]`` when it has none, one of ``schemes``, a host, a port
+    (that parses; present when ``port_required``). ``use`` is the hint for a wrong scheme."""
     from urllib.parse import urlsplit
 
     try:
-        parts = urlsplit(url if "://" in url else f"nats-route://{url}")
+        parts = urlsplit(url if "://" in url else f"{schemes[0]}://{url}")
         port = parts.port
     except ValueError as e:
         raise ConfigError(path, f"invalid URL {_without_userinfo(url)!r}: {e}") from None
-    if parts.scheme not in ROUTE_SCHEMES:
-        raise ConfigError(path, f'unsupported scheme {parts.scheme!r} (use "nats-route://")')
+    if parts.scheme not in schemes:
+        raise ConfigError(path, f"unsupported scheme {parts.scheme!r} (use {use})")
     if not parts.hostname:
         raise ConfigError(path, f"no host in URL {_without_userinfo(url)!r}")
-    if port is None:
+    if port_required and port is None:
         raise ConfigError(path, f"no port in URL {_without_userinfo(url)!r}")
+
+
+def _check_route_url(url: str, path: str) -> None:
+    _check_url(url, path, ROUTE_SCHEMES, '"nats-route://"', port_required=True)
 
 
 def _leaf_compression(t: ConfigTable, default: str) -> str:
@@ -529,18 +536,7 @@ def _read_remote(t: ConfigTable, base_dir: Path | None) -> RemoteLeafConfig:
 
 
 def _check_leaf_url(url: str, path: str) -> None:
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url if "://" in url else f"nats-leaf://{url}")
-        port = parts.port
-    except ValueError as e:
-        raise ConfigError(path, f"invalid URL {_without_userinfo(url)!r}: {e}") from None
-    if parts.scheme not in ("nats-leaf", "nats", "tls", "leafnode"):
-        raise ConfigError(path, f'unsupported scheme {parts.scheme!r} (use "nats-leaf://" or "tls://")')
-    if not parts.hostname:
-        raise ConfigError(path, f"no host in URL {_without_userinfo(url)!r}")
-    del port
+    _check_url(url, path, LEAF_SCHEMES, '"nats-leaf://" or "tls://"', port_required=False)
 
 
 def _without_userinfo(url: str) -> str:

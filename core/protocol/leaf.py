@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ProtocolError
-from core.protocol.events import PING, PONG, Connect, Err, Info, Ping, Pong
+from core.protocol.events import Connect, Err, Info, Ping, Pong
 from core.protocol.parser import (
     MAX_PAYLOAD,
     UNKNOWN_OP,
-    _json_object,
+    _link_control,
     _Parser,
     _separated,
     _size,
@@ -179,22 +179,7 @@ class LeafParser(_Parser):
             # The reference looks the whole argument up as a "subject[ queue]" key: with no
             # argument, or more than two, it finds nothing and does nothing.
             return None
-        if op.startswith(b"PING"):
-            return PING
-        if op.startswith(b"PONG"):
-            return PONG
-        if op.startswith(b"INFO"):
-            return Info(_json_object(line[4:]))
-        if op.startswith(b"CONNECT"):
-            return Connect(_json_object(line[7:]))
-        if op.startswith(b"+OK"):
-            return None
-        if op == b"-ERR" and _separated(line, 4):
-            text = line[4:].strip().decode("utf-8", "replace")
-            if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
-                text = text[1:-1]
-            return Err(text)
-        raise ProtocolError(UNKNOWN_OP)
+        return _link_control(op, line)
 
     def _finish(self, head: Any, data: bytes, start: int, end: int) -> LeafMsg:
         _, subject, reply, queues, hdr = head

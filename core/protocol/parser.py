@@ -139,6 +139,33 @@ def _separated(line: bytes, at: int) -> bool:
     return len(line) > at and line[at] in _SEPARATORS
 
 
+def _err_text(line: bytes) -> str:
+    """The text of a ``-ERR`` line, without the quotes the reference puts around it."""
+    text = line[4:].strip().decode("utf-8", "replace")
+    if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
+        text = text[1:-1]
+    return text
+
+
+def _link_control(op: bytes, line: bytes) -> Any:
+    """The ops a server-to-server peer (a leaf link, a route) sends besides its interest and
+    message frames: PING, PONG, INFO, CONNECT, +OK (ignored: None) and -ERR. ``op`` is the line's
+    first argument, upper-cased; anything else is an unknown op."""
+    if op.startswith(b"PING"):
+        return PING
+    if op.startswith(b"PONG"):
+        return PONG
+    if op.startswith(b"INFO"):
+        return Info(_json_object(line[4:]))
+    if op.startswith(b"CONNECT"):
+        return Connect(_json_object(line[7:]))
+    if op.startswith(b"+OK"):
+        return None
+    if op == b"-ERR" and _separated(line, 4):
+        return Err(_err_text(line))
+    raise ProtocolError(UNKNOWN_OP)
+
+
 class _Parser:
     """Line splitting and payload reading shared by both directions.
 
@@ -465,10 +492,7 @@ class ClientParser(_Parser):
         if op.startswith(b"INFO"):
             return Info(_json_object(line[4:]))
         if op == b"-ERR":
-            text = line[4:].strip().decode("utf-8", "replace")
-            if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
-                text = text[1:-1]
-            return Err(text)
+            return Err(_err_text(line))
         raise ProtocolError(UNKNOWN_OP)
 
     def _finish(self, head: Any, data: bytes, start: int, end: int) -> Msg:

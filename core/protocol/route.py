@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ProtocolError
-from core.protocol.events import PING, PONG, Connect, Err, Info, Ping, Pong
+from core.protocol.events import Connect, Err, Info, Ping, Pong
 from core.protocol.parser import (
     MAX_PAYLOAD,
     UNKNOWN_OP,
-    _json_object,
+    _link_control,
     _Parser,
     _separated,
     _size,
@@ -119,34 +119,21 @@ class RouteParser(_Parser):
             raise ProtocolError(UNKNOWN_OP)
         n = len(args)
         op = args[0].upper()
-        if op == b"RMSG":
+        if op == b"RMSG" or op == b"HMSG":
             if not _separated(line, 4):
                 raise ProtocolError(UNKNOWN_OP)
-            if n == 4:
+            plain = op == b"RMSG"
+            sizes_at = n - 1 if plain else n - 2  # the size field(s) follow subject, reply, queues
+            if sizes_at == 3:
                 reply, queues = None, _NO_QUEUES
-            elif n == 5:
+            elif sizes_at == 4:
                 reply, queues = _text(args[3]), _NO_QUEUES
-            elif n > 5:
-                reply, queues = _reply_and_queues(args, n - 1)
+            elif sizes_at > 4:
+                reply, queues = _reply_and_queues(args, sizes_at)
             else:
                 raise ProtocolError(None)
             size = _size(args[-1])
-            if size > self.max_payload:
-                raise ProtocolError(MAX_PAYLOAD)
-            return (size, _text(args[1]), _text(args[2]), reply, queues, 0)
-        if op == b"HMSG":
-            if not _separated(line, 4):
-                raise ProtocolError(UNKNOWN_OP)
-            if n == 5:
-                reply, queues = None, _NO_QUEUES
-            elif n == 6:
-                reply, queues = _text(args[3]), _NO_QUEUES
-            elif n > 6:
-                reply, queues = _reply_and_queues(args, n - 2)
-            else:
-                raise ProtocolError(None)
-            hdr = _size(args[-2])
-            size = _size(args[-1])
+            hdr = 0 if plain else _size(args[-2])
             if hdr > size:
                 raise ProtocolError(None)
             if size > self.max_payload:
@@ -171,22 +158,7 @@ class RouteParser(_Parser):
             if n == 4:
                 return RouteUnsub(_text(args[1]), _text(args[2]), _text(args[3]))
             raise ProtocolError(None)
-        if op.startswith(b"PING"):
-            return PING
-        if op.startswith(b"PONG"):
-            return PONG
-        if op.startswith(b"INFO"):
-            return Info(_json_object(line[4:]))
-        if op.startswith(b"CONNECT"):
-            return Connect(_json_object(line[7:]))
-        if op.startswith(b"+OK"):
-            return None
-        if op == b"-ERR" and _separated(line, 4):
-            text = line[4:].strip().decode("utf-8", "replace")
-            if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
-                text = text[1:-1]
-            return Err(text)
-        raise ProtocolError(UNKNOWN_OP)
+        return _link_control(op, line)
 
     def _finish(self, head: Any, data: bytes, start: int, end: int) -> RouteMsg:
         _, account, subject, reply, queues, hdr = head

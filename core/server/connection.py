@@ -289,26 +289,6 @@ class ClientConnection(BufferedOutput):
                 return True
         return False
 
-    def _buffer_delivery(self, data: bytes) -> bool:
-        """Buffer ``data`` for the writer; False, and the client closed as a slow consumer, when
-        it would take the buffer past max_pending."""
-        size = len(data)
-        if self._pending + size > self.cfg.max_pending:
-            self.server.stats.slow_consumers += 1
-            self._out.clear()
-            self._pending = 0
-            self.close("slow consumer: max_pending exceeded", "Slow Consumer")
-            return False
-        self._out.append(data)
-        self._pending += size
-        if self._pending > self._high_water:
-            self.server.stalled.add(self)
-        if len(self._out) == 1:  # the buffer just became non-empty
-            self._wake.set()
-            if self._drained.is_set():
-                self._drained.clear()
-        return True
-
     # ------------------------------------------------------------------ inbound ops
 
     def _handle(self, ev: Any) -> Verification | None:

@@ -72,7 +72,11 @@ class BufferedOutput:
         return False
 
     def _slow_consumer(self) -> None:
-        """Called when a send outlived ``write_deadline``."""
+        """Called when a send outlived ``write_deadline`` or a delivery overflowed ``max_pending``."""
+
+    def close(self, reason: str, err: str | None = None) -> None:
+        """Close from anywhere, telling the peer ``-ERR '<err>'`` first when given."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ buffer
 
@@ -87,6 +91,27 @@ class BufferedOutput:
         self._wake.set()
         if self._drained.is_set():
             self._drained.clear()
+
+    def _buffer_delivery(self, data: bytes) -> bool:
+        """Buffer a delivery (a message, or a run of them) for the writer; False, and the
+        connection closed as a slow consumer, when it would take the buffer past max_pending. A
+        receiver past its high-water mark joins ``server.stalled`` (back-pressure)."""
+        size = len(data)
+        if self._pending + size > self.cfg.max_pending:
+            self._slow_consumer()
+            self._out.clear()
+            self._pending = 0
+            self.close("slow consumer: max_pending exceeded", "Slow Consumer")
+            return False
+        self._out.append(data)
+        self._pending += size
+        if self._pending > self._high_water:
+            self.server.stalled.add(self)
+        if len(self._out) == 1:  # the buffer just became non-empty
+            self._wake.set()
+            if self._drained.is_set():
+                self._drained.clear()
+        return True
 
     async def wait_drained(self) -> None:
         """(A receiver in ``server.stalled``) Until its buffer is down to half its high-water mark."""

@@ -180,3 +180,13 @@ async def listen(host: str, port: int, accept: Callable[[TcpStream], None]) -> a
     """Listen on host:port; ``accept`` is called (on the loop) with each new connection's stream."""
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: _Protocol(accept), host, port, reuse_address=True)
+
+
+def peer_address(stream: Any) -> str:
+    """``host:port`` of the other end of an accepted connection, for its name in logs and
+    monitoring; ``?`` when the peer is already gone."""
+    try:
+        host, port = stream.extra(SocketAttribute.remote_address)[:2]
+        return f"{host}:{port}"
+    except Exception:  # the peer may already be gone
+        return "?"

@@ -44,6 +44,7 @@ from core.server.auth import Authenticator, Permission, PermissionChecker, Permi
 from core.server.connection import aclose_quietly
 from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
 from core.server.output import BufferedOutput
+from core.server.peer import PeerPinger, read_first_info
 from core.subjects import has_wildcard, is_subset, overlaps
 from federation.domains import link_denies
 from federation.leafnode.credentials import redact_url, sign_nonce, url_credentials
@@ -58,7 +59,6 @@ log = logging.getLogger("leafjet.leafnode")
 
 _READ_SIZE = 65536
 CONNECT_INFO_TIMEOUT = 2.0  # the reference's "Stale Leaf Node Connection" wait for connect_info
-FIRST_PING_DELAY = 1.0  # the reference pings a new leaf about a second after the handshake
 LOOP_DELAY = 30.0  # the reference's delay after a loop or a same-cluster refusal
 PROTOCOL_LEVEL = 1  # >= 3 would claim message-trace support (federation-wire.md §1.2)
 LEAFJET_COMPRESSION = "leafjet_compression"  # our own INFO/CONNECT field: zstd between leafjet peers
@@ -79,7 +79,7 @@ class LinkClosed(Exception):
     """The link ended for a reason worth a log line (its text)."""
 
 
-class LeafLink(LinkDelivery, BufferedOutput):
+class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
     """A leaf link of either role; see the module docstring."""
 
     echo = True
@@ -132,9 +132,7 @@ class LeafLink(LinkDelivery, BufferedOutput):
         self.in_bytes = 0
         self.out_msgs = 0
         self.out_bytes = 0
-        self.rtt: float | None = None
-        self._ping_sent_at: float | None = None
-        self.pings_out = 0
+        self._init_pings()
         self._connected = anyio.Event()
         self._scope: anyio.CancelScope | None = None
         self.close_reason = ""
@@ -178,7 +176,9 @@ class LeafLink(LinkDelivery, BufferedOutput):
 
     async def _serve_solicited(self) -> None:
         assert self.remote is not None
-        info = await self._read_first_info(self.remote.first_info_timeout)
+        info = await read_first_info(
+            self.stream, self.parser, self.remote.first_info_timeout, LinkClosed, peer="hub", port="leaf node"
+        )
         self._check_hub_info(info)
         wants_tls = self.remote.tls is not None or info.get("tls_required") or self.url.startswith("tls://")
         if wants_tls:
@@ -228,24 +228,6 @@ class LeafLink(LinkDelivery, BufferedOutput):
             raise LinkClosed(f"TLS handshake with the hub failed: {e.__class__.__name__}: {e}") from None
 
     # ------------------------------------------------------------------ solicit-side handshake
-
-    async def _read_first_info(self, timeout: float) -> dict[str, Any]:
-        with anyio.move_on_after(timeout):
-            while True:
-                try:
-                    data = await self.stream.receive(_READ_SIZE)
-                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                    raise LinkClosed("the hub closed the connection before its INFO") from None
-                try:
-                    events = self.parser.feed(data, stop_after=Info)
-                except ProtocolError as e:
-                    raise LinkClosed(f"not a leaf node port: {e.message or 'protocol error'}") from None
-                for ev in events:
-                    if type(ev) is Info:
-                        return ev.options
-                    if type(ev) is Err:
-                        raise LinkClosed(f"the hub said: {ev.message}")
-        raise LinkClosed(f"no INFO from the hub within {timeout:g}s")
 
     def _check_hub_info(self, info: dict[str, Any]) -> None:
         if not info.get("client_id") or info.get("leafnode_urls") is None:
@@ -514,10 +496,7 @@ class LeafLink(LinkDelivery, BufferedOutput):
         elif t is Ping:
             self._send(encoder.PONG)
         elif t is Pong:
-            self.pings_out = 0
-            if self._ping_sent_at is not None:
-                self.rtt = time.monotonic() - self._ping_sent_at
-                self._ping_sent_at = None
+            self._on_pong()
         elif t is Connect:
             if self.kind is not LinkKind.LEAF_ACCEPTED:
                 raise ProtocolError(UNKNOWN_OP)  # a CONNECT from our hub
@@ -617,18 +596,8 @@ class LeafLink(LinkDelivery, BufferedOutput):
         self._plain_head = b""
         return data
 
-    async def _pinger(self) -> None:
-        await self._connected.wait()
-        interval = FIRST_PING_DELAY
-        while True:
-            await anyio.sleep(interval)
-            interval = self.cfg.ping_interval
-            if self.pings_out >= self.cfg.ping_max:
-                self.close("stale connection", "Stale Connection")
-                return
-            self.pings_out += 1
-            self._ping_sent_at = time.monotonic()
-            self._send(encoder.PING)
+    def _ping_interval(self) -> float:
+        return self.cfg.ping_interval
 
     # ------------------------------------------------------------------ outbound
 
@@ -681,23 +650,10 @@ class LeafLink(LinkDelivery, BufferedOutput):
             return
         if headers is not None and not self.headers:
             headers = None
-        data = encode_lmsg(subject, reply, queues, headers, payload)
-        size = len(data)
-        if self._pending + size > self.cfg.max_pending:
-            self._out.clear()
-            self._pending = 0
-            self.close("slow consumer: max_pending exceeded", "Slow Consumer")
+        if not self._buffer_delivery(encode_lmsg(subject, reply, queues, headers, payload)):
             return
-        self._out.append(data)
-        self._pending += size
-        if self._pending > self._high_water:
-            self.server.stalled.add(self)
         self.out_msgs += 1
         self.out_bytes += len(payload) + (len(headers) if headers is not None else 0)
-        if len(self._out) == 1:
-            self._wake.set()
-            if self._drained.is_set():
-                self._drained.clear()
 
     # ------------------------------------------------------------------ monitoring
 

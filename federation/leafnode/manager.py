@@ -147,7 +147,7 @@ class LeafNodes:
 
     async def _accepted(self, stream: Any) -> None:
         cid = self.server.allocate_cid()
-        address = _peer_address(stream)
+        address = tcp.peer_address(stream)
         link = LeafLink(
             self, self.server, stream, LinkKind.LEAF_ACCEPTED, cid, address, authenticator=self.authenticator
         )
@@ -306,13 +306,3 @@ class LeafNodes:
 
 def _advertised_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-
-
-def _peer_address(stream: Any) -> str:
-    from anyio.abc import SocketAttribute
-
-    try:
-        host, port = stream.extra(SocketAttribute.remote_address)[:2]
-        return f"{host}:{port}"
-    except Exception:  # the peer may already be gone
-        return "?"

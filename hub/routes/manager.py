@@ -130,7 +130,12 @@ class Routes:
 
     async def _accepted(self, stream: Any) -> None:
         route = Route(
-            self, self.server, stream, solicited=False, cid=self.server.allocate_cid(), address=_peer(stream)
+            self,
+            self.server,
+            stream,
+            solicited=False,
+            cid=self.server.allocate_cid(),
+            address=tcp.peer_address(stream),
         )
         await self._run_route(route)
 
@@ -379,11 +384,3 @@ def _key(url: str) -> str:
         return parse_route_url(url).key
     except ValueError:
         return url
-
-
-def _peer(stream: Any) -> str:
-    try:
-        host, port = stream.extra(SocketAttribute.remote_address)[:2]
-        return f"{host}:{port}"
-    except Exception:  # the peer may already be gone
-        return "?"

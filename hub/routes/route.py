@@ -48,6 +48,7 @@ from core.server.accounts import Account
 from core.server.connection import aclose_quietly
 from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
 from core.server.output import BufferedOutput
+from core.server.peer import PeerPinger, read_first_info
 from hub.routes.mesh import ROUTE_PROTOCOL, RouteEnds, RouteURL, local_prefixes
 
 if TYPE_CHECKING:
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("leafjet.route")
 
 _READ_SIZE = 65536
-FIRST_PING_DELAY = 1.0
 ROUTE_FIELD = "leafjet_route"  # INFO/CONNECT: the route protocol version (a leafjet peer)
 PEERS_FIELD = "leafjet_peers"  # INFO: the routes the sender has, for gossip
 _ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_$-]+")
@@ -108,7 +108,7 @@ class AccountLink(LinkDelivery):
         self.route.forward(self.account.name, subject, reply, headers, payload, queues)
 
 
-class Route(BufferedOutput):
+class Route(PeerPinger, BufferedOutput):
     """One route of either side; see the module docstring."""
 
     def __init__(
@@ -147,9 +147,7 @@ class Route(BufferedOutput):
         self.closed = anyio.Event()
         self._scope: anyio.CancelScope | None = None
         self._connected = anyio.Event()
-        self.pings_out = 0
-        self.rtt: float | None = None
-        self._ping_sent_at: float | None = None
+        self._init_pings()
         self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
         self.start_ns = time.time_ns()
         js = server.config.jetstream
@@ -197,7 +195,9 @@ class Route(BufferedOutput):
         await self._run_io(self._reader, self._pinger, self._handshake_timer)
 
     async def _serve_solicited(self) -> None:
-        info = await self._read_first_info()
+        info = await read_first_info(
+            self.stream, self.parser, self.cluster.auth_timeout, RouteClosed, peer="peer", port="route"
+        )
         try:
             self._check_peer(info, info.get("server_id"), info.get("server_name"))
         except RouteClosed:
@@ -229,25 +229,6 @@ class Route(BufferedOutput):
                 )
         except Exception as e:  # any failure of the peer's handshake ends this route only
             raise RouteClosed(f"TLS handshake failed: {e.__class__.__name__}: {e}") from None
-
-    async def _read_first_info(self) -> dict[str, Any]:
-        timeout = self.cluster.auth_timeout
-        with anyio.move_on_after(timeout):
-            while True:
-                try:
-                    data = await self.stream.receive(_READ_SIZE)
-                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                    raise RouteClosed("the peer closed the connection before its INFO") from None
-                try:
-                    events = self.parser.feed(data, stop_after=Info)
-                except ProtocolError as e:
-                    raise RouteClosed(f"not a route port: {e.message or 'protocol error'}") from None
-                for ev in events:
-                    if type(ev) is Info:
-                        return ev.options
-                    if type(ev) is Err:
-                        raise RouteClosed(f"the peer said: {ev.message}")
-        raise RouteClosed(f"no INFO from the peer within {timeout:g}s")
 
     def _check_peer(self, opts: dict[str, Any], server_id: Any, server_name: Any) -> None:
         """What both sides check of the other's INFO (dialling) or CONNECT (accepting): a
@@ -380,18 +361,8 @@ class Route(BufferedOutput):
         if self.state is RouteState.HANDSHAKE:
             self.close("no CONNECT within the authentication timeout", "Authentication Timeout")
 
-    async def _pinger(self) -> None:
-        await self._connected.wait()
-        interval = FIRST_PING_DELAY
-        while True:
-            await anyio.sleep(interval)
-            interval = self.cluster.ping_interval
-            if self.pings_out >= self.cfg.ping_max:
-                self.close("stale connection", "Stale Connection")
-                return
-            self.pings_out += 1
-            self._ping_sent_at = time.monotonic()
-            self._send(encoder.PING)
+    def _ping_interval(self) -> float:
+        return self.cluster.ping_interval
 
     async def _reader(self) -> None:
         while self.state is not RouteState.CLOSING:
@@ -449,10 +420,7 @@ class Route(BufferedOutput):
         elif t is Ping:
             self._send(encoder.PONG)
         elif t is Pong:
-            self.pings_out = 0
-            if self._ping_sent_at is not None:
-                self.rtt = time.monotonic() - self._ping_sent_at
-                self._ping_sent_at = None
+            self._on_pong()
         elif t is Info:
             self.manager.learn(self, ev.options)
         elif t is Err:
@@ -527,23 +495,10 @@ class Route(BufferedOutput):
         """(An account, through its link) one message to the peer."""
         if self.state is not RouteState.CONNECTED or subject.startswith(self._local):
             return
-        data = encode_rmsg(account, subject, reply, queues, headers, payload)
-        size = len(data)
-        if self._pending + size > self.cfg.max_pending:
-            self._out.clear()
-            self._pending = 0
-            self.close("slow consumer: max_pending exceeded", "Slow Consumer")
+        if not self._buffer_delivery(encode_rmsg(account, subject, reply, queues, headers, payload)):
             return
-        self._out.append(data)
-        self._pending += size
-        if self._pending > self._high_water:
-            self.server.stalled.add(self)
         self.out_msgs += 1
         self.out_bytes += len(payload) + (len(headers) if headers is not None else 0)
-        if len(self._out) == 1:
-            self._wake.set()
-            if self._drained.is_set():
-                self._drained.clear()
 
     # ------------------------------------------------------------------ monitoring
 

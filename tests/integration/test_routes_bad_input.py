@@ -129,8 +129,21 @@ def _raw_route(port: int, data: bytes, quiet: float = 10.0) -> tuple[bytes, byte
             b'CONNECT {"user":"route","pass":"s3cret-route","cluster":"C","name":"NXYZ"}\r\n',
             b"-ERR 'route protocol not supported: not a leafjet route'",
         ),
+        (  # a leafjet route whose server id is not a string
+            b'CONNECT {"user":"route","pass":"s3cret-route","cluster":"C",'
+            b'"leafjet_route":1,"server_id":42}\r\n',
+            b"-ERR 'route without a server id'",
+        ),
     ],
-    ids=["ping-first", "text", "binary", "a-client", "a-client-with-route-credentials", "not-leafjet"],
+    ids=[
+        "ping-first",
+        "text",
+        "binary",
+        "a-client",
+        "a-client-with-route-credentials",
+        "not-leafjet",
+        "no-server-id",
+    ],
 )
 async def test_a_peer_speaking_garbage_is_closed(pair, garbage, error):
     port = pair.nodes[0].cluster_port
@@ -163,6 +176,34 @@ async def test_garbage_after_the_handshake_ends_only_that_route(pair):
     data = hello + b"RS+ $G ok.subject\r\nRMSG $G x 999999999999\r\n"
     _info, out, closed = await anyio.to_thread.run_sync(_raw_route, port, data)
     assert closed, out
+    assert {r["remote_name"] for r in (pair.routez(0) or {})["routes"]} == {pair.nodes[1].name}
+    await _assert_cluster_works(pair)
+
+
+async def test_bad_gossip_is_ignored_and_an_oversized_message_closes_only_that_route(pair):
+    """A peer's INFO whose route list is malformed changes nothing (the route stays: its PING is
+    answered); a message over max_payload is a Maximum Payload Violation and a close."""
+    port = pair.nodes[0].cluster_port
+    connect = {
+        "leafjet_route": 1,
+        "server_id": "NFAKEGOSSIP",
+        "server_name": "gossip",
+        "cluster": "C",
+        **{"user": AUTH["user"], "pass": AUTH["password"]},
+    }
+    hello = b"CONNECT " + json.dumps(connect).encode() + b"\r\n"
+    peers = [1, "x", None, {"id": 5, "url": "nats-route://h:1"}, {"id": "NX", "url": "nats-route://:0"}]
+    gossip = b"INFO " + json.dumps({"leafjet_peers": peers}).encode() + b"\r\n"
+    not_a_list = b'INFO {"leafjet_peers":{"id":"NY"}}\r\n'
+    _info, out, closed = await anyio.to_thread.run_sync(
+        _raw_route, port, hello + gossip + not_a_list + b"PING\r\n", 1.0
+    )
+    assert b"PONG" in out and b"-ERR" not in out and not closed, out
+    diallers = (pair.routez(0) or {})["diallers"]
+    assert all("h:1" not in d["url"] for d in diallers), diallers
+
+    _info, out, closed = await anyio.to_thread.run_sync(_raw_route, port, hello + b"RMSG $G x 2000000\r\n")
+    assert b"-ERR 'Maximum Payload Violation'" in out and closed, out
     assert {r["remote_name"] for r in (pair.routez(0) or {})["routes"]} == {pair.nodes[1].name}
     await _assert_cluster_works(pair)
 

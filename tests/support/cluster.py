@@ -68,6 +68,7 @@ class Cluster:
     leaf_users: list[dict[str, str]] | None = None  # a leaf listener on each node, these users
     nodes: list[NodeSpec] = field(default_factory=list)
     servers: list[RunningServer | None] = field(default_factory=list)
+    _started: set[int] = field(default_factory=set)  # nodes that have run (their ports are fixed)
 
     def __post_init__(self) -> None:
         tag = secrets.token_hex(2)
@@ -120,17 +121,35 @@ class Cluster:
         return self
 
     def start_node(self, i: int, config: dict[str, Any] | None = None) -> RunningServer:
-        cfg = config if config is not None else self.config(i)
+        """Start node ``i``. Its ports were picked free in ``__post_init__`` and bound only now: a
+        test running beside this one (pytest -n) may have taken one in between. On a node's first
+        start from its own config, ports are then picked again (a restart keeps them: the other
+        nodes dial its cluster port; a caller's ``config`` names its own ports)."""
+        for attempt in range(4):
+            cfg = config if config is not None else self.config(i)
+            try:
+                srv = self._start(i, cfg)
+            except RuntimeError as e:
+                retry = config is None and i not in self._started and attempt < 3
+                if not retry or "address already in use" not in str(e).lower():
+                    raise
+                taken = {p for j, n in enumerate(self.nodes) if j != i for p in _ports(n)}
+                fresh = [p for p in free_ports(8) if p not in taken][:4]
+                self.nodes[i] = NodeSpec(self.nodes[i].name, *fresh)
+                continue
+            self.servers[i] = srv
+            self._started.add(i)
+            return srv
+        raise AssertionError("unreachable")
+
+    def _start(self, i: int, cfg: dict[str, Any]) -> RunningServer:
         workdir = self.workdir / self.nodes[i].name
         if self.kind == "leafjet":
             # `leafjet hub` as deployed; the leaf listener on a free port (the default 7422 would
             # be shared by the three servers of one machine).
             extra = () if "leafnodes" in cfg else ("--leaf-port", "0")
-            srv = start_leafjet(workdir, cfg, role="hub", extra_args=extra)
-        else:
-            srv = start_reference(workdir, cfg)
-        self.servers[i] = srv
-        return srv
+            return start_leafjet(workdir, cfg, role="hub", extra_args=extra)
+        return start_reference(workdir, cfg)
 
     def stop(self, i: int, *, kill: bool = False) -> None:
         srv = self.servers[i]
@@ -191,6 +210,10 @@ class Cluster:
             detail = {self.nodes[i].name: sorted(self.peers(i)) for i in up}
             tails = "\n".join(f"--- {self.nodes[i].name} ---\n{self.log(i)[-2500:]}" for i in up)
             raise AssertionError(f"{e}; peers: {detail}\n{tails}") from None
+
+
+def _ports(node: NodeSpec) -> tuple[int, int, int, int]:
+    return (node.client_port, node.cluster_port, node.http_port, node.leaf_port)
 
 
 async def wait_for_interest(publisher: nats.NATS, subject: str, timeout: float = 20.0) -> None:

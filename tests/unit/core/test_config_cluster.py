@@ -54,3 +54,21 @@ def test_bad_values_name_their_path(cluster, path):
     with pytest.raises(ConfigError) as e:
         config_from_dict({"cluster": cluster})
     assert e.value.path == path, str(e.value)
+
+
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("http://h:6222", "unsupported scheme 'http'"),
+        ("nats-route://h", "no port in URL"),
+        ("nats-route://:6222", "no host in URL"),
+        ("nats-route://u:secret@h:99999", "invalid URL"),
+        ("nats-route://h:port", "invalid URL"),
+    ],
+)
+def test_a_bad_route_url_says_what_is_wrong_without_its_password(url, says):
+    with pytest.raises(ConfigError) as e:
+        config_from_dict({"cluster": {"name": "c", "routes": ["nats-route://ok:6222", url]}})
+    assert e.value.path == "cluster.routes[1]"
+    assert says in str(e.value)
+    assert "secret" not in str(e.value)
