@@ -93,6 +93,11 @@ def _run_kind(tmp: Path, kind: str, args: argparse.Namespace) -> ClusterFigures:
         cluster.close()
 
 
+def _ratio(a: float, b: float) -> float:
+    """a/b, NaN when the reference's figure is zero (a run too short to register CPU time)."""
+    return a / b if b else float("nan")
+
+
 def cluster_matrix(args: argparse.Namespace) -> int:
     args.sizes = [int(s) for s in str(args.sizes).split(",") if s]
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-cluster-") as tmp:
@@ -105,14 +110,14 @@ def cluster_matrix(args: argparse.Namespace) -> int:
     print(f"{'figure':40s} {'reference':>12s} {'leafjet':>12s} {'ratio':>7s}")
     for s in args.sizes:
         r, v = ref.msgs_per_s[s], lj.msgs_per_s[s]
-        print(f"{f'{s}B msgs/s across the route':40s} {r:>12,.0f} {v:>12,.0f} {v / r:7.2f}")
+        print(f"{f'{s}B msgs/s across the route':40s} {r:>12,.0f} {v:>12,.0f} {_ratio(v, r):7.2f}")
         rc, vc = sum(ref.cpu_us[s]), sum(lj.cpu_us[s])
         print(
-            f"{f'{s}B server CPU us/msg (pub + sub side)':40s} {rc:>12.2f} {vc:>12.2f} {vc / rc:7.2f}"
+            f"{f'{s}B server CPU us/msg (pub + sub side)':40s} {rc:>12.2f} {vc:>12.2f} {_ratio(vc, rc):7.2f}"
             f"   (leafjet {lj.cpu_us[s][0]:.2f} + {lj.cpu_us[s][1]:.2f})"
         )
     r, v = ref.request_us, lj.request_us
-    print(f"{'request/reply across the route, median us':40s} {r:>12,.0f} {v:>12,.0f} {v / r:7.2f}")
+    print(f"{'request/reply across the route, median us':40s} {r:>12,.0f} {v:>12,.0f} {_ratio(v, r):7.2f}")
     return 0
 
 

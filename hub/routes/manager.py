@@ -34,7 +34,15 @@ from core.server import tcp
 from core.server.accounts import Account
 from core.server.failures import describe_failure
 from core.tls import client_ssl_context, server_ssl_context
-from hub.routes.mesh import ROUTE_PROTOCOL, RouteURL, backoff, keeps_new, parse_route_url, redact
+from hub.routes.mesh import (
+    ROUTE_PROTOCOL,
+    SYSTEM_ACCOUNT,
+    RouteURL,
+    backoff,
+    keeps_new,
+    parse_route_url,
+    redact,
+)
 from hub.routes.route import PEERS_FIELD, ROUTE_FIELD, Route, RouteClosed
 
 if TYPE_CHECKING:
@@ -72,6 +80,10 @@ class Routes:
         self._pending: list[Dialler] = []  # diallers made before the task group runs
         server.shutdown_hooks.append(self.close_all)
         server.accounts.watchers.append(self._account_made)
+        # The system account's traffic (the meta group's RAFT and RPCs) crosses every route, and
+        # a route ignores interest for accounts this server does not have: make it before any
+        # route is up, or a peer's $SYS interest sent first would be dropped for good.
+        server.accounts.get(SYSTEM_ACCOUNT)
         server.routez_source = self.describe
         for url in cfg.routes:
             self._add_dialler(parse_route_url(url), configured=True)

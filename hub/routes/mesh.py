@@ -13,6 +13,7 @@ from urllib.parse import unquote, urlsplit
 
 ROUTE_SCHEME = "nats-route"
 ROUTE_PROTOCOL = 1  # leafjet's own route protocol version, sent in INFO and CONNECT
+SYSTEM_ACCOUNT = "$SYS"  # the system account: the meta group talks in it over the routes (hub/meta/bus.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,6 +149,7 @@ class Route(PeerPinger, BufferedOutput):
         self._connected = anyio.Event()
         self._init_pings()
         self.in_msgs = self.out_msgs = self.in_bytes = self.out_bytes = 0
+        self.unknown_account_interest = 0  # RS+ for accounts this server does not have (ignored)
         self.start_ns = time.time_ns()
         js = server.config.jetstream
         self._local = local_prefixes(js.domain if js.enabled else None)  # mesh.local_prefixes
@@ -435,9 +436,19 @@ class Route(PeerPinger, BufferedOutput):
             return
         if ev.subject.startswith(self._local):
             return  # our JetStream answers our own clients only (mesh.local_prefixes)
-        account = self.server.accounts.get(ev.account)  # made (and this route attached) if new
+        # Never made here: a peer could otherwise create an account per name it sends (unbounded).
+        # Interest for an account this server does not have is ignored, as the reference does.
+        account = self.server.accounts.find(ev.account)
         link = self.links.get(ev.account)
-        if link is None:
+        if account is None or link is None:
+            self.unknown_account_interest += 1
+            if self.unknown_account_interest & (self.unknown_account_interest - 1) == 0:  # powers of two
+                log.warning(
+                    "%s: ignored interest for account %r, which this server does not have (%d so far)",
+                    self.name,
+                    ev.account,
+                    self.unknown_account_interest,
+                )
             return
         try:
             account.link_subscribe(link, ev.subject, ev.queue, ev.weight)

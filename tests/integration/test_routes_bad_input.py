@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import urllib.request
 
 import anyio
 import nats
@@ -258,3 +259,35 @@ async def test_routes_run_over_tls_and_a_plain_peer_is_refused(tmp_path, verify)
         await _assert_cluster_works(c)
     finally:
         c.close()
+
+
+def _accounts(c: Cluster, i: int) -> set[str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{c.nodes[i].http_port}/accountz", timeout=5) as r:
+        return set(json.loads(r.read())["accounts"])
+
+
+async def test_interest_for_an_unknown_account_is_ignored_not_made(pair):
+    """A peer naming accounts this server does not have makes none of them (it could otherwise
+    grow the server without bound, one account per name): the interest is ignored with a log
+    line at powers of two, the route stays, and interest for the accounts it has still counts."""
+    port = pair.nodes[0].cluster_port
+    before = await anyio.to_thread.run_sync(_accounts, pair, 0)
+    assert {"$G", "$SYS"} <= before, before  # routes carry $SYS (the meta group) from the start
+    connect = {
+        "leafjet_route": 1,
+        "server_id": "NFAKEACCOUNTS",
+        "server_name": "accounts",
+        "cluster": "C",
+        **{"user": AUTH["user"], "pass": AUTH["password"]},
+    }
+    hello = b"CONNECT " + json.dumps(connect).encode() + b"\r\n"
+    strangers = b"".join(b"RS+ STRANGER%d foo\r\n" % i for i in range(100))
+    _info, out, closed = await anyio.to_thread.run_sync(
+        _raw_route, port, hello + strangers + b"RS+ $G known.subject\r\nPING\r\n", 1.0
+    )
+    assert b"PONG" in out and b"-ERR" not in out and not closed, out
+    assert await anyio.to_thread.run_sync(_accounts, pair, 0) == before
+    log = pair.log(0)
+    assert "ignored interest for account 'STRANGER0'" in log, log[-3000:]
+    assert log.count("ignored interest for account") <= 8, "one line per power of two, not per RS+"
+    await _assert_cluster_works(pair)
