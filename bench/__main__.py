@@ -12,6 +12,7 @@
     python -m bench sources [--msgs 50000] [--size 128] [--runs 1] [--pairs ref-ref,lj-ref,ref-lj,lj-lj]
     python -m bench sources-latency [--rate 1000] [--seconds 5] [--size 128] [--runs 1] [--pairs ...]
     python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--requests 2000] [--runs 1]
+    python -m bench raft [--entries 20000] [--window 256] [--sequential 1000] [--size 128] [--runs 1]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
 core/jetstream/consumers figures are medians over --runs runs; each run uses a fresh server of each
@@ -42,6 +43,8 @@ from bench.monitoring import monitoring_matrix
 from bench.mqtt import run_mqtt
 from bench.putfloor import add_parser as add_putfloor_parser
 from bench.putfloor import putfloor_matrix
+from bench.raft import add_parser as add_raft_parser
+from bench.raft import raft_matrix
 from bench.sources import add_parser as add_sources_parser
 from bench.sources import sources_matrix
 from bench.sources_latency import add_parser as add_sources_latency_parser
@@ -325,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     add_sources_parser(sub)
     add_sources_latency_parser(sub)
     add_cluster_parser(sub)
+    add_raft_parser(sub)
     args = p.parse_args(argv)
     if args.matrix == "core":
         return core_matrix(args)
@@ -350,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         return sources_latency_matrix(args)
     if args.matrix == "cluster":
         return cluster_matrix(args)
+    if args.matrix == "raft":
+        return raft_matrix(args)
     if args.matrix == "mqtt":
         return run_mqtt(args.msgs, args.size, args.inflight, args.profile)
     return 2
