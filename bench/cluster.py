@@ -1,6 +1,7 @@
 """Cluster matrix: messages from a publisher on one server to a subscriber on another, over a route.
 
     python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--requests 2000] [--runs 1]
+                            [--parts pubsub,meta] [--creates 50] [--failover-runs 3]
 
 For each implementation, two servers joined by a route (tests/support/cluster.py: three
 ``nats-server`` or three ``leafjet hub`` processes, the first two used): the stock nats-py
@@ -8,6 +9,9 @@ client publishes ``--msgs`` messages of each size on server 1 while a client of 
 subscribes; the figure is messages/s until the subscriber has them all, and each server's CPU per
 message. Then ``--requests`` sequential requests from server 1 answered on server 2: the median
 round trip. Ratios are leafjet to the reference in the same run; nothing asserts.
+
+``meta``: on three servers of each kind with JetStream, stream create latency through a non-leader
+and through the meta leader, and the meta leader's failover after kill -9 (bench/cluster_meta.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 import nats
 
+from bench.cluster_meta import median_or_nan, run_meta
 from bench.leaf import pub_sub_throughput
 from bench.procstat import cpu_seconds
 from tests.support.cluster import Cluster, answer_probes, probe_subject, wait_for_interest
@@ -99,6 +104,55 @@ def _ratio(a: float, b: float) -> float:
 
 
 def cluster_matrix(args: argparse.Namespace) -> int:
+    parts = {p for p in str(args.parts).split(",") if p}
+    if unknown := parts - {"pubsub", "meta"}:
+        print(f"unknown --parts {sorted(unknown)}; choose from pubsub,meta")
+        return 2
+    if "pubsub" in parts:
+        _pubsub_matrix(args)
+    if "meta" in parts:
+        _meta_matrix(args)
+    return 0
+
+
+def _meta_matrix(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="leafjet-bench-meta-") as tmp:
+        res = {kind: run_meta(Path(tmp), kind, args.creates, args.failover_runs) for kind in KINDS}
+    ref, lj = res["reference"], res["leafjet"]
+    print(f"\ncluster meta Creates={args.creates},FailoverRuns={args.failover_runs} (3 servers each)")
+    print("  R1 file-stream creates, sequential, raw API request; failover: SIGKILL of the meta leader,")
+    print("  times from the kill (median of runs, each a fresh cluster). ratio = leafjet/reference.")
+    print(f"{'figure':44s} {'reference':>10s} {'leafjet':>10s} {'ratio':>7s}  goal")
+    rows = (
+        ("create via a non-leader, p50 ms", ref.create_follower_p50_ms, lj.create_follower_p50_ms, 2.0),
+        ("create via a non-leader, p90 ms", ref.create_follower_p90_ms, lj.create_follower_p90_ms, None),
+        ("create via the leader, p50 ms", ref.create_leader_p50_ms, lj.create_leader_p50_ms, 2.0),
+        ("create via the leader, p90 ms", ref.create_leader_p90_ms, lj.create_leader_p90_ms, None),
+        (
+            "kill -9 -> new leader shown, median s",
+            median_or_nan(ref.leader_after_kill_s),
+            median_or_nan(lj.leader_after_kill_s),
+            1.0,
+        ),
+        (
+            "kill -9 -> create ok via survivor, median s",
+            median_or_nan(ref.create_after_kill_s),
+            median_or_nan(lj.create_after_kill_s),
+            1.0,
+        ),
+    )
+    for label, r, v, bound in rows:
+        ratio = _ratio(v, r)
+        goal = "" if bound is None else f"<= {bound:g}x: {'met' if ratio <= bound else 'NOT met'}"
+        print(f"{label:44s} {r:>10.2f} {v:>10.2f} {ratio:7.2f}  {goal}")
+    for kind, f in res.items():
+        runs = ", ".join(
+            f"{a:.2f}/{b:.2f}" for a, b in zip(f.leader_after_kill_s, f.create_after_kill_s, strict=True)
+        )
+        print(f"  {kind} runs (new leader / create ok, s): {runs}")
+
+
+def _pubsub_matrix(args: argparse.Namespace) -> None:
     args.sizes = [int(s) for s in str(args.sizes).split(",") if s]
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-cluster-") as tmp:
         results = {kind: _run_kind(Path(tmp), kind, args) for kind in KINDS}
@@ -118,7 +172,6 @@ def cluster_matrix(args: argparse.Namespace) -> int:
         )
     r, v = ref.request_us, lj.request_us
     print(f"{'request/reply across the route, median us':40s} {r:>12,.0f} {v:>12,.0f} {_ratio(v, r):7.2f}")
-    return 0
 
 
 def add_parser(sub: Any) -> None:
@@ -127,3 +180,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--sizes", default="128,1024", help="comma list of message sizes in bytes")
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--parts", default="pubsub,meta", help="pubsub (over a route), meta (creates, failover)")
+    p.add_argument("--creates", type=int, default=50, help="sequential creates per server measured")
+    p.add_argument(
+        "--failover-runs", type=int, default=3, help="kill -9 of the meta leader, fresh cluster each"
+    )

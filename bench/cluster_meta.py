@@ -1,0 +1,219 @@
+"""The meta group's figures for ``python -m bench cluster``: stream create latency and leader
+failover after kill -9, on three leafjet hubs and on three nats-server processes.
+
+Create latency: ``--creates`` sequential R1 file-stream creates (each a new name, the raw
+``$JS.API.STREAM.CREATE`` request of a stock nats-py client), through a server that is not the
+meta leader and through the leader; p50 and p90 of the round trip.
+
+Failover: SIGKILL the meta leader; t0 is the kill. Two times from t0, each run on a fresh
+cluster (``--failover-runs``, median):
+- *new leader*: a survivor's monitoring names another, live, leader (leafjet ``/raftz``, the
+  reference ``/jsz`` ``meta_cluster.leader``), polled every 50 ms;
+- *create ok*: a create succeeds through a survivor. A create is sent every 100 ms (a new name
+  each, each waiting up to 5 s), so a slow or lost attempt does not hide a later success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import statistics
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+
+from tests.support.cluster import Cluster
+from tests.support.jscluster import raftz, start_js_cluster
+from tests.support.servers import wait_until
+
+ATTEMPT_EVERY = 0.1
+ATTEMPT_TIMEOUT = 5.0
+FAILOVER_DEADLINE = 90.0
+
+
+@dataclass
+class MetaFigures:
+    create_follower_p50_ms: float
+    create_follower_p90_ms: float
+    create_leader_p50_ms: float
+    create_leader_p90_ms: float
+    leader_after_kill_s: list[float]
+    create_after_kill_s: list[float]
+
+
+def _jsz_meta_leader(c: Cluster, i: int) -> str | None:
+    try:
+        url = f"http://127.0.0.1:{c.nodes[i].http_port}/jsz"
+        with urllib.request.urlopen(url, timeout=2.0) as r:
+            meta = json.loads(r.read()).get("meta_cluster") or {}
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    leader = meta.get("leader")
+    return leader if isinstance(leader, str) and leader else None
+
+
+def meta_leader_seen_by(c: Cluster, i: int) -> str | None:
+    """The meta leader's name as server ``i``'s monitoring shows it (None: none known)."""
+    if c.kind == "leafjet":
+        z = raftz(c, i) or {}
+        leader = z.get("leader")
+        return leader if isinstance(leader, str) and leader else None
+    return _jsz_meta_leader(c, i)
+
+
+def _agreed_leader(c: Cluster, running: list[int]) -> int | None:
+    names = {meta_leader_seen_by(c, i) for i in running}
+    if len(names) != 1:
+        return None
+    name = names.pop()
+    return next((i for i in running if c.nodes[i].name == name), None)
+
+
+def _start(c: Cluster) -> None:
+    if c.kind == "leafjet":
+        start_js_cluster(c)
+    else:  # the reference: a store dir each
+        for i in range(c.size):
+            cfg = c.config(i)
+            cfg["jetstream"] = {"store_dir": str(c.workdir / c.nodes[i].name / "js")}
+            c.start_node(i, cfg)
+    c.wait_for_mesh(timeout=60)
+
+
+async def _create(nc: nats.NATS, name: str, timeout: float) -> dict[str, Any]:
+    body = {"name": name, "subjects": [f"bench.meta.{name}"], "storage": "file", "num_replicas": 1}
+    msg = await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(body).encode(), timeout=timeout)
+    out = json.loads(msg.data)
+    assert isinstance(out, dict)
+    return out
+
+
+async def _create_until_ok(nc: nats.NATS, prefix: str, deadline_s: float = 60.0) -> None:
+    """Creates until one succeeds (the meta group elected, every server registered)."""
+    deadline = time.monotonic() + deadline_s
+    n = 0
+    while True:
+        n += 1
+        try:
+            if "error" not in await _create(nc, f"{prefix}{n}", ATTEMPT_TIMEOUT):
+                return
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no stream create succeeded within {deadline_s}s")
+        await asyncio.sleep(0.2)
+
+
+async def _create_latencies(url: str, prefix: str, n: int) -> list[float]:
+    nc = await nats.connect(url)
+    try:
+        await _create_until_ok(nc, f"{prefix}W")
+        out = []
+        for k in range(n):
+            t0 = time.perf_counter()
+            resp = await _create(nc, f"{prefix}{k}", 30.0)
+            out.append(time.perf_counter() - t0)
+            if "error" in resp:
+                raise RuntimeError(f"create {prefix}{k}: {resp['error']}")
+        return out
+    finally:
+        await nc.close()
+
+
+async def _failover_once(c: Cluster, leader: int, survivor: int) -> tuple[float, float]:
+    nc = await nats.connect(c.url(survivor), max_reconnect_attempts=-1)
+    try:
+        await _create_until_ok(nc, "PRE")
+        others = [i for i in range(c.size) if i != leader]
+        old = c.nodes[leader].name
+        created = asyncio.Event()
+        created_at: list[float] = []
+
+        async def attempt(name: str) -> None:
+            try:
+                resp = await _create(nc, name, ATTEMPT_TIMEOUT)
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                return
+            if "error" not in resp and not created.is_set():
+                created_at.append(time.monotonic())
+                created.set()
+
+        async def new_leader() -> float:
+            def seen() -> bool:
+                names = {meta_leader_seen_by(c, i) for i in others}
+                return len(names) == 1 and (names - {None, old}) == names
+
+            while not await asyncio.to_thread(seen):
+                if time.monotonic() - t0 > FAILOVER_DEADLINE:
+                    raise TimeoutError("no new meta leader")
+                await asyncio.sleep(0.05)
+            return time.monotonic()
+
+        tag = secrets.token_hex(2).upper()
+        await asyncio.to_thread(c.stop, leader, kill=True)
+        t0 = time.monotonic()
+        leader_task = asyncio.ensure_future(new_leader())
+        tasks = []
+        k = 0
+        while not created.is_set():
+            if time.monotonic() - t0 > FAILOVER_DEADLINE:
+                raise TimeoutError("no create succeeded after the kill")
+            k += 1
+            tasks.append(asyncio.ensure_future(attempt(f"FO{tag}{k}")))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(created.wait(), ATTEMPT_EVERY)
+        leader_at = await leader_task
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return leader_at - t0, created_at[0] - t0
+    finally:
+        await nc.close()
+
+
+def run_meta(workdir: Path, kind: str, creates: int, failover_runs: int) -> MetaFigures:
+    follower_lat: list[float] = []
+    leader_lat: list[float] = []
+    after_kill: list[tuple[float, float]] = []
+    for r in range(max(1, failover_runs)):
+        c = Cluster(workdir / f"{kind}-{r}", kind, size=3)
+        try:
+            _start(c)
+            leader = wait_until(
+                lambda c=c: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader"
+            )
+            assert leader is not None
+            survivor = (leader + 1) % c.size
+            if r == 0 and creates > 0:
+                follower_lat = asyncio.run(_create_latencies(c.url(survivor), "CF", creates))
+                leader_lat = asyncio.run(_create_latencies(c.url(leader), "CL", creates))
+            if failover_runs > 0:
+                after_kill.append(asyncio.run(_failover_once(c, leader, survivor)))
+        finally:
+            c.close()
+
+    def pct(xs: list[float], q: float) -> float:
+        if not xs:
+            return float("nan")
+        s = sorted(xs)
+        return s[min(len(s) - 1, int(len(s) * q))] * 1e3
+
+    return MetaFigures(
+        pct(follower_lat, 0.5),
+        pct(follower_lat, 0.9),
+        pct(leader_lat, 0.5),
+        pct(leader_lat, 0.9),
+        [a for a, _ in after_kill],
+        [b for _, b in after_kill],
+    )
+
+
+def median_or_nan(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
