@@ -115,6 +115,12 @@ class RouteParser(_Parser):
         args = line.split()
         if 11 in line or 12 in line:
             args = _split_exact(line)
+        elif len(args) == 4 and line[:5] == b"RMSG ":
+            # the hot path, ``RMSG <acc> <subject> <size>``: the same checks as below, in short
+            size = _size(args[3])
+            if size > self.max_payload:
+                raise ProtocolError(MAX_PAYLOAD)
+            return (size, _text(args[1]), _text(args[2]), None, _NO_QUEUES, 0)
         if not args or line[0] <= 32:
             raise ProtocolError(UNKNOWN_OP)
         n = len(args)
@@ -211,6 +217,12 @@ def encode_rs_minus(account: str, subject: str, queue: str | None = None) -> byt
     if queue:
         return _bytes(f"RS- {account} {subject} {queue}\r\n")
     return _bytes(f"RS- {account} {subject}\r\n")
+
+
+def rmsg_head(account: str, subject: str) -> bytes:
+    """``RMSG <account> <subject> ``: what precedes the size of a plain RMSG (no reply, no queues,
+    no headers), so that a sender can encode it once per subject."""
+    return _bytes(f"RMSG {account} {subject} ")
 
 
 def encode_rmsg(

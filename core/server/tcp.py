@@ -182,6 +182,15 @@ async def listen(host: str, port: int, accept: Callable[[TcpStream], None]) -> a
     return await loop.create_server(lambda: _Protocol(accept), host, port, reuse_address=True)
 
 
+async def connect(host: str, port: int) -> TcpStream:
+    """Dial host:port: the same stream as an accepted connection's, for a connection this server
+    opens (a route) so that its reads and writes cost what a client's do (module docstring)."""
+    loop = asyncio.get_running_loop()
+    streams: list[TcpStream] = []
+    await loop.create_connection(lambda: _Protocol(streams.append), host, port)  # TCP_NODELAY is set
+    return streams[0]
+
+
 def peer_address(stream: Any) -> str:
     """``host:port`` of the other end of an accepted connection, for its name in logs and
     monitoring; ``?`` when the peer is already gone."""

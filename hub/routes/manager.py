@@ -203,7 +203,7 @@ class Routes:
         url = dialler.url
         try:
             with anyio.fail_after(max(self.config.auth_timeout, 1.0)):
-                stream = await anyio.connect_tcp(url.host, url.port)
+                stream = await tcp.connect(url.host, url.port)
         except TimeoutError:
             self._note(dialler, f"cannot reach {url.address}: timed out")
             return None

@@ -43,12 +43,14 @@ from core.protocol.route import (
     encode_rmsg,
     encode_rs_minus,
     encode_rs_plus,
+    rmsg_head,
 )
 from core.server.accounts import Account
 from core.server.connection import aclose_quietly
 from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
 from core.server.output import BufferedOutput
 from core.server.peer import PeerPinger, read_first_info
+from core.server.tcp import TcpStream
 from hub.routes.mesh import ROUTE_PROTOCOL, RouteEnds, RouteURL, local_prefixes
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("leafjet.route")
 
 _READ_SIZE = 65536
+_HEADS_MAX = 4096  # encoded RMSG heads kept per route and account
 ROUTE_FIELD = "leafjet_route"  # INFO/CONNECT: the route protocol version (a leafjet peer)
 PEERS_FIELD = "leafjet_peers"  # INFO: the routes the sender has, for gossip
 _ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_$-]+")
@@ -81,7 +84,7 @@ class AccountLink(LinkDelivery):
     """A route as one account's link: what the account announces and forwards goes out on the
     route with the account's name in the frame."""
 
-    __slots__ = ("account", "route")
+    __slots__ = ("_heads", "account", "route")
 
     kind = LinkKind.ROUTE
     echo = True
@@ -89,6 +92,9 @@ class AccountLink(LinkDelivery):
     def __init__(self, route: Route, account: Account) -> None:
         self.route = route
         self.account = account
+        # subject -> b"RMSG <account> <subject> ": the part of a plain RMSG that does not change
+        # from one message to the next on a subject, encoded once (bounded: cleared when full)
+        self._heads: dict[str, bytes] = {}
 
     @property
     def name(self) -> str:
@@ -105,7 +111,15 @@ class AccountLink(LinkDelivery):
         payload: bytes,
         queues: tuple[str, ...] = (),
     ) -> None:
-        self.route.forward(self.account.name, subject, reply, headers, payload, queues)
+        if reply is None and headers is None and not queues:  # the hot path: a plain message
+            head = self._heads.get(subject)
+            if head is None:
+                if len(self._heads) >= _HEADS_MAX:
+                    self._heads.clear()
+                head = self._heads[subject] = rmsg_head(self.account.name, subject)
+            self.route.forward_frame(subject, b"%b%d\r\n%b\r\n" % (head, len(payload), payload), len(payload))
+        else:
+            self.route.forward(self.account.name, subject, reply, headers, payload, queues)
 
 
 class Route(PeerPinger, BufferedOutput):
@@ -476,6 +490,20 @@ class Route(PeerPinger, BufferedOutput):
 
     # ------------------------------------------------------------------ outbound
 
+    def _write_through(self) -> bool:
+        """Hand what is buffered to the TCP transport now when it takes it without waiting, as a
+        client connection does: the writer task's wake-up per burst cost more than the write."""
+        stream = self.stream
+        out = self._out
+        if type(stream) is TcpStream and out:
+            data = b"".join(out) if len(out) > 1 else out[0]
+            if stream.try_send(data):
+                out.clear()
+                self._pending = 0
+                self._drained.set()
+                return True
+        return False
+
     def _send(self, data: bytes) -> None:
         if self.state in (RouteState.CLOSING, RouteState.CLOSED):
             return
@@ -510,6 +538,14 @@ class Route(PeerPinger, BufferedOutput):
             return
         self.out_msgs += 1
         self.out_bytes += len(payload) + (len(headers) if headers is not None else 0)
+
+    def forward_frame(self, subject: str, frame: bytes, size: int) -> None:
+        """``forward`` of a frame already encoded (``size``: its message bytes, for /routez)."""
+        if self.state is not RouteState.CONNECTED or subject.startswith(self._local):
+            return
+        if self._buffer_delivery(frame):
+            self.out_msgs += 1
+            self.out_bytes += size
 
     # ------------------------------------------------------------------ monitoring
 
