@@ -29,6 +29,7 @@ from typing import Any
 
 import nats
 
+from hub.meta.peers import peer_of
 from tests.support.cluster import Cluster
 from tests.support.jscluster import raftz, start_js_cluster
 from tests.support.servers import wait_until
@@ -62,9 +63,9 @@ def _jsz_meta_leader(c: Cluster, i: int) -> str | None:
 def meta_leader_seen_by(c: Cluster, i: int) -> str | None:
     """The meta leader's name as server ``i``'s monitoring shows it (None: none known)."""
     if c.kind == "leafjet":
-        z = raftz(c, i) or {}
-        leader = z.get("leader")
-        return leader if isinstance(leader, str) and leader else None
+        # by its peer id: "leader" is the name only once that server has registered with the group
+        peer = (raftz(c, i) or {}).get("leader_peer")
+        return next((n.name for n in c.nodes if peer and peer_of(n.name) == peer), None)
     return _jsz_meta_leader(c, i)
 
 
@@ -186,9 +187,13 @@ def run_meta(workdir: Path, kind: str, creates: int, failover_runs: int) -> Meta
         c = Cluster(workdir / f"{kind}-{r}", kind, size=3)
         try:
             _start(c)
-            leader = wait_until(
-                lambda c=c: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader"
-            )
+            try:
+                leader = wait_until(
+                    lambda c=c: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader"
+                )
+            except TimeoutError as e:
+                seen = [meta_leader_seen_by(c, i) for i in range(c.size)]
+                raise TimeoutError(f"{kind}: {e}; the servers name {seen}") from None
             assert leader is not None
             survivor = (leader + 1) % c.size
             if r == 0 and creates > 0:
