@@ -69,12 +69,13 @@ def meta_leader_seen_by(c: Cluster, i: int) -> str | None:
     return _jsz_meta_leader(c, i)
 
 
-def _agreed_leader(c: Cluster, running: list[int]) -> int | None:
+def _agreed_leader(c: Cluster, running: list[int]) -> tuple[int] | None:
+    """(index,) of the leader every running server names (a tuple: index 0 is a leader too)."""
     names = {meta_leader_seen_by(c, i) for i in running}
     if len(names) != 1:
         return None
     name = names.pop()
-    return next((i for i in running if c.nodes[i].name == name), None)
+    return next(((i,) for i in running if c.nodes[i].name == name), None)
 
 
 def _start(c: Cluster) -> None:
@@ -188,13 +189,14 @@ def run_meta(workdir: Path, kind: str, creates: int, failover_runs: int) -> Meta
         try:
             _start(c)
             try:
-                leader = wait_until(
+                agreed = wait_until(
                     lambda c=c: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader"
                 )
             except TimeoutError as e:
                 seen = [meta_leader_seen_by(c, i) for i in range(c.size)]
                 raise TimeoutError(f"{kind}: {e}; the servers name {seen}") from None
-            assert leader is not None
+            assert agreed is not None
+            leader = agreed[0]
             survivor = (leader + 1) % c.size
             if r == 0 and creates > 0:
                 follower_lat = asyncio.run(_create_latencies(c.url(survivor), "CF", creates))
