@@ -143,8 +143,10 @@ def run_leafjet_raft(workdir: Path, args: argparse.Namespace) -> RaftFigures:
     workdir.mkdir(parents=True, exist_ok=True)
     nodes = RaftProcesses(workdir)
     try:
-        leader = wait_until(lambda: nodes.leader(), 60, interval=0.1, what="a RAFT leader")
-        assert leader is not None
+        found = wait_until(  # (index,): node 0 leading is an answer too
+            lambda: None if (i := nodes.leader()) is None else (i,), 60, interval=0.1, what="a RAFT leader"
+        )
+        leader = found[0]
         out = nodes.call(leader, {"cmd": "sequential", "n": WARMUP, "size": args.size})
         if "error" in out:
             raise RuntimeError(out["error"])
@@ -181,7 +183,8 @@ def start_reference_js(c: Cluster, sync: str | None) -> None:
 
 
 async def create_r3_stream(url: str, name: str, subjects: list[str], deadline_s: float = 60.0) -> str:
-    """Create the R3 stream (again while the meta group has no leader yet); its leader's name."""
+    """Create the R3 stream (again while the meta group has no leader, or has not heard of every
+    server yet: 10005); its leader's name."""
     nc = await nats.connect(url)
     try:
         js = nc.jetstream(timeout=10)
@@ -193,7 +196,7 @@ async def create_r3_stream(url: str, name: str, subjects: list[str], deadline_s:
                 break
             except (nats.js.errors.APIError, nats.errors.TimeoutError, nats.errors.NoRespondersError) as e:
                 code = getattr(e, "err_code", None)
-                if time.monotonic() > deadline or (code is not None and code not in TRANSIENT):
+                if time.monotonic() > deadline or (code is not None and code not in (*TRANSIENT, 10005)):
                     raise
                 await asyncio.sleep(0.2)
         while True:

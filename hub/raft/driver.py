@@ -90,6 +90,7 @@ class RaftDriver:
             EVENT_QUEUE
         )
         self.dropped = 0
+        self._queued: list[_Proposal] = []  # data proposals taken since the last node.propose
 
     # ------------------------------------------------------------------ set-up
 
@@ -210,6 +211,10 @@ class RaftDriver:
     def _handle(self, event: Message | _Proposal | _Tick) -> None:
         node = self.node
         assert node is not None
+        if isinstance(event, _Proposal) and event.conf is None and not event.stepdown:
+            self._queued.append(event)  # proposed with the others queued now: one append message
+            return
+        self._propose_queued()  # in order: before anything else reaches the node
         if isinstance(event, _Tick):
             node.tick()
         elif isinstance(event, Message):
@@ -222,15 +227,36 @@ class RaftDriver:
                     event.result = (0, node.term)
                 elif event.conf is not None:
                     event.result = (node.propose_conf_change(event.conf), node.term)
-                else:
-                    event.result = (node.propose(event.data), node.term)
             except ProposalError as e:
                 event.error = e
             event.done.set()
 
+    def _propose_queued(self) -> None:
+        """The data proposals taken since the last call, as one ``node.propose``: the leader then
+        sends each follower one append for all of them instead of one per proposal. Each proposer
+        gets the index of its own last entry (or all the same error)."""
+        if not self._queued:
+            return
+        batch, self._queued = self._queued, []
+        node = self.node
+        assert node is not None
+        try:
+            last = node.propose([d for p in batch for d in p.data])
+        except ProposalError as e:
+            for p in batch:
+                p.error = e
+                p.done.set()
+            return
+        index = last - sum(len(p.data) for p in batch)
+        for p in batch:
+            index += len(p.data)
+            p.result = (index, node.term)
+            p.done.set()
+
     async def _process_ready(self) -> None:
         node = self.node
         assert node is not None
+        self._propose_queued()
         while (rd := node.ready()) is not None:
             before = (self.leader, self.role)
             if rd.must_sync:
