@@ -86,11 +86,11 @@ class RaftDriver:
         self._applied_terms: dict[int, int] = {}  # index -> term, for waiters (pruned as they go)
         self._waiters: dict[int, list[anyio.Event]] = {}
         self._changed = anyio.Event()  # set (and replaced) on every leader or applied change
+        self._queued: list[_Proposal] = []  # data proposals taken since the last node.propose
         self._send_events, self._events = anyio.create_memory_object_stream[Message | _Proposal | _Tick](
             EVENT_QUEUE
         )
         self.dropped = 0
-        self._queued: list[_Proposal] = []  # data proposals taken since the last node.propose
 
     # ------------------------------------------------------------------ set-up
 
