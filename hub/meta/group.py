@@ -111,6 +111,7 @@ class MetaGroup:
         self.reconciled = 0  # the applied index this server's streams were last brought in line with
         self._dirty = anyio.Event()
         self._reconciled_event = anyio.Event()
+        self._unanswered = 0  # founding: peers that did not answer whether they have a log
 
     @property
     def state(self) -> MetaState:
@@ -251,7 +252,14 @@ class MetaGroup:
         for name in sorted(names - {self.me}):
             try:
                 answer = await self.bus.request(peer_hex(node_id(name)), "LOG", {}, FOUNDING_ASK)
-            except (Unreachable, TimeoutError):
+            except (Unreachable, TimeoutError) as e:
+                self._unanswered += 1
+                if self._unanswered & (self._unanswered - 1) == 0:
+                    log.info(
+                        "meta group: waiting for %s to say whether it runs the group (%s)",
+                        name,
+                        "no route to it yet" if isinstance(e, Unreachable) else "no answer",
+                    )
                 return None
             # a server without this method answers an error: it tells nothing (treated as new)
             out[name] = {"has_log": bool(answer.get("has_log")), "voters": list(answer.get("voters") or [])}

@@ -23,7 +23,7 @@ from tests.support.servers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.anyio, pytest.mark.timeout(240)]
 
-SMALL_LOG = {"meta_snapshot_entries": 16, "meta_segment_bytes": 2048}
+SMALL_LOG = {"meta_snapshot_entries": 8, "meta_segment_bytes": 1024}
 
 
 def start_node(c: Cluster, i: int) -> None:
@@ -75,15 +75,15 @@ async def test_many_changes_compact_the_log_and_wiped_or_restarted_servers_catch
         leader = await anyio.to_thread.run_sync(leader_index, c)
         first = [await anyio.to_thread.run_sync(segments, c, i) for i in range(3)]
         nc = await nats.connect(c.url(leader))
-        for k in range(24):
+        for k in range(12):
             body = {"name": f"S{k}", "subjects": [f"s.{k}"]}
             r = await api_until(nc, f"$JS.API.STREAM.CREATE.S{k}", body, retry_on=(10008, 10005))
             assert "error" not in r, r
-        for k in range(0, 24, 2):
+        for k in range(0, 12, 2):
             assert (await api_until(nc, f"$JS.API.STREAM.DELETE.S{k}")).get("success")
         zs = await same_state_everywhere(c, "every server at one state, its tombstones dropped", tombstones=0)
         for i, z in enumerate(zs):
-            assert z["snapshots_taken"] >= 1 and z["snapshot_index"] > 16, z
+            assert z["snapshots_taken"] >= 1 and z["snapshot_index"] > 8, z
             now = await anyio.to_thread.run_sync(segments, c, i)
             assert not first[i] & now, f"server {i}: its first segments {first[i]} are still there"
 
@@ -91,7 +91,7 @@ async def test_many_changes_compact_the_log_and_wiped_or_restarted_servers_catch
         wiped = (leader + 1) % 3
         c.stop(wiped)
         await anyio.to_thread.run_sync(shutil.rmtree, c.workdir / c.nodes[wiped].name / "data")
-        for k in range(24, 32):
+        for k in range(12, 16):
             body = {"name": f"S{k}", "subjects": [f"s.{k}"]}
             assert "error" not in await api_until(nc, f"$JS.API.STREAM.CREATE.S{k}", body)
         await anyio.to_thread.run_sync(start_node, c, wiped)
@@ -110,7 +110,7 @@ async def test_many_changes_compact_the_log_and_wiped_or_restarted_servers_catch
             nci = await nats.connect(c.url(i))
             names.append(sorted((await api_until(nci, "$JS.API.STREAM.NAMES"))["streams"] or []))
             await nci.close()
-        want = sorted(f"S{k}" for k in range(1, 32) if k >= 24 or (k % 2 == 1 and k != 1))
+        want = sorted(f"S{k}" for k in range(1, 16) if k >= 12 or (k % 2 == 1 and k != 1))
         assert names == [want, want, want]
         await nc.close()
     finally:
