@@ -58,12 +58,12 @@ class MetaMachine:
         self._touched: set[tuple[str, str]] | None = None  # None: everything (a restore)
 
     def restore(self, snapshot: Snapshot) -> None:
-        self.state = MetaState.from_bytes(snapshot.data)
+        self.state = MetaState.from_snapshot(snapshot.data)
         self._touched = None
         self._changed()
 
     def snapshot(self) -> bytes:
-        return self.state.to_bytes()
+        return self.state.to_snapshot()
 
     def apply(self, entry: Entry) -> None:
         try:

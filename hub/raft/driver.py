@@ -39,7 +39,8 @@ class StateMachine(Protocol):
         """Replace the whole state with ``snapshot.data`` (b"": the empty state)."""
 
     def snapshot(self) -> bytes:
-        """The whole state as it is now (everything applied so far), for ``restore``."""
+        """The whole state as it is now (everything applied so far), for ``restore``. Called in
+        a worker thread while no entry is applied; it must only read."""
 
     def apply(self, entry: Entry) -> None:
         """Apply one committed NORMAL entry. Must not raise for a bad entry: log it and skip it
@@ -368,7 +369,11 @@ class RaftDriver:
         index = self.applied
         self._snapshot_base = index
         self._applied_bytes = 0
-        snap = Snapshot(node.snapshot_meta(index), self.machine.snapshot())
+        meta = node.snapshot_meta(index)
+        # in a worker thread (a large state takes a while to encode): only this task applies
+        # entries, and it waits here, so the state does not change meanwhile
+        data = await anyio.to_thread.run_sync(self.machine.snapshot)
+        snap = Snapshot(meta, data)
         try:
             await anyio.to_thread.run_sync(self.store.save_snapshot, snap)
         except OSError as e:

@@ -163,3 +163,16 @@ def test_the_digest_does_not_depend_on_the_order_things_were_added() -> None:
     assert a.to_bytes() != b.to_bytes() and a.digest() == b.digest()
     b.apply({"op": "remove", "account": "$G", "name": "A"})
     assert a.digest() != b.digest()
+
+
+def test_a_snapshot_is_compressed_and_plain_json_still_reads() -> None:
+    s = MetaState()
+    for k in range(200):
+        s.apply(_assign(f"STREAM{k}", "n1", k))
+    snap = s.to_snapshot()
+    assert len(snap) * 5 < len(s.to_bytes())
+    assert MetaState.from_snapshot(snap).digest() == s.digest()
+    assert MetaState.from_snapshot(s.to_bytes()).digest() == s.digest()
+    assert MetaState.from_snapshot(b"") == MetaState()
+    with pytest.raises(ValueError):
+        MetaState.from_snapshot(snap[:20])
