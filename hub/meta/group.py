@@ -228,8 +228,9 @@ class MetaGroup:
                 voters = max(existing, key=len)
                 if self.peer in voters:
                     log.warning(
-                        "meta group: this server has no meta log, but its peers run the group: its "
-                        "store was lost; rejoining with no vote until the leader has caught it up"
+                        "meta group: this server has no meta log, but its peers already run the "
+                        "group (its store was lost, or it started after they founded it): joining "
+                        "with no vote until the leader has caught it up"
                     )
                     return sorted(int(v, 16) for v in voters), True
                 refused += 1
