@@ -112,6 +112,7 @@ class MetaGroup:
         self._dirty = anyio.Event()
         self._reconciled_event = anyio.Event()
         self._unanswered = 0  # founding: peers that did not answer whether they have a log
+        self._digest: tuple[tuple[int, int], str] = ((-1, 0), "")
 
     @property
     def state(self) -> MetaState:
@@ -167,9 +168,17 @@ class MetaGroup:
                 "healthy": d.healthy,
                 "recovering": d.recovering,
                 "tombstones": len(self.state.tombstones),
-                "state_digest": self.state.digest(),
+                "state_digest": self._state_digest(),
             }
         }
+
+    def _state_digest(self) -> str:
+        """``MetaState.digest`` at the applied index, computed once per index (it encodes the
+        whole state; /raftz may be polled often)."""
+        at = (self.driver.applied, id(self.machine.state))
+        if self._digest[0] != at:
+            self._digest = (at, self.state.digest())
+        return self._digest[1]
 
     async def wait_reconciled(self, index: int) -> None:
         while self.reconciled < index:
@@ -195,8 +204,9 @@ class MetaGroup:
                 if self.node not in self.driver.voters:
                     log.error(
                         "meta group: server_name %s (peer %s) is not a voter of the meta group in "
-                        "this server's log: was server_name changed? This server takes no part in "
-                        "the meta group (the API answers 10008); the old name's vote is missing",
+                        "this server's log: was server_name changed? (or the server removed with "
+                        "SERVER.REMOVE) This server takes no part in the meta group (the API "
+                        "answers 10008); a renamed server's old vote is missing from the group",
                         self.me,
                         self.peer,
                     )
