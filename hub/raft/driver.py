@@ -75,6 +75,10 @@ class SnapshotPolicy:
     bytes: int = 4 << 20
 
 
+class RestoreFailed(Exception):
+    """The state machine could not take a snapshot (its bytes are not a state it can read)."""
+
+
 PERSIST_RETRY = (0.1, 5.0)  # first and longest pause before reopening the log after a disk error
 
 
@@ -139,7 +143,7 @@ class RaftDriver:
     def _start_node(self, loaded: Loaded, snapshot: Snapshot) -> None:
         """A node from what the store holds: the snapshot restored, the entries after it applied
         as the node reports them committed (a restart replays the tail)."""
-        self.machine.restore(snapshot)
+        self._restore(snapshot)
         self.applied = snapshot.index
         self._applied_terms.clear()
         self._snapshot_base = snapshot.index
@@ -262,7 +266,8 @@ class RaftDriver:
                 await self._process_ready_contained()
 
     async def _process_ready_contained(self) -> None:
-        """``_process_ready``, surviving a disk error. A Ready whose persisting failed was never
+        """``_process_ready``, surviving a disk error (or a snapshot the state machine cannot
+        read, handled alike). A Ready whose persisting failed was never
         sent, applied or advanced, and the node's memory may now be ahead of its disk, so the node
         is dropped and rebuilt from what the disk holds (what a restart of the process would do:
         RAFT's own recovery; nothing unpersisted was ever promised). Meanwhile this server takes
@@ -285,18 +290,22 @@ class RaftDriver:
                     reopen = False
                 await self._process_ready()
                 return
-            except (OSError, CorruptLog) as e:
+            except (OSError, CorruptLog, RestoreFailed) as e:
                 self.disk_failures += 1
                 if self.healthy:
                     self.healthy = False
                     self._notify()
                 if self.disk_failures & (self.disk_failures - 1) == 0:  # 1, 2, 4, ...: no log flood
+                    what = (
+                        str(e)
+                        if isinstance(e, RestoreFailed)
+                        else f"cannot {'reopen' if reopen else 'write'} its log: {e}"
+                    )
                     log.error(
-                        "raft %s: cannot %s its log: %s; this server stops taking part in the group "
-                        "and reopens the log from disk in %.1fs (failure %d)",
+                        "raft %s: %s; this server stops taking part in the group and reopens the "
+                        "log from disk in %.1fs (failure %d)",
                         self.group,
-                        "reopen" if reopen else "write",
-                        e,
+                        what,
                         delay,
                         self.disk_failures,
                     )
@@ -397,9 +406,15 @@ class RaftDriver:
         if rd.hard_state is not None:
             self.store.save_hard_state(rd.hard_state)
 
+    def _restore(self, snapshot: Snapshot) -> None:
+        try:
+            self.machine.restore(snapshot)
+        except Exception as e:  # a snapshot this state machine cannot read: this member stops
+            raise RestoreFailed(f"snapshot at {snapshot.index} cannot be restored: {e}") from e
+
     def _apply(self, rd: Ready) -> None:
         if rd.snapshot is not None:
-            self.machine.restore(rd.snapshot)
+            self._restore(rd.snapshot)
             self.applied = rd.snapshot.index
             self._applied_terms.clear()
             self._snapshot_base = rd.snapshot.index

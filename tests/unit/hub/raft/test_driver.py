@@ -16,7 +16,7 @@ from hub.meta.state import encode_op
 from hub.raft.driver import RaftDriver, SnapshotPolicy
 from hub.raft.files import OsFiles
 from hub.raft.log_store import SEGMENT_SUFFIX, LogStore
-from hub.raft.types import Role
+from hub.raft.types import Role, Snapshot
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -124,4 +124,49 @@ async def test_a_disk_error_while_persisting_is_contained_and_the_node_comes_bac
     driver.close()
     # the entry whose write failed was never acknowledged; what was is there
     assert ("A", "S0") in machine.state.streams or ("A", "S0") in machine.state.tombstones
+    assert ("A", "S1") in machine.state.streams
+
+
+class PickyMachine(MetaMachine):
+    """A state machine that cannot read any snapshot while ``refuse`` is set."""
+
+    refuse = False
+
+    def restore(self, snapshot: Snapshot) -> None:
+        if self.refuse:
+            raise ValueError("unreadable (injected)")
+        super().restore(snapshot)
+
+
+async def test_a_snapshot_the_machine_cannot_read_stops_only_this_member_until_it_can(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = FailingFiles(tmp_path)
+    machine = PickyMachine(lambda: None)
+    driver = RaftDriver(
+        "meta", NODE, LogStore(files, segment_bytes=512), machine, tick_interval=0.01, rng=random.Random(1)
+    )
+    assert driver.open([NODE])
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        await _until_leader(driver)
+        await _create(driver, 0)
+        # a write fails, and the reopened log's snapshot cannot be read either
+        files.failing = machine.refuse = True
+        with caplog.at_level(logging.ERROR, logger="leafjet.raft"):
+            await driver.propose([encode_op("remove", account="A", name="S0", created=0)])
+            with anyio.fail_after(20):
+                while driver.disk_failures < 2:
+                    await anyio.sleep(0.05)
+            files.failing = False
+            with anyio.fail_after(20):
+                while driver.disk_failures < 3:
+                    await anyio.sleep(0.05)
+        assert "cannot be restored: unreadable (injected)" in caplog.text
+        assert not driver.healthy and driver.leader == 0
+        machine.refuse = False
+        await _until_leader(driver)
+        await _create(driver, 1)
+        tg.cancel_scope.cancel()
+    driver.close()
     assert ("A", "S1") in machine.state.streams
