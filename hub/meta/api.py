@@ -376,6 +376,14 @@ class MetaApi:
             return {}
         if kind == "remove_server":
             return await self._remove_server(body)
+        if kind == "forget_tombstone":
+            account, name, created = str(body["account"]), str(body["name"]), int(body["created"])
+            if state.tombstones.get((account, name), ("", 0))[1] != created:
+                return {"index": group.driver.applied}  # already gone (or a newer incarnation's)
+            index = await self._commit(
+                encode_op("forget_tombstone", account=account, name=name, created=created)
+            )
+            return {"index": index}
         account, name = str(body["account"]), str(body["name"])
         existing = state.streams.get((account, name))
         if kind == "delete":
@@ -461,6 +469,8 @@ class MetaApi:
         if method == "FWD":
             await self._on_forward(body, msg)
             return None
+        if method == "LOG":  # a founding server asks whether the group already exists
+            return self.group.log_facts()
         if method == "SI":
             names = [str(n) for n in body.get("names") or []][: api.LIST_LIMIT]
             return {"infos": await self._local_infos(str(body.get("account")), names)}

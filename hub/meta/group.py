@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -26,10 +27,10 @@ from anyio.abc import TaskStatus
 from core.jetstream.models import StreamConfig
 from core.server.failures import describe_failure
 from hub.meta.api import MetaApi
-from hub.meta.bus import SYSTEM_ACCOUNT, Bus
+from hub.meta.bus import SYSTEM_ACCOUNT, Bus, Unreachable
 from hub.meta.peers import node_id, peer_hex
-from hub.meta.state import MetaState, decode_op
-from hub.raft.driver import RaftDriver
+from hub.meta.state import MetaState, StreamAssignment, decode_op
+from hub.raft.driver import RaftDriver, SnapshotPolicy
 from hub.raft.files import OsFiles
 from hub.raft.log_store import LogStore
 from hub.raft.types import NONE, Entry, Role, Snapshot
@@ -42,27 +43,47 @@ if TYPE_CHECKING:
 log = logging.getLogger("leafjet.meta")
 
 FOUNDING_POLL = 0.1
+FOUNDING_ASK = 2.0  # seconds a founding server waits for a peer to say whether it has a log
 REGISTER_RETRY = 1.0
 
 
 class MetaMachine:
-    """The RAFT state machine: the replicated ``MetaState``; tells the group when it changes."""
+    """The RAFT state machine: the replicated ``MetaState``; tells the group when it changes,
+    and which streams changed since the group last looked (``take_touched``), so that bringing
+    this server's streams in line costs what the change costs, not what the state holds."""
 
     def __init__(self, changed: Callable[[], None]) -> None:
         self.state = MetaState()
         self._changed = changed
+        self._touched: set[tuple[str, str]] | None = None  # None: everything (a restore)
 
     def restore(self, snapshot: Snapshot) -> None:
-        self.state = MetaState.from_bytes(snapshot.data)
+        self.state = MetaState.from_snapshot(snapshot.data)
+        self._touched = None
         self._changed()
+
+    def snapshot(self) -> bytes:
+        return self.state.to_snapshot()
 
     def apply(self, entry: Entry) -> None:
         try:
-            self.state.apply(decode_op(entry.data))
+            key = self.state.apply(decode_op(entry.data))
         except (ValueError, KeyError, TypeError) as e:
             log.error("meta group: skipping entry %d that cannot apply: %s", entry.index, e)
             return
+        if key is not None and self._touched is not None:
+            self._touched.add(key)
         self._changed()
+
+    def take_touched(self) -> set[tuple[str, str]] | None:
+        """The streams changed since the last call (None: look at all of them)."""
+        touched, self._touched = self._touched, set()
+        return touched
+
+    def touch(self, keys: set[tuple[str, str]]) -> None:
+        """Look at these again next time (their last attempt failed)."""
+        if self._touched is not None:
+            self._touched |= keys
 
 
 class MetaGroup:
@@ -76,13 +97,22 @@ class MetaGroup:
         self.peer = peer_hex(self.node)
         self.dir = store_dir / "jetstream" / SYSTEM_ACCOUNT / "_js_" / "_meta_"
         self.machine = MetaMachine(self._state_changed)
-        self.driver = RaftDriver("meta", self.node, LogStore(OsFiles(self.dir)), self.machine)
+        cluster = server.config.cluster
+        self.driver = RaftDriver(
+            "meta",
+            self.node,
+            LogStore(OsFiles(self.dir), segment_bytes=cluster.meta_segment_bytes),
+            self.machine,
+            snapshots=SnapshotPolicy(entries=cluster.meta_snapshot_entries),
+        )
         self.bus: Bus | None = None
         self.api = MetaApi(self)
         self.ready = False  # the log is open and the driver runs
         self.reconciled = 0  # the applied index this server's streams were last brought in line with
         self._dirty = anyio.Event()
         self._reconciled_event = anyio.Event()
+        self._unanswered = 0  # founding: peers that did not answer whether they have a log
+        self._digest: tuple[tuple[int, int], str] = ((-1, 0), "")
 
     @property
     def state(self) -> MetaState:
@@ -132,8 +162,23 @@ class MetaGroup:
                 },
                 "streams": len(self.state.streams),
                 "dropped_events": d.dropped,
+                "snapshot_index": d.node.log.snapshot.index if d.node is not None else 0,
+                "snapshots_taken": d.snapshots_taken,
+                "disk_failures": d.disk_failures,
+                "healthy": d.healthy,
+                "recovering": d.recovering,
+                "tombstones": len(self.state.tombstones),
+                "state_digest": self._state_digest(),
             }
         }
+
+    def _state_digest(self) -> str:
+        """``MetaState.digest`` at the applied index, computed once per index (it encodes the
+        whole state; /raftz may be polled often)."""
+        at = (self.driver.applied, id(self.machine.state))
+        if self._digest[0] != at:
+            self._digest = (at, self.state.digest())
+        return self._digest[1]
 
     async def wait_reconciled(self, index: int) -> None:
         while self.reconciled < index:
@@ -152,8 +197,19 @@ class MetaGroup:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(bus.serve, tg)
                 task_status.started()
-                founders = await self._founders_if_new()
-                await anyio.to_thread.run_sync(self.driver.open, founders)
+                founders, recovering = await self._founders_if_new()
+                await anyio.to_thread.run_sync(
+                    functools.partial(self.driver.open, founders, recovering=recovering)
+                )
+                if self.node not in self.driver.voters:
+                    log.error(
+                        "meta group: server_name %s (peer %s) is not a voter of the meta group in "
+                        "this server's log: was server_name changed? (or the server removed with "
+                        "SERVER.REMOVE) This server takes no part in the meta group (the API "
+                        "answers 10008); a renamed server's old vote is missing from the group",
+                        self.me,
+                        self.peer,
+                    )
                 self.driver.send = lambda m: bus.send_raft(peer_hex(m.dst), m)
                 await tg.start(self.driver.run)
                 self.ready = True
@@ -162,17 +218,74 @@ class MetaGroup:
                 tg.start_soon(self._reconcile_loop)
         finally:
             bus.close()
+            self.driver.close()
 
-    async def _founders_if_new(self) -> list[int] | None:
-        """None when the log exists; else the founding members, once the mesh is complete."""
+    async def _founders_if_new(self) -> tuple[list[int] | None, bool]:
+        """(None, False) when the log exists; else the founding members, once the mesh is
+        complete, and whether this server is *recovering*: its peers already run the group, so
+        its store was wiped (or it is new) and it must not vote before it has caught up."""
         if await anyio.to_thread.run_sync(_has_log, self.dir):
-            return None
+            return None, False
+        refused = 0
         while True:
             names = self._mesh_members()
-            if names is not None:
-                log.info("meta group: founding with %s", ", ".join(sorted(names)))
-                return sorted(node_id(n) for n in names)
-            await anyio.sleep(FOUNDING_POLL)
+            facts = await self._peer_logs(names) if names is not None else None
+            if names is not None and facts is not None:
+                existing = [set(f["voters"]) for f in facts.values() if f.get("has_log")]
+                if not existing:
+                    log.info("meta group: founding with %s", ", ".join(sorted(names)))
+                    return sorted(node_id(n) for n in names), False
+                voters = max(existing, key=len)
+                if self.peer in voters:
+                    log.warning(
+                        "meta group: this server has no meta log, but its peers already run the "
+                        "group (its store was lost, or it started after they founded it): joining "
+                        "with no vote until the leader has caught it up"
+                    )
+                    return sorted(int(v, 16) for v in voters), True
+                refused += 1
+                if refused & (refused - 1) == 0:  # 1, 2, 4, ...: no log flood
+                    log.error(
+                        "meta group: server_name %s (peer %s) is not a member of the meta group its "
+                        "peers run (%d members): a renamed or new server cannot join it yet; this "
+                        "server takes no part in the meta group (the API answers 10008)",
+                        self.me,
+                        self.peer,
+                        len(voters),
+                    )
+            await anyio.sleep(FOUNDING_POLL if refused == 0 else REGISTER_RETRY)
+
+    async def _peer_logs(self, names: set[str]) -> dict[str, dict[str, Any]] | None:
+        """What every other member says of its meta log (``log_facts``); None while one of them
+        does not answer."""
+        assert self.bus is not None
+        out: dict[str, dict[str, Any]] = {}
+        for name in sorted(names - {self.me}):
+            try:
+                answer = await self.bus.request(peer_hex(node_id(name)), "LOG", {}, FOUNDING_ASK)
+            except (Unreachable, TimeoutError) as e:
+                self._unanswered += 1
+                if self._unanswered & (self._unanswered - 1) == 0:
+                    log.info(
+                        "meta group: waiting for %s to say whether it runs the group (%s)",
+                        name,
+                        "no route to it yet" if isinstance(e, Unreachable) else "no answer",
+                    )
+                return None
+            # a server without this method answers an error: it tells nothing (treated as new)
+            out[name] = {"has_log": bool(answer.get("has_log")), "voters": list(answer.get("voters") or [])}
+        return out
+
+    def log_facts(self) -> dict[str, Any]:
+        """For a founding peer: whether this server's meta group has gone past its founding
+        (anything beyond the bootstrap snapshot), and its voters."""
+        d = self.driver
+        # the bootstrap snapshot is index 1, term 1: anything past it needed an election, so a
+        # quorum of servers that are not recovering exists (a server marked recovering because
+        # of this answer never blocks the group)
+        last = d.node.log.last_index() if d.node is not None else 0
+        grown = self.ready and (d.term > 1 or d.committed > 1 or last > 1)
+        return {"has_log": grown, "voters": sorted(peer_hex(v) for v in d.voters) if self.ready else []}
 
     def _mesh_members(self) -> set[str] | None:
         """This server and its peers, once every configured route leads to a live route (or
@@ -218,46 +331,89 @@ class MetaGroup:
                     await self.driver.changed()
             self._dirty = anyio.Event()
             index = self.driver.applied
-            await self._reconcile()
+            retry, done = await self._reconcile(self.machine.take_touched())
             self.reconciled = index
             self._reconciled_event.set()
             self._reconciled_event = anyio.Event()
+            # after the waiters are released: asking the leader may take a while
+            retry |= await self._forget_tombstones(done)
+            if retry:  # a failed stream or an unacknowledged tombstone: again a little later
+                self.machine.touch(retry)
+                with anyio.move_on_after(REGISTER_RETRY):
+                    await self.driver.changed()
+                self._dirty.set()
 
-    async def _reconcile(self) -> None:
+    async def _reconcile(
+        self, touched: set[tuple[str, str]] | None
+    ) -> tuple[set[tuple[str, str]], dict[tuple[str, str], int]]:
+        """Bring the streams placed here in line with the state: all of them (``touched`` is
+        None: after a start or a snapshot) or only the ones changed since the last pass. Returns
+        the streams to look at again later, and the tombstones whose work is done here."""
         state = self.state
-        for a in list(state.streams.values()):
-            if self.me not in a.servers:
+        keys = set(state.streams) | set(state.tombstones) if touched is None else touched
+        retry: set[tuple[str, str]] = set()
+        done: dict[tuple[str, str], int] = {}
+        for key in keys:
+            a = state.streams.get(key)
+            if a is not None:
+                if self.me in a.servers and not await self._apply_assignment(a):
+                    retry.add(key)
                 continue
-            ajs = self.js.accounts.get(a.account)
-            if ajs is None:
-                log.error(
-                    "stream %s/%s is assigned here, but this server has no such account", a.account, a.name
-                )
-                continue
+            tomb = state.tombstones.get(key)
+            if tomb is not None and tomb[0] == self.me:
+                if await self._apply_tombstone(key):
+                    done[key] = tomb[1]
+                else:
+                    retry.add(key)
+        return retry, done
+
+    async def _apply_assignment(self, a: StreamAssignment) -> bool:
+        """Create or update the stream placed here; False: to be tried again."""
+        ajs = self.js.accounts.get(a.account)
+        if ajs is None:
+            log.error("stream %s/%s is assigned here, but this server has no such account", a.account, a.name)
+            return True  # a config matter: looking again will not help
+        try:
+            cfg = StreamConfig.from_json(a.config, create=False, clustered=True)
+            local = ajs.streams.get(a.name)
+            if local is None:
+                await self.js.create_stream(ajs, cfg, created=a.created)
+                log.info("stream %s/%s: created here (meta assignment)", a.account, a.name)
+            elif local.config.to_json() != cfg.to_json():
+                await self.js.update_stream(ajs, local, cfg)
+        except Exception as e:  # that stream's failure only
+            log.error("stream %s/%s: cannot apply its assignment: %s", a.account, a.name, describe_failure(e))
+            return False
+        return True
+
+    async def _apply_tombstone(self, key: tuple[str, str]) -> bool:
+        """Delete the removed stream here (if it is here); False: to be tried again."""
+        account, name = key
+        ajs = self.js.accounts.get(account)
+        local = ajs.streams.get(name) if ajs is not None else None
+        if ajs is None or local is None:
+            return True
+        try:
+            await self.js.delete_stream(ajs, local)
+        except Exception as e:
+            log.error("stream %s/%s: cannot delete: %s", account, name, describe_failure(e))
+            return False
+        log.info("stream %s/%s: deleted here (meta removal)", account, name)
+        return True
+
+    async def _forget_tombstones(self, done: dict[tuple[str, str], int]) -> set[tuple[str, str]]:
+        """Have the leader drop tombstones whose removal is carried out here (the state then
+        stops growing with every delete); the ones not yet dropped are returned."""
+        left: set[tuple[str, str]] = set()
+        for (account, name), created in done.items():
             try:
-                cfg = StreamConfig.from_json(a.config, create=False, clustered=True)
-                local = ajs.streams.get(a.name)
-                if local is None:
-                    await self.js.create_stream(ajs, cfg, created=a.created)
-                    log.info("stream %s/%s: created here (meta assignment)", a.account, a.name)
-                elif local.config.to_json() != cfg.to_json():
-                    await self.js.update_stream(ajs, local, cfg)
-            except Exception as e:  # that stream's failure only
-                log.error(
-                    "stream %s/%s: cannot apply its assignment: %s", a.account, a.name, describe_failure(e)
+                await self.api.ask_leader(
+                    {"kind": "forget_tombstone", "account": account, "name": name, "created": created}
                 )
-        for (account, name), (server, _created) in list(state.tombstones.items()):
-            if server != self.me or (account, name) in state.streams:
-                continue
-            ajs = self.js.accounts.get(account)
-            local = ajs.streams.get(name) if ajs is not None else None
-            if ajs is None or local is None:
-                continue
-            try:
-                await self.js.delete_stream(ajs, local)
-                log.info("stream %s/%s: deleted here (meta removal)", account, name)
-            except Exception as e:
-                log.error("stream %s/%s: cannot delete: %s", account, name, describe_failure(e))
+            except Exception as e:  # no leader just now: the tombstone stays, tried again
+                log.debug("stream %s/%s: tombstone not yet forgotten: %s", account, name, describe_failure(e))
+                left.add((account, name))
+        return left
 
     def role(self) -> Role:
         return self.driver.role

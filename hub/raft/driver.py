@@ -14,6 +14,7 @@ that replaced it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import random
 from collections.abc import Callable, Iterable
@@ -23,7 +24,7 @@ from typing import Protocol
 import anyio
 from anyio.abc import TaskStatus
 
-from hub.raft.log_store import LogStore
+from hub.raft.log_store import CorruptLog, Loaded, LogStore
 from hub.raft.node import Config, Node, NotLeader, ProposalError, bootstrap_snapshot
 from hub.raft.types import NONE, ConfChange, Entry, EntryKind, Message, NodeId, Ready, Role, Snapshot
 
@@ -36,6 +37,10 @@ EVENT_QUEUE = 4096  # events waiting for the node's task (messages beyond it are
 class StateMachine(Protocol):
     def restore(self, snapshot: Snapshot) -> None:
         """Replace the whole state with ``snapshot.data`` (b"": the empty state)."""
+
+    def snapshot(self) -> bytes:
+        """The whole state as it is now (everything applied so far), for ``restore``. Called in
+        a worker thread while no entry is applied; it must only read."""
 
     def apply(self, entry: Entry) -> None:
         """Apply one committed NORMAL entry. Must not raise for a bad entry: log it and skip it
@@ -60,6 +65,23 @@ class _Tick:
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotPolicy:
+    """When the driver takes a local snapshot and compacts the log behind it: once this many
+    entries, or this many bytes of entries, were applied since the last snapshot (whichever comes
+    first). The reference snapshots its meta group past 8 MiB of log, at most every 30 s."""
+
+    entries: int = 4096
+    bytes: int = 4 << 20
+
+
+class RestoreFailed(Exception):
+    """The state machine could not take a snapshot (its bytes are not a state it can read)."""
+
+
+PERSIST_RETRY = (0.1, 5.0)  # first and longest pause before reopening the log after a disk error
+
+
 class RaftDriver:
     def __init__(
         self,
@@ -72,6 +94,7 @@ class RaftDriver:
         election_ticks: int = 15,
         heartbeat_ticks: int = 2,
         rng: random.Random | None = None,
+        snapshots: SnapshotPolicy | None = None,
     ) -> None:
         self.group = group
         self.id = node_id
@@ -91,33 +114,70 @@ class RaftDriver:
             EVENT_QUEUE
         )
         self.dropped = 0
+        self.snapshots = snapshots or SnapshotPolicy()
+        self._applied_bytes = 0  # bytes of entries applied since the last snapshot
+        self._snapshot_base = 0  # index of the last snapshot (or of the last try)
+        self.snapshots_taken = 0
+        self.disk_failures = 0  # Readys whose persisting failed (each one reopened the log)
+        self.healthy = True  # False from a disk failure until the log is open again
 
     # ------------------------------------------------------------------ set-up
 
-    def open(self, founders: Iterable[NodeId] | None) -> bool:
+    def open(self, founders: Iterable[NodeId] | None, *, recovering: bool = False) -> bool:
         """Load the log; a store never written takes the bootstrap snapshot of ``founders`` (when
-        given). Returns False when the store is empty and no founders are known yet."""
+        given). Returns False when the store is empty and no founders are known yet.
+        ``recovering``: the store is empty because this server lost it while the group went on
+        (hub/raft/DESIGN.md "Lost logs"); noted durably before anything else is written."""
         loaded = self.store.open()
         snapshot = loaded.snapshot
         if snapshot.index == 0 and not loaded.entries:
             if founders is None:
                 return False
+            if recovering:
+                self.store.mark_recovering(True)
+                loaded = dataclasses.replace(loaded, recovering=True)
             snapshot = bootstrap_snapshot(founders)
             self.store.save_snapshot(snapshot)
-        self.machine.restore(snapshot)
-        self.applied = snapshot.index
-        self.node = Node(self._config, self._rng, loaded.hard_state, snapshot, loaded.entries)
+        self._start_node(loaded, snapshot)
         return True
+
+    def _start_node(self, loaded: Loaded, snapshot: Snapshot) -> None:
+        """A node from what the store holds: the snapshot restored, the entries after it applied
+        as the node reports them committed (a restart replays the tail)."""
+        self._restore(snapshot)
+        self.applied = snapshot.index
+        self._applied_terms.clear()
+        self._snapshot_base = snapshot.index
+        self._applied_bytes = 0
+        self.node = Node(
+            self._config, self._rng, loaded.hard_state, snapshot, loaded.entries, recovering=loaded.recovering
+        )
+        if loaded.recovering:
+            log.warning(
+                "raft %s: this server lost its log: it neither votes nor campaigns until a leader "
+                "has caught it up",
+                self.group,
+            )
+
+    def close(self) -> None:
+        """After ``run`` has ended: release the event queue and the log's open files."""
+        self._send_events.close()
+        self._events.close()
+        close_files = getattr(self.store.files, "close", None)
+        if close_files is not None:
+            close_files()
 
     # ------------------------------------------------------------------ state for others
 
+    # a node whose disk failed knows no leader and leads nothing until its log is reopened
+
     @property
     def leader(self) -> NodeId:
-        return self.node.lead if self.node is not None else NONE
+        return self.node.lead if self.node is not None and self.healthy else NONE
 
     @property
     def role(self) -> Role:
-        return self.node.role if self.node is not None else Role.FOLLOWER
+        return self.node.role if self.node is not None and self.healthy else Role.FOLLOWER
 
     @property
     def term(self) -> int:
@@ -126,6 +186,10 @@ class RaftDriver:
     @property
     def voters(self) -> frozenset[NodeId]:
         return self.node.voters if self.node is not None else frozenset()
+
+    @property
+    def recovering(self) -> bool:
+        return self.node.recovering if self.node is not None else False
 
     @property
     def committed(self) -> int:
@@ -191,7 +255,7 @@ class RaftDriver:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._clock)
             task_status.started()
-            await self._process_ready()
+            await self._process_ready_contained()
             async for event in self._events:
                 self._handle(event)
                 # take whatever else is queued before doing the work: one fsync for all of it
@@ -200,7 +264,55 @@ class RaftDriver:
                         self._handle(self._events.receive_nowait())
                     except anyio.WouldBlock:
                         break
+                await self._process_ready_contained()
+
+    async def _process_ready_contained(self) -> None:
+        """``_process_ready``, surviving a disk error (or a snapshot the state machine cannot
+        read, handled alike). A Ready whose persisting failed was never
+        sent, applied or advanced, and the node's memory may now be ahead of its disk, so the node
+        is dropped and rebuilt from what the disk holds (what a restart of the process would do:
+        RAFT's own recovery; nothing unpersisted was ever promised). Meanwhile this server takes
+        no part in the group; the other members keep their quorum without it. The server and its
+        other work go on."""
+        delay = PERSIST_RETRY[0]
+        reopen = False
+        while True:
+            try:
+                if reopen:
+                    loaded = await anyio.to_thread.run_sync(self.store.open)
+                    self._start_node(loaded, loaded.snapshot)
+                    self.healthy = True
+                    self._notify()
+                    log.warning(
+                        "raft %s: log reopened after the disk error (applied %d); taking part again",
+                        self.group,
+                        self.applied,
+                    )
+                    reopen = False
                 await self._process_ready()
+                return
+            except (OSError, CorruptLog, RestoreFailed) as e:
+                self.disk_failures += 1
+                if self.healthy:
+                    self.healthy = False
+                    self._notify()
+                if self.disk_failures & (self.disk_failures - 1) == 0:  # 1, 2, 4, ...: no log flood
+                    what = (
+                        str(e)
+                        if isinstance(e, RestoreFailed)
+                        else f"cannot {'reopen' if reopen else 'write'} its log: {e}"
+                    )
+                    log.error(
+                        "raft %s: %s; this server stops taking part in the group and reopens the "
+                        "log from disk in %.1fs (failure %d)",
+                        self.group,
+                        what,
+                        delay,
+                        self.disk_failures,
+                    )
+                await anyio.sleep(delay)
+                delay = min(2 * delay, PERSIST_RETRY[1])
+                reopen = True
 
     async def _clock(self) -> None:
         while True:
@@ -268,11 +380,49 @@ class RaftDriver:
                     log.warning("raft %s: sending %s to %d failed: %s", self.group, m.type.name, m.dst, e)
             self._apply(rd)
             node.advance(rd)
+            if self.store.recovering and not node.recovering:
+                await anyio.to_thread.run_sync(self.store.mark_recovering, False)
+                log.info("raft %s: caught up with the leader at %d; voting again", self.group, self.applied)
+            await self._maybe_snapshot()
             soft = rd.soft_state
             if (soft.leader, soft.role) != before or rd.committed or rd.snapshot is not None:
                 self._notify()
             if rd.soft_state.leader != NONE and soft.role is Role.LEADER and before[1] is not Role.LEADER:
                 log.info("raft %s: this server leads, term %d", self.group, node.term)
+
+    async def _maybe_snapshot(self) -> None:
+        """Local compaction, in the order hub/raft/DESIGN.md gives: ``snapshot_meta`` -> the
+        snapshot saved durably -> ``node.compact`` -> ``store.compact`` (whole segments go).
+        A failure to save leaves the log as it was (only longer); it is tried again after as
+        many entries again."""
+        node = self.node
+        assert node is not None
+        policy = self.snapshots
+        due = self.applied - self._snapshot_base
+        if due <= 0 or (due < policy.entries and self._applied_bytes < policy.bytes):
+            return
+        index = self.applied
+        self._snapshot_base = index
+        self._applied_bytes = 0
+        meta = node.snapshot_meta(index)
+        # in a worker thread (a large state takes a while to encode): only this task applies
+        # entries, and it waits here, so the state does not change meanwhile
+        data = await anyio.to_thread.run_sync(self.machine.snapshot)
+        snap = Snapshot(meta, data)
+        try:
+            await anyio.to_thread.run_sync(self.store.save_snapshot, snap)
+        except OSError as e:
+            log.error(
+                "raft %s: cannot save a snapshot at %d (the log is not compacted): %s", self.group, index, e
+            )
+            return
+        node.compact(snap)
+        try:
+            await anyio.to_thread.run_sync(self.store.compact, index)
+        except OSError as e:  # the snapshot is saved: old segments left behind are dropped on open
+            log.error("raft %s: cannot delete log segments up to %d: %s", self.group, index, e)
+        self.snapshots_taken += 1
+        log.debug("raft %s: snapshot at %d, log compacted", self.group, index)
 
     def _persist(self, rd: Ready) -> None:
         if rd.snapshot is not None:
@@ -282,12 +432,21 @@ class RaftDriver:
         if rd.hard_state is not None:
             self.store.save_hard_state(rd.hard_state)
 
+    def _restore(self, snapshot: Snapshot) -> None:
+        try:
+            self.machine.restore(snapshot)
+        except Exception as e:  # a snapshot this state machine cannot read: this member stops
+            raise RestoreFailed(f"snapshot at {snapshot.index} cannot be restored: {e}") from e
+
     def _apply(self, rd: Ready) -> None:
         if rd.snapshot is not None:
-            self.machine.restore(rd.snapshot)
+            self._restore(rd.snapshot)
             self.applied = rd.snapshot.index
             self._applied_terms.clear()
+            self._snapshot_base = rd.snapshot.index
+            self._applied_bytes = 0
         for e in rd.committed:
+            self._applied_bytes += e.size()
             if e.kind is EntryKind.NORMAL:
                 try:
                     self.machine.apply(e)
@@ -303,4 +462,4 @@ class RaftDriver:
             self._applied_terms = {i: t for i, t in self._applied_terms.items() if i > floor}
 
 
-__all__ = ["NotLeader", "ProposalError", "RaftDriver", "StateMachine"]
+__all__ = ["NotLeader", "ProposalError", "RaftDriver", "SnapshotPolicy", "StateMachine"]

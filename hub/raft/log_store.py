@@ -35,6 +35,7 @@ _CRC = struct.Struct("<I")
 MAX_RECORD = 1 << 30
 HARD_STATE = "hardstate"
 SNAPSHOT = "snapshot"
+RECOVERING = "recovering"  # present while this server catches up after losing its log
 SEGMENT_SUFFIX = ".seg"
 
 
@@ -134,6 +135,7 @@ class Loaded:
     snapshot: Snapshot
     entries: list[Entry]
     torn_bytes: int  # bytes cut off the end of the newest segment
+    recovering: bool = False  # the RECOVERING marker is there
 
 
 def _segment_name(first: int) -> str:
@@ -150,11 +152,13 @@ class LogStore:
         self._segments: list[_Segment] = []
         self.snapshot = Snapshot()
         self.hard_state = HardState()
+        self.recovering = False
 
     # -- opening ---------------------------------------------------------------------------------
 
     def open(self) -> Loaded:
         names = self.files.list()
+        self.recovering = RECOVERING in names
         if HARD_STATE in names:
             self.hard_state = decode_hard_state(self.files.read(HARD_STATE))
         if SNAPSHOT in names:
@@ -191,7 +195,7 @@ class LogStore:
             seg.size = offset
             self._segments.append(seg)
         entries = self._reconcile_with_snapshot(entries)
-        return Loaded(self.hard_state, self.snapshot, entries, torn)
+        return Loaded(self.hard_state, self.snapshot, entries, torn, self.recovering)
 
     def _reconcile_with_snapshot(self, entries: list[Entry]) -> list[Entry]:
         snap = self.snapshot
@@ -274,6 +278,16 @@ class LogStore:
     def save_hard_state(self, hs: HardState) -> None:
         self.files.write_atomic(HARD_STATE, encode_hard_state(hs))
         self.hard_state = hs
+
+    def mark_recovering(self, on: bool) -> None:
+        """Durably note (or clear) that this server lost its log and is catching up: a restart
+        in the middle must not make it a voter again before it has caught up."""
+        if on:
+            self.files.write_atomic(RECOVERING, b"lost its log; catching up from the leader\n")
+        else:
+            self.files.remove(RECOVERING)
+            self.files.sync_dir()
+        self.recovering = on
 
     def save_snapshot(self, snap: Snapshot) -> None:
         """Persist a snapshot; entries it covers are deleted by ``compact`` (a local snapshot) or

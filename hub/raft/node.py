@@ -18,6 +18,7 @@ Safety rules this file keeps (hub/raft/DESIGN.md lists them all):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections.abc import Iterable, Sequence
@@ -122,8 +123,12 @@ class Node:
         hard_state: HardState | None = None,
         snapshot: Snapshot | None = None,
         entries: Sequence[Entry] = (),
+        *,
+        recovering: bool = False,
     ) -> None:
-        """Restart (or start) from what the driver's storage holds."""
+        """Restart (or start) from what the driver's storage holds. ``recovering``: this server
+        lost its log (its store was wiped while the group went on): until it has caught up with a
+        leader it neither votes nor campaigns, and tells the leader its log is short."""
         hard_state = hard_state or HardState()
         snapshot = snapshot or Snapshot()
         self.config = config
@@ -143,6 +148,7 @@ class Node:
         self.voters: frozenset[NodeId] = frozenset()
         self.conf_index = 0  # index of the newest configuration entry (0: the snapshot's)
         self._msgs: list[Message] = []
+        self.recovering = recovering
         # what the driver has been handed; on a restart that is exactly what storage holds
         self._prev_hard = HardState(self.term, self.vote, self.log.committed)
         self._prev_soft = SoftState(self.lead, self.role)
@@ -299,7 +305,7 @@ class Node:
         self.log.compact(snapshot)
 
     def promotable(self) -> bool:
-        return self.id in self.voters
+        return self.id in self.voters and not self.recovering
 
     def soft_state(self) -> SoftState:
         return self._soft_state()
@@ -397,7 +403,9 @@ class Node:
             self.vote == m.src or (self.vote == NONE and self.lead == NONE) or (pre and m.term > self.term)
         )
         resp = MsgType.PRE_VOTE_RESP if pre else MsgType.VOTE_RESP
-        if can_vote and self.log.is_up_to_date(m.index, m.log_term):
+        # a server that lost its log must not help elect a leader that lacks committed entries
+        # it once held (NATS #7038's idea): no vote until a leader has caught it up
+        if can_vote and not self.recovering and self.log.is_up_to_date(m.index, m.log_term):
             # a grant names the asked-for term; it is sent only after the vote is durable
             self._send(Message(resp, self.id, m.src, m.term))
             if not pre:
@@ -429,6 +437,9 @@ class Node:
             self._send(Message(MsgType.HEARTBEAT_RESP, self.id, m.src, self.term))
         else:
             self._handle_snapshot(m)
+        if self.recovering and m.type is MsgType.APPEND and self.log.committed >= m.commit > 0:
+            # it holds everything the leader had committed when it sent this: caught up
+            self.recovering = False
 
     def _handle_append(self, m: Message) -> None:
         log = self.log
@@ -489,6 +500,12 @@ class Node:
         if pr is None:
             return
         pr.recent_active = True
+        if m.lost and m.reject_hint < pr.match:
+            # its log is shorter than it once acknowledged (a wiped store): start over from what
+            # it has; it no longer counts toward commits beyond that
+            pr.match = m.reject_hint
+            pr.become_probe()
+            pr.next = m.reject_hint + 1
         if m.type is MsgType.APPEND_RESP:
             if m.reject:
                 if pr.maybe_decrease(m.index, m.reject_hint):
@@ -638,6 +655,9 @@ class Node:
         self.randomized_timeout = self._rng.randrange(e, 2 * e)
 
     def _send(self, m: Message) -> None:
+        if self.recovering and m.type in (MsgType.APPEND_RESP, MsgType.HEARTBEAT_RESP):
+            hint = m.reject_hint if m.reject else self.log.last_index()
+            m = dataclasses.replace(m, lost=True, reject_hint=hint)
         self._msgs.append(m)
 
     def _hard_state(self) -> HardState:

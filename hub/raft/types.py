@@ -107,7 +107,10 @@ class Message:
     - votes: ``index``/``log_term`` are the candidate's last entry;
     - APPEND: ``index``/``log_term`` name the entry preceding ``entries``; ``commit`` is the leader's;
     - APPEND_RESP: ``index`` is the last index now matching (success) or the rejected ``index``, with
-      ``reject_hint`` the follower's last index so the leader can skip back in one step.
+      ``reject_hint`` the follower's last index so the leader can skip back in one step;
+    - ``lost`` (APPEND_RESP, HEARTBEAT_RESP): the sender lost its log (a wiped store) and is catching
+      up; ``reject_hint`` is then its last index even on success, so a leader that believed it
+      matched further finds out (RAFT assumes a disk that never forgets; this is the exception).
     """
 
     type: MsgType
@@ -121,6 +124,7 @@ class Message:
     reject: bool = False
     reject_hint: int = 0
     snapshot: Snapshot | None = None
+    lost: bool = False
 
 
 class Role(enum.Enum):

@@ -264,6 +264,11 @@ class Routes:
             for dialler in self.diallers.values():
                 if dialler.url.key == _key(route.peer_url):
                     dialler.peer_id = route.peer_id
+        # the URL this route was dialled at leads to that peer too, even when the peer advertises
+        # another (behind a proxy or NAT); the meta group's founding waits on it
+        dialled = self.diallers.get(route.url.key) if route.url is not None else None
+        if dialled is not None:
+            dialled.peer_id = route.peer_id
         for other in list(self.routes.values()):
             if other is not route:
                 other.send_info(self.info(other, None))

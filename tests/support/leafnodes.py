@@ -148,7 +148,7 @@ def client_url(server: RunningServer, user: str, password: str) -> str:
     return f"nats://{user}:{password}@127.0.0.1:{server.port}"
 
 
-def start_node(kind: str, workdir: Path, name: str, node: Node, *, timeout: float = 15.0) -> RunningServer:
+def start_node(kind: str, workdir: Path, name: str, node: Node, *, timeout: float = 60.0) -> RunningServer:
     """Start ``node`` as a ``kind`` server; free ports are picked here, and picked again if a
     test running beside this one (pytest -n) took one in between."""
     for attempt in range(4):
@@ -225,7 +225,7 @@ def leaf_count(server: RunningServer) -> int:
     return int(z.get("leafnodes", 0)) if z else 0
 
 
-def wait_for_leaf_connected(server: RunningServer, n: int = 1, timeout: float = 15.0) -> dict[str, Any]:
+def wait_for_leaf_connected(server: RunningServer, n: int = 1, timeout: float = 30.0) -> dict[str, Any]:
     """Poll ``/leafz`` until the server reports exactly ``n`` leaf connections; the leafz."""
 
     def ready() -> dict[str, Any] | None:

@@ -159,7 +159,7 @@ def start_leafjet(
     workdir: Path,
     config: dict[str, Any] | None = None,
     *,
-    timeout: float = 15.0,
+    timeout: float = 60.0,
     extra_args: tuple[str, ...] = (),
     role: str = "agent",
 ) -> RunningServer:
@@ -226,7 +226,7 @@ def wait_for_output(
 
 
 def start_reference(
-    workdir: Path, config: dict[str, Any] | None = None, *, timeout: float = 15.0, jetstream: bool = False
+    workdir: Path, config: dict[str, Any] | None = None, *, timeout: float = 60.0, jetstream: bool = False
 ) -> RunningServer:
     if config and config.get("port"):
         return _start_reference(workdir, config, timeout=timeout, jetstream=jetstream)
@@ -242,7 +242,7 @@ def start_reference(
 
 
 def _start_reference(
-    workdir: Path, config: dict[str, Any] | None = None, *, timeout: float = 15.0, jetstream: bool = False
+    workdir: Path, config: dict[str, Any] | None = None, *, timeout: float = 60.0, jetstream: bool = False
 ) -> RunningServer:
     workdir.mkdir(parents=True, exist_ok=True)
     config = dict(config or {})

@@ -9,7 +9,7 @@ from hub.meta.group import MetaMachine
 from hub.meta.peers import node_id, peer_of
 from hub.meta.placement import NoPeers, place
 from hub.meta.state import MetaState, ServerEntry, decode_op, encode_op
-from hub.raft.types import Entry, EntryKind
+from hub.raft.types import Entry, EntryKind, Snapshot, SnapshotMeta
 
 SERVERS = [
     ServerEntry("n1", peer_of("n1"), ("az:1", "ssd"), "C"),
@@ -106,3 +106,73 @@ def test_an_entry_that_cannot_apply_is_skipped_and_changes_nothing(data: bytes) 
     machine = MetaMachine(lambda: changes.append(None))
     machine.apply(Entry(1, 2, EntryKind.NORMAL, data))
     assert machine.state == MetaState() and changes == []
+
+
+def _assign(name: str, server: str, created: int) -> dict[str, object]:
+    return {
+        "op": "assign",
+        "account": "$G",
+        "name": name,
+        "config": {},
+        "created": created,
+        "servers": [server],
+    }
+
+
+def test_tombstones_end_when_carried_out_or_their_server_is_removed() -> None:
+    s = MetaState()
+    for name, server, created in (("A", "n1", 1), ("B", "n2", 2), ("C", "n2", 3)):
+        s.apply(_assign(name, server, created))
+        s.apply({"op": "remove", "account": "$G", "name": name})
+    assert set(s.tombstones) == {("$G", "A"), ("$G", "B"), ("$G", "C")}
+    # a forget for another incarnation changes nothing; for this one it ends the tombstone
+    assert s.apply({"op": "forget_tombstone", "account": "$G", "name": "A", "created": 9}) == ("$G", "A")
+    assert ("$G", "A") in s.tombstones
+    s.apply({"op": "forget_tombstone", "account": "$G", "name": "A", "created": 1})
+    assert ("$G", "A") not in s.tombstones
+    s.apply({"op": "remove_server", "name": "n2"})
+    assert s.tombstones == {}
+
+
+def test_the_machine_reports_which_streams_changed_and_a_restore_means_all() -> None:
+    machine = MetaMachine(lambda: None)
+    assert machine.take_touched() is None  # never looked: everything
+    machine.apply(
+        Entry(
+            1,
+            2,
+            EntryKind.NORMAL,
+            encode_op("assign", **{k: v for k, v in _assign("A", "n1", 1).items() if k != "op"}),
+        )
+    )
+    machine.apply(Entry(1, 3, EntryKind.NORMAL, encode_op("server", name="n1", peer=peer_of("n1"))))
+    assert machine.take_touched() == {("$G", "A")}
+    assert machine.take_touched() == set()
+    snap = machine.snapshot()
+    again = MetaMachine(lambda: None)
+    again.restore(Snapshot(SnapshotMeta(3, 1, frozenset()), snap))
+    assert again.take_touched() is None and again.state.digest() == machine.state.digest()
+
+
+def test_the_digest_does_not_depend_on_the_order_things_were_added() -> None:
+    a, b = MetaState(), MetaState()
+    for x in ("A", "B"):
+        a.apply(_assign(x, "n1", 1))
+    for x in ("B", "A"):
+        b.apply(_assign(x, "n1", 1))
+    assert a.to_bytes() != b.to_bytes() and a.digest() == b.digest()
+    b.apply({"op": "remove", "account": "$G", "name": "A"})
+    assert a.digest() != b.digest()
+
+
+def test_a_snapshot_is_compressed_and_plain_json_still_reads() -> None:
+    s = MetaState()
+    for k in range(200):
+        s.apply(_assign(f"STREAM{k}", "n1", k))
+    snap = s.to_snapshot()
+    assert len(snap) * 5 < len(s.to_bytes())
+    assert MetaState.from_snapshot(snap).digest() == s.digest()
+    assert MetaState.from_snapshot(s.to_bytes()).digest() == s.digest()
+    assert MetaState.from_snapshot(b"") == MetaState()
+    with pytest.raises(ValueError):
+        MetaState.from_snapshot(snap[:20])

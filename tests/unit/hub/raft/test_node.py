@@ -281,3 +281,55 @@ def test_a_malformed_message_is_dropped_without_harm(bad: Message) -> None:
     n = node(2)
     n.step(bad)
     assert n.term == 1 and n.log.last_index() == 1 and flush(n) == []
+
+
+# -- a server that lost its log (a wiped store; hub/raft/DESIGN.md "Lost logs") -------------------
+
+
+def test_a_server_that_lost_its_log_gives_no_vote_to_a_stale_candidate() -> None:
+    """A and B hold a committed entry 2 that C lacks; B is wiped and rejoins empty. Granting C's
+    vote would elect a leader without entry 2 (C and B are a quorum): B must refuse."""
+    wiped = Node(
+        Config(2, election_ticks=10), random.Random(2), snapshot=bootstrap_snapshot(VOTERS), recovering=True
+    )
+    for kind in (MsgType.PRE_VOTE, MsgType.VOTE):
+        wiped.step(Message(kind, 3, 2, 2, index=1, log_term=1))
+    resps = sent(flush(wiped))
+    assert [m.type for m in resps] == [MsgType.PRE_VOTE_RESP, MsgType.VOTE_RESP]
+    assert all(m.reject for m in resps) and wiped.vote in (0, 3) and wiped.vote != 3
+    for _ in range(100):  # nor does it campaign itself
+        wiped.tick()
+    assert wiped.role is Role.FOLLOWER and not sent(flush(wiped), MsgType.PRE_VOTE)
+
+
+def test_a_lost_log_is_caught_up_by_the_leader_and_then_votes_again() -> None:
+    lead = node(1)
+    make_leader(lead)
+    lead.propose([b"a", b"b"])
+    flush(lead)
+    lead.step(Message(MsgType.APPEND_RESP, 2, 1, lead.term, index=lead.log.last_index()))
+    flush(lead)
+    assert lead.prs[2].match == lead.log.last_index() == 4 and lead.log.committed == 4
+    # node 2 is wiped: it answers a heartbeat from its (bootstrap-only) log, flagged as lost
+    wiped = Node(
+        Config(2, election_ticks=10), random.Random(2), snapshot=bootstrap_snapshot(VOTERS), recovering=True
+    )
+    wiped.step(Message(MsgType.HEARTBEAT, 1, 2, lead.term, commit=4))
+    (hb,) = sent(flush(wiped), MsgType.HEARTBEAT_RESP)
+    assert hb.lost and hb.reject_hint == 1
+    lead.step(hb)
+    assert lead.prs[2].match == 1  # no longer counted for what it lost
+    appends = sent(flush(lead), MsgType.APPEND)
+    to_wiped = [m for m in appends if m.dst == 2]
+    assert to_wiped and to_wiped[0].index == 1 and len(to_wiped[0].entries) == 3
+    wiped.step(to_wiped[0])
+    (ack,) = sent(flush(wiped), MsgType.APPEND_RESP)
+    assert not ack.reject and ack.index == 4
+    assert not wiped.recovering and wiped.log.committed == 4
+    lead.step(ack)
+    assert lead.prs[2].match == 4
+    # caught up: a voter again, which campaigns when its leader goes quiet
+    assert wiped.promotable()
+    for _ in range(30):
+        wiped.tick()
+    assert sent(flush(wiped), MsgType.PRE_VOTE)

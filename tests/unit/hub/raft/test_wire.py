@@ -29,6 +29,7 @@ messages = st.builds(
     reject=st.booleans(),
     reject_hint=u64,
     snapshot=st.none() | snapshots,
+    lost=st.booleans(),
 )
 
 

@@ -1,0 +1,152 @@
+"""The meta group under a network partition and after it, and a server whose ``server_name``
+changed, with three real leafjet processes (issue 22). Both are fault scenarios of half a
+minute or more, so ``chaos`` (run with ``-m chaos``); leafjet only (the reference's timers make
+the same scenario take minutes: a 4-9 s election timeout and a 10 s lost-quorum check).
+
+Partition: every route to server 2 runs through a TCP proxy (``tests/support/proxy.py``): it
+dials the others through P0 and P1, they dial it through P2, and each advertises its proxy, so
+gossip never offers a way around them. Cutting the three proxies leaves 0-1 (a majority, with
+its direct route) and 2 alone."""
+
+from __future__ import annotations
+
+import anyio
+import nats
+import pytest
+
+from tests.support.cluster import Cluster
+from tests.support.jscluster import api, api_until, err_code, meta_leader, raftz, start_js_node, until_true
+from tests.support.proxy import Proxy
+from tests.support.servers import wait_until
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.cluster,
+    pytest.mark.chaos,
+    pytest.mark.anyio,
+    pytest.mark.timeout(300),
+]
+
+FAST_REDIAL = {"connect_retry_max": "1s"}
+
+
+def _through_proxies(c: Cluster, proxies: list[Proxy]) -> list[dict]:
+    def via(j: int) -> str:
+        return f"nats-route://{proxies[j].address}"
+
+    return [
+        c.config(0, routes=[c.route_url(1), via(2)], advertise=proxies[0].address, **FAST_REDIAL),
+        c.config(1, routes=[c.route_url(0), via(2)], advertise=proxies[1].address, **FAST_REDIAL),
+        c.config(2, routes=[via(0), via(1)], advertise=proxies[2].address, **FAST_REDIAL),
+    ]
+
+
+async def _names(c: Cluster, i: int) -> list[str]:
+    nc = await nats.connect(c.url(i))
+    try:
+        return list((await api_until(nc, "$JS.API.STREAM.NAMES"))["streams"] or [])
+    finally:
+        await nc.close()
+
+
+async def test_a_partition_keeps_the_majority_serving_and_the_minority_catches_up(tmp_path):
+    c = Cluster(tmp_path, "leafjet", size=3)
+    proxies = [Proxy(("127.0.0.1", c.nodes[i].cluster_port)) for i in range(3)]
+    try:
+        configs = _through_proxies(c, proxies)
+        for i in range(3):
+            c.start_node(i, configs[i])
+        await anyio.to_thread.run_sync(c.wait_for_mesh)
+        await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: meta_leader(c, [0, 1, 2]), 60, interval=0.1, what="a meta leader")
+        )
+        majority = await nats.connect(c.url(0))
+        minority = await nats.connect(c.url(2))
+        for k in range(3):
+            body = {"name": f"BEFORE{k}", "subjects": [f"before.{k}"]}
+            r = await api_until(majority, f"$JS.API.STREAM.CREATE.BEFORE{k}", body, retry_on=(10008, 10005))
+            assert "error" not in r, r
+
+        for p in proxies:
+            p.cut()
+
+        # the majority keeps (or elects) a leader among itself and serves creates
+        await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: meta_leader(c, [0, 1]), 60, interval=0.1, what="a majority leader")
+        )
+        for k in range(3):
+            body = {"name": f"DURING{k}", "subjects": [f"during.{k}"]}
+            r = await api_until(majority, f"$JS.API.STREAM.CREATE.DURING{k}", body, retry_on=(10008, 10005))
+            assert "error" not in r and r["cluster"]["leader"] in (c.nodes[0].name, c.nodes[1].name), r
+
+        # the minority knows no leader and says so: 10008, not a hang
+        async def minority_has_no_leader() -> bool:
+            z = await anyio.to_thread.run_sync(raftz, c, 2)
+            return z is not None and not z["leader"] and z["role"] != "leader"
+
+        await until_true(minority_has_no_leader, 60, "server 2 to lose its leader")
+        r = await api(minority, "$JS.API.STREAM.CREATE.LONELY", {"name": "LONELY", "subjects": ["lonely"]})
+        assert err_code(r) == 10008, r
+
+        for p in proxies:
+            p.restore()
+
+        async def healed() -> bool:
+            zs = [await anyio.to_thread.run_sync(raftz, c, i) or {} for i in range(3)]
+            if any(not z.get("state_digest") or not z.get("leader") for z in zs):
+                return False
+            return len({(z["leader"], z["applied"], z["state_digest"]) for z in zs}) == 1
+
+        await until_true(healed, 90, "server 2 to rejoin with the same state")
+        want = sorted([f"BEFORE{k}" for k in range(3)] + [f"DURING{k}" for k in range(3)])
+        for i in range(3):
+            names = await _names(c, i)
+            assert sorted(names) == want, (i, names)  # each once; LONELY never assigned
+        # and the healed group takes changes from the former minority too
+        r = await api_until(minority, "$JS.API.STREAM.CREATE.AFTER", {"name": "AFTER", "subjects": ["after"]})
+        assert "error" not in r, r
+        await majority.close()
+        await minority.close()
+    finally:
+        c.close()
+        for p in proxies:
+            p.close()
+
+
+async def test_a_server_restarted_under_another_name_is_refused_clearly_and_the_rest_go_on(tmp_path):
+    c = Cluster(tmp_path, "leafjet", size=3)
+    try:
+        for i in range(3):
+            start_js_node(c, i)
+        await anyio.to_thread.run_sync(c.wait_for_mesh)
+        await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: meta_leader(c, [0, 1, 2]), 60, interval=0.1, what="a meta leader")
+        )
+        nc0 = await nats.connect(c.url(0))
+        r = await api_until(nc0, "$JS.API.STREAM.CREATE.KEEP", {"name": "KEEP", "subjects": ["keep"]})
+        assert "error" not in r, r
+
+        # server 2 comes back from the same store under a new name
+        c.stop(2)
+        cfg = c.config(2)
+        cfg["server_name"] = c.nodes[2].name + "-renamed"
+        c.start_node(2, cfg)
+        await anyio.to_thread.run_sync(
+            lambda: wait_until(
+                lambda: "was server_name changed?" in c.log(2),
+                60,
+                interval=0.1,
+                what="the renamed server's error",
+            )
+        )
+        nc2 = await nats.connect(c.url(2))
+        r = await api(nc2, "$JS.API.STREAM.CREATE.NEW", {"name": "NEW", "subjects": ["new"]})
+        assert err_code(r) == 10008, r
+        # the other two keep their quorum and their data
+        r = await api_until(nc0, "$JS.API.STREAM.CREATE.MORE", {"name": "MORE", "subjects": ["more"]})
+        assert "error" not in r, r
+        assert sorted(await _names(c, 1)) == ["KEEP", "MORE"]
+        await nc0.close()
+        await nc2.close()
+    finally:
+        c.close()

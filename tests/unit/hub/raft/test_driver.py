@@ -1,0 +1,172 @@
+"""The anyio driver on a real log directory, one voter (it elects itself): local snapshots compact
+the log (segment files go), a restart loads the snapshot plus the tail, and a disk error while
+persisting ends neither the driver nor the process (the node is rebuilt from the disk)."""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hub.meta.group import MetaMachine
+from hub.meta.state import encode_op
+from hub.raft.driver import RaftDriver, SnapshotPolicy
+from hub.raft.files import OsFiles
+from hub.raft.log_store import SEGMENT_SUFFIX, LogStore
+from hub.raft.types import Role, Snapshot
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+NODE = 7
+
+
+class FailingFiles(OsFiles):
+    """A real directory whose appends fail (ENOSPC) while ``failing`` is set."""
+
+    failing = False
+
+    def append(self, name: str, data: bytes) -> None:
+        if self.failing:
+            raise OSError(28, "No space left on device (injected)")
+        super().append(name, data)
+
+
+def _driver(d: Path, files: OsFiles | None = None, every: int = 10) -> tuple[RaftDriver, MetaMachine]:
+    machine = MetaMachine(lambda: None)
+    store = LogStore(files or OsFiles(d), segment_bytes=512)
+    driver = RaftDriver(
+        "meta",
+        NODE,
+        store,
+        machine,
+        tick_interval=0.01,
+        rng=random.Random(1),
+        snapshots=SnapshotPolicy(every),
+    )
+    assert driver.open([NODE])
+    return driver, machine
+
+
+async def _until_leader(driver: RaftDriver) -> None:
+    with anyio.fail_after(20):
+        while driver.role is not Role.LEADER:
+            await driver.changed()
+
+
+async def _create(driver: RaftDriver, i: int) -> None:
+    op = encode_op("assign", account="A", name=f"S{i}", config={"name": f"S{i}"}, created=i, servers=["n1"])
+    index, term = await driver.propose([op])
+    assert await driver.wait_applied(index) == term
+
+
+def _segments(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
+
+
+async def test_snapshots_compact_the_log_and_a_restart_loads_snapshot_plus_tail(tmp_path: Path) -> None:
+    driver, machine = _driver(tmp_path)
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        await _until_leader(driver)
+        await _create(driver, 0)
+        first_segments = _segments(tmp_path)
+        for i in range(1, 60):
+            await _create(driver, i)
+            if i % 3 == 0:
+                op = encode_op("remove", account="A", name=f"S{i}", created=i)
+                index, _ = await driver.propose([op])
+                await driver.wait_applied(index)
+        tg.cancel_scope.cancel()
+    driver.close()
+    assert driver.snapshots_taken >= 5
+    assert driver.node is not None and driver.node.log.snapshot.index > 50
+    assert not set(first_segments) & set(_segments(tmp_path)), "old segments were not deleted"
+    want = machine.state.to_bytes()
+    assert len(machine.state.streams) == 41 and len(machine.state.tombstones) == 19
+
+    again, machine2 = _driver(tmp_path)  # a restart: the snapshot, then the tail once committed
+    async with anyio.create_task_group() as tg:
+        await tg.start(again.run)
+        await _until_leader(again)
+        with anyio.fail_after(20):
+            while again.applied < driver.applied:
+                await again.changed()
+        tg.cancel_scope.cancel()
+    again.close()
+    assert machine2.state.to_bytes() == want
+
+
+async def test_a_disk_error_while_persisting_is_contained_and_the_node_comes_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = FailingFiles(tmp_path)
+    driver, machine = _driver(tmp_path, files)
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        await _until_leader(driver)
+        await _create(driver, 0)
+        files.failing = True
+        with caplog.at_level(logging.ERROR, logger="leafjet.raft"):
+            await driver.propose([encode_op("remove", account="A", name="S0", created=0)])
+            with anyio.fail_after(20):
+                while driver.healthy:
+                    await driver.changed()
+        assert "cannot write its log" in caplog.text and "No space left" in caplog.text
+        assert driver.disk_failures >= 1
+        files.failing = False
+        await _until_leader(driver)  # reopened from disk, elected again
+        assert driver.healthy
+        await _create(driver, 1)
+        tg.cancel_scope.cancel()
+    driver.close()
+    # the entry whose write failed was never acknowledged; what was is there
+    assert ("A", "S0") in machine.state.streams or ("A", "S0") in machine.state.tombstones
+    assert ("A", "S1") in machine.state.streams
+
+
+class PickyMachine(MetaMachine):
+    """A state machine that cannot read any snapshot while ``refuse`` is set."""
+
+    refuse = False
+
+    def restore(self, snapshot: Snapshot) -> None:
+        if self.refuse:
+            raise ValueError("unreadable (injected)")
+        super().restore(snapshot)
+
+
+async def test_a_snapshot_the_machine_cannot_read_stops_only_this_member_until_it_can(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    files = FailingFiles(tmp_path)
+    machine = PickyMachine(lambda: None)
+    driver = RaftDriver(
+        "meta", NODE, LogStore(files, segment_bytes=512), machine, tick_interval=0.01, rng=random.Random(1)
+    )
+    assert driver.open([NODE])
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        await _until_leader(driver)
+        await _create(driver, 0)
+        # a write fails, and the reopened log's snapshot cannot be read either
+        files.failing = machine.refuse = True
+        with caplog.at_level(logging.ERROR, logger="leafjet.raft"):
+            await driver.propose([encode_op("remove", account="A", name="S0", created=0)])
+            with anyio.fail_after(20):
+                while driver.disk_failures < 2:
+                    await anyio.sleep(0.05)
+            files.failing = False
+            with anyio.fail_after(20):
+                while driver.disk_failures < 3:
+                    await anyio.sleep(0.05)
+        assert "cannot be restored: unreadable (injected)" in caplog.text
+        assert not driver.healthy and driver.leader == 0
+        machine.refuse = False
+        await _until_leader(driver)
+        await _create(driver, 1)
+        tg.cancel_scope.cancel()
+    driver.close()
+    assert ("A", "S1") in machine.state.streams
