@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -491,7 +492,7 @@ class JetStream:
                 await store.apply([PurgeOp(up_to_seq=cfg.first_seq), SetMetaOp(FIRST_SEQ_SET_KEY, b"1")])
             created = created or time.time_ns()
             if cfg.storage != "memory":
-                _write_atomic(d / "stream.json", {"config": cfg.to_json(), "created": created})
+                await _write_atomic(d / "stream.json", {"config": cfg.to_json(), "created": created})
             stream = await self._start_stream(ajs, cfg, store, created)
         except BaseException as e:
             # The stream was never announced: nothing of it may stay behind (its store's
@@ -518,7 +519,7 @@ class JetStream:
 
     async def update_stream(self, ajs: AccountJetStream, stream: Stream, cfg: StreamConfig) -> None:
         if cfg.storage != "memory":
-            _write_atomic(
+            await _write_atomic(
                 ajs.root / cfg.name / "stream.json", {"config": cfg.to_json(), "created": stream.created_ns}
             )
         await stream.reconfigure(cfg)
@@ -611,10 +612,17 @@ def _api_path(subject: str, domain: str | None) -> list[str]:
     return tokens[3:]  # $JS.<domain>.API.…
 
 
-def _write_atomic(path: Path, body: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
+async def _write_atomic(path: Path, body: dict[str, Any]) -> None:
+    """``body`` as ``path``, whole or not at all, durably; the two fsyncs run in a worker thread
+    (on a busy disk they take milliseconds, which the event loop's other clients must not wait)."""
+    await anyio.to_thread.run_sync(_write_atomic_sync, path, json.dumps(body))
+
+
+def _write_atomic_sync(path: Path, text: str) -> None:
+    # a temporary name of this writer's own, so two writers never share a half-written file
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
     with open(tmp, "w") as f:
-        json.dump(body, f)
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
