@@ -173,10 +173,10 @@ class BulkSourceWorker(SourceWorker):
             await self._settle_last()
 
     async def _store_batches(self, receive: MemoryObjectReceiveStream[list[Delivery]]) -> None:
-        """The writer: stores what the reader queued, everything queued at once (one
-        transaction), so the batches grow while a commit (an fsync) takes long. A batch is
-        submitted only after the one before it committed (``_flush``), and the last one is
-        settled when nothing more is queued, so ``committed`` catches up when idle."""
+        """The writer: stores what the reader queued, everything queued at once, so the batches
+        grow while the store is busy. Up to PIPELINE_DEPTH batches are in flight (``_flush``:
+        each commits only if the one before it did), and they are settled when nothing more is
+        queued, so ``committed`` catches up when idle."""
         async with receive:
             async for batch in receive:
                 while len(batch) < MERGE_MAX_MSGS:
@@ -185,7 +185,7 @@ class BulkSourceWorker(SourceWorker):
                     except anyio.WouldBlock:
                         break
                 await self._flush(batch)
-                if self._flight is not None and receive.statistics().current_buffer_used == 0:
+                if self._flights and receive.statistics().current_buffer_used == 0:
                     await self._settle()
 
     async def _reply(self, rx: _Receiver, pending: str, wait: float, probe: bool) -> InboundMsg:
@@ -243,6 +243,7 @@ class BulkSourceWorker(SourceWorker):
             raise _Recreate("upstream recreated")
         if self.reset:  # the upstream is another stream now: its sequences start over
             self.sseq = self.committed = 0
+            self._stored = None  # what is stored is the old upstream's position
             self.reset = False
         self.ident = ident
         try:

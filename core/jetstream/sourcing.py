@@ -31,6 +31,7 @@ import logging
 import random
 import secrets
 import time
+from collections import deque
 from collections.abc import Mapping
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -79,6 +80,10 @@ LOG_REPEAT = 60.0  # s: the same failure logged again within this goes to the de
 
 MAX_BATCH = 1024  # deliveries stored per transaction
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+# A source's batches submitted to the store and not settled yet: each one after the first is
+# conditional on the one before it having committed (SourcePosOp.expect), so they commit back
+# to back without a round trip to the event loop between the commits.
+PIPELINE_DEPTH = 4
 INBOX_CAPACITY = 65536  # past it a delivery is dropped: a dseq gap, and the consumer is recreated
 
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -303,8 +308,13 @@ class SourceWorker:
         self.state = SourceState.WAITING
         self._kick = anyio.Event()
         self._kicked = False
-        self._flight: _Flight | None = None  # the submitted batch, committing (_flush, _settle)
-        self._flight_last = 0  # its last upstream sequence
+        # the submitted batches, committing, oldest first, each with its last upstream sequence
+        # (the position it writes): _flush, _settle
+        self._flights: deque[tuple[_Flight, int]] = deque()
+        # The position the store holds for this source, as far as the worker knows; None after
+        # the upstream was made again (sequences start over, and a new position may equal the
+        # old one) until a batch commits. Batches are pipelined only while it is known.
+        self._stored: int | None = position
         # Durable sourcing (ADR-60): the upstream consumer that is asked to RESET instead of
         # being created again, and the deliver subject it keeps. A user's (``consumer`` in the
         # config) from the start; otherwise the one an Interest or WorkQueue upstream made
@@ -710,6 +720,7 @@ class SourceWorker:
         ident = slice_header(resp.headers, STREAM_IDENTITY) if resp.headers else None
         if self.reset or (ident and self.ident and ident != self.ident):
             self.sseq = 0
+            self._stored = None
         self.reset = False
         self.ident = ident or ""
         if delivered > self.sseq:
@@ -721,7 +732,7 @@ class SourceWorker:
         pending = early
         while True:
             if not pending:
-                if self._flight is not None:  # nothing more yet: let what was read commit
+                if self._flights:  # nothing more yet: let what was read commit
                     try:
                         pending = [inbox.receive_nowait()]
                     except (anyio.WouldBlock, anyio.EndOfStream):
@@ -819,27 +830,46 @@ class SourceWorker:
         return Delivery(ack.sseq, subject, sourced_headers(m.headers, value), m.payload, ack.ts)
 
     async def _flush(self, batch: list[Delivery]) -> None:
-        """Submit the batch; its commit is waited for by the next batch's submit (pipelined:
-        the next batch is read and decided while this one commits), by ``_settle``."""
+        """Submit the batch; its commit is waited for later (pipelined: the next batches are read,
+        decided and submitted while this one commits), by ``_settle``. Up to PIPELINE_DEPTH
+        batches are in flight; each one expects the position the one before it writes, so the
+        store refuses it if that one failed (core/jetstream/DESIGN.md). While the stored
+        position is not known, a batch is submitted only after the one before it committed."""
         if not batch:
             return
-        before = self._settle if self._flight is not None else None
-        taken, refusal, flight = await self.stream.submit_sourced(self.iname, batch, before)
+        while len(self._flights) >= PIPELINE_DEPTH:
+            await self._settle_oldest()
+        before, after = None, None
+        if self._flights:
+            if self._stored is not None:
+                after = self._flights[-1][1]
+            else:
+                before = self._settle
+        taken, refusal, flight = await self.stream.submit_sourced(self.iname, batch, before, after)
         if flight is not None:
-            self._flight, self._flight_last = flight, batch[taken - 1].sseq
+            self._flights.append((flight, batch[taken - 1].sseq))
         if refusal is not None:
             await self._settle()
             raise _Recreate(f"stream refused upstream sequence {batch[taken].sseq}", error=refusal)
 
-    async def _settle(self) -> None:
-        """Wait until the submitted batch committed (``committed`` moves to its last upstream
-        sequence); raises StoreError when it did not."""
-        flight = self._flight
-        if flight is None:
-            return
-        self._flight = None
+    async def _settle_oldest(self) -> None:
+        """Wait until the oldest batch in flight committed (``committed`` moves to its last
+        upstream sequence); raises StoreError when it did not."""
+        flight, last = self._flights.popleft()
         await self.stream.settle_sourced(flight)
-        self.committed = self._flight_last
+        self.committed = self._stored = last
+
+    async def _settle(self) -> None:
+        """Wait until every submitted batch committed; raises the first one's StoreError when
+        one did not (the ones after it were refused: they expected its position)."""
+        first: StoreError | None = None
+        while self._flights:
+            try:
+                await self._settle_oldest()
+            except StoreError as e:
+                first = first or e
+        if first is not None:
+            raise first
 
     async def _settle_last(self) -> None:
         """At the end of an attempt: settle what is in flight; its failure is the source's error."""

@@ -43,6 +43,7 @@ from core.store.api import (
     ExpireOp,
     InvalidOperation,
     Op,
+    PositionMismatch,
     PurgeOp,
     SetMetaOp,
     SkipOp,
@@ -205,7 +206,8 @@ class Stream:
         self._closed = False
         # the pipeline: batches admitted but not yet answered, and the state they predict
         self._inflight = 0
-        self._sourced_flights: set[_Flight] = set()  # submit_sourced's, not yet settled
+        # submit_sourced's, not yet settled, in submission order (a drain settles them so)
+        self._sourced_flights: dict[_Flight, None] = {}
         self._idle = asyncio.Event()
         self._idle.set()
         self._predicted: _Running | None = None
@@ -631,11 +633,7 @@ class Stream:
 
     async def _admit(self, batch: list[InboundMsg]) -> _Flight:
         """Decide a batch (under the stream lock) and record the state it predicts."""
-        if self._inflight == 0 or self._predicted is None:
-            st = await self.state()
-            run = _Running(msgs=st.msgs, bytes=st.bytes, last_seq=st.last_seq, last_msg_id=self._last_msg_id)
-        else:
-            run = self._predicted
+        run = await self._running()
         plan = _Batch()
         if not self._closed:
             plain = self._plain_publishes_ok()
@@ -664,14 +662,29 @@ class Stream:
                     # that publisher gets an error, the batch goes on.
                     log.exception("stream %s: deciding a publish on %s failed", self.name, msg.subject)
                     plan.outcomes.append((msg.reply, api_error("JSStreamStoreFailedF", err=str(e))))
-            cfg = self.config
             self._trim_now(plan)
-            if cfg.discard == "old" and 0 < cfg.max_msgs < run.msgs:
-                # max_msgs goes into the batch's own transaction: one commit (one fsync) per
-                # batch, not a second one after it to drop the oldest.
-                plan.ops.append(PurgeOp(keep=cfg.max_msgs))
-                run.msgs = cfg.max_msgs
-                plan.removes = True
+            self._trim_max_msgs(plan, run)
+        return self._admitted(plan, run)
+
+    async def _running(self) -> _Running:
+        """The state a batch is decided against: what the batches in flight predict, or the
+        committed state when none is."""
+        if self._inflight == 0 or self._predicted is None:
+            st = await self.state()
+            return _Running(msgs=st.msgs, bytes=st.bytes, last_seq=st.last_seq, last_msg_id=self._last_msg_id)
+        return self._predicted
+
+    def _trim_max_msgs(self, plan: _Batch, run: _Running) -> None:
+        cfg = self.config
+        if cfg.discard == "old" and 0 < cfg.max_msgs < run.msgs:
+            # max_msgs goes into the batch's own transaction: one commit (one fsync) per
+            # batch, not a second one after it to drop the oldest.
+            plan.ops.append(PurgeOp(keep=cfg.max_msgs))
+            run.msgs = cfg.max_msgs
+            plan.removes = True
+
+    def _admitted(self, plan: _Batch, run: _Running) -> _Flight:
+        """A decided batch joins the pipeline: later batches are decided against what it predicts."""
         self._predicted = run
         # Later batches must see this batch's ids as duplicates even before it commits. An id
         # seen again (after its window) moves to the end, keeping the dict oldest first.
@@ -720,7 +733,12 @@ class Stream:
         plan = flight.plan
         if flight.error is not None:
             e = flight.error
-            log.error("stream %s: store failed, %d publishes refused: %s", self.name, len(plan.outcomes), e)
+            if isinstance(e, PositionMismatch):  # behind a source's batch that failed (logged)
+                log.info("stream %s: %s", self.name, e)
+            else:
+                log.error(
+                    "stream %s: store failed, %d publishes refused: %s", self.name, len(plan.outcomes), e
+                )
             self._state = None
             self._predicted = None  # later batches in flight get their true sequences from the store
             for mid in plan.dedup:
@@ -764,26 +782,37 @@ class Stream:
         return taken, refusal
 
     async def submit_sourced(
-        self, key: str, msgs: Sequence[Delivery], before: Callable[[], Awaitable[None]] | None = None
+        self,
+        key: str,
+        msgs: Sequence[Delivery],
+        before: Callable[[], Awaitable[None]] | None = None,
+        after: int | None = None,
     ) -> tuple[int, ApiError | None, _Flight | None]:
         """``ingest_sourced`` without waiting for the commit: decides the batch and submits it,
-        returning its flight for ``settle_sourced`` (None when nothing was taken). ``before``
-        settles the same source's previous flight, still committing: this batch is decided
-        while it commits (against the state it predicts) and submitted only after ``before``
-        returned -- so a batch never commits after an earlier one of its source failed, which
-        would store a position past messages that are not stored. When ``before`` raises,
-        this batch is forgotten and the exception propagates."""
+        returning its flight for ``settle_sourced`` (None when nothing was taken). A batch must
+        never commit after an earlier one of its source failed (its position would be stored
+        past messages that are not), and there are two ways to make sure:
+
+        - ``before`` settles the same source's previous flight, still committing: this batch is
+          decided while it commits (against the state it predicts) and submitted only after
+          ``before`` returned. When ``before`` raises, this batch is forgotten and the
+          exception propagates.
+        - ``after`` is the position the source's last flight writes: this batch is submitted
+          at once, behind the flights in flight, with a ``SourcePosOp`` that expects that
+          position -- the store refuses it (``PositionMismatch``, nothing stored) unless the
+          flight before it committed. Several batches of a source then commit back to back.
+        """
         async with self.lock:
-            if before is None:
+            if before is None and after is None:
                 await self.drain()
-            elif self._closed or self.failed is not None:
+            elif before is not None and (self._closed or self.failed is not None):
                 await before()
             if self._closed or self.failed is not None:
                 raise StoreError(f"stream {self.name} is closed")
             fast = await self._admit_plain_sourced(msgs)
             if fast is not None:
                 flight = fast
-                flight.plan.ops.append(SourcePosOp(key, msgs[-1].sseq))
+                flight.plan.ops.append(SourcePosOp(key, msgs[-1].sseq, after))
                 if before is not None:
                     try:
                         await before()
@@ -794,7 +823,7 @@ class Stream:
                     flight.commit = await self.store.submit(flight.plan.ops)
                 except StoreError as e:
                     flight.error = e
-                self._sourced_flights.add(flight)  # settled by its source, or by a drain
+                self._sourced_flights[flight] = None  # settled by its source, or by a drain
                 return len(msgs), None, flight
             batch = [InboundMsg(d.subject, None, d.headers, d.payload, None) for d in msgs]  # type: ignore[arg-type]
             flight = await self._admit(batch)
@@ -816,12 +845,12 @@ class Stream:
                 except BaseException:
                     self._unadmit(flight)
                     raise
-            flight.plan.ops.append(SourcePosOp(key, msgs[taken - 1].sseq))
+            flight.plan.ops.append(SourcePosOp(key, msgs[taken - 1].sseq, after))
             try:
                 flight.commit = await self.store.submit(flight.plan.ops)
             except StoreError as e:
                 flight.error = e
-            self._sourced_flights.add(flight)  # settled by its source, or by a drain
+            self._sourced_flights[flight] = None  # settled by its source, or by a drain
         return taken, refusal, flight
 
     async def _admit_plain_sourced(self, msgs: Sequence[Delivery]) -> _Flight | None:
@@ -841,11 +870,7 @@ class Stream:
                 return None
             if not d.subject.isascii():
                 return None
-        if self._inflight == 0 or self._predicted is None:
-            st = await self.state()
-            run = _Running(msgs=st.msgs, bytes=st.bytes, last_seq=st.last_seq, last_msg_id=self._last_msg_id)
-        else:
-            run = self._predicted
+        run = await self._running()
         plan = _Batch()
         ops = plan.ops
         size_of = self.store.size_of
@@ -863,16 +888,8 @@ class Stream:
             return None  # a subject the store refuses: _admit says so, message by message
         run.last_seq, run.msgs, run.bytes = seq, run.msgs + len(msgs), run.bytes + nbytes
         run.last_msg_id = plan.last_msg_id = ""
-        cfg = self.config
-        if cfg.discard == "old" and 0 < cfg.max_msgs < run.msgs:
-            ops.append(PurgeOp(keep=cfg.max_msgs))
-            run.msgs = cfg.max_msgs
-            plan.removes = True
-        self._predicted = run
-        if self._inflight == 0:
-            self._idle.clear()
-        self._inflight += 1
-        return _Flight(plan)
+        self._trim_max_msgs(plan, run)
+        return self._admitted(plan, run)
 
     async def settle_sourced(self, flight: _Flight) -> None:
         """Wait for a ``submit_sourced`` flight's commit (once; again only re-raises): raises its
@@ -889,7 +906,7 @@ class Stream:
             await flight.settling.wait()
             return
         flight.settling = asyncio.Event()
-        self._sourced_flights.discard(flight)
+        self._sourced_flights.pop(flight, None)
         try:
             with anyio.CancelScope(shield=True):
                 await self._settle(flight)

@@ -13,7 +13,7 @@ import pytest
 
 from core.api_errors import api_error
 from core.errors import StoreError
-from core.jetstream.sourcing import Delivery, SourceWorker, _Recreate, parse_ack_reply
+from core.jetstream.sourcing import PIPELINE_DEPTH, Delivery, SourceWorker, _Recreate, parse_ack_reply
 from core.jetstream.stream import _DECIDED_HEADERS, _acts_on
 from core.protocol.headers import slice_header
 from core.server.interest import _ack_suffix_index
@@ -24,7 +24,9 @@ pytestmark = pytest.mark.anyio
 
 class FakeStream:
     """``submit_sourced``/``settle_sourced`` as the stream's contract says: ``before`` is awaited
-    before the batch is submitted; a flight whose commit fails raises on settling."""
+    before the batch is submitted; a batch with ``after`` commits only if the position stored
+    is ``after`` (the store's conditional SourcePosOp); a flight whose commit fails raises on
+    settling. Commits happen in submission order, when settled."""
 
     def __init__(self, failing: set[int]) -> None:
         self.name = "AGG"
@@ -32,19 +34,36 @@ class FakeStream:
         self.failing = failing  # batch numbers whose commit fails
         self.submitted: list[list[int]] = []
         self.stored: list[int] = []
+        self.position = 0
+        self.unsettled: list[Any] = []
 
-    async def submit_sourced(self, key: str, msgs: list[Delivery], before: Any) -> tuple[int, None, Any]:
+    async def submit_sourced(
+        self, key: str, msgs: list[Delivery], before: Any, after: int | None = None
+    ) -> tuple[int, None, Any]:
         if before is not None:
             await before()
         n = len(self.submitted)
         self.submitted.append([d.sseq for d in msgs])
-        return len(msgs), None, SimpleNamespace(n=n, seqs=[d.sseq for d in msgs])
+        flight = SimpleNamespace(n=n, seqs=[d.sseq for d in msgs], after=after, error=None, done=False)
+        self.unsettled.append(flight)
+        return len(msgs), None, flight
+
+    def _commit(self, flight: Any) -> None:
+        flight.done = True
+        if flight.n in self.failing:
+            flight.error = StoreError("disk full")
+        elif flight.after is not None and flight.after != self.position:
+            flight.error = StoreError(f"position {self.position} stored, expected {flight.after}")
+        else:
+            self.stored.extend(flight.seqs)
+            self.position = flight.seqs[-1]
 
     async def settle_sourced(self, flight: Any) -> None:
         await anyio.sleep(0)
-        if flight.n in self.failing:
-            raise StoreError("disk full")
-        self.stored.extend(flight.seqs)
+        while not flight.done:  # the store commits in submission order
+            self._commit(self.unsettled.pop(0))
+        if flight.error is not None:
+            raise flight.error
 
 
 def deliveries(*seqs: int) -> list[Delivery]:
@@ -56,21 +75,45 @@ async def test_batches_are_pipelined_and_committed_moves_with_each_commit() -> N
     w = SourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
     await w._flush(deliveries(1, 2))
     assert w.committed == 0  # submitted, not known committed
-    await w._flush(deliveries(3))  # settles the first before submitting
-    assert w.committed == 2 and stream.submitted == [[1, 2], [3]]
+    await w._flush(deliveries(3))  # submitted at once, behind the first: no settle
+    assert w.committed == 0 and stream.submitted == [[1, 2], [3]] and stream.stored == []
     await w._settle()
     assert w.committed == 3 and stream.stored == [1, 2, 3]
 
 
-async def test_a_batch_is_never_submitted_after_the_one_before_failed() -> None:
-    stream = FakeStream(failing={0})
+async def test_the_pipeline_is_bounded() -> None:
+    stream = FakeStream(failing=set())
     w = SourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
-    await w._flush(deliveries(1, 2))
-    with pytest.raises(StoreError):
-        await w._flush(deliveries(3))
-    assert stream.submitted == [[1, 2]] and w.committed == 0
+    for seq in range(1, 2 + PIPELINE_DEPTH):
+        await w._flush(deliveries(seq))
+    assert len(w._flights) == PIPELINE_DEPTH and w.committed == 1  # the oldest settled to make room
+    await w._settle()
+    assert w.committed == 1 + PIPELINE_DEPTH
+
+
+async def test_a_batch_never_commits_after_the_one_before_failed() -> None:
+    stream = FakeStream(failing={1})
+    w = SourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
+    for seqs in ((1, 2), (3, 4), (5,), (6,)):
+        await w._flush(deliveries(*seqs))
+    with pytest.raises(StoreError, match="disk full"):  # the first failure, not the refusals
+        await w._settle()
+    assert stream.stored == [1, 2] and w.committed == 2 and not w._flights
     await w._settle_last()  # nothing left in flight; the position stays where the store has it
-    assert w.committed == 0 and stream.stored == []
+    assert w.committed == 2
+
+
+async def test_no_pipelining_while_the_stored_position_is_unknown() -> None:
+    """After the upstream was made again its sequences start over, and a new position may
+    equal the old one stored: each batch then waits for the one before it."""
+    stream = FakeStream(failing={0})
+    stream.position = 2  # the old upstream's
+    w = SourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 2)  # type: ignore[arg-type]
+    w._stored = None  # as after a reset
+    await w._flush(deliveries(1, 2))  # its position is the old one: 2
+    with pytest.raises(StoreError):
+        await w._flush(deliveries(3))  # settles the first (which failed) before submitting
+    assert stream.submitted == [[1, 2]] and stream.stored == []
 
 
 def _old_ack_suffix_index(reply: str) -> int:
