@@ -32,7 +32,7 @@ import random
 import secrets
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -52,6 +52,7 @@ from core.jetstream.source_health import (
     gap_advisory,
     leafjet_extras,
 )
+from core.jetstream.sourced_batch import Delivery
 from core.jetstream.transforms import first_match, source_transforms
 from core.protocol.headers import encode_headers, slice_header
 from core.server.failures import describe_failure
@@ -137,17 +138,6 @@ def index_name(src: Mapping[str, Any]) -> str:
 def retry_backoff(fails: int) -> float:
     """The reference's ``calculateRetryBackoff``: 10 s, 20 s, 30 s ... up to 2 min."""
     return min(RETRY_BACKOFF * 2 * fails, RETRY_MAXIMUM)
-
-
-class Delivery(NamedTuple):
-    """A message from upstream, as the stream stores it: its upstream sequence and timestamp
-    (from the ack reply), subject, headers (as rewritten for storing) and payload."""
-
-    sseq: int
-    subject: str
-    headers: bytes | None
-    payload: bytes
-    ts: int
 
 
 class AckInfo(NamedTuple):
@@ -829,7 +819,7 @@ class SourceWorker:
         subject = first_match(self.transforms, m.subject) if self.transforms else m.subject
         return Delivery(ack.sseq, subject, sourced_headers(m.headers, value), m.payload, ack.ts)
 
-    async def _flush(self, batch: list[Delivery]) -> None:
+    async def _flush(self, batch: Sequence[Delivery]) -> None:
         """Submit the batch; its commit is waited for later (pipelined: the next batches are read,
         decided and submitted while this one commits), by ``_settle``. Up to PIPELINE_DEPTH
         batches are in flight; each one expects the position the one before it writes, so the
@@ -955,7 +945,7 @@ class MirrorWorker(SourceWorker):
         subject = first_match(self.transforms, m.subject) if self.transforms else m.subject
         return Delivery(ack.sseq, subject, mirrored_headers(m.headers), m.payload, ack.ts)
 
-    async def _flush(self, batch: list[Delivery]) -> None:
+    async def _flush(self, batch: Sequence[Delivery]) -> None:
         if not batch:
             return
         try:

@@ -32,12 +32,14 @@ from core.config import JetStreamConfig
 from core.errors import StoreError
 from core.faults import fault_point
 from core.jetstream.gotime import format_go_seconds, parse_go_duration, rfc3339_nano
+from core.jetstream.sourced_batch import SourcedColumns
 from core.jetstream.transforms import Republish, StreamTransforms, republish_message
 from core.protocol.headers import HeaderError, encode_headers, parse_headers, replace_header, slice_header
 from core.server.internal import Backlog, InboundMsg, InternalReceiver, fill_batch, inbound_size
 from core.server.mailbox import Mailbox
 from core.store.api import (
     Append,
+    AppendBatch,
     DeleteOp,
     DelMetaOp,
     ExpireOp,
@@ -119,6 +121,18 @@ def _acts_on(block: bytes) -> bool:
             return True
         i = block.find(b"\r\nNats-", i + 7)
     return False
+
+
+# "<name>:" at the start of a header line, for each name _decide acts on (what _acts_on finds)
+_DECIDED_LINES = tuple(b"\r\n" + name + b":" for name in sorted(_DECIDED_HEADERS))
+
+
+def _any_acts_on(blocks: list[bytes]) -> bool:
+    """``_acts_on`` over many header blocks at once: each name searched for in all of them
+    joined (a block ends with CRLF CRLF and the next starts with ``NATS/1.0``, so joining
+    makes no line that was not there)."""
+    joined = b"".join(blocks)
+    return any(line in joined for line in _DECIDED_LINES)
 
 
 def _is_delete_marker(headers: bytes | None) -> bool:
@@ -856,38 +870,47 @@ class Stream:
     async def _admit_plain_sourced(self, msgs: Sequence[Delivery]) -> _Flight | None:
         """``_admit`` for a batch of sourced messages that all take ``_decide_plain`` (a config
         that refuses nothing, no header the stream acts on, no size over the limit): the same
-        plan -- Appends, the discard-old max_msgs purge -- without a publish object, an outcome
-        or a second look per message. A bulk source stores thousands per batch, and this loop
-        is its share of the hub's work per message. None: the batch needs ``_admit``."""
-        if self._closed or not self._plain_publishes_ok() or self.transforms.ingest is not None:
+        plan and prediction, with the batch as one ``AppendBatch`` (columns) and each check run
+        over a whole column, so the hub's loop does no Python work per message here -- a bulk
+        source stores thousands per batch. None: the batch needs ``_admit``, message by message."""
+        if not msgs or self._closed or not self._plain_publishes_ok() or self.transforms.ingest is not None:
             return None  # (a subject_transform: _admit applies it to each message first)
+        subjects: Sequence[str]
+        headers: Sequence[bytes | None]
+        payloads: Sequence[bytes]
+        if isinstance(msgs, SourcedColumns):
+            subjects, headers, payloads = msgs.subjects, msgs.headers, msgs.payloads
+        else:
+            _seqs, subjects, headers, payloads, _ts = zip(*msgs, strict=True)
+        present = [h for h in headers if h]
+        if present and (max(map(len, present)) > _MAX_HEADERS or _any_acts_on(present)):
+            return None
         max_size = self.config.max_msg_size
-        for d in msgs:
-            h = d.headers
-            if h is not None and (len(h) > _MAX_HEADERS or _acts_on(h)):
-                return None
-            if max_size != -1 and len(d.payload) + (len(h) if h else 0) > max_size:
-                return None
-            if not d.subject.isascii():
-                return None
-        run = await self._running()
-        plan = _Batch()
-        ops = plan.ops
-        size_of = self.store.size_of
-        last_by_subject = run.last_by_subject
-        now = time.time_ns()
-        seq, nbytes = run.last_seq, 0
+        if max_size != -1 and any(
+            len(d) + (len(h) if h else 0) > max_size for h, d in zip(headers, payloads, strict=True)
+        ):
+            return None
+        joined = "".join(subjects)
+        if not joined.isascii():
+            return None  # _admit makes such a subject storable
         try:
-            for d in msgs:
-                subject, headers, payload = d.subject, d.headers, d.payload
-                ops.append(Append(subject, headers, payload, now))
-                seq += 1
-                nbytes += size_of(subject, headers, payload)
-                last_by_subject[subject] = seq
+            op = AppendBatch(subjects, headers, payloads, time.time_ns())
         except InvalidOperation:
             return None  # a subject the store refuses: _admit says so, message by message
-        run.last_seq, run.msgs, run.bytes = seq, run.msgs + len(msgs), run.bytes + nbytes
+        run = await self._running()
+        plan = _Batch()
+        n, seq = len(subjects), run.last_seq
+        run.last_by_subject.update(zip(subjects, range(seq + 1, seq + n + 1), strict=True))
+        run.last_seq, run.msgs = seq + n, run.msgs + n
+        # the store's size_of summed: per message a fixed part, the subject, the data, and the
+        # headers with their own fixed part (ASCII subjects: characters are bytes)
+        size_of = self.store.size_of
+        fixed = size_of("", None, b"")
+        per_header = size_of("", b"h", b"") - fixed - 1
+        run.bytes += n * fixed + len(joined) + sum(map(len, payloads))
+        run.bytes += sum(map(len, present)) + per_header * len(present)
         run.last_msg_id = plan.last_msg_id = ""
+        plan.ops.append(op)
         self._trim_max_msgs(plan, run)
         return self._admitted(plan, run)
 
