@@ -52,7 +52,7 @@ from core.jetstream.source_health import (
     gap_advisory,
     leafjet_extras,
 )
-from core.jetstream.sourced_batch import Delivery
+from core.jetstream.sourced_batch import Delivery, SourcedColumns
 from core.jetstream.transforms import first_match, source_transforms
 from core.protocol.headers import encode_headers, slice_header
 from core.server.failures import describe_failure
@@ -265,6 +265,7 @@ class SourceWorker:
     and storing; what differs is in the class constants and the methods it overrides."""
 
     SETUP_ERROR = "JSSourceConsumerSetupFailedErrF"  # 10045; a mirror's is 10029
+    FAST_INGEST = True  # _handle's short path for the common delivery (a mirror has its own rules)
     REQUIRES_FC_ERROR = "JSSourceConsumerRequiresAckFCErr"  # 10217; a mirror's is 10214
     NAME_PREFIX = "JS_SRC_"
     META_PREFIX = "_nats.src"
@@ -298,6 +299,8 @@ class SourceWorker:
         self.state = SourceState.WAITING
         self._kick = anyio.Event()
         self._kicked = False
+        # _handle's short path: the current consumer's ack reply prefix (_learn_ack_prefix)
+        self._fast_prefix, self._fast_cname, self._fast_v1 = "", "", True
         # the submitted batches, committing, oldest first, each with its last upstream sequence
         # (the position it writes): _flush, _settle
         self._flights: deque[tuple[_Flight, int]] = deque()
@@ -744,21 +747,58 @@ class SourceWorker:
 
     async def _handle(self, msgs: list[InboundMsg]) -> None:
         """The reference's gap rules, per message, in order; the batch is stored before a
-        flow-control reply, and before any recreate."""
-        batch: list[Delivery] = []
+        flow-control reply, and before any recreate.
+
+        A source's common delivery -- the next one of its consumer, delivered once, past the
+        last upstream sequence taken -- takes a short path (``FAST_INGEST``): its ack reply
+        starts with the consumer's own prefix, so only the five numbers after it are read,
+        and it goes straight into the batch's columns (no AckInfo or Delivery). Anything
+        else takes the general rules below it."""
+        batch = self._new_batch()
         account = self.stream.account
-        for m in msgs:
-            if m.sub.subject.startswith("$JSC.R."):
-                continue  # a late create response
+        if any(not m.sub.subject.startswith("$JSC.R.") for m in msgs):  # not only late create answers
             self._heard = time.monotonic()
             self.heard_ns = time.time_ns()
             self._kicked = False  # the consumer is alive: a link's kick is spent, not kept for later
+        fast = self._fast_prefix if self._fast_cname == self.cname and self.FAST_INGEST else ""
+        fast_len, fast_v1 = len(fast), self._fast_v1
+        name, flt, dest = self._iname_parts
+        ident_tail = f" {self.ident}" if self.ident else ""
+        transforms = self.transforms
+        cols = batch if isinstance(batch, SourcedColumns) else None
+        pending = ""  # the last fast delivery's pending count (the lag), as its reply spells it
+        for m in msgs:
+            reply = m.reply
+            if fast and reply is not None and reply.startswith(fast) and cols is not None:
+                nums = reply[fast_len:].split(".")
+                if len(nums) == 5 if fast_v1 else len(nums) > 5:
+                    dc, sseq_text, dseq_text, ts_text, pending_text = nums[:5]
+                    digits = dc + sseq_text + dseq_text + ts_text + pending_text
+                    if dc == "1" and digits.isascii() and digits.isdigit():
+                        sseq, dseq = int(sseq_text), int(dseq_text)
+                        if dseq == self.dseq + 1 and sseq > self.sseq and self._spoke:
+                            if sseq > self.sseq + 1:
+                                self._gap(self.sseq, sseq, GAP_SKIPPED)
+                            self.dseq, self.sseq = dseq, sseq
+                            subject = m.subject  # the header names the upstream's subject
+                            value = f"{name} {sseq_text} {flt} {dest} {subject}{ident_tail}"
+                            cols.sseqs.append(sseq)
+                            cols.subjects.append(first_match(transforms, subject) if transforms else subject)
+                            cols.headers.append(sourced_headers(m.headers, value))
+                            cols.payloads.append(m.payload)
+                            cols.ts.append(int(ts_text))
+                            pending = pending_text
+                            continue
+            if m.sub.subject.startswith("$JSC.R."):
+                continue  # a late create response
             headers = m.headers
             if headers and is_control(headers, m.payload):
                 if m.reply:  # flow control: answered once what came before it is stored
+                    self._set_lag(pending)
                     await self._flush(batch)
                     await self._settle()
-                    batch = []
+                    batch = self._new_batch()
+                    cols = batch if isinstance(batch, SourcedColumns) else None
                     account.publish(m.reply, None, flow_control_reply(self.dseq, self.sseq), b"")
                 else:
                     last = _header_int(headers, "Nats-Last-Consumer")
@@ -780,6 +820,9 @@ class SourceWorker:
                 raise _Recreate("invalid delivery", fail=True, error=api_error(self.SETUP_ERROR, err=why))
             if ack.consumer != self.cname or ack.delivered > 1:
                 continue
+            if not fast and self.FAST_INGEST:
+                fast = self._learn_ack_prefix(m.reply or "")
+                fast_len, fast_v1 = len(fast), self._fast_v1
             if not self._spoke:
                 self._heard_valid()
             try:
@@ -789,9 +832,32 @@ class SourceWorker:
                 raise
             if not take:
                 continue
-            self.lag = ack.pending - 1 if ack.pending else 0
-            batch.append(self._delivery(ack, m))
+            self.lag, pending = (ack.pending - 1 if ack.pending else 0), ""
+            delivery = self._delivery(ack, m)
+            if isinstance(batch, list):
+                batch.append(delivery)
+            else:
+                batch += (delivery,)
+        self._set_lag(pending)
         await self._flush(batch)
+
+    def _new_batch(self) -> list[Delivery] | SourcedColumns:
+        return SourcedColumns([], [], [], [], []) if self.FAST_INGEST else []
+
+    def _set_lag(self, pending: str) -> None:
+        if pending:
+            n = int(pending)
+            self.lag = n - 1 if n else 0
+
+    def _learn_ack_prefix(self, reply: str) -> str:
+        """The part of the current consumer's ack replies before the numbers (``$JS.ACK.<stream>.
+        <consumer>.`` or with the domain and account hash), for ``_handle``'s short path."""
+        t = reply.split(".")
+        keep = 4 if len(t) == 9 else 6
+        self._fast_prefix = ".".join(t[:keep]) + "."
+        self._fast_v1 = len(t) == 9
+        self._fast_cname = self.cname
+        return self._fast_prefix
 
     def _gap_rule(self, ack: AckInfo) -> bool:
         """A source's: whether to take the delivery (``sseq`` and ``dseq`` move on), drop it,
@@ -880,6 +946,7 @@ class MirrorWorker(SourceWorker):
     sequences, as the reference's skip markers do."""
 
     SETUP_ERROR = "JSMirrorConsumerSetupFailedErrF"  # 10029
+    FAST_INGEST = False
     REQUIRES_FC_ERROR = "JSMirrorConsumerRequiresAckFCErr"  # 10214
     NAME_PREFIX = "JS_MIRROR_"
     META_PREFIX = "_nats.mirror"

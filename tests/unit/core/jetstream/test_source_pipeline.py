@@ -224,3 +224,66 @@ def test_the_same_failure_is_logged_once_a_minute(caplog: pytest.LogCaptureFixtu
     w._log_failure("create timed out", logging.WARNING)
     levels = [(r.levelno, "timeout" in r.getMessage()) for r in caplog.records]
     assert levels == [(logging.WARNING, False), (logging.DEBUG, False), (logging.WARNING, True)]
+
+
+# ------------------------------------------------------------------ the consumer path's short path
+
+
+@pytest.mark.parametrize(
+    "ack",
+    ["$JS.ACK.ORDERS.C.{dc}.{s}.{d}.100.{p}", "$JS.ACK.EDGE.HASH8888.ORDERS.C.{dc}.{s}.{d}.100.{p}.tok"],
+)
+async def test_the_short_path_takes_what_the_general_rules_take(ack: str) -> None:
+    """Deliveries after the first of a consumer take ``_handle``'s short path; it must store,
+    drop and recreate exactly as the general rules do (v1 and v2 ack replies)."""
+    w, stream = active_worker()
+    w.ident = "ID9"
+    gaps: list[tuple[int, int]] = []
+    w._gap = lambda after, next_seq, reason: gaps.append((after, next_seq))  # type: ignore[method-assign]
+
+    def msg(dc: int, s: int, d: int, p: int, consumer: str = "C") -> Any:
+        reply = ack.format(dc=dc, s=s, d=d, p=p).replace(".C.", f".{consumer}.")
+        return inbound(f"orders.{s}", reply, b"%d" % s)
+
+    await w._handle([msg(1, 1, 1, 9)])  # the general rules; the prefix is learned
+    assert w._fast_prefix and w._fast_cname == "C"
+    await w._handle(
+        [
+            msg(1, 2, 2, 8),
+            msg(2, 3, 3, 7),  # redelivered: dropped (its dseq does not count)
+            msg(1, 3, 3, 7, consumer="OLD"),  # another consumer's: dropped
+            msg(1, 2, 3, 7),  # sseq not past the last: dropped, dseq moves
+            msg(1, 5, 4, 5),  # sseq jumps: taken (a gap)
+            msg(1, 6, 5, 4),
+        ]
+    )
+    await w._settle()
+    assert stream.stored == [1, 2, 5, 6] and (w.sseq, w.dseq, w.lag) == (6, 5, 3)
+    assert gaps == [(2, 5)]  # 3 and 4
+    with pytest.raises(_Recreate, match="delivery gap"):
+        await w._handle([msg(1, 7, 6, 3), msg(1, 9, 8, 1)])  # dseq jumps: a new consumer
+    await w._settle()
+    assert stream.stored == [1, 2, 5, 6, 7]
+
+
+async def test_the_short_path_writes_the_source_header_the_general_rules_write() -> None:
+    w, stream = active_worker()
+    w.ident = "ID9"
+    seen: list[Any] = []
+    submit = stream.submit_sourced
+
+    async def keep(key: str, msgs: Any, before: Any, after: int | None = None) -> Any:
+        seen.extend(msgs)
+        return await submit(key, msgs, before, after)
+
+    stream.submit_sourced = keep  # type: ignore[method-assign]
+    hdr = b"NATS/1.0\r\nX: 1\r\n\r\n"
+    await w._handle([inbound("orders.a", "$JS.ACK.ORDERS.C.1.1.1.100.1", b"a", hdr)])
+    await w._handle([inbound("orders.b", "$JS.ACK.ORDERS.C.1.2.2.200.0", b"b", hdr)])
+    assert [(d.sseq, d.subject, d.payload, d.ts) for d in seen] == [
+        (1, "orders.a", b"a", 100),
+        (2, "orders.b", b"b", 200),
+    ]
+    for d in seen:
+        value = slice_header(d.headers, "Nats-Stream-Source")
+        assert value == f"ORDERS {d.sseq} > > {d.subject} ID9" and slice_header(d.headers, "X") == "1"
