@@ -14,7 +14,7 @@ import pytest
 from core.api_errors import api_error
 from core.errors import StoreError
 from core.jetstream.sourcing import PIPELINE_DEPTH, Delivery, SourceWorker, _Recreate, parse_ack_reply
-from core.jetstream.stream import _DECIDED_HEADERS, _acts_on
+from core.jetstream.stream import _DECIDED_HEADERS, _acts_on, _any_acts_on
 from core.protocol.headers import slice_header
 from core.server.interest import _ack_suffix_index
 from core.server.internal import InboundMsg
@@ -150,6 +150,29 @@ def test_the_ack_reply_is_parsed_strictly() -> None:
     assert parse_ack_reply("$JS.ACK.S.C.1..3.4.5") is None
     assert parse_ack_reply("$JS.ACK.S.C.1.+2.3.4.5") is None
     assert parse_ack_reply("$JS.ACK.S.C.1.٣.3.4.5") is None
+
+
+BLOCKS = [
+    b"NATS/1.0\r\nNats-Stream-Source: ORDERS 1 > > orders.a\r\n\r\n",
+    b"NATS/1.0\r\nX-Origin: edge\r\nNats-Msg-Id: m1\r\n\r\n",
+    b"NATS/1.0\r\nNats-Msg-Id : m1\r\nNats-TTL:5s\r\n\r\n",
+    b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence-Subject: a\r\n\r\n",
+    b"NATS/1.0\r\nNats-Something\r\nNats-Rollup: all\r\n\r\n",
+    b"NATS/1.0\r\nnats-msg-id: lower\r\n\r\n",
+    b"NATS/1.0\r\nNats-",
+    b"NATS/1.0\r\nNats-Stream-Source: A 1 > > a\r\nNats-Expected-Stream: S\r\n\r\n",
+    b"NATS/1.0\r\nNats-Stream-Source: A 2 > > a\r\nNats-Other: 1\r\n\r\n",
+]
+
+
+def test_the_column_check_finds_what_the_block_check_finds() -> None:
+    """``_any_acts_on`` (a whole batch's header blocks at once) agrees with ``_acts_on`` run on
+    each block, for every pair and for the lot."""
+    for a in BLOCKS:
+        for b in BLOCKS:
+            assert _any_acts_on([a, b]) == (_acts_on(a) or _acts_on(b)), (a, b)
+    plain = [BLOCKS[0], BLOCKS[5], BLOCKS[8]] * 100
+    assert not _any_acts_on(plain) and _any_acts_on([*plain, BLOCKS[7]])
 
 
 @pytest.mark.parametrize(
