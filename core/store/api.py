@@ -210,6 +210,9 @@ class Append:
             _int("seq", self.seq, 1)
 
 
+_STR, _BYTES, _BYTES_OR_NONE = frozenset({str}), frozenset({bytes}), frozenset({bytes, type(None)})
+
+
 @dataclass(frozen=True, slots=True)
 class AppendBatch:
     """Store messages one after the other, each at ``last_seq + 1``, all with the timestamp
@@ -226,13 +229,14 @@ class AppendBatch:
         n = len(self.subjects)
         if n == 0 or len(self.headers) != n or len(self.data) != n:
             raise InvalidOperation(f"columns of {n}, {len(self.headers)} and {len(self.data)} messages")
-        if not all(type(s) is str for s in self.subjects):
+        # each column's types as a set (map and set run in C: no Python step per message)
+        if not set(map(type, self.subjects)) <= _STR:
             raise InvalidOperation("subjects must be str")
         for subject in set(self.subjects):  # a source's subjects repeat
             _check_literal_subject(subject)
-        if not all(h is None or type(h) is bytes for h in self.headers):
+        if not set(map(type, self.headers)) <= _BYTES_OR_NONE:
             raise InvalidOperation("headers must be bytes or None")
-        if not all(type(d) is bytes for d in self.data):
+        if not set(map(type, self.data)) <= _BYTES:
             raise InvalidOperation("data must be bytes")
         if type(self.ts) is not int or self.ts < 0:
             raise InvalidOperation(f"ts must be an int >= 0, got {self.ts!r}")
