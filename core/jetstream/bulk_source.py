@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from bisect import bisect_right
+from typing import Any, TypeAlias
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
@@ -45,6 +46,7 @@ from core.jetstream.bulk_read import (
 )
 from core.jetstream.models import API_TYPE_PREFIX
 from core.jetstream.source_health import GAP_SKIPPED, GAP_STARTED_PAST
+from core.jetstream.sourced_batch import SourcedColumns
 from core.jetstream.sourcing import (
     KICK_STALE,
     STREAM_SOURCE,
@@ -76,6 +78,10 @@ MAX_MSGS = 100_000
 # up to MERGE_MAX_MSGS.
 QUEUED_REPLIES = 4
 MERGE_MAX_MSGS = 20_000
+
+
+# What a reply's frame becomes: a source's columns, a mirror's deliveries (stored one by one).
+Batch: TypeAlias = list[Delivery] | SourcedColumns
 
 
 class _NotLeafjet(Exception):
@@ -155,7 +161,7 @@ class BulkSourceWorker(SourceWorker):
             # the error and the backoff stay until a valid frame comes (_heard_valid in _take)
             self._spoke = False
             self._started_at = self.sseq  # a first message past it: the upstream lost those
-            send, receive = anyio.create_memory_object_stream[list[Delivery]](QUEUED_REPLIES)
+            send, receive = anyio.create_memory_object_stream[Batch](QUEUED_REPLIES)
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._store_batches, receive)
@@ -172,20 +178,21 @@ class BulkSourceWorker(SourceWorker):
             rx.close()
             await self._settle_last()
 
-    async def _store_batches(self, receive: MemoryObjectReceiveStream[list[Delivery]]) -> None:
-        """The writer: stores what the reader queued, everything queued at once (one
-        transaction), so the batches grow while a commit (an fsync) takes long. A batch is
-        submitted only after the one before it committed (``_flush``), and the last one is
-        settled when nothing more is queued, so ``committed`` catches up when idle."""
+    async def _store_batches(self, receive: MemoryObjectReceiveStream[Batch]) -> None:
+        """The writer: stores what the reader queued, everything queued at once, so the batches
+        grow while the store is busy. Up to PIPELINE_DEPTH batches are in flight (``_flush``:
+        each commits only if the one before it did), and they are settled when nothing more is
+        queued, so ``committed`` catches up when idle."""
         async with receive:
             async for batch in receive:
                 while len(batch) < MERGE_MAX_MSGS:
                     try:
-                        batch += receive.receive_nowait()
+                        more = receive.receive_nowait()
                     except anyio.WouldBlock:
                         break
+                    batch += more  # type: ignore[operator]  # a worker's batches are of one kind
                 await self._flush(batch)
-                if self._flight is not None and receive.statistics().current_buffer_used == 0:
+                if self._flights and receive.statistics().current_buffer_used == 0:
                     await self._settle()
 
     async def _reply(self, rx: _Receiver, pending: str, wait: float, probe: bool) -> InboundMsg:
@@ -227,7 +234,7 @@ class BulkSourceWorker(SourceWorker):
             if self._kicked and now - self._heard > KICK_STALE:
                 raise _Recreate("link came up, source quiet")
 
-    def _take(self, msg: InboundMsg) -> tuple[int, list[Delivery]]:
+    def _take(self, msg: InboundMsg) -> tuple[int, Batch]:
         """A reply's messages as deliveries (with ``Nats-Stream-Source``), and the last upstream
         sequence it covers. Raises _Recreate for a reply that is no valid frame, and for an
         upstream that was made again (its identity changed)."""
@@ -243,6 +250,7 @@ class BulkSourceWorker(SourceWorker):
             raise _Recreate("upstream recreated")
         if self.reset:  # the upstream is another stream now: its sequences start over
             self.sseq = self.committed = 0
+            self._stored = None  # what is stored is the old upstream's position
             self.reset = False
         self.ident = ident
         try:
@@ -260,16 +268,25 @@ class BulkSourceWorker(SourceWorker):
         if not self._spoke:
             self._heard_valid()
         self.lag = max(0, stream_last - last)
-        batch: list[Delivery] = []
-        self.sseq = self._deliveries(frame, batch)
+        batch = self._frame_batch(frame)
         return max(last, self.sseq), batch
 
-    def _deliveries(self, frame: ReadFrame, batch: list[Delivery]) -> int:
-        """Append the frame's messages past ``sseq`` to ``batch`` as deliveries, each with its
-        ``Nats-Stream-Source`` header; returns the new ``sseq``. Runs once per message on the
-        hub: it slices the frame's columns itself, and builds the header of a message that
-        came without headers (most) from three constant pieces -- the bytes
-        ``sourced_headers`` would make."""
+    def _frame_batch(self, frame: ReadFrame) -> Batch:
+        """The frame's messages past ``sseq`` as columns, each with its ``Nats-Stream-Source``
+        header; moves ``sseq`` to the last. This is the hub's work per message on the way in,
+        so each column is one comprehension over the frame's (no object or statement per
+        message), and the header of a message that came without headers (most) is formatted
+        from three constant pieces -- the bytes ``sourced_headers`` would make."""
+        seqs = frame.seqs
+        k, n = bisect_right(seqs, self.sseq), len(seqs)  # a frame's sequences increase
+        if k == n:  # all taken already (a reply to a request sent before a commit moved us)
+            return SourcedColumns([], [], [], [], [])
+        if seqs[k] != self.sseq + 1 or seqs[n - 1] - seqs[k] != n - 1 - k:
+            prev = self.sseq  # a jump somewhere: report each, as the consumer path does
+            for seq in seqs[k:n]:
+                if seq > prev + 1:
+                    self._bulk_gap(prev, seq)
+                prev = seq
         name, flt, dest = self._iname_parts
         ident_tail = f" {self.ident}" if self.ident else ""
         head = f"NATS/1.0\r\n{STREAM_SOURCE}: {name} ".encode()
@@ -278,28 +295,23 @@ class BulkSourceWorker(SourceWorker):
         so, sb = frame.subject_offsets, bytes(frame.subject_bytes)
         ho, hb = frame.header_offsets, bytes(frame.header_bytes)
         do, db = frame.data_offsets, bytes(frame.data_bytes)
-        ts = frame.timestamps
-        floor = prev = self.sseq
+        sseqs = seqs[k:n].tolist()
+        raws = [sb[a:b] for a, b in zip(so[k:n], so[k + 1 : n + 1], strict=True)]
+        upstream = [r.decode("utf-8", "surrogateescape") for r in raws]
+        headers: list[bytes | None] = [
+            b"%s%d%s%s%s" % (head, seq, mid, raw, tail)
+            if h0 == h1
+            else sourced_headers(hb[h0:h1], f"{name} {seq} {flt} {dest} {subject}{ident_tail}")
+            for seq, raw, subject, h0, h1 in zip(
+                sseqs, raws, upstream, ho[k:n], ho[k + 1 : n + 1], strict=True
+            )
+        ]
+        payloads = [db[a:b] for a, b in zip(do[k:n], do[k + 1 : n + 1], strict=True)]
         transforms = self.transforms
-        append = batch.append
-        for i, seq in enumerate(frame.seqs):
-            if seq <= floor:
-                continue  # taken already (a reply to a request sent before a commit moved us)
-            if seq > prev + 1:
-                self._bulk_gap(prev, seq)
-            prev = seq
-            raw = sb[so[i] : so[i + 1]]
-            subject = raw.decode("utf-8", "surrogateescape")
-            h0, h1 = ho[i], ho[i + 1]
-            if h1 > h0:
-                value = f"{name} {seq} {flt} {dest} {subject}{ident_tail}"
-                headers = sourced_headers(hb[h0:h1], value)
-            else:
-                headers = b"%s%d%s%s%s" % (head, seq, mid, raw, tail)
-            if transforms:  # the header names the upstream's subject, the stream stores this
-                subject = first_match(transforms, subject)
-            append(Delivery(seq, subject, headers, db[do[i] : do[i + 1]], ts[i]))
-        return prev
+        # the header names the upstream's subject, the stream stores the transformed one
+        subjects = [first_match(transforms, x) for x in upstream] if transforms else upstream
+        self.sseq = sseqs[-1]
+        return SourcedColumns(sseqs, subjects, headers, payloads, frame.timestamps[k:n].tolist())
 
     def _bulk_gap(self, after: int, next_seq: int) -> None:
         """Upstream sequences a frame skips were removed before we read them (without a filter;
@@ -340,9 +352,10 @@ class BulkMirrorWorker(BulkSourceWorker, MirrorWorker):
 
     FOLLOWS_IDENTITY = False
 
-    def _deliveries(self, frame: ReadFrame, batch: list[Delivery]) -> int:
+    def _frame_batch(self, frame: ReadFrame) -> Batch:
         floor = prev = self.sseq
         transforms = self.transforms
+        batch: list[Delivery] = []
         append = batch.append
         for seq, subject, headers, data, ts in frame.rows():
             if seq <= floor:
@@ -352,4 +365,5 @@ class BulkMirrorWorker(BulkSourceWorker, MirrorWorker):
             prev = seq
             stored = first_match(transforms, subject) if transforms else subject
             append(Delivery(seq, stored, mirrored_headers(headers), data, ts))
-        return prev
+        self.sseq = prev
+        return batch

@@ -31,7 +31,8 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -51,6 +52,7 @@ from core.jetstream.source_health import (
     gap_advisory,
     leafjet_extras,
 )
+from core.jetstream.sourced_batch import Delivery, SourcedColumns
 from core.jetstream.transforms import first_match, source_transforms
 from core.protocol.headers import encode_headers, slice_header
 from core.server.failures import describe_failure
@@ -79,6 +81,10 @@ LOG_REPEAT = 60.0  # s: the same failure logged again within this goes to the de
 
 MAX_BATCH = 1024  # deliveries stored per transaction
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+# A source's batches submitted to the store and not settled yet: each one after the first is
+# conditional on the one before it having committed (SourcePosOp.expect), so they commit back
+# to back without a round trip to the event loop between the commits.
+PIPELINE_DEPTH = 4
 INBOX_CAPACITY = 65536  # past it a delivery is dropped: a dseq gap, and the consumer is recreated
 
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
@@ -132,17 +138,6 @@ def index_name(src: Mapping[str, Any]) -> str:
 def retry_backoff(fails: int) -> float:
     """The reference's ``calculateRetryBackoff``: 10 s, 20 s, 30 s ... up to 2 min."""
     return min(RETRY_BACKOFF * 2 * fails, RETRY_MAXIMUM)
-
-
-class Delivery(NamedTuple):
-    """A message from upstream, as the stream stores it: its upstream sequence and timestamp
-    (from the ack reply), subject, headers (as rewritten for storing) and payload."""
-
-    sseq: int
-    subject: str
-    headers: bytes | None
-    payload: bytes
-    ts: int
 
 
 class AckInfo(NamedTuple):
@@ -270,6 +265,7 @@ class SourceWorker:
     and storing; what differs is in the class constants and the methods it overrides."""
 
     SETUP_ERROR = "JSSourceConsumerSetupFailedErrF"  # 10045; a mirror's is 10029
+    FAST_INGEST = True  # _handle's short path for the common delivery (a mirror has its own rules)
     REQUIRES_FC_ERROR = "JSSourceConsumerRequiresAckFCErr"  # 10217; a mirror's is 10214
     NAME_PREFIX = "JS_SRC_"
     META_PREFIX = "_nats.src"
@@ -303,8 +299,15 @@ class SourceWorker:
         self.state = SourceState.WAITING
         self._kick = anyio.Event()
         self._kicked = False
-        self._flight: _Flight | None = None  # the submitted batch, committing (_flush, _settle)
-        self._flight_last = 0  # its last upstream sequence
+        # _handle's short path: the current consumer's ack reply prefix (_learn_ack_prefix)
+        self._fast_prefix, self._fast_cname, self._fast_v1 = "", "", True
+        # the submitted batches, committing, oldest first, each with its last upstream sequence
+        # (the position it writes): _flush, _settle
+        self._flights: deque[tuple[_Flight, int]] = deque()
+        # The position the store holds for this source, as far as the worker knows; None after
+        # the upstream was made again (sequences start over, and a new position may equal the
+        # old one) until a batch commits. Batches are pipelined only while it is known.
+        self._stored: int | None = position
         # Durable sourcing (ADR-60): the upstream consumer that is asked to RESET instead of
         # being created again, and the deliver subject it keeps. A user's (``consumer`` in the
         # config) from the start; otherwise the one an Interest or WorkQueue upstream made
@@ -710,6 +713,7 @@ class SourceWorker:
         ident = slice_header(resp.headers, STREAM_IDENTITY) if resp.headers else None
         if self.reset or (ident and self.ident and ident != self.ident):
             self.sseq = 0
+            self._stored = None
         self.reset = False
         self.ident = ident or ""
         if delivered > self.sseq:
@@ -721,7 +725,7 @@ class SourceWorker:
         pending = early
         while True:
             if not pending:
-                if self._flight is not None:  # nothing more yet: let what was read commit
+                if self._flights:  # nothing more yet: let what was read commit
                     try:
                         pending = [inbox.receive_nowait()]
                     except (anyio.WouldBlock, anyio.EndOfStream):
@@ -743,21 +747,58 @@ class SourceWorker:
 
     async def _handle(self, msgs: list[InboundMsg]) -> None:
         """The reference's gap rules, per message, in order; the batch is stored before a
-        flow-control reply, and before any recreate."""
-        batch: list[Delivery] = []
+        flow-control reply, and before any recreate.
+
+        A source's common delivery -- the next one of its consumer, delivered once, past the
+        last upstream sequence taken -- takes a short path (``FAST_INGEST``): its ack reply
+        starts with the consumer's own prefix, so only the five numbers after it are read,
+        and it goes straight into the batch's columns (no AckInfo or Delivery). Anything
+        else takes the general rules below it."""
+        batch = self._new_batch()
         account = self.stream.account
-        for m in msgs:
-            if m.sub.subject.startswith("$JSC.R."):
-                continue  # a late create response
+        if any(not m.sub.subject.startswith("$JSC.R.") for m in msgs):  # not only late create answers
             self._heard = time.monotonic()
             self.heard_ns = time.time_ns()
             self._kicked = False  # the consumer is alive: a link's kick is spent, not kept for later
+        fast = self._fast_prefix if self._fast_cname == self.cname and self.FAST_INGEST else ""
+        fast_len, fast_v1 = len(fast), self._fast_v1
+        name, flt, dest = self._iname_parts
+        ident_tail = f" {self.ident}" if self.ident else ""
+        transforms = self.transforms
+        cols = batch if isinstance(batch, SourcedColumns) else None
+        pending = ""  # the last fast delivery's pending count (the lag), as its reply spells it
+        for m in msgs:
+            reply = m.reply
+            if fast and reply is not None and reply.startswith(fast) and cols is not None:
+                nums = reply[fast_len:].split(".")
+                if len(nums) == 5 if fast_v1 else len(nums) > 5:
+                    dc, sseq_text, dseq_text, ts_text, pending_text = nums[:5]
+                    digits = dc + sseq_text + dseq_text + ts_text + pending_text
+                    if dc == "1" and digits.isascii() and digits.isdigit():
+                        sseq, dseq = int(sseq_text), int(dseq_text)
+                        if dseq == self.dseq + 1 and sseq > self.sseq and self._spoke:
+                            if sseq > self.sseq + 1:
+                                self._gap(self.sseq, sseq, GAP_SKIPPED)
+                            self.dseq, self.sseq = dseq, sseq
+                            subject = m.subject  # the header names the upstream's subject
+                            value = f"{name} {sseq_text} {flt} {dest} {subject}{ident_tail}"
+                            cols.sseqs.append(sseq)
+                            cols.subjects.append(first_match(transforms, subject) if transforms else subject)
+                            cols.headers.append(sourced_headers(m.headers, value))
+                            cols.payloads.append(m.payload)
+                            cols.ts.append(int(ts_text))
+                            pending = pending_text
+                            continue
+            if m.sub.subject.startswith("$JSC.R."):
+                continue  # a late create response
             headers = m.headers
             if headers and is_control(headers, m.payload):
                 if m.reply:  # flow control: answered once what came before it is stored
+                    self._set_lag(pending)
                     await self._flush(batch)
                     await self._settle()
-                    batch = []
+                    batch = self._new_batch()
+                    cols = batch if isinstance(batch, SourcedColumns) else None
                     account.publish(m.reply, None, flow_control_reply(self.dseq, self.sseq), b"")
                 else:
                     last = _header_int(headers, "Nats-Last-Consumer")
@@ -779,6 +820,9 @@ class SourceWorker:
                 raise _Recreate("invalid delivery", fail=True, error=api_error(self.SETUP_ERROR, err=why))
             if ack.consumer != self.cname or ack.delivered > 1:
                 continue
+            if not fast and self.FAST_INGEST:
+                fast = self._learn_ack_prefix(m.reply or "")
+                fast_len, fast_v1 = len(fast), self._fast_v1
             if not self._spoke:
                 self._heard_valid()
             try:
@@ -788,9 +832,32 @@ class SourceWorker:
                 raise
             if not take:
                 continue
-            self.lag = ack.pending - 1 if ack.pending else 0
-            batch.append(self._delivery(ack, m))
+            self.lag, pending = (ack.pending - 1 if ack.pending else 0), ""
+            delivery = self._delivery(ack, m)
+            if isinstance(batch, list):
+                batch.append(delivery)
+            else:
+                batch += (delivery,)
+        self._set_lag(pending)
         await self._flush(batch)
+
+    def _new_batch(self) -> list[Delivery] | SourcedColumns:
+        return SourcedColumns([], [], [], [], []) if self.FAST_INGEST else []
+
+    def _set_lag(self, pending: str) -> None:
+        if pending:
+            n = int(pending)
+            self.lag = n - 1 if n else 0
+
+    def _learn_ack_prefix(self, reply: str) -> str:
+        """The part of the current consumer's ack replies before the numbers (``$JS.ACK.<stream>.
+        <consumer>.`` or with the domain and account hash), for ``_handle``'s short path."""
+        t = reply.split(".")
+        keep = 4 if len(t) == 9 else 6
+        self._fast_prefix = ".".join(t[:keep]) + "."
+        self._fast_v1 = len(t) == 9
+        self._fast_cname = self.cname
+        return self._fast_prefix
 
     def _gap_rule(self, ack: AckInfo) -> bool:
         """A source's: whether to take the delivery (``sseq`` and ``dseq`` move on), drop it,
@@ -818,28 +885,47 @@ class SourceWorker:
         subject = first_match(self.transforms, m.subject) if self.transforms else m.subject
         return Delivery(ack.sseq, subject, sourced_headers(m.headers, value), m.payload, ack.ts)
 
-    async def _flush(self, batch: list[Delivery]) -> None:
-        """Submit the batch; its commit is waited for by the next batch's submit (pipelined:
-        the next batch is read and decided while this one commits), by ``_settle``."""
+    async def _flush(self, batch: Sequence[Delivery]) -> None:
+        """Submit the batch; its commit is waited for later (pipelined: the next batches are read,
+        decided and submitted while this one commits), by ``_settle``. Up to PIPELINE_DEPTH
+        batches are in flight; each one expects the position the one before it writes, so the
+        store refuses it if that one failed (core/jetstream/DESIGN.md). While the stored
+        position is not known, a batch is submitted only after the one before it committed."""
         if not batch:
             return
-        before = self._settle if self._flight is not None else None
-        taken, refusal, flight = await self.stream.submit_sourced(self.iname, batch, before)
+        while len(self._flights) >= PIPELINE_DEPTH:
+            await self._settle_oldest()
+        before, after = None, None
+        if self._flights:
+            if self._stored is not None:
+                after = self._flights[-1][1]
+            else:
+                before = self._settle
+        taken, refusal, flight = await self.stream.submit_sourced(self.iname, batch, before, after)
         if flight is not None:
-            self._flight, self._flight_last = flight, batch[taken - 1].sseq
+            self._flights.append((flight, batch[taken - 1].sseq))
         if refusal is not None:
             await self._settle()
             raise _Recreate(f"stream refused upstream sequence {batch[taken].sseq}", error=refusal)
 
-    async def _settle(self) -> None:
-        """Wait until the submitted batch committed (``committed`` moves to its last upstream
-        sequence); raises StoreError when it did not."""
-        flight = self._flight
-        if flight is None:
-            return
-        self._flight = None
+    async def _settle_oldest(self) -> None:
+        """Wait until the oldest batch in flight committed (``committed`` moves to its last
+        upstream sequence); raises StoreError when it did not."""
+        flight, last = self._flights.popleft()
         await self.stream.settle_sourced(flight)
-        self.committed = self._flight_last
+        self.committed = self._stored = last
+
+    async def _settle(self) -> None:
+        """Wait until every submitted batch committed; raises the first one's StoreError when
+        one did not (the ones after it were refused: they expected its position)."""
+        first: StoreError | None = None
+        while self._flights:
+            try:
+                await self._settle_oldest()
+            except StoreError as e:
+                first = first or e
+        if first is not None:
+            raise first
 
     async def _settle_last(self) -> None:
         """At the end of an attempt: settle what is in flight; its failure is the source's error."""
@@ -860,6 +946,7 @@ class MirrorWorker(SourceWorker):
     sequences, as the reference's skip markers do."""
 
     SETUP_ERROR = "JSMirrorConsumerSetupFailedErrF"  # 10029
+    FAST_INGEST = False
     REQUIRES_FC_ERROR = "JSMirrorConsumerRequiresAckFCErr"  # 10214
     NAME_PREFIX = "JS_MIRROR_"
     META_PREFIX = "_nats.mirror"
@@ -925,7 +1012,7 @@ class MirrorWorker(SourceWorker):
         subject = first_match(self.transforms, m.subject) if self.transforms else m.subject
         return Delivery(ack.sseq, subject, mirrored_headers(m.headers), m.payload, ack.ts)
 
-    async def _flush(self, batch: list[Delivery]) -> None:
+    async def _flush(self, batch: Sequence[Delivery]) -> None:
         if not batch:
             return
         try:

@@ -32,17 +32,20 @@ from core.config import JetStreamConfig
 from core.errors import StoreError
 from core.faults import fault_point
 from core.jetstream.gotime import format_go_seconds, parse_go_duration, rfc3339_nano
+from core.jetstream.sourced_batch import SourcedColumns
 from core.jetstream.transforms import Republish, StreamTransforms, republish_message
 from core.protocol.headers import HeaderError, encode_headers, parse_headers, replace_header, slice_header
 from core.server.internal import Backlog, InboundMsg, InternalReceiver, fill_batch, inbound_size
 from core.server.mailbox import Mailbox
 from core.store.api import (
     Append,
+    AppendBatch,
     DeleteOp,
     DelMetaOp,
     ExpireOp,
     InvalidOperation,
     Op,
+    PositionMismatch,
     PurgeOp,
     SetMetaOp,
     SkipOp,
@@ -118,6 +121,21 @@ def _acts_on(block: bytes) -> bool:
             return True
         i = block.find(b"\r\nNats-", i + 7)
     return False
+
+
+assert all(name.startswith(b"Nats-") for name in _DECIDED_HEADERS)  # (_any_acts_on counts on it)
+# "<name>:" at the start of a header line, for each name _decide acts on (what _acts_on finds)
+_DECIDED_LINES = tuple(b"\r\n" + name + b":" for name in sorted(_DECIDED_HEADERS))
+
+
+def _any_acts_on(blocks: list[bytes]) -> bool:
+    """``_acts_on`` over many header blocks at once: each name searched for in all of them
+    joined (a block ends with CRLF CRLF and the next starts with ``NATS/1.0``, so joining
+    makes no line that was not there)."""
+    joined = b"".join(blocks)
+    if joined.count(b"\r\nNats-") == joined.count(b"\r\nNats-Stream-Source:"):
+        return False  # the common case, in two scans: every decided name starts with "Nats-"
+    return any(line in joined for line in _DECIDED_LINES)
 
 
 def _is_delete_marker(headers: bytes | None) -> bool:
@@ -205,7 +223,8 @@ class Stream:
         self._closed = False
         # the pipeline: batches admitted but not yet answered, and the state they predict
         self._inflight = 0
-        self._sourced_flights: set[_Flight] = set()  # submit_sourced's, not yet settled
+        # submit_sourced's, not yet settled, in submission order (a drain settles them so)
+        self._sourced_flights: dict[_Flight, None] = {}
         self._idle = asyncio.Event()
         self._idle.set()
         self._predicted: _Running | None = None
@@ -631,11 +650,7 @@ class Stream:
 
     async def _admit(self, batch: list[InboundMsg]) -> _Flight:
         """Decide a batch (under the stream lock) and record the state it predicts."""
-        if self._inflight == 0 or self._predicted is None:
-            st = await self.state()
-            run = _Running(msgs=st.msgs, bytes=st.bytes, last_seq=st.last_seq, last_msg_id=self._last_msg_id)
-        else:
-            run = self._predicted
+        run = await self._running()
         plan = _Batch()
         if not self._closed:
             plain = self._plain_publishes_ok()
@@ -664,14 +679,29 @@ class Stream:
                     # that publisher gets an error, the batch goes on.
                     log.exception("stream %s: deciding a publish on %s failed", self.name, msg.subject)
                     plan.outcomes.append((msg.reply, api_error("JSStreamStoreFailedF", err=str(e))))
-            cfg = self.config
             self._trim_now(plan)
-            if cfg.discard == "old" and 0 < cfg.max_msgs < run.msgs:
-                # max_msgs goes into the batch's own transaction: one commit (one fsync) per
-                # batch, not a second one after it to drop the oldest.
-                plan.ops.append(PurgeOp(keep=cfg.max_msgs))
-                run.msgs = cfg.max_msgs
-                plan.removes = True
+            self._trim_max_msgs(plan, run)
+        return self._admitted(plan, run)
+
+    async def _running(self) -> _Running:
+        """The state a batch is decided against: what the batches in flight predict, or the
+        committed state when none is."""
+        if self._inflight == 0 or self._predicted is None:
+            st = await self.state()
+            return _Running(msgs=st.msgs, bytes=st.bytes, last_seq=st.last_seq, last_msg_id=self._last_msg_id)
+        return self._predicted
+
+    def _trim_max_msgs(self, plan: _Batch, run: _Running) -> None:
+        cfg = self.config
+        if cfg.discard == "old" and 0 < cfg.max_msgs < run.msgs:
+            # max_msgs goes into the batch's own transaction: one commit (one fsync) per
+            # batch, not a second one after it to drop the oldest.
+            plan.ops.append(PurgeOp(keep=cfg.max_msgs))
+            run.msgs = cfg.max_msgs
+            plan.removes = True
+
+    def _admitted(self, plan: _Batch, run: _Running) -> _Flight:
+        """A decided batch joins the pipeline: later batches are decided against what it predicts."""
         self._predicted = run
         # Later batches must see this batch's ids as duplicates even before it commits. An id
         # seen again (after its window) moves to the end, keeping the dict oldest first.
@@ -720,7 +750,12 @@ class Stream:
         plan = flight.plan
         if flight.error is not None:
             e = flight.error
-            log.error("stream %s: store failed, %d publishes refused: %s", self.name, len(plan.outcomes), e)
+            if isinstance(e, PositionMismatch):  # behind a source's batch that failed (logged)
+                log.info("stream %s: %s", self.name, e)
+            else:
+                log.error(
+                    "stream %s: store failed, %d publishes refused: %s", self.name, len(plan.outcomes), e
+                )
             self._state = None
             self._predicted = None  # later batches in flight get their true sequences from the store
             for mid in plan.dedup:
@@ -764,26 +799,37 @@ class Stream:
         return taken, refusal
 
     async def submit_sourced(
-        self, key: str, msgs: Sequence[Delivery], before: Callable[[], Awaitable[None]] | None = None
+        self,
+        key: str,
+        msgs: Sequence[Delivery],
+        before: Callable[[], Awaitable[None]] | None = None,
+        after: int | None = None,
     ) -> tuple[int, ApiError | None, _Flight | None]:
         """``ingest_sourced`` without waiting for the commit: decides the batch and submits it,
-        returning its flight for ``settle_sourced`` (None when nothing was taken). ``before``
-        settles the same source's previous flight, still committing: this batch is decided
-        while it commits (against the state it predicts) and submitted only after ``before``
-        returned -- so a batch never commits after an earlier one of its source failed, which
-        would store a position past messages that are not stored. When ``before`` raises,
-        this batch is forgotten and the exception propagates."""
+        returning its flight for ``settle_sourced`` (None when nothing was taken). A batch must
+        never commit after an earlier one of its source failed (its position would be stored
+        past messages that are not), and there are two ways to make sure:
+
+        - ``before`` settles the same source's previous flight, still committing: this batch is
+          decided while it commits (against the state it predicts) and submitted only after
+          ``before`` returned. When ``before`` raises, this batch is forgotten and the
+          exception propagates.
+        - ``after`` is the position the source's last flight writes: this batch is submitted
+          at once, behind the flights in flight, with a ``SourcePosOp`` that expects that
+          position -- the store refuses it (``PositionMismatch``, nothing stored) unless the
+          flight before it committed. Several batches of a source then commit back to back.
+        """
         async with self.lock:
-            if before is None:
+            if before is None and after is None:
                 await self.drain()
-            elif self._closed or self.failed is not None:
+            elif before is not None and (self._closed or self.failed is not None):
                 await before()
             if self._closed or self.failed is not None:
                 raise StoreError(f"stream {self.name} is closed")
             fast = await self._admit_plain_sourced(msgs)
             if fast is not None:
                 flight = fast
-                flight.plan.ops.append(SourcePosOp(key, msgs[-1].sseq))
+                flight.plan.ops.append(SourcePosOp(key, msgs[-1].sseq, after))
                 if before is not None:
                     try:
                         await before()
@@ -794,7 +840,7 @@ class Stream:
                     flight.commit = await self.store.submit(flight.plan.ops)
                 except StoreError as e:
                     flight.error = e
-                self._sourced_flights.add(flight)  # settled by its source, or by a drain
+                self._sourced_flights[flight] = None  # settled by its source, or by a drain
                 return len(msgs), None, flight
             batch = [InboundMsg(d.subject, None, d.headers, d.payload, None) for d in msgs]  # type: ignore[arg-type]
             flight = await self._admit(batch)
@@ -816,63 +862,60 @@ class Stream:
                 except BaseException:
                     self._unadmit(flight)
                     raise
-            flight.plan.ops.append(SourcePosOp(key, msgs[taken - 1].sseq))
+            flight.plan.ops.append(SourcePosOp(key, msgs[taken - 1].sseq, after))
             try:
                 flight.commit = await self.store.submit(flight.plan.ops)
             except StoreError as e:
                 flight.error = e
-            self._sourced_flights.add(flight)  # settled by its source, or by a drain
+            self._sourced_flights[flight] = None  # settled by its source, or by a drain
         return taken, refusal, flight
 
     async def _admit_plain_sourced(self, msgs: Sequence[Delivery]) -> _Flight | None:
         """``_admit`` for a batch of sourced messages that all take ``_decide_plain`` (a config
         that refuses nothing, no header the stream acts on, no size over the limit): the same
-        plan -- Appends, the discard-old max_msgs purge -- without a publish object, an outcome
-        or a second look per message. A bulk source stores thousands per batch, and this loop
-        is its share of the hub's work per message. None: the batch needs ``_admit``."""
-        if self._closed or not self._plain_publishes_ok() or self.transforms.ingest is not None:
+        plan and prediction, with the batch as one ``AppendBatch`` (columns) and each check run
+        over a whole column, so the hub's loop does no Python work per message here -- a bulk
+        source stores thousands per batch. None: the batch needs ``_admit``, message by message."""
+        if not msgs or self._closed or not self._plain_publishes_ok() or self.transforms.ingest is not None:
             return None  # (a subject_transform: _admit applies it to each message first)
-        max_size = self.config.max_msg_size
-        for d in msgs:
-            h = d.headers
-            if h is not None and (len(h) > _MAX_HEADERS or _acts_on(h)):
-                return None
-            if max_size != -1 and len(d.payload) + (len(h) if h else 0) > max_size:
-                return None
-            if not d.subject.isascii():
-                return None
-        if self._inflight == 0 or self._predicted is None:
-            st = await self.state()
-            run = _Running(msgs=st.msgs, bytes=st.bytes, last_seq=st.last_seq, last_msg_id=self._last_msg_id)
+        subjects: Sequence[str]
+        headers: Sequence[bytes | None]
+        payloads: Sequence[bytes]
+        if isinstance(msgs, SourcedColumns):
+            subjects, headers, payloads = msgs.subjects, msgs.headers, msgs.payloads
         else:
-            run = self._predicted
-        plan = _Batch()
-        ops = plan.ops
-        size_of = self.store.size_of
-        last_by_subject = run.last_by_subject
-        now = time.time_ns()
-        seq, nbytes = run.last_seq, 0
+            _seqs, subjects, headers, payloads, _ts = zip(*msgs, strict=True)
+        present = [h for h in headers if h]
+        if present and (max(map(len, present)) > _MAX_HEADERS or _any_acts_on(present)):
+            return None
+        max_size = self.config.max_msg_size
+        if max_size != -1 and any(
+            len(d) + (len(h) if h else 0) > max_size for h, d in zip(headers, payloads, strict=True)
+        ):
+            return None
+        joined = "".join(subjects)
+        if not joined.isascii():
+            return None  # _admit makes such a subject storable
         try:
-            for d in msgs:
-                subject, headers, payload = d.subject, d.headers, d.payload
-                ops.append(Append(subject, headers, payload, now))
-                seq += 1
-                nbytes += size_of(subject, headers, payload)
-                last_by_subject[subject] = seq
+            op = AppendBatch(subjects, headers, payloads, time.time_ns())
         except InvalidOperation:
             return None  # a subject the store refuses: _admit says so, message by message
-        run.last_seq, run.msgs, run.bytes = seq, run.msgs + len(msgs), run.bytes + nbytes
+        run = await self._running()
+        plan = _Batch()
+        n, seq = len(subjects), run.last_seq
+        run.last_by_subject.update(zip(subjects, range(seq + 1, seq + n + 1), strict=True))
+        run.last_seq, run.msgs = seq + n, run.msgs + n
+        # the store's size_of summed: per message a fixed part, the subject, the data, and the
+        # headers with their own fixed part (ASCII subjects: characters are bytes)
+        size_of = self.store.size_of
+        fixed = size_of("", None, b"")
+        per_header = size_of("", b"h", b"") - fixed - 1
+        run.bytes += n * fixed + len(joined) + sum(map(len, payloads))
+        run.bytes += sum(map(len, present)) + per_header * len(present)
         run.last_msg_id = plan.last_msg_id = ""
-        cfg = self.config
-        if cfg.discard == "old" and 0 < cfg.max_msgs < run.msgs:
-            ops.append(PurgeOp(keep=cfg.max_msgs))
-            run.msgs = cfg.max_msgs
-            plan.removes = True
-        self._predicted = run
-        if self._inflight == 0:
-            self._idle.clear()
-        self._inflight += 1
-        return _Flight(plan)
+        plan.ops.append(op)
+        self._trim_max_msgs(plan, run)
+        return self._admitted(plan, run)
 
     async def settle_sourced(self, flight: _Flight) -> None:
         """Wait for a ``submit_sourced`` flight's commit (once; again only re-raises): raises its
@@ -889,7 +932,7 @@ class Stream:
             await flight.settling.wait()
             return
         flight.settling = asyncio.Event()
-        self._sourced_flights.discard(flight)
+        self._sourced_flights.pop(flight, None)
         try:
             with anyio.CancelScope(shield=True):
                 await self._settle(flight)

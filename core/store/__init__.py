@@ -2,11 +2,13 @@
 
 from core.store.api import (
     Append,
+    AppendBatch,
     DeleteOp,
     DelMetaOp,
     ExpireOp,
     InvalidOperation,
     Op,
+    PositionMismatch,
     PurgeOp,
     Result,
     SequenceMismatch,
@@ -27,6 +29,7 @@ from core.store.sqlite import SqliteStore, StoreStats
 
 __all__ = [
     "Append",
+    "AppendBatch",
     "Cipher",
     "CipherSpec",
     "DelMetaOp",
@@ -35,6 +38,7 @@ __all__ = [
     "InvalidOperation",
     "MemoryStore",
     "Op",
+    "PositionMismatch",
     "PurgeOp",
     "Result",
     "SequenceMismatch",

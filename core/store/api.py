@@ -17,7 +17,7 @@ with headers (``file_msg_size``). ``StreamStore.size_of`` says which a store use
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeAlias, runtime_checkable
 
@@ -45,6 +45,17 @@ class SequenceMismatch(StoreError):
         super().__init__(f"sequence {seq} is not beyond the last sequence {last_seq}")
         self.seq = seq
         self.last_seq = last_seq
+
+
+class PositionMismatch(StoreError):
+    """A conditional ``SourcePosOp`` found another position stored than the one it expects (a
+    batch before it did not commit); nothing of the call was applied."""
+
+    def __init__(self, key: str, expected: int, stored: int) -> None:
+        super().__init__(f"source {key!r}: position {stored} stored, expected {expected}; batch not stored")
+        self.key = key
+        self.expected = expected
+        self.stored = stored
 
 
 class StoreFull(StoreError):
@@ -199,6 +210,41 @@ class Append:
             _int("seq", self.seq, 1)
 
 
+_STR, _BYTES, _BYTES_OR_NONE = frozenset({str}), frozenset({bytes}), frozenset({bytes, type(None)})
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBatch:
+    """Store messages one after the other, each at ``last_seq + 1``, all with the timestamp
+    ``ts``: what a run of ``Append`` ops would store, as columns instead of an op per message
+    (a source's batch holds thousands, and an op each was most of the hub's work per message).
+    At least one message; the columns have one entry each. Result: the last one's sequence."""
+
+    subjects: Sequence[str]
+    headers: Sequence[bytes | None]
+    data: Sequence[bytes]
+    ts: int
+
+    def __post_init__(self) -> None:
+        n = len(self.subjects)
+        if n == 0 or len(self.headers) != n or len(self.data) != n:
+            raise InvalidOperation(f"columns of {n}, {len(self.headers)} and {len(self.data)} messages")
+        # each column's types as a set (map and set run in C: no Python step per message)
+        if not set(map(type, self.subjects)) <= _STR:
+            raise InvalidOperation("subjects must be str")
+        for subject in set(self.subjects):  # a source's subjects repeat
+            _check_literal_subject(subject)
+        if not set(map(type, self.headers)) <= _BYTES_OR_NONE:
+            raise InvalidOperation("headers must be bytes or None")
+        if not set(map(type, self.data)) <= _BYTES:
+            raise InvalidOperation("data must be bytes")
+        if type(self.ts) is not int or self.ts < 0:
+            raise InvalidOperation(f"ts must be an int >= 0, got {self.ts!r}")
+
+    def __len__(self) -> int:
+        return len(self.subjects)
+
+
 @dataclass(frozen=True, slots=True)
 class PurgeOp:
     """The reference's purge request. No fields: remove everything. ``subject`` restricts the purge to the
@@ -301,14 +347,22 @@ class SourcePosOp:
     source: its index name). Put into the same call as the messages it stored, it commits with
     them or not at all: a sourcing stream resumes at ``seq + 1`` with nothing stored twice or
     skipped. Purges and deletes leave it alone; ``source_positions()`` reads it back (after a
-    reopen too); a snapshot carries it. Result: None."""
+    reopen too); a snapshot carries it. Result: None.
+
+    ``expect`` makes the whole call conditional: it applies only if the position stored for
+    ``key`` (0 when none is) is ``expect``, else nothing of it is and it fails with
+    ``PositionMismatch``. A source that submits a batch while the one before it still commits
+    expects that one's position, so a batch never commits after an earlier one failed."""
 
     key: str
     seq: int
+    expect: int | None = None
 
     def __post_init__(self) -> None:
         _check_meta_key(SOURCE_POS_PREFIX + self.key if type(self.key) is str else self.key)
         _int("seq", self.seq, 0)
+        if self.expect is not None:
+            _int("expect", self.expect, 0)
 
     @property
     def meta_key(self) -> str:
@@ -324,9 +378,11 @@ def decode_source_positions(items: Iterable[tuple[str, bytes]]) -> dict[str, int
     return {k[len(SOURCE_POS_PREFIX) :]: int(v) for k, v in items if k.startswith(SOURCE_POS_PREFIX)}
 
 
-Op: TypeAlias = Append | PurgeOp | DeleteOp | ExpireOp | SkipOp | SetMetaOp | DelMetaOp | SourcePosOp
+Op: TypeAlias = (
+    Append | AppendBatch | PurgeOp | DeleteOp | ExpireOp | SkipOp | SetMetaOp | DelMetaOp | SourcePosOp
+)
 Result: TypeAlias = int | bool | None
-OP_TYPES = (Append, PurgeOp, DeleteOp, ExpireOp, SkipOp, SetMetaOp, DelMetaOp, SourcePosOp)
+OP_TYPES = (Append, AppendBatch, PurgeOp, DeleteOp, ExpireOp, SkipOp, SetMetaOp, DelMetaOp, SourcePosOp)
 
 
 def check_ops(ops: Sequence[Op], last_seq: int) -> None:
@@ -345,6 +401,8 @@ def check_ops(ops: Sequence[Op], last_seq: int) -> None:
                 raise SequenceMismatch(op.seq, last)
             else:
                 last = op.seq
+        elif isinstance(op, AppendBatch):
+            last += len(op.subjects)
         elif isinstance(op, SkipOp):
             last = max(last, op.seq)
         elif isinstance(op, PurgeOp):
@@ -354,6 +412,21 @@ def check_ops(ops: Sequence[Op], last_seq: int) -> None:
                     last = up - 1
         elif op.__class__ not in OP_TYPES:
             raise InvalidOperation(f"not a store operation: {op!r}")
+
+
+def check_positions(ops: Sequence[Op], stored: Callable[[str], int]) -> None:
+    """Refuse a call (``PositionMismatch``) whose conditional ``SourcePosOp`` expects another
+    position than the one ``stored`` (meta key -> position, 0 when none) returns -- or than an
+    earlier op of the same call writes. Run before anything of the call is applied."""
+    written: dict[str, int] = {}
+    for op in ops:
+        if isinstance(op, SourcePosOp):
+            key = op.meta_key
+            if op.expect is not None:
+                now = written[key] if key in written else stored(key)
+                if now != op.expect:
+                    raise PositionMismatch(op.key, op.expect, now)
+            written[key] = op.seq
 
 
 # ----------------------------------------------------------------------------------------- protocol

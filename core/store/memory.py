@@ -19,6 +19,7 @@ from core.errors import StoreError
 from core.store.api import (
     SOURCE_POS_PREFIX,
     Append,
+    AppendBatch,
     DeleteOp,
     DelMetaOp,
     ExpireOp,
@@ -33,6 +34,7 @@ from core.store.api import (
     StoredMsg,
     StreamState,
     check_ops,
+    check_positions,
     decode_source_positions,
     make_state,
     msg_size,
@@ -72,6 +74,7 @@ class MemoryStore:
         self._check_open()
         ops = list(ops)
         check_ops(ops, self._last_seq)
+        check_positions(ops, self._position)
         return [self._apply_one(op) for op in ops]
 
     async def submit(self, ops: Sequence[Op]) -> Awaitable[list[Result]]:
@@ -90,9 +93,17 @@ class MemoryStore:
         (seq,) = await self.apply((Append(subject, headers, data, ts),))
         return seq, ts  # type: ignore[return-value]
 
+    def _position(self, meta_key: str) -> int:
+        value = self._meta.get(meta_key)
+        return int(value) if value is not None else 0
+
     def _apply_one(self, op: Op) -> Result:
         if isinstance(op, Append):
             return self._append(op)
+        if isinstance(op, AppendBatch):
+            for subject, headers, data in zip(op.subjects, op.headers, op.data, strict=True):
+                self._append(Append(subject, headers, data, op.ts))
+            return self._last_seq
         if isinstance(op, PurgeOp):
             return self._purge(op)
         if isinstance(op, DeleteOp):

@@ -32,10 +32,10 @@ import os
 import sqlite3
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
@@ -48,6 +48,7 @@ from core.store.api import (
     MAX_SEQ,
     SOURCE_POS_PREFIX,
     Append,
+    AppendBatch,
     DeleteOp,
     DelMetaOp,
     ExpireOp,
@@ -63,6 +64,7 @@ from core.store.api import (
     StoreFull,
     StreamState,
     check_ops,
+    check_positions,
     decode_source_positions,
     file_msg_size,
     make_state,
@@ -111,6 +113,7 @@ TRIM_SQL = (
 # may hold many streams, so the budget is small. A message over 1/16 of it is never kept.
 LAST_CACHE_BYTES = 1 << 20
 _LAST_ENTRY_OVERHEAD = 256  # about what a dict slot, the key and a StoredMsg cost beyond the bytes
+_HDR_OVERHEAD = FILE_MSG_OVERHEAD + 4  # a message with headers: their 4-byte length too
 _INSERT_CHUNK_SQL = schema.INSERT_MSG + ", (?, ?, ?, ?, ?, ?, ?)" * (INSERT_CHUNK - 1)
 
 _APPLY, _FLUSH, _LIMIT, _STOP, _OPEN_REQ = range(5)
@@ -170,11 +173,15 @@ class _Counters:
 class _Req:
     """One queued call. ``done`` is set (writer thread) once its outcome has been posted to the loop."""
 
-    __slots__ = ("arg", "done", "fut", "kind", "ops")
+    __slots__ = ("arg", "done", "fut", "kind", "ops", "weight")
 
     def __init__(self, kind: int, ops: tuple[Op, ...], fut: asyncio.Future[Any] | None, arg: Any = None):
         self.kind, self.ops, self.fut, self.arg = kind, ops, fut, arg
         self.done = False
+        # what it counts against MAX_BATCH_OPS: its messages (an AppendBatch holds many)
+        self.weight = len(ops) or 1
+        if ops and ops[0].__class__ is AppendBatch:
+            self.weight += len(ops[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +361,7 @@ class SqliteStore:
         self._w = self._pub.copy()
         self._delta: dict[str, int] = {}
         self._rows: list[tuple[Any, ...]] = []
+        self._w_batch_bytes = 0  # what the last _w_append_batch stored
         self._first_dirty = False
         self._w_batch: list[_Req] = []
         # Housekeeping (interval fsync, checkpoints) runs as a pool job of its own, on the reading
@@ -556,7 +564,12 @@ class SqliteStore:
             self._check_open()
             return _resolved([])
         SLOTS.touch(self)
-        if self._inline and self._inflight == 0 and len(ops) <= INLINE_MAX_OPS:
+        if (
+            self._inline
+            and self._inflight == 0
+            and len(ops) <= INLINE_MAX_OPS
+            and ops[0].__class__ is not AppendBatch
+        ):
             done = self._commit_inline(ops)
             if done is not None:
                 return done
@@ -1111,7 +1124,7 @@ class SqliteStore:
         while q and nops < MAX_BATCH_OPS:
             r = q.popleft()
             batch.append(r)
-            nops += len(r.ops) or 1
+            nops += r.weight
         return batch
 
     def _w_prepare(self, batch: list[_Req]) -> str:
@@ -1690,6 +1703,7 @@ class SqliteStore:
                 w.last_seq = last
                 try:
                     check_ops(r.ops, last)
+                    check_positions(r.ops, self._w_position)
                 except StoreError as e:
                     out.append((r, None, e))
                     continue
@@ -1719,6 +1733,14 @@ class SqliteStore:
                     res.append(seq)
                     if simple:
                         break
+                elif op.__class__ is AppendBatch:
+                    if msgs == 0:
+                        w.first_seq, w.first_ts = last + 1, op.ts
+                    last, n = self._w_append_batch(op, last), len(op)
+                    msgs += n
+                    nbytes += self._w_batch_bytes
+                    last_ts = op.ts
+                    res.append(last)
                 else:
                     w.last_seq, w.last_ts, w.msgs, w.nbytes = last, last_ts, msgs, nbytes
                     self._w_flush_rows()
@@ -1731,6 +1753,32 @@ class SqliteStore:
             out.append((r, res, None))
         w.last_seq, w.last_ts, w.msgs, w.nbytes = last, last_ts, msgs, nbytes
         return out, nops
+
+    def _w_append_batch(self, op: AppendBatch, last: int) -> int:
+        """Collect an ``AppendBatch``'s rows after ``last``; returns its last sequence (and leaves
+        its stored bytes in ``_w_batch_bytes``). The rows are built by ``zip`` over the columns:
+        no object or loop iteration in Python per message but the size's."""
+        subjects, headers, data, ts = op.subjects, op.headers, op.data, op.ts
+        # file_msg_size of each message
+        sizes = [
+            (len(s) if s.isascii() else len(s.encode()))
+            + len(d)
+            + (len(h) + _HDR_OVERHEAD if h else FILE_MSG_OVERHEAD)
+            for s, h, d in zip(subjects, headers, data, strict=True)
+        ]
+        seqs = range(last + 1, last + 1 + len(sizes))
+        if self._codec.plain:
+            self._rows.extend(zip(seqs, subjects, headers, data, repeat(ts), sizes, repeat(0)))
+        else:
+            encode, rows = self._codec.encode, self._rows
+            for seq, subject, hdr, body, size in zip(seqs, subjects, headers, data, sizes, strict=True):
+                h, d, f = encode(seq, hdr, body)
+                rows.append((seq, subject, h, d, ts, size, f))
+        delta = self._delta
+        for subject, k in Counter(subjects).items():
+            delta[subject] = delta.get(subject, 0) + k
+        self._w_batch_bytes = sum(sizes)
+        return seqs[-1]
 
     def _w_op(self, op: Op) -> Result:
         conn = self._conn
@@ -1756,6 +1804,14 @@ class SqliteStore:
             conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
             return None
         raise InvalidOperation(f"not a store operation: {op!r}")
+
+    def _w_position(self, meta_key: str) -> int:
+        """A source's stored position inside the open transaction (a call earlier in it may have
+        written it): for a conditional ``SourcePosOp``."""
+        conn = self._conn
+        assert conn is not None
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (meta_key,)).fetchone()
+        return int(self._codec.open_meta(meta_key, row[0])) if row else 0
 
     def _w_count(self, subject: str) -> int:
         return self._subj.get(subject, 0) + self._delta.get(subject, 0)

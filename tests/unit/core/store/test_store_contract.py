@@ -9,10 +9,12 @@ import pytest
 
 from core.store import (
     Append,
+    AppendBatch,
     DeleteOp,
     DelMetaOp,
     ExpireOp,
     InvalidOperation,
+    PositionMismatch,
     PurgeOp,
     SequenceMismatch,
     SetMetaOp,
@@ -502,6 +504,73 @@ async def test_a_source_position_commits_with_the_messages_it_stored_and_survive
     assert await target.source_positions() == {"ORDERS > >": 8, "OTHER:abc orders.> >": 3}
     with pytest.raises(InvalidOperation):
         SourcePosOp("x", -1)
+
+
+async def test_a_conditional_source_position_applies_only_over_the_one_it_expects(h: StoreHarness) -> None:
+    """``SourcePosOp(expect=...)``: the call applies only if the stored position is the expected
+    one (0 when none is stored); otherwise nothing of it is -- a source's batch submitted behind
+    one that failed must not commit. Calls before it in one group commit are honoured."""
+    key = "ORDERS > >"
+    with pytest.raises(PositionMismatch):  # nothing stored yet: the position is 0
+        await h.store.apply([Append("a", None, b"0", 1), SourcePosOp(key, 3, expect=2)])
+    assert (await h.store.state()).last_seq == 0
+    assert await h.store.apply([Append("a", None, b"1", 1), SourcePosOp(key, 3, expect=0)]) == [1, None]
+    # submitted back to back (one transaction on a durable store): the second sees the first's
+    first = await h.store.submit([Append("a", None, b"2", 2), SourcePosOp(key, 5, expect=3)])
+    second = await h.store.submit([Append("a", None, b"3", 3), SourcePosOp(key, 9, expect=5)])
+    stale = await h.store.submit([Append("a", None, b"x", 4), SourcePosOp(key, 12, expect=7)])
+    after = await h.store.submit([Append("a", None, b"4", 5), SourcePosOp(key, 11, expect=9)])
+    assert await first == [2, None] and await second == [3, None]
+    with pytest.raises(PositionMismatch) as refused:
+        await stale
+    assert (refused.value.expected, refused.value.stored) == (7, 9)
+    assert await after == [4, None]  # a refused call is refused alone
+    store = await h.reopen()
+    assert await store.source_positions() == {key: 11}
+    assert [m.data for m in await store.range(1)] == [b"1", b"2", b"3", b"4"]
+    with pytest.raises(InvalidOperation):
+        SourcePosOp(key, 1, expect=-1)
+
+
+async def test_an_append_batch_stores_what_its_appends_would(h: StoreHarness) -> None:
+    """``AppendBatch`` (columns) stores, counts and numbers its messages as the same run of
+    ``Append`` ops does, in one call with other ops, and survives a reopen."""
+    subjects = ["a.1", "a.2", "a.1", "b"]
+    headers = [None, b"NATS/1.0\r\nX: 1\r\n\r\n", None, b"NATS/1.0\r\n\r\n"]
+    data = [b"1", b"22", b"", b"4444"]
+    await h.store.apply([Append("z", None, b"0", 5)])
+    res = await h.store.apply([AppendBatch(subjects, headers, data, 7), SourcePosOp("S > >", 40, expect=0)])
+    assert res == [5, None]
+    res = await h.store.apply([AppendBatch(["c"], [None], [b"c"], 8), Append("d", None, b"d", 9)])
+    assert res == [6, 7]
+    store = await h.reopen()
+    st = await store.state()
+    expected_bytes = sum(
+        store.size_of(s, hd, d)
+        for s, hd, d in [
+            ("z", None, b"0"),
+            *zip(subjects, headers, data, strict=True),
+            ("c", None, b"c"),
+            ("d", None, b"d"),
+        ]
+    )
+    assert (st.msgs, st.first_seq, st.last_seq, st.last_ts, st.bytes) == (7, 1, 7, 9, expected_bytes)
+    msgs = await store.range(2, 5)
+    assert [(m.seq, m.subject, m.headers, m.data, m.ts) for m in msgs] == [
+        (i + 2, s, hd, d, 7) for i, (s, hd, d) in enumerate(zip(subjects, headers, data, strict=True))
+    ]
+    assert await store.subjects_state() == {"z": 1, "a.1": 2, "a.2": 1, "b": 1, "c": 1, "d": 1}
+    assert await store.source_positions() == {"S > >": 40}
+    for bad in (
+        lambda: AppendBatch([], [], [], 1),
+        lambda: AppendBatch(["a"], [None, None], [b"x"], 1),
+        lambda: AppendBatch(["a.*"], [None], [b"x"], 1),
+        lambda: AppendBatch(["a"], ["h"], [b"x"], 1),  # type: ignore[list-item]
+        lambda: AppendBatch(["a"], [None], ["x"], 1),  # type: ignore[list-item]
+        lambda: AppendBatch(["a"], [None], [b"x"], -1),
+    ):
+        with pytest.raises(InvalidOperation):
+            bad()
 
 
 async def test_per_subject_counts(h: StoreHarness) -> None:

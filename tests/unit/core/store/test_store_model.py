@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from core.errors import StoreError
 from core.store import (
     Append,
+    AppendBatch,
     DeleteOp,
     DelMetaOp,
     ExpireOp,
@@ -25,6 +26,7 @@ from core.store import (
     PurgeOp,
     SetMetaOp,
     SkipOp,
+    SourcePosOp,
     SqliteStore,
     StreamState,
     StreamStore,
@@ -41,6 +43,19 @@ appends = st.builds(
     ts=st.integers(0, 10),
     seq=st.one_of(st.none(), st.none(), st.integers(1, 40)),
 )
+# a source's batch as columns, with its conditional position (refused unless it matches)
+append_batches = st.lists(
+    st.tuples(
+        st.sampled_from(SUBJECTS),
+        st.sampled_from([None, b"", b"NATS/1.0\r\nK: v\r\n\r\n"]),
+        st.binary(max_size=20),
+    ),
+    min_size=1,
+    max_size=5,
+).map(lambda rows: AppendBatch([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], 7))
+positions = st.builds(
+    SourcePosOp, key=st.just("S > >"), seq=st.integers(0, 4), expect=st.one_of(st.none(), st.integers(0, 4))
+)
 purges = st.one_of(
     st.builds(PurgeOp, subject=st.sampled_from([None, *FILTERS]), keep=st.sampled_from([None, 1, 2, 5])),
     st.builds(PurgeOp, subject=st.sampled_from([None, *FILTERS]), up_to_seq=st.integers(1, 45)),
@@ -49,6 +64,8 @@ ops = st.one_of(
     appends,
     appends,
     appends,
+    append_batches,
+    positions,
     purges,
     st.builds(DeleteOp, seq=st.integers(1, 30), erase=st.booleans()),
     st.builds(ExpireOp, up_to_ts=st.integers(0, 10)),
