@@ -46,7 +46,6 @@ from .messages import (
 )
 from .pipeline import (
     AckWindow,
-    Failed,
     JetStreamPipeline,
     MessageIds,
     NoStream,
@@ -156,7 +155,7 @@ class MqttBridge:
         async def on_error(e: Exception) -> None:
             if not self.nats_connected:
                 self.stats.nats_connect_failures += 1
-            log.warning("%s: NATS error: %s", self._who, e or type(e).__name__)
+            log.warning("%s: NATS error: %s", self._who, str(e) or type(e).__name__)
 
         async def on_disconnected() -> None:
             self.nats_connected = False
@@ -185,7 +184,7 @@ class MqttBridge:
                     "%s: cannot connect to NATS %s (%s); retrying in %.1fs",
                     self._who,
                     cfg.nats_url,
-                    e or type(e).__name__,
+                    str(e) or type(e).__name__,
                     backoff.delay,
                 )
                 await backoff.sleep()
@@ -355,8 +354,17 @@ class MqttBridge:
                 stats.stored += 1
             self._finish(p)
             return
-        if isinstance(outcome, NoStream) and p.dead_letter:
-            # Nobody stores dead letters: publish them for whoever listens.
+        if p.dead_letter and not isinstance(outcome, TooLarge):
+            # Not stored: no stream captures the subject, or (a core subscriber listening on it, a
+            # stream refusing it) no PubAck came. Publish it for whoever listens and go on; retrying
+            # the store would hold every later message's ack for as long as it fails.
+            if not isinstance(outcome, NoStream):
+                log.warning(
+                    "%s: dead letter on %r not stored (%s); publishing it without a stream",
+                    self._who,
+                    p.subject,
+                    outcome.problem,
+                )
             assert self._side_tasks is not None
             self._side_tasks.start_soon(self._publish_dead_letter, p)
             return
@@ -374,7 +382,11 @@ class MqttBridge:
             problem = f"no stream captures subject {p.subject!r}"
         else:
             problem = outcome.problem
-        stats.store_retries += 1
+        self._retry_later(p, problem)
+
+    def _retry_later(self, p: Pending, problem: str) -> None:
+        """Publish ``p`` again after its backoff (the pump sends it)."""
+        self.stats.store_retries += 1
         if p.attempt & (p.attempt - 1) == 0:  # log attempts 1, 2, 4, 8, ...
             log.warning(
                 "%s: cannot store on %r (%s); attempt %d, retrying in %.1fs",
@@ -396,8 +408,8 @@ class MqttBridge:
     async def _publish_dead_letter(self, p: Pending) -> None:
         try:
             await self._nc_publish_flushed(p.subject, p.payload, p.headers)
-        except Exception as e:
-            self._on_outcome(p, Failed(f"{type(e).__name__}: {e}"))
+        except Exception as e:  # NATS is down: the whole attempt (store, then publish) is retried
+            self._retry_later(p, f"{type(e).__name__}: {e}")
             return
         self.stats.dead_lettered += 1
         self._finish(p)
@@ -455,6 +467,16 @@ class MqttBridge:
                     )
                 except nats.js.errors.NoStreamResponseError:  # nobody stores them: publish for listeners
                     await self._nc_publish_flushed(plan.subject, plan.payload, plan.headers)
+                except (nats.errors.TimeoutError, nats.js.errors.APIError) as e:
+                    # A core subscriber but no stream (nobody answers), or a stream refusing it:
+                    # publish for whoever listens and go on rather than hold the commands behind it.
+                    log.warning(
+                        "%s: dead letter on %r not stored (%s); publishing it without a stream",
+                        self._who,
+                        plan.subject,
+                        str(e) or type(e).__name__,
+                    )
+                    await self._nc_publish_flushed(plan.subject, plan.payload, plan.headers)
                 return
             except nats.errors.MaxPayloadError:
                 self.stats.oversized += 1
@@ -505,7 +527,7 @@ class MqttBridge:
                     self._who,
                     route.durable,
                     route.stream,
-                    e or type(e).__name__,
+                    str(e) or type(e).__name__,
                     backoff.delay,
                 )
                 await backoff.sleep()
@@ -524,7 +546,10 @@ class MqttBridge:
                         continue
                     except Exception as e:
                         log.warning(
-                            "%s: fetch from %r failed: %s", self._who, route.durable, e or type(e).__name__
+                            "%s: fetch from %r failed: %s",
+                            self._who,
+                            route.durable,
+                            str(e) or type(e).__name__,
                         )
                         await anyio.sleep(cfg.reconnect_min)
                         continue
@@ -578,7 +603,9 @@ class MqttBridge:
         try:
             await done
         except Exception as e:
-            log.warning("%s: %s of command on %r failed: %s", self._who, what, subject, e or type(e).__name__)
+            log.warning(
+                "%s: %s of command on %r failed: %s", self._who, what, subject, str(e) or type(e).__name__
+            )
 
     def _mqtt_publish(self, plan: MqttPublish) -> asyncio.Future[int]:
         assert self._session is not None

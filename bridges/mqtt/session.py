@@ -88,6 +88,8 @@ class MqttSession:
         self._last_in = self._last_out = 0.0
         self._ping_sent: float | None = None
         self._paused = False
+        self._acks: list[int] = []  # packet ids to PUBACK at the end of this turn of the loop
+        self._acks_scheduled = False
         # Outbound QoS 1: packet id -> future of the PUBACK reason; beyond the broker's Receive
         # Maximum, packets wait in _outbox (in order) for a free slot.
         self._outgoing: dict[int, asyncio.Future[int]] = {}
@@ -194,6 +196,7 @@ class MqttSession:
         self._transport = None
         self._ping_sent = None
         self._paused = False
+        self._acks = []
         pending = list(self._outgoing.values()) + [fut for _, fut in self._outbox]
         self._outgoing.clear()
         self._outbox.clear()
@@ -268,10 +271,24 @@ class MqttSession:
     # ------------------------------------------------------------------ inbound
 
     def ack(self, mids: list[int]) -> None:
-        """PUBACK these packet ids (of the current connection: the caller checks ``generation``) in
-        one write."""
-        if mids and self.connected:
-            self._write(b"".join([wire.encode_puback(mid) for mid in mids]))
+        """PUBACK these packet ids (of the current connection: the caller checks ``generation``).
+
+        PubAcks come back one at a time, so acks are released a few at a time: they are gathered
+        and written once per turn of the event loop (a write per message was a tenth of the
+        bridge's CPU). Acks gathered when the connection ends are dropped with it."""
+        if not mids or not self.connected:
+            return
+        self._acks.extend(mids)
+        if not self._acks_scheduled:
+            self._acks_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+
+    def _flush_acks(self) -> None:
+        self._acks_scheduled = False
+        acks, self._acks = self._acks, []
+        if acks and self.connected:
+            puback = wire.encode_puback
+            self._write(b"".join([puback(mid) for mid in acks]))
 
     def pause_reading(self) -> None:
         if not self._paused and self._transport is not None:
