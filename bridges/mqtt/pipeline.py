@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -230,57 +229,6 @@ class JetStreamPipeline:
                 return
             del waiting[token]
             self._on_outcome(p, Failed(f"no PubAck within {self._timeout:g}s"))
-
-
-class Handoff:
-    """paho's thread -> the event loop: a deque, and a bounded wait only when it is full.
-
-    The broker never has more than its inflight limit (our Receive Maximum) unacknowledged, so the
-    deque stays short and ``put`` takes no lock; ``queue.Queue`` took two per message on each side.
-    Only a broker ignoring the limit makes ``put`` wait, for at most ``timeout``.
-    """
-
-    __slots__ = ("_items", "_limit", "_room", "_waiters")
-
-    def __init__(self, limit: int) -> None:
-        self._items: deque[InboundMessage] = deque()
-        self._limit = limit
-        self._room = threading.Condition()
-        self._waiters = 0
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def put(self, item: InboundMessage, timeout: float) -> bool:
-        """Append (paho's thread); False if there was no room within ``timeout``."""
-        if len(self._items) >= self._limit:
-            with self._room:
-                self._waiters += 1
-                try:
-                    # _waiters goes up before this first check, so a get() after it sees a waiter
-                    if not self._room.wait_for(lambda: len(self._items) < self._limit, timeout):
-                        return False
-                finally:
-                    self._waiters -= 1
-        self._items.append(item)
-        return True
-
-    def put_nowait(self, item: InboundMessage) -> bool:
-        if len(self._items) >= self._limit:
-            return False
-        self._items.append(item)
-        return True
-
-    def get(self) -> InboundMessage | None:
-        """The oldest item or None (the loop)."""
-        try:
-            item = self._items.popleft()
-        except IndexError:
-            return None
-        if self._waiters:
-            with self._room:
-                self._room.notify()
-        return item
 
 
 class MessageIds:
