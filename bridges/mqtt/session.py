@@ -24,7 +24,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import wire
 from .config import MQTT_V5, MqttBridgeConfig
@@ -79,7 +79,7 @@ class MqttSession:
         self.v5 = config.protocol == MQTT_V5
         self.generation = 0
         self.connected = False
-        self._transport: asyncio.Transport | None = None
+        self._transport: Any = None  # asyncio's or uvloop's transport
         self._reader = wire.PacketReader()
         self._connack: asyncio.Future[wire.ConnAck] | None = None
         self._lost_event = asyncio.Event()
@@ -135,8 +135,7 @@ class MqttSession:
         except (OSError, TimeoutError, ssl.SSLError) as e:
             self.events.on_unreachable(str(e) or type(e).__name__, self.config.reconnect_min)
             return False
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = transport  # an asyncio.Transport, or uvloop's (not a subclass of it)
         self._connack = loop.create_future()
         self._write(
             wire.encode_connect(
