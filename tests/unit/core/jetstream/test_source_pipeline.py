@@ -14,7 +14,7 @@ import pytest
 from core.api_errors import api_error
 from core.errors import StoreError
 from core.jetstream.sourcing import Delivery, SourceWorker, _Recreate, parse_ack_reply
-from core.jetstream.stream import _DECIDED_HEADERS, _acts_on, _decided_values
+from core.jetstream.stream import _DECIDED_HEADERS, _acts_on
 from core.protocol.headers import slice_header
 from core.server.interest import _ack_suffix_index
 from core.server.internal import InboundMsg
@@ -124,23 +124,6 @@ def test_the_ack_reply_is_parsed_strictly() -> None:
 def test_a_block_the_decision_skips_has_none_of_the_headers_it_acts_on(block: bytes) -> None:
     found = [n for n in _DECIDED_HEADERS if slice_header(block, n.decode()) is not None]
     assert _acts_on(block) == bool(found)
-
-
-@pytest.mark.parametrize(
-    "block",
-    [
-        b"NATS/1.0\r\nNats-Msg-Id: m1\r\nNats-Msg-Id: m2\r\nNats-TTL:   5s \r\n\r\n",
-        b"NATS/1.0\r\nMqtt-Topic: a/b\r\nNats-Expected-Stream: S\r\nNats-Rollup:\r\n\r\n",
-        b"NATS/1.0\r\nNats-Something\r\nNats-Rollup: all\r\nNats-Incr: +1",
-        b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 4\r\n"
-        b"Nats-Expected-Last-Subject-Sequence-Subject: a.b\r\n\r\n",
-        b"NATS/1.0\r\nNats-Msg-Id : m1\r\nX: Nats-Msg-Id: no\r\n\r\n",
-    ],
-)
-def test_the_decided_headers_are_read_in_one_pass_as_slice_header_reads_each(block: bytes) -> None:
-    expected = {n: v for n in _DECIDED_HEADERS if (v := slice_header(block, n.decode())) is not None}
-    assert _decided_values(block) == expected
-    assert bool(_decided_values(block)) == _acts_on(block)
 
 
 # ------------------------------------------------------------------ errors, kicks, garbage
