@@ -88,8 +88,8 @@ class MqttSession:
         self._last_in = self._last_out = 0.0
         self._ping_sent: float | None = None
         self._paused = False
-        self._acks: list[int] = []  # packet ids to PUBACK at the end of this turn of the loop
-        self._acks_scheduled = False
+        self._out: list[bytes] = []  # for the socket at the end of this turn of the loop
+        self._out_scheduled = False
         # Outbound QoS 1: packet id -> future of the PUBACK reason; beyond the broker's Receive
         # Maximum, packets wait in _outbox (in order) for a free slot.
         self._outgoing: dict[int, asyncio.Future[int]] = {}
@@ -195,7 +195,7 @@ class MqttSession:
         self._transport = None
         self._ping_sent = None
         self._paused = False
-        self._acks = []
+        self._out = []
         pending = list(self._outgoing.values()) + [fut for _, fut in self._outbox]
         self._outgoing.clear()
         self._outbox.clear()
@@ -210,6 +210,7 @@ class MqttSession:
         """A clean DISCONNECT (keeps a persistent session on the broker), then close."""
         transport = self._transport
         if transport is not None and not transport.is_closing():
+            self._flush_out()
             if self.connected:
                 transport.write(wire.DISCONNECT_PACKET)
             transport.close()
@@ -262,32 +263,33 @@ class MqttSession:
             self._transport.abort()
 
     def _write(self, data: bytes) -> None:
+        """Queue ``data`` for the socket: everything written in one turn of the event loop goes out
+        in one ``write`` at its end. PubAcks come back one at a time, so acks are released a few at
+        a time, and commands go out one at a time: a system call each was a tenth of the bridge's
+        CPU inbound and more outbound. What is queued when the connection ends is dropped with it."""
         transport = self._transport
-        if transport is not None and not transport.is_closing():
-            self._last_out = time.monotonic()
-            transport.write(data)
+        if transport is None or transport.is_closing():
+            return
+        self._last_out = time.monotonic()
+        self._out.append(data)
+        if not self._out_scheduled:
+            self._out_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_out)
+
+    def _flush_out(self) -> None:
+        self._out_scheduled = False
+        out, self._out = self._out, []
+        transport = self._transport
+        if out and transport is not None and not transport.is_closing():
+            transport.write(b"".join(out))
 
     # ------------------------------------------------------------------ inbound
 
     def ack(self, mids: list[int]) -> None:
-        """PUBACK these packet ids (of the current connection: the caller checks ``generation``).
-
-        PubAcks come back one at a time, so acks are released a few at a time: they are gathered
-        and written once per turn of the event loop (a write per message was a tenth of the
-        bridge's CPU). Acks gathered when the connection ends are dropped with it."""
-        if not mids or not self.connected:
-            return
-        self._acks.extend(mids)
-        if not self._acks_scheduled:
-            self._acks_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_acks)
-
-    def _flush_acks(self) -> None:
-        self._acks_scheduled = False
-        acks, self._acks = self._acks, []
-        if acks and self.connected:
+        """PUBACK these packet ids (of the current connection: the caller checks ``generation``)."""
+        if mids and self.connected:
             puback = wire.encode_puback
-            self._write(b"".join([puback(mid) for mid in acks]))
+            self._write(b"".join([puback(mid) for mid in mids]))
 
     def pause_reading(self) -> None:
         if not self._paused and self._transport is not None:
