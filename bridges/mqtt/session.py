@@ -7,8 +7,9 @@ and decoded by ``wire.py``.
 
 * Reconnects forever with capped backoff; a refused CONNACK is logged with its reason and retried.
 * Keepalive as paho did it: when nothing went out or came in for ``keepalive`` seconds, PINGREQ; no
-  PINGRESP within another ``keepalive`` -> the connection is closed (a stalled broker), which the
-  bridge sees as a disconnect.
+  PINGRESP (nor any other packet) within another ``keepalive`` -> the connection is closed (a
+  stalled broker), which the bridge sees as a disconnect. Not while we have paused reading: then
+  the broker's silence is ours.
 * ``generation`` names the connection: it changes whenever one ends, and :meth:`ack` drops an ack
   meant for an earlier connection (the broker redelivers that message on the new one).
 * Outbound QoS 1 publishes respect the broker's Receive Maximum (the rest wait in order); each one
@@ -176,12 +177,18 @@ class MqttSession:
         while not lost.is_set():
             keepalive = self._keepalive
             now = time.monotonic()
-            if self._ping_sent is not None:
-                if now - self._ping_sent >= keepalive:
-                    self._lost_reason = f"no PINGRESP within the keepalive ({keepalive}s)"
-                    self._abort()
-                    break
-            elif now - self._last_out >= keepalive or now - self._last_in >= keepalive:
+            paused = self._paused
+            if self._ping_sent is not None and self._last_in > self._ping_sent:
+                self._ping_sent = None  # anything received shows the broker alive (a PINGRESP may
+                # sit behind a backlog of PUBLISHes)
+            if self._ping_sent is not None and not paused and now - self._ping_sent >= keepalive:
+                self._lost_reason = f"no PINGRESP within the keepalive ({keepalive}s)"
+                self._abort()
+                break
+            # While reading is paused (back-pressure) the broker's silence is ours, not a stall, but
+            # it still needs a packet from us every keepalive.
+            idle = now - self._last_out >= keepalive or (not paused and now - self._last_in >= keepalive)
+            if idle and (self._ping_sent is None or paused):
                 self._ping_sent = now
                 self._write(wire.PINGREQ_PACKET)
             with contextlib.suppress(TimeoutError):
