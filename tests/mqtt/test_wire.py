@@ -86,8 +86,9 @@ def test_an_outbound_publish_is_read_back_by_paho(v5):
     got = paho_packet.decode_publish(first, body, version)
     assert (got.topic, got.payload, got.mid, got.qos, got.retain) == (b"devices/7/set", b"on", 77, 1, True)
     if v5:
-        assert got.properties.ContentType == "text/plain"
-        assert got.properties.UserProperty == [("req", "42"), ("req", "43")]
+        assert got.properties is not None
+        assert got.properties.ContentType == "text/plain"  # type: ignore[attr-defined]
+        assert got.properties.UserProperty == [("req", "42"), ("req", "43")]  # type: ignore[attr-defined]
 
 
 def test_connect_carries_the_session_settings():
