@@ -275,7 +275,7 @@ every start (a bug its input triggers) costs a log line every 30 s, not a busy l
 async def _supervise_bridge(config: MqttBridgeConfig, *, task_status: TaskStatus[None]) -> None:
     """Run one in-process bridge; when it fails, log one line and restart it after a pause. The
     bridge reconnects to its peers by itself: what reaches here is a failure it did not expect."""
-    from bridges.mqtt.bridge import run_bridge  # imported when a bridge is configured: paho is not small
+    from bridges.mqtt.bridge import run_bridge  # imported only when a bridge is configured
 
     failures = 0
     reported = False

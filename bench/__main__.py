@@ -40,7 +40,7 @@ from bench.leaf import add_parser as add_leaf_parser
 from bench.leaf import leaf_matrix
 from bench.monitoring import add_parser as add_monitoring_parser
 from bench.monitoring import monitoring_matrix
-from bench.mqtt import run_mqtt
+from bench.mqtt import run_mqtt, run_mqtt_commands
 from bench.putfloor import add_parser as add_putfloor_parser
 from bench.putfloor import putfloor_matrix
 from bench.raft import add_parser as add_raft_parser
@@ -321,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     mq.add_argument(
         "--profile", type=Path, default=None, help="directory for a py-spy profile of the bridge (raw stacks)"
     )
+    mq.add_argument(
+        "--commands", action="store_true", help="commands out instead: stream -> bridge -> devices"
+    )
     add_putfloor_parser(sub)
     add_footprint_parser(sub)
     add_monitoring_parser(sub)
@@ -356,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         return cluster_matrix(args)
     if args.matrix == "raft":
         return raft_matrix(args)
+    if args.matrix == "mqtt" and args.commands:
+        return run_mqtt_commands(args.msgs, args.size)
     if args.matrix == "mqtt":
         return run_mqtt(args.msgs, args.size, args.inflight, args.profile)
     return 2

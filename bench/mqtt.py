@@ -1,6 +1,7 @@
 """MQTT device -> durable stream throughput: mosquitto + the leafjet bridge vs the reference's MQTT listener.
 
-    python -m bench mqtt [--msgs 20000] [--size 128] [--inflight 100]
+    python -m bench mqtt [--msgs 20000] [--size 128] [--inflight 100] [--profile DIR]
+    python -m bench mqtt --commands [--msgs 20000]   (commands out: stream -> bridge -> a device)
 
 Columns (same run, fresh servers each):
   leafjet    device -QoS1-> mosquitto -> bridge (its own process, a NATS client) -> leafjet agent stream
@@ -245,5 +246,103 @@ def run_mqtt(n: int, size: int, inflight: int, profile: Path | None = None) -> i
     print("CPU per message (us; device = this process: the paho device and the stream polling)")
     for role in ("device", "broker", "bridge", "server"):
         cells = [f.cpu_us.get(role) for f in (lj, br, ref)]
+        print(f"  {role:32s}" + "".join(f" {'-' if c is None else f'{c:,.1f}':>10s}" for c in cells))
+    return 0
+
+
+# ---------------------------------------------------------------------- commands out (stream -> devices)
+
+
+def _commands_via_bridge(tmp: Path, kind: str, n: int, size: int) -> MqttFigures:
+    """N commands already in a stream -> the bridge's outbound route -> mosquitto -> one device.
+
+    Timed from the first command the device receives to the last (bridge start-up excluded); CPU
+    over the same interval. The bridge acks each command to the stream after mosquitto's PUBACK.
+    """
+    srv = start_server(kind, tmp / f"{kind}-server", jetstream=True)
+    broker = Mosquitto(tmp / f"{kind}-mosquitto", free_port())
+    broker.workdir.mkdir(parents=True)
+    broker.start()
+    bridge = None
+    received = 0
+    first = last = 0.0
+    cpu0: dict[str, float] = {}
+    pids: dict[str, int] = {}
+    done = threading.Event()
+
+    def on_message(*_a: object) -> None:
+        nonlocal received, first, last, cpu0
+        received += 1
+        last = time.perf_counter()
+        if received == 1:
+            first, cpu0 = last, _cpu_snapshot(pids)
+        if received == n:
+            done.set()
+
+    device = Client(CallbackAPIVersion.VERSION2, client_id=f"bench-commands-{broker.port}", protocol=MQTTv311)
+    device.on_message = on_message
+    try:
+        device.connect("127.0.0.1", broker.port)
+        device.subscribe("devices/#", 1)
+        device.loop_start()
+
+        async def fill() -> None:
+            nc = await nats.connect(srv.url)
+            js = nc.jetstream(timeout=10)
+            await js.add_stream(name="COMMANDS", subjects=["cmd.>"])
+            payload = b"x" * size
+            acks = [js.publish(f"cmd.devices.{i % 100}.set", payload) for i in range(n)]
+            for i in range(0, n, 1000):
+                await asyncio.gather(*acks[i : i + 1000])
+            await nc.close()
+
+        asyncio.run(fill())
+        cfg = tmp / f"{kind}-commands.toml"
+        cfg.write_text(
+            "[[bridges.mqtt]]\n"
+            f'url = "{broker.url}"\nclient_id = "leafjet-bench-commands"\nnats_url = "{srv.url}"\n'
+            "max_inflight = 256\n"
+            '[[bridges.mqtt.outbound]]\nstream = "COMMANDS"\nsubject_prefix = "cmd"\ndurable = "out"\n'
+            "batch = 256\n"
+        )
+        bridge = subprocess.Popen(
+            [sys.executable, "-m", "bridges.mqtt.cli", "--config", str(cfg), "--log-level", "error"],
+            stdout=subprocess.PIPE,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert broker.proc is not None
+        pids.update({"bridge": bridge.pid, "server": srv.pid, "broker": broker.proc.pid})
+        if not done.wait(max(300.0, n / 200)):
+            raise TimeoutError(f"the device received {received} of {n} commands")
+        cpu1 = _cpu_snapshot(pids)
+        cpu_us = {role: (cpu1[role] - cpu0[role]) * 1e6 / n for role in cpu0}
+        rate = (n - 1) / (last - first) if last > first else float("nan")
+        return MqttFigures(rate, rate, last - first, cpu_us)
+    finally:
+        device.disconnect()
+        device.loop_stop()
+        if bridge is not None:
+            _stop(bridge)
+        broker.stop()
+        srv.stop()
+
+
+def run_mqtt_commands(n: int, size: int) -> int:
+    """Commands out, into devices: the bridge fed by a leafjet agent and by the reference server.
+    (The reference has no counterpart: its MQTT listener does not consume a stream into a broker.)"""
+    if MOSQUITTO is None:
+        print("mosquitto is not installed (apt-get install -y mosquitto mosquitto-clients)", file=sys.stderr)
+        return 3
+    with tempfile.TemporaryDirectory(prefix="leafjet-bench-mqtt-cmd-") as tmp_s:
+        tmp = Path(tmp_s)
+        lj = _commands_via_bridge(tmp, "leafjet", n, size)
+        br = _commands_via_bridge(tmp, "reference", n, size)
+    print(f"\nmqtt commands N={n},MsgSz={size}B,QoS=1 (stream -> bridge -> mosquitto -> device)")
+    print(f"{'figure':34s} {'leafjet':>10s} {'bridge+ref':>10s}")
+    print(f"{'commands delivered (msgs/s)':34s} {lj.msgs_per_s:10,.0f} {br.msgs_per_s:10,.0f}")
+    print("CPU per message (us; device = this process: the paho device)")
+    for role in ("device", "broker", "bridge", "server"):
+        cells = [f.cpu_us.get(role) for f in (lj, br)]
         print(f"  {role:32s}" + "".join(f" {'-' if c is None else f'{c:,.1f}':>10s}" for c in cells))
     return 0

@@ -1,10 +1,9 @@
 """The MQTT bridge: one broker session <-> JetStream, as a NATS client (the IO shell).
 
-paho-mqtt runs its own network thread. Its callbacks never wait on the event loop: an inbound PUBLISH
-is copied into a bounded handoff (``put`` with a deadline) and the loop is woken with
-``call_soon_threadsafe`` when the pump sleeps; PUBACK/connect notifications reach the loop the same way.
-The loop calls back into paho only through its thread-safe ``ack``/``publish``. Inbound messages are
-pipelined into JetStream (``pipeline.py``), commands out likewise.
+Everything runs on one event loop: the broker session (``session.py``, MQTT packets from
+``wire.py``) hands each inbound PUBLISH to :meth:`MqttBridge.on_message`, which queues it for the
+pump; the pump pipelines messages into JetStream (``pipeline.py``) and PUBACKs them in order.
+Commands out are pipelined likewise.
 
 Invariants (see DESIGN.md):
 * an inbound QoS>=1 message is acknowledged to the broker only after JetStream's PubAck (or, for a
@@ -17,12 +16,10 @@ Invariants (see DESIGN.md):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import logging
-import socket
-import threading
 import time
+from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
@@ -33,15 +30,11 @@ import nats.errors
 import nats.js.errors
 from anyio.abc import TaskGroup, TaskStatus
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from paho.mqtt.client import MQTT_ERR_SUCCESS, CallbackAPIVersion, Client, MQTTMessage, MQTTv5, MQTTv311
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from core import faults
 
-from .buffered import BufferedClient
-from .config import MQTT_V5, MqttBridgeConfig, OutboundRoute
+from . import wire
+from .config import MqttBridgeConfig, OutboundRoute
 from .messages import (
     H_MSG_ID,
     DeadLetter,
@@ -53,8 +46,6 @@ from .messages import (
 )
 from .pipeline import (
     AckWindow,
-    Failed,
-    Handoff,
     JetStreamPipeline,
     MessageIds,
     NoStream,
@@ -63,6 +54,7 @@ from .pipeline import (
     Stored,
     TooLarge,
 )
+from .session import CONNECTION_LOST, MqttSession
 
 log = logging.getLogger("leafjet.bridge.mqtt")
 
@@ -85,21 +77,20 @@ class _Backoff:
 class BridgeStats:
     """Counters a monitor (or a test) reads; written only on the event loop except where noted."""
 
-    received: int = 0  # paho thread
+    received: int = 0
     stored: int = 0
     duplicates: int = 0  # redeliveries JetStream recognised by Nats-Msg-Id
     id_collisions: int = 0  # reused packet id + same bytes, stored again under a fresh id
     dead_lettered: int = 0
     oversized: int = 0
-    overflow: int = 0  # paho thread: queue full, left unacknowledged for redelivery
     store_retries: int = 0
     dropped_properties: int = 0
     commands_sent: int = 0
     command_failures: int = 0
     commands_dead_lettered: int = 0
-    mqtt_connects: int = 0  # paho thread
-    mqtt_refusals: int = 0  # paho thread: CONNACK with a failure reason (credentials, ...)
-    mqtt_connect_failures: int = 0  # paho thread: TCP/TLS connect failed
+    mqtt_connects: int = 0
+    mqtt_refusals: int = 0  # CONNACK with a failure reason (credentials, ...)
+    mqtt_connect_failures: int = 0  # TCP/TLS connect failed, or no CONNACK
     nats_connect_failures: int = 0
 
 
@@ -109,24 +100,23 @@ class MqttBridge:
         self.stats = BridgeStats()
         self.mqtt_connected = False
         self.nats_connected = False
-        self._queue = Handoff(config.max_inflight * 2)
-        self._generation = 0
-        self._gen_lock = threading.Lock()
+        # Received, not yet planned. Past the limit the session stops reading from the broker.
+        self._queue: deque[InboundMessage] = deque()
+        self._queue_limit = config.max_inflight * 2
+        self._session: MqttSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wakeup: asyncio.Event | None = None
         self._mqtt_up: asyncio.Event | None = None
-        self._pub_waiters: dict[int, asyncio.Future[Any]] = {}
-        # Inbound pipeline state, all on the loop except the two flags paho's thread reads.
+        # Inbound pipeline state.
         self._window = AckWindow(config.max_inflight)
         self._ids = MessageIds()
         self._retries: list[tuple[float, int, Pending]] = []  # (due, tie-breaker, message) heap
         self._retry_seq = 0
-        self._pump_waiting = False  # the pump sleeps until a message arrives: paho must wake it
+        self._pump_waiting = False  # the pump sleeps until a message arrives: on_message wakes it
         self._pump_full = False  # the pump sleeps until the window has room
         self._pipeline: JetStreamPipeline | None = None
         self._side_tasks: TaskGroup | None = None
         self._nc: Any = None
-        self._client: Client | None = None
         self._who = f"mqtt bridge {config.name!r} ({config.host}:{config.port})"
 
     # ------------------------------------------------------------------ lifecycle
@@ -143,16 +133,17 @@ class MqttBridge:
             if faults.ARMED:
                 faults.fault_point("mqtt_bridge", self.config.name)
             js = nc.jetstream(timeout=self.config.ack_timeout)
-            client = self._start_mqtt()
+            session = self._session = MqttSession(self.config, self)
             try:
                 async with anyio.create_task_group() as tg:
+                    tg.start_soon(session.run)  # connects, and reconnects with capped backoff, forever
                     if self.config.inbound:
                         tg.start_soon(self._inbound_pump, nc)
                     for route in self.config.outbound:
                         tg.start_soon(self._outbound_loop, route, js)
             finally:
-                with anyio.CancelScope(shield=True):
-                    await self._stop_mqtt(client)
+                session.close()  # a clean DISCONNECT keeps a persistent session on the broker
+                self.mqtt_connected = False
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.ack_timeout):
                 await nc.close()
@@ -164,7 +155,7 @@ class MqttBridge:
         async def on_error(e: Exception) -> None:
             if not self.nats_connected:
                 self.stats.nats_connect_failures += 1
-            log.warning("%s: NATS error: %s", self._who, e or type(e).__name__)
+            log.warning("%s: NATS error: %s", self._who, str(e) or type(e).__name__)
 
         async def on_disconnected() -> None:
             self.nats_connected = False
@@ -193,7 +184,7 @@ class MqttBridge:
                     "%s: cannot connect to NATS %s (%s); retrying in %.1fs",
                     self._who,
                     cfg.nats_url,
-                    e or type(e).__name__,
+                    str(e) or type(e).__name__,
                     backoff.delay,
                 )
                 await backoff.sleep()
@@ -202,158 +193,57 @@ class MqttBridge:
             log.info("%s: connected to NATS %s", self._who, cfg.nats_url)
             return nc
 
-    def _start_mqtt(self) -> Client:
-        cfg = self.config
-        v5 = cfg.protocol == MQTT_V5
-        client = BufferedClient(
-            CallbackAPIVersion.VERSION2,
-            client_id=cfg.client_id,
-            protocol=MQTTv5 if v5 else MQTTv311,
-            clean_session=None if v5 else cfg.clean_session,
-            manual_ack=True,
-            reconnect_on_failure=True,
-        )
-        client.enable_logger(logging.getLogger("leafjet.bridge.mqtt.paho"))
-        client.reconnect_delay_set(cfg.reconnect_min, cfg.reconnect_max)  # type: ignore[arg-type]
-        client.max_inflight_messages_set(cfg.max_inflight)
-        client.max_queued_messages_set(0)
-        if cfg.username is not None:
-            client.username_pw_set(cfg.username, cfg.password)
-        if cfg.use_tls:
-            tls = cfg.tls
-            client.tls_set(
-                ca_certs=tls.ca_file if tls else None,
-                certfile=tls.cert_file if tls else None,
-                keyfile=tls.key_file if tls else None,
-            )
-            if tls is not None and tls.insecure:
-                client.tls_insecure_set(True)
-        client.on_connect = self._on_connect
-        client.on_connect_fail = self._on_connect_fail
-        client.on_disconnect = self._on_disconnect
-        client.on_message = self._on_message
-        client.on_subscribe = self._on_subscribe
-        client.on_publish = self._on_publish
-        if v5:
-            props = Properties(PacketTypes.CONNECT)
-            props.SessionExpiryInterval = 0 if cfg.clean_session else int(cfg.session_expiry)
-            props.ReceiveMaximum = cfg.max_inflight
-            client.connect_async(
-                cfg.host, cfg.port, cfg.keepalive, clean_start=cfg.clean_session, properties=props
-            )
-        else:
-            client.connect_async(cfg.host, cfg.port, cfg.keepalive)
-        client.loop_start()  # paho's thread: connects, and reconnects with capped backoff, forever
-        self._client = client
-        return client
+    # ------------------------------------------------------------------ session events (on the loop)
 
-    async def _stop_mqtt(self, client: Client) -> None:
-        client.disconnect()  # a clean DISCONNECT keeps a persistent session on the broker
-        await anyio.to_thread.run_sync(client.loop_stop)
-        self.mqtt_connected = False
-        for fut in self._pub_waiters.values():
-            fut.cancel()
-        self._pub_waiters.clear()
-
-    # ------------------------------------------------------------------ paho thread
-
-    def _to_loop(self, fn: Any, *args: Any) -> None:
-        loop = self._loop
-        if loop is None:
-            return
-        with contextlib.suppress(RuntimeError):  # the loop has closed: we are shutting down
-            loop.call_soon_threadsafe(fn, *args)
-
-    def _on_connect(self, client: Client, _u: Any, flags: Any, reason: Any, _props: Any) -> None:
-        if reason.is_failure:
-            self.stats.mqtt_refusals += 1
-            log.error(
-                "%s: broker refused the connection: %s; retrying with backoff (up to %.0fs)",
-                self._who,
-                reason,
-                self.config.reconnect_max,
-            )
-            return
+    def on_connected(self, session_present: bool) -> None:
         self.stats.mqtt_connects += 1
         self.mqtt_connected = True
         log.info(
-            "%s: connected as %r (session present: %s)",
-            self._who,
-            self.config.client_id,
-            flags.session_present,
+            "%s: connected as %r (session present: %s)", self._who, self.config.client_id, session_present
         )
-        if self.config.inbound:
-            # QoS 2 is subscribed as QoS 1: paho sends PUBREC (which hands ownership to us) before the
-            # application sees the message, so a bridge killed then would lose it. See DESIGN.md.
-            subs: list[Any] = [
-                (
-                    r.filter,
-                    SubscribeOptions(qos=min(r.qos, 1)) if self.config.protocol == MQTT_V5 else min(r.qos, 1),
-                )
-                for r in self.config.inbound
-            ]
-            client.subscribe(subs)
         if self._mqtt_up is not None:
-            self._to_loop(self._mqtt_up.set)
+            self._mqtt_up.set()
 
-    def _on_connect_fail(self, _client: Client, _u: Any) -> None:
+    def on_refused(self, reason: str) -> None:
+        self.stats.mqtt_refusals += 1
+        log.error(
+            "%s: broker refused the connection: %s; retrying with backoff (up to %.0fs)",
+            self._who,
+            reason,
+            self.config.reconnect_max,
+        )
+
+    def on_unreachable(self, problem: str, _retry_in: float) -> None:
         self.stats.mqtt_connect_failures += 1
-        log.warning("%s: cannot reach the broker; retrying with backoff", self._who)
+        log.warning("%s: cannot reach the broker (%s); retrying with backoff", self._who, problem)
 
-    def _on_disconnect(self, _client: Client, _u: Any, _flags: Any, reason: Any, _props: Any) -> None:
-        with self._gen_lock:
-            self._generation += 1  # acks for messages of the old connection are not sent
-        was = self.mqtt_connected
+    def on_disconnected(self, reason: str, was_connected: bool) -> None:
         self.mqtt_connected = False
         if self._mqtt_up is not None:
-            self._to_loop(self._mqtt_up.clear)
-        if was:
+            self._mqtt_up.clear()
+        if was_connected:
             log.warning("%s: disconnected from the broker (%s); reconnecting", self._who, reason)
 
-    def _on_subscribe(self, _client: Client, _u: Any, _mid: int, reasons: Any, _props: Any) -> None:
-        for route, rc in zip(self.config.inbound, reasons, strict=False):
-            if rc.is_failure:
-                log.error("%s: broker refused subscription %r: %s", self._who, route.filter, rc)
-            else:
-                log.info("%s: subscribed to %r (granted %s)", self._who, route.filter, rc)
-
-    def _on_message(self, client: Client, _u: Any, m: MQTTMessage) -> None:
-        self.stats.received += 1
-        props = m.properties
-        item = InboundMessage(
-            generation=self._generation,
-            mid=m.mid,
-            qos=m.qos,
-            dup=bool(m.dup),
-            retain=bool(m.retain),
-            topic=m._topic,  # bytes: paho raises on .topic for invalid UTF-8
-            payload=bytes(m.payload),
-            content_type=getattr(props, "ContentType", None),
-            user_properties=tuple(getattr(props, "UserProperty", ()) or ()),
-            response_topic=getattr(props, "ResponseTopic", None),
-            correlation_data=getattr(props, "CorrelationData", None),
-        )
-        if m.qos == 0:
-            queued = self._queue.put_nowait(item)  # at most once anyway: dropped (and counted) when full
+    def on_subscribed(self, topic_filter: str, code: int) -> None:
+        if code >= 0x80:
+            log.error(
+                "%s: broker refused subscription %r: %s", self._who, topic_filter, wire.reason_text(code)
+            )
         else:
-            queued = self._queue.put(item, timeout=self.config.ack_timeout)
-        if not queued:
-            self.stats.overflow += 1
-            if m.qos > 0:
-                # Unacknowledged, the broker resends it only on a new connection: force one.
-                log.error("%s: inbound queue full; reconnecting so the broker redelivers", self._who)
-                shutdown = getattr(client.socket(), "shutdown", None)  # TCP or TLS: we open no websockets
-                if shutdown is not None:
-                    with contextlib.suppress(OSError):
-                        shutdown(socket.SHUT_RDWR)
-            return
-        if self._pump_waiting and self._wakeup is not None:
-            # Only when the pump sleeps: a wakeup per message would cost a syscall on both threads.
-            self._pump_waiting = False
-            self._to_loop(self._wakeup.set)
+            log.info("%s: subscribed to %r (granted QoS %d)", self._who, topic_filter, code)
 
-    def _on_publish(self, _client: Client, _u: Any, mid: int, reason: Any, _props: Any) -> None:
-        self._to_loop(self._published, mid, reason)
+    def on_message(self, item: InboundMessage) -> None:
+        """An inbound PUBLISH, straight from the socket's data callback: queued for the pump."""
+        self.stats.received += 1
+        queue = self._queue
+        queue.append(item)
+        if len(queue) >= self._queue_limit and self._session is not None:
+            # The window is full and the broker sends past it (mosquitto 2.0 was seen to exceed our
+            # Receive Maximum): stop reading; TCP back-pressure holds the broker until we catch up.
+            self._session.pause_reading()
+        if self._pump_waiting:
+            self._pump_waiting = False
+            self._wake_pump()
 
     # ------------------------------------------------------------------ inbound: MQTT -> JetStream
 
@@ -372,6 +262,9 @@ class MqttBridge:
         window = self._window
         retries = self._retries
         wakeup = self._wakeup
+        queue = self._queue
+        session = self._session
+        assert session is not None
         loop = asyncio.get_running_loop()
         async with anyio.create_task_group() as tg:
             self._side_tasks = tg
@@ -381,21 +274,23 @@ class MqttBridge:
                 while retries and retries[0][0] <= now:
                     await pipeline.send(heapq.heappop(retries)[2])
                 while window.has_room():
-                    item = self._queue.get()
-                    if item is None:
+                    if not queue:
                         break
+                    item = queue.popleft()
                     p = self._plan(item)
                     window.add(p)
                     if not p.done:
                         await pipeline.send(p)
                 self._release_acks()
+                if len(queue) < self._queue_limit:
+                    session.resume_reading()
                 # Sleep until something changes: a message arrives (only if there is room for it),
                 # room frees up, a retry falls due, or the oldest publish runs out of time.
                 wakeup.clear()
                 room = window.has_room()
                 self._pump_full = not room
-                self._pump_waiting = room  # read by paho's thread: wake us on the next message
-                if room and len(self._queue):
+                self._pump_waiting = room  # on_message wakes us on the next message
+                if room and queue:
                     self._pump_waiting = False  # it arrived before the flag was up
                     continue
                 due = [t for t in (retries[0][0] if retries else None, pipeline.next_deadline()) if t]
@@ -459,8 +354,17 @@ class MqttBridge:
                 stats.stored += 1
             self._finish(p)
             return
-        if isinstance(outcome, NoStream) and p.dead_letter:
-            # Nobody stores dead letters: publish them for whoever listens.
+        if p.dead_letter and not isinstance(outcome, TooLarge):
+            # Not stored: no stream captures the subject, or (a core subscriber listening on it, a
+            # stream refusing it) no PubAck came. Publish it for whoever listens and go on; retrying
+            # the store would hold every later message's ack for as long as it fails.
+            if not isinstance(outcome, NoStream):
+                log.warning(
+                    "%s: dead letter on %r not stored (%s); publishing it without a stream",
+                    self._who,
+                    p.subject,
+                    outcome.problem,
+                )
             assert self._side_tasks is not None
             self._side_tasks.start_soon(self._publish_dead_letter, p)
             return
@@ -478,7 +382,11 @@ class MqttBridge:
             problem = f"no stream captures subject {p.subject!r}"
         else:
             problem = outcome.problem
-        stats.store_retries += 1
+        self._retry_later(p, problem)
+
+    def _retry_later(self, p: Pending, problem: str) -> None:
+        """Publish ``p`` again after its backoff (the pump sends it)."""
+        self.stats.store_retries += 1
         if p.attempt & (p.attempt - 1) == 0:  # log attempts 1, 2, 4, 8, ...
             log.warning(
                 "%s: cannot store on %r (%s); attempt %d, retrying in %.1fs",
@@ -500,8 +408,8 @@ class MqttBridge:
     async def _publish_dead_letter(self, p: Pending) -> None:
         try:
             await self._nc_publish_flushed(p.subject, p.payload, p.headers)
-        except Exception as e:
-            self._on_outcome(p, Failed(f"{type(e).__name__}: {e}"))
+        except Exception as e:  # NATS is down: the whole attempt (store, then publish) is retried
+            self._retry_later(p, f"{type(e).__name__}: {e}")
             return
         self.stats.dead_lettered += 1
         self._finish(p)
@@ -520,18 +428,19 @@ class MqttBridge:
         ready = self._window.releasable()
         if not ready:
             return
-        client = self._client
-        if client is not None:
-            with self._gen_lock:
-                generation = self._generation
-                for p in ready:
-                    item = p.item
-                    if item.qos and item.generation == generation:
-                        client.ack(item.mid, item.qos)
-                        used = p.headers.get(H_MSG_ID)
-                        if used is not None:
-                            self._ids.acked(item.mid, used)
-                    # else: that connection is gone; the broker redelivers (DUP) and dedup catches it
+        session = self._session
+        if session is not None and session.connected:
+            generation = session.generation
+            mids: list[int] = []
+            for p in ready:
+                item = p.item
+                if item.qos and item.generation == generation:
+                    mids.append(item.mid)
+                    used = p.headers.get(H_MSG_ID)
+                    if used is not None:
+                        self._ids.acked(item.mid, used)
+                # else: that connection is gone; the broker redelivers (DUP) and dedup catches it
+            session.ack(mids)  # one write for the batch
         if self._pump_full:
             self._pump_full = False
             self._wake_pump()  # the pump waits for room
@@ -557,6 +466,16 @@ class MqttBridge:
                         plan.subject, plan.payload, timeout=cfg.ack_timeout, headers=plan.headers
                     )
                 except nats.js.errors.NoStreamResponseError:  # nobody stores them: publish for listeners
+                    await self._nc_publish_flushed(plan.subject, plan.payload, plan.headers)
+                except (nats.errors.TimeoutError, nats.js.errors.APIError) as e:
+                    # A core subscriber but no stream (nobody answers), or a stream refusing it:
+                    # publish for whoever listens and go on rather than hold the commands behind it.
+                    log.warning(
+                        "%s: dead letter on %r not stored (%s); publishing it without a stream",
+                        self._who,
+                        plan.subject,
+                        str(e) or type(e).__name__,
+                    )
                     await self._nc_publish_flushed(plan.subject, plan.payload, plan.headers)
                 return
             except nats.errors.MaxPayloadError:
@@ -584,11 +503,6 @@ class MqttBridge:
 
     # ------------------------------------------------------------------ outbound: JetStream -> MQTT
 
-    def _published(self, mid: int, reason: Any) -> None:
-        fut = self._pub_waiters.pop(mid, None)
-        if fut is not None and not fut.done():
-            fut.set_result(reason)
-
     async def _outbound_loop(self, route: OutboundRoute, js: Any) -> None:
         cfg = self.config
         backoff = _Backoff(cfg.reconnect_min, cfg.reconnect_max)
@@ -613,11 +527,11 @@ class MqttBridge:
                     self._who,
                     route.durable,
                     route.stream,
-                    e or type(e).__name__,
+                    str(e) or type(e).__name__,
                     backoff.delay,
                 )
                 await backoff.sleep()
-        # Commands are pipelined: the next batch is fetched and handed to paho while earlier ones
+        # Commands are pipelined: the next batch is fetched and sent to the broker while earlier ones
         # still wait for their PUBACK. The stream's capacity bounds how many are in flight.
         in_flight, settling = anyio.create_memory_object_stream[_Command](cfg.max_inflight)
         try:
@@ -632,11 +546,14 @@ class MqttBridge:
                         continue
                     except Exception as e:
                         log.warning(
-                            "%s: fetch from %r failed: %s", self._who, route.durable, e or type(e).__name__
+                            "%s: fetch from %r failed: %s",
+                            self._who,
+                            route.durable,
+                            str(e) or type(e).__name__,
                         )
                         await anyio.sleep(cfg.reconnect_min)
                         continue
-                    for msg in msgs:  # handed to paho in stream order
+                    for msg in msgs:  # sent to the broker in stream order
                         plan = plan_outbound(msg.subject, msg.data, msg.headers, route, self.config)
                         if isinstance(plan, DeadLetter):
                             log.warning(
@@ -655,15 +572,26 @@ class MqttBridge:
     async def _settle_commands(self, settling: Any) -> None:
         """Ack each command to the stream once the broker acknowledged it (in order); nak it if not."""
         async for cmd in settling:
-            ok = False
-            if cmd.published is not None:
+            reason: int | None = None
+            if cmd.published.done():  # most are acknowledged by now: no timer, no suspension
+                reason = cmd.published.result()
+            else:
                 with anyio.move_on_after(max(0.0, cmd.deadline - time.monotonic())):
                     reason = await cmd.published
-                    ok = not getattr(reason, "is_failure", False)
-                    if not ok:
-                        log.warning(
-                            "%s: broker refused command on %r: %s", self._who, cmd.msg.subject, reason
-                        )
+            ok = reason is not None and 0 <= reason < 0x80
+            if reason == CONNECTION_LOST:
+                log.warning(
+                    "%s: command on %r not acknowledged: the broker connection is down",
+                    self._who,
+                    cmd.msg.subject,
+                )
+            elif reason is not None and not ok:
+                log.warning(
+                    "%s: broker refused command on %r: %s",
+                    self._who,
+                    cmd.msg.subject,
+                    wire.reason_text(reason),
+                )
             if ok:
                 await self._settle(cmd.msg.ack(), "ack", cmd.msg.subject)
                 self.stats.commands_sent += 1
@@ -678,35 +606,23 @@ class MqttBridge:
         try:
             await done
         except Exception as e:
-            log.warning("%s: %s of command on %r failed: %s", self._who, what, subject, e or type(e).__name__)
+            log.warning(
+                "%s: %s of command on %r failed: %s", self._who, what, subject, str(e) or type(e).__name__
+            )
 
-    def _mqtt_publish(self, plan: MqttPublish) -> asyncio.Future[Any] | None:
-        assert self._client is not None and self._loop is not None
-        props = None
-        if self.config.protocol == MQTT_V5 and (plan.content_type or plan.user_properties):
-            props = Properties(PacketTypes.PUBLISH)
-            if plan.content_type:
-                props.ContentType = plan.content_type
-            if plan.user_properties:
-                props.UserProperty = list(plan.user_properties)
-        info = self._client.publish(plan.topic, plan.payload, plan.qos, plan.retain, properties=props)
-        if info.rc != MQTT_ERR_SUCCESS and plan.qos == 0:
-            return None
-        # on_publish reaches the loop through call_soon_threadsafe, so it cannot run before this line
-        fut: asyncio.Future[Any] = self._loop.create_future()
-        if info.is_published():
-            fut.set_result(None)
-        else:
-            self._pub_waiters[info.mid] = fut
-        return fut
+    def _mqtt_publish(self, plan: MqttPublish) -> asyncio.Future[int]:
+        assert self._session is not None
+        return self._session.publish(
+            plan.topic, plan.payload, plan.qos, plan.retain, plan.content_type, plan.user_properties
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class _Command:
-    """A stream message handed to paho, waiting for the broker's PUBACK until ``deadline``."""
+    """A stream message sent to the broker, waiting for its PUBACK until ``deadline``."""
 
     msg: Any
-    published: asyncio.Future[Any] | None  # None: QoS 0 that paho could not send
+    published: asyncio.Future[int]  # the PUBACK's reason code, or CONNECTION_LOST
     deadline: float
 
 

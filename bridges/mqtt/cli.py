@@ -65,13 +65,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.config}: ok ({len(configs)} bridge(s))")
         return EXIT_OK
     try:
-        anyio.run(_serve, configs)
+        anyio.run(_serve, configs, backend="asyncio", backend_options={"use_uvloop": _have_uvloop()})
     except KeyboardInterrupt:
         return EXIT_OK
     except Exception as e:
         logging.getLogger("leafjet.bridge.mqtt").exception("bridge failed: %s", e)
         return EXIT_RUNTIME
     return EXIT_OK
+
+
+def _have_uvloop() -> bool:
+    # As the agent does: uvloop (a dependency on Linux) when it is there, plain asyncio otherwise.
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """What to do with one message crossing the bridge (pure: no sockets, no threads, no clock).
 
-The IO shell in ``bridge.py`` turns a paho message into an :class:`InboundMessage`, asks
-:func:`plan_inbound` what to do, and does it; likewise a JetStream message goes through
+The MQTT session (``session.py``, ``wire.py``) decodes a PUBLISH into an :class:`InboundMessage`;
+``bridge.py`` asks :func:`plan_inbound` what to do, and does it; likewise a JetStream message goes through
 :func:`plan_outbound`. Everything a test wants to pin (headers, dead-letter reasons, message ids) is
 decided here.
 """
@@ -50,7 +50,7 @@ def encode_header_value(value: str) -> str:
 
 @dataclass(slots=True)  # not frozen: a frozen __init__ costs a setattr call per field, per message
 class InboundMessage:
-    """A PUBLISH as the broker delivered it, copied out of paho's thread. Treat it as immutable."""
+    """A PUBLISH as the broker delivered it (``wire.decode_publish``). Treat it as immutable."""
 
     generation: int  # which MQTT connection delivered it: acks only go back on the same one
     mid: int

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import nats.aio.client
 import nats.errors
 
 from .messages import InboundMessage
@@ -99,10 +99,22 @@ NO_STREAM = NoStream()
 TOO_LARGE = TooLarge()
 
 
+STORED = Stored(False)
+
+
 def classify_reply(headers: dict[str, str] | None, data: bytes) -> Outcome:
     """What a JetStream publish reply says (a PubAck, an API error, or a no-responders status)."""
     if headers and headers.get("Status") == "503":
         return NO_STREAM
+    if (
+        data.startswith(b'{"stream":')
+        and b'"seq":' in data
+        and b'"duplicate"' not in data
+        and b'"error"' not in data
+    ):
+        # The common answer, a plain PubAck ({"stream":..,"seq":..}), read without a JSON parse.
+        # Errors ({"error":...}) and duplicates ({... "duplicate":true}) take the full path.
+        return STORED
     try:
         resp = json.loads(data)
     except ValueError:
@@ -117,6 +129,47 @@ def classify_reply(headers: dict[str, str] | None, data: bytes) -> Outcome:
     if "seq" not in resp:
         return Failed(f"unexpected reply {data[:80]!r}")
     return Stored(bool(resp.get("duplicate", False)))
+
+
+# nats-py's publish encodes headers with a regex match and a str.translate per header (a seventh of
+# the bridge's CPU, three headers a message); ours are valid by construction (names checked, values
+# percent-encoded in messages.py), so the HPUB is built here and queued the way nats-py's own
+# publish queues it - through two private methods, used only if this nats-py has them.
+_RAW_PUBLISH = all(hasattr(nats.aio.client.Client, a) for a in ("_send_command", "_flush_pending"))
+
+
+def encode_headers(headers: dict[str, str]) -> bytes:
+    """A NATS header block; names and values must already be valid (no ':' or CR/LF)."""
+    return ("NATS/1.0\r\n" + "".join([f"{k}: {v}\r\n" for k, v in headers.items()]) + "\r\n").encode()
+
+
+async def publish_with_headers(
+    nc: Any, subject: str, reply: str, payload: bytes, headers: dict[str, str]
+) -> None:
+    """``nc.publish(subject, payload, reply=reply, headers=headers)``, with the same errors."""
+    if not _RAW_PUBLISH or not isinstance(nc, nats.aio.client.Client):
+        await nc.publish(subject, payload, reply=reply, headers=headers)
+        return
+    if nc.is_closed:
+        raise nats.errors.ConnectionClosedError
+    if nc.is_draining_pubs:
+        raise nats.errors.ConnectionDrainingError
+    size = len(payload)
+    if not nc.is_connected and (
+        nc._max_pending_size <= 0 or size + nc._pending_data_size > nc._max_pending_size
+    ):
+        raise nats.errors.OutboundBufferLimitError  # nothing can be buffered while reconnecting
+    if size > nc.max_payload:
+        raise nats.errors.MaxPayloadError
+    hdr = encode_headers(headers)
+    cmd = b"".join(
+        (f"HPUB {subject} {reply} {len(hdr)} {len(hdr) + size}\r\n".encode(), hdr, payload, b"\r\n")
+    )
+    nc.stats["out_msgs"] += 1
+    nc.stats["out_bytes"] += size
+    await nc._send_command(cmd)
+    if nc._flush_queue is not None and nc._flush_queue.empty():
+        await nc._flush_pending()
 
 
 class JetStreamPipeline:
@@ -148,7 +201,7 @@ class JetStreamPipeline:
         p.deadline = time.monotonic() + self._timeout
         self._waiting[token] = p
         try:
-            await self._nc.publish(p.subject, p.payload, reply=self._prefix + token, headers=p.headers)
+            await publish_with_headers(self._nc, p.subject, self._prefix + token, p.payload, p.headers)
         except nats.errors.MaxPayloadError:
             self._waiting.pop(token, None)
             self._on_outcome(p, TOO_LARGE)
@@ -176,57 +229,6 @@ class JetStreamPipeline:
                 return
             del waiting[token]
             self._on_outcome(p, Failed(f"no PubAck within {self._timeout:g}s"))
-
-
-class Handoff:
-    """paho's thread -> the event loop: a deque, and a bounded wait only when it is full.
-
-    The broker never has more than its inflight limit (our Receive Maximum) unacknowledged, so the
-    deque stays short and ``put`` takes no lock; ``queue.Queue`` took two per message on each side.
-    Only a broker ignoring the limit makes ``put`` wait, for at most ``timeout``.
-    """
-
-    __slots__ = ("_items", "_limit", "_room", "_waiters")
-
-    def __init__(self, limit: int) -> None:
-        self._items: deque[InboundMessage] = deque()
-        self._limit = limit
-        self._room = threading.Condition()
-        self._waiters = 0
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def put(self, item: InboundMessage, timeout: float) -> bool:
-        """Append (paho's thread); False if there was no room within ``timeout``."""
-        if len(self._items) >= self._limit:
-            with self._room:
-                self._waiters += 1
-                try:
-                    # _waiters goes up before this first check, so a get() after it sees a waiter
-                    if not self._room.wait_for(lambda: len(self._items) < self._limit, timeout):
-                        return False
-                finally:
-                    self._waiters -= 1
-        self._items.append(item)
-        return True
-
-    def put_nowait(self, item: InboundMessage) -> bool:
-        if len(self._items) >= self._limit:
-            return False
-        self._items.append(item)
-        return True
-
-    def get(self) -> InboundMessage | None:
-        """The oldest item or None (the loop)."""
-        try:
-            item = self._items.popleft()
-        except IndexError:
-            return None
-        if self._waiters:
-            with self._room:
-                self._room.notify()
-        return item
 
 
 class MessageIds:

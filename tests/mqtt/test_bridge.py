@@ -200,3 +200,56 @@ async def test_nats_unreachable_is_retried(mosquitto, tmp_path):
     async with running_bridge(cfg) as bridge:
         await eventually(lambda: bridge.stats.nats_connect_failures >= 2, what="NATS retries")
         assert not bridge.mqtt_connected  # nothing is taken from the broker before there is a store
+
+
+async def test_dead_letters_heard_by_a_core_subscriber_but_not_stored_do_not_stall_the_bridge(
+    mosquitto, leafjet, caplog
+):
+    """Someone listens on the dead-letter subject, no stream stores it: the store attempt gets no
+    PubAck (no "no responders" either), so the bridge publishes the letter for the listener, logs,
+    and goes on - the messages behind it are stored and acknowledged, not held for ever."""
+    nc, js = await connect(leafjet)
+    letters = []
+
+    async def heard(msg):
+        if not msg.reply:  # the store attempt (with a reply subject) is not the letter we hand over
+            letters.append(msg)
+
+    try:
+        await js.add_stream(name="SENSORS", subjects=["mqtt.sensors.>"])
+        await nc.subscribe("mqtt.dead_letter", cb=heard)
+        await js.add_stream(name="COMMANDS", subjects=["cmd.>"])
+        await js.publish("cmd.devices.7.set", b"x" * 2000)  # over max_payload: a dead letter
+        await js.publish("cmd.devices.7.get", b"ok")
+        device = await anyio.to_thread.run_sync(lambda: devices.Subscriber(mosquitto.port, "devices/#"))
+        cfg = bridge_config(
+            mosquitto,
+            leafjet.url,
+            ack_timeout="1s",
+            max_payload=1000,
+            outbound=[{"stream": "COMMANDS", "subject_prefix": "cmd", "durable": "to-devices"}],
+        )
+        try:
+            async with running_bridge(cfg) as bridge:
+                await eventually(lambda: bridge.stats.mqtt_connects, what="bridge connected")
+                msgs = [("sensors/has space", b"1"), ("sensors/fine", b"2"), ("sensors/also", b"3")]
+                await anyio.to_thread.run_sync(lambda: devices.publish(mosquitto.port, msgs))
+                await eventually(
+                    lambda: bridge.stats.dead_lettered == 1 and bridge.stats.stored == 2,
+                    timeout=30,
+                    what=lambda: f"routed: {bridge.stats}",
+                )
+                await eventually(lambda: bridge.stats.commands_sent == 1, timeout=30, what="command sent")
+                assert bridge.stats.commands_dead_lettered == 1
+                await eventually(lambda: len(letters) == 2, what="both letters heard")
+        finally:
+            await anyio.to_thread.run_sync(device.close)
+        assert await stored(js, "SENSORS") == 2
+        assert sorted(m.headers.get(H_TOPIC, m.headers.get(H_SUBJECT)) for m in letters) == [
+            "cmd.devices.7.set",
+            "sensors/has space",
+        ]
+        assert [m[:2] for m in device.messages()] == [("devices/7/get", b"ok")]
+        assert caplog.text.count("not stored") == 2 and "publishing it without a stream" in caplog.text
+    finally:
+        await nc.close()

@@ -1,21 +1,17 @@
-"""The inbound pipeline's parts on their own: in-order release, reply classification, the handoff
-from paho's thread, and the buffered socket under paho (real socket pairs, no broker)."""
+"""The inbound pipeline's parts on their own: in-order release, reply classification, message ids,
+header encoding (no broker)."""
 
 from __future__ import annotations
 
 import json
-import socket
-import threading
 
 import pytest
 
-from bridges.mqtt.buffered import BufferedSocket
 from bridges.mqtt.messages import InboundMessage
 from bridges.mqtt.pipeline import (
     NO_STREAM,
     AckWindow,
     Failed,
-    Handoff,
     MessageIds,
     Pending,
     Stored,
@@ -77,53 +73,6 @@ def test_error_and_garbage_replies_are_failures_not_crashes(data):
     assert isinstance(outcome, Failed) and outcome.problem
 
 
-def test_handoff_is_fifo_and_bounded():
-    h = Handoff(2)
-    assert h.put(_item(1), timeout=1) and h.put_nowait(_item(2))
-    assert not h.put_nowait(_item(3))  # QoS 0 when full: dropped by the caller
-    assert not h.put(_item(3), timeout=0.01)  # QoS 1 when full past the deadline: the caller reconnects
-    got = h.get()
-    assert got is not None and got.mid == 1
-
-
-def test_a_full_handoff_wakes_the_waiting_producer_when_the_loop_takes_one():
-    h = Handoff(1)
-    h.put(_item(1), timeout=1)
-    result: list[bool] = []
-    producer = threading.Thread(target=lambda: result.append(h.put(_item(2), timeout=30)))
-    producer.start()
-    # wait until the producer is inside its bounded wait, then make room
-    while not h._waiters and producer.is_alive():
-        threading.Event().wait(0.001)
-    assert h.get() is not None
-    producer.join(30)
-    assert result == [True]
-    got = h.get()
-    assert got is not None and got.mid == 2 and h.get() is None
-
-
-def test_buffered_socket_serves_small_reads_from_one_large_read_and_reports_pending():
-    a, b = socket.socketpair()
-    try:
-        b.setblocking(False)
-        sock = BufferedSocket(b)
-        a.sendall(b"\x30\x05hello\x40\x02\x00\x01")
-        assert sock.recv(1) == b"\x30"  # the whole chunk was read; the rest waits in the buffer
-        assert sock.pending() == 10
-        assert sock.recv(1) == b"\x05"
-        assert sock.recv(5) == b"hello"
-        assert sock.recv(100) == b"\x40\x02\x00\x01"  # a read past the buffer returns what it holds
-        assert sock.pending() == 0
-        with pytest.raises(BlockingIOError):
-            sock.recv(1)  # empty buffer, empty socket: exactly what paho expects from the socket
-        assert sock.fileno() == b.fileno()  # everything else passes through
-        a.close()
-        assert sock.recv(1) == b""  # EOF is still EOF
-    finally:
-        a.close()
-        b.close()
-
-
 def test_a_redelivery_of_a_message_held_unacked_keeps_its_id():
     ids = MessageIds()
     first = ids.choose(7, False, "mqtt-c-7-abc")
@@ -159,3 +108,12 @@ def test_unknown_packet_ids_get_the_deterministic_id_so_copies_from_before_a_res
     assert ids.choose(10, False, "mqtt-c-10-def") == "mqtt-c-10-def"
     ids.acked(10, "mqtt-c-10-def")
     assert ids.choose(10, False, "mqtt-c-10-fff") == "mqtt-c-10-fff"  # other bytes: no clash possible
+
+
+def test_headers_are_encoded_as_nats_py_would():
+    from bridges.mqtt.pipeline import encode_headers
+
+    headers = {"Mqtt-Topic": "sensors/a b%25", "Nats-Msg-Id": "mqtt-c-1-ab", "site": "x"}
+    assert encode_headers(headers) == (
+        b"NATS/1.0\r\nMqtt-Topic: sensors/a b%25\r\nNats-Msg-Id: mqtt-c-1-ab\r\nsite: x\r\n\r\n"
+    )

@@ -1,0 +1,117 @@
+"""The bridge's MQTT codec against paho-mqtt's, an independent implementation of the same packets."""
+
+from __future__ import annotations
+
+import pytest
+from paho.mqtt import _packet as paho_packet
+from paho.mqtt.client import MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from bridges.mqtt import wire
+
+
+def _split(packet: bytes) -> tuple[int, bytes]:
+    (got,) = list(wire.PacketReader().feed(packet))
+    return got
+
+
+def _paho_publish(topic: bytes, payload: bytes, qos: int, mid: int, props: Properties | None) -> bytes:
+    body = len(topic).to_bytes(2, "big") + topic
+    if qos:
+        body += mid.to_bytes(2, "big")
+    if props is not None:
+        body += props.pack()
+    first = 0x30 | (qos << 1) | 0x08 | 0x01  # DUP and RETAIN set, to see them read
+    body += payload
+    return bytes((first,)) + wire._varint(len(body)) + body
+
+
+def test_a_publish_with_mqtt5_properties_is_read_as_paho_writes_it():
+    props = Properties(PacketTypes.PUBLISH)
+    props.ContentType = "application/json"
+    props.ResponseTopic = "replies/7"
+    props.CorrelationData = b"\x00\x01"
+    props.UserProperty = [("site", "plant-1"), ("site", "plant-2")]
+    props.MessageExpiryInterval = 60  # one we skip
+    first, body = _split(_paho_publish(b"sensors/a", b"x" * 300, 1, 513, props))
+    msg = wire.decode_publish(first, body, True, generation=4)
+    assert (msg.generation, msg.mid, msg.qos, msg.dup, msg.retain) == (4, 513, 1, True, True)
+    assert (msg.topic, msg.payload) == (b"sensors/a", b"x" * 300)
+    assert msg.content_type == "application/json" and msg.response_topic == "replies/7"
+    assert msg.correlation_data == b"\x00\x01"
+    assert msg.user_properties == (("site", "plant-1"), ("site", "plant-2"))
+
+
+def test_an_mqtt311_publish_and_one_with_no_properties():
+    first, body = _split(_paho_publish(b"a/b", b"hi", 1, 9, None))
+    msg = wire.decode_publish(first, body, False, 0)
+    assert (msg.topic, msg.payload, msg.mid, msg.content_type) == (b"a/b", b"hi", 9, None)
+    first, body = _split(_paho_publish(b"a/b", b"", 0, 0, Properties(PacketTypes.PUBLISH)))
+    msg = wire.decode_publish(first, body, True, 0)
+    assert (msg.qos, msg.mid, msg.payload, msg.user_properties) == (0, 0, b"", ())
+
+
+def test_the_reader_splits_packets_across_any_chunking():
+    packets = [_paho_publish(b"t/%d" % i, b"p" * (i * 50), 1, i + 1, None) for i in range(6)]
+    stream = b"".join(packets) + wire.PINGREQ_PACKET
+    for step in (1, 2, 7, 128, len(stream)):
+        reader = wire.PacketReader()
+        got = [p for i in range(0, len(stream), step) for p in reader.feed(stream[i : i + step])]
+        assert [first for first, _ in got] == [0x3B] * 6 + [0xC0]
+        assert [wire.decode_publish(f, b, False, 0).mid for f, b in got[:6]] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"\x30\xff\xff\xff\xff\x01",  # a remaining length of five bytes
+        b"\x36\x05\x00\x01a\x00\x01",  # QoS 3
+        b"\x32\x03\x00\x05a",  # a topic longer than the packet
+    ],
+)
+def test_malformed_packets_are_protocol_errors_not_crashes(bad):
+    with pytest.raises(wire.ProtocolError):
+        for first, body in wire.PacketReader().feed(bad):
+            wire.decode_publish(first, body, True, 0)
+
+
+@pytest.mark.parametrize("v5", [True, False])
+def test_an_outbound_publish_is_read_back_by_paho(v5):
+    packet = wire.encode_publish(
+        "devices/7/set", b"on", 1, True, 77, v5, "text/plain", (("req", "42"), ("req", "43"))
+    )
+    first, body = _split(packet)
+    version = MQTTProtocolVersion.MQTTv5 if v5 else MQTTProtocolVersion.MQTTv311
+    got = paho_packet.decode_publish(first, body, version)
+    assert (got.topic, got.payload, got.mid, got.qos, got.retain) == (b"devices/7/set", b"on", 77, 1, True)
+    if v5:
+        assert got.properties is not None
+        assert got.properties.ContentType == "text/plain"  # type: ignore[attr-defined]
+        assert got.properties.UserProperty == [("req", "42"), ("req", "43")]  # type: ignore[attr-defined]
+
+
+def test_connect_carries_the_session_settings():
+    packet = wire.encode_connect(
+        "bridge-1", 30, False, True, session_expiry=3600, receive_maximum=256, username="u", password="p"
+    )
+    first, body = _split(packet)
+    assert first == 0x10 and body[:7] == b"\x00\x04MQTT\x05"
+    assert body[7] == 0xC0  # user name + password, no clean start
+    props, pos = wire.read_properties(body, 10)
+    assert dict(props) == {wire.P_RECEIVE_MAXIMUM: 256, wire.P_SESSION_EXPIRY: 3600}
+    assert body[pos:] == b"\x00\x08bridge-1\x00\x01u\x00\x01p"
+
+
+def test_connack_and_suback_and_puback():
+    props = Properties(PacketTypes.CONNACK)
+    props.ReceiveMaximum = 20
+    props.ServerKeepAlive = 10
+    ack = wire.decode_connack(b"\x01\x00" + props.pack(), True)
+    assert ack == wire.ConnAck(True, 0, 20, 10)
+    assert wire.decode_connack(b"\x00\x04", False).reason == 0x86  # 3.1.1 "bad user name or password"
+    assert "Bad user name or password" in wire.reason_text(0x86)
+    assert wire.decode_suback(b"\x00\x05\x00\x01\x80", True) == (5, [1, 0x80])
+    assert wire.decode_puback(b"\x01\x02") == (258, 0)
+    assert wire.decode_puback(b"\x01\x02\x10\x00") == (258, 0x10)
+    assert wire.encode_puback(258) == b"\x40\x02\x01\x02"
