@@ -161,10 +161,13 @@ async def read_range(
         msgs, last = await _read_matching(stream, req, start, end, mean, hard_limit)
         return columns_of(msgs), last, end
     single = req.filters[0] if req.filters else None
+    # a row's share of a reply: the stored mean less what the store counts per message beyond
+    # subject, headers and data, plus the frame's per-row columns -- so one chunk fills a reply
+    row = max(1, mean - store.size_of("", None, b"")) + ROW_OVERHEAD
     parts: list[MsgColumns] = []
     budget, want, pos = req.max_bytes, req.max_msgs, start
     while True:
-        limit = max(1, min(want, budget // (mean + ROW_OVERHEAD) + 1))
+        limit = max(1, min(want, budget // row + 1))
         cols, covered = await store.read_columns(pos, end, limit, single)
         n = len(cols)
         fit = cols.fitting(budget, ROW_OVERHEAD)
@@ -181,7 +184,7 @@ async def read_range(
         if covered >= end or want <= 0 or budget <= 0:
             return concat(parts), covered, end
         if n:  # the next chunk is sized from what this one held
-            mean = max(1, cols.bytes_before(n, 0) // n)
+            row = max(1, cols.bytes_before(n, ROW_OVERHEAD) // n)
         pos = covered + 1
 
 

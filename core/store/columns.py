@@ -20,6 +20,7 @@ from itertools import accumulate
 from typing import Any
 
 from core.errors import StoreError
+from core.vector import numpy
 
 MAX_COLUMN_BYTES = (1 << 31) - 1  # an i32 offset
 
@@ -103,9 +104,21 @@ def concat(parts: Sequence[MsgColumns]) -> MsgColumns:
 
     def joined(offsets: list[array[int]]) -> array[int]:
         out = array("i", [0])
+        np = numpy()
         for off in offsets:
             base = out[-1]
-            out.extend(map(base.__add__, off[1:]) if base else off[1:])
+            if not base:
+                out.extend(off[1:])
+            elif np is not None:
+                shifted = np.frombuffer(off, dtype=np.int32)[1:].astype(np.int64) + base
+                if len(shifted) and shifted[-1] > MAX_COLUMN_BYTES:
+                    raise StoreError("a read's column is larger than 2 GiB")
+                out.frombytes(shifted.astype(np.int32).tobytes())
+            else:
+                try:
+                    out.extend(map(base.__add__, off[1:]))
+                except OverflowError:
+                    raise StoreError("a read's column is larger than 2 GiB") from None
         return out
 
     return MsgColumns(
