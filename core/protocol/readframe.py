@@ -20,7 +20,9 @@ the frame. The whole frame may be zstd-compressed (``compress_frame``); that is 
 frame (the reply's ``Leafjet-Read-Encoding: zstd`` header), never inside it.
 
 Decoding checks every length and offset before it slices: a truncated or forged frame raises
-``FrameError``, never another exception, and never allocates more than the frame's own size.
+``FrameError``, never another exception, and never allocates more than the frame's own size. The
+checks run over whole columns (offsets non-decreasing, sequences increasing: core/vector.py, numpy
+when installed), and the decoded columns are views of the frame, not copies.
 """
 
 from __future__ import annotations
