@@ -141,7 +141,11 @@ def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str
                 _scan(source(False), 1, srv.pid)  # warm the Python workers and the JVM's JIT (not timed)
                 scans = {"leafjet base": _scan(source(False), runs, srv.pid)}
                 scans["leafjet json"] = _scan(source(True), runs, srv.pid)
-                scans["direct get base"] = _scan(source(False, "false"), 1, srv.pid)
+                try:
+                    scans["direct get base"] = _scan(source(False, "false"), 1, srv.pid)
+                except Exception as e:  # a loaded machine times the fallback out: keep the other figures
+                    print(f"direct get scan failed: {str(e).splitlines()[-1][:200]}")
+                    scans["direct get base"] = Scan(float("inf"), 0.0, 0.0)
                 pq = spark.read.parquet(parquet)
                 scans["parquet base"] = _scan(pq.drop("temp", "_corrupt"), runs, srv.pid)
                 scans["parquet json"] = _scan(pq, runs, srv.pid)
