@@ -922,6 +922,11 @@ class SqliteStore:
                 got = await self._read_columns(sqlite_columns.range_sql(True), params, limit, p)
             if isinstance(got, columns.MsgColumns):
                 n = len(got)
+                if filt is None and not n and last < end:
+                    # nothing in [start, last]: cover up to the next message, so a read across
+                    # a long run of deleted sequences takes one step, not one per `limit`
+                    nxt = await self._point_fetch("SELECT MIN(seq) FROM msgs WHERE seq > ?", (last,))
+                    last = end if nxt[0][0] is None else min(end, nxt[0][0] - 1)
                 return got, (last if filt is None or n < limit else got.seqs[n - 1])
         msgs = await self.range(start, end, limit, filt)
         return columns.columns_of(msgs), columns.covered_by(msgs, start, end, limit)

@@ -168,3 +168,16 @@ def test_any_messages_read_as_columns_as_by_range(tmp_path_factory, rows, limit)
             await store.close()
 
     asyncio.run(run())
+
+
+async def test_a_long_run_of_deleted_sequences_is_covered_in_one_step(h: StoreHarness) -> None:
+    """An unfiltered read that finds nothing covers up to the next message, however far."""
+    await h.store.apply([Append("a", None, b"1", T0), Append("a", None, b"2", T0 + 1, seq=10**12)])
+    store = await h.reopen()
+    seen: list[int] = []
+    start, calls = 2, 0
+    while start <= 10**12:
+        cols, covered = await store.read_columns(start, 10**12, 100)
+        seen += cols.seqs
+        start, calls = covered + 1, calls + 1
+    assert seen == [10**12] and calls <= 2
