@@ -909,7 +909,8 @@ class SqliteStore:
             return columns.EMPTY, start - 1
         with self._lock:
             p = self._pub
-        if filt is None or not has_wildcard(filt):
+        # a store that compresses or seals its rows decodes them one by one anyway: no aggregate
+        if self._codec.plain and (filt is None or not has_wildcard(filt)):
             last = end if filt is not None else min(end, start + limit - 1)
             gaps = p.msgs != p.last_seq - p.first_seq + 1  # deleted sequences somewhere: ask for seqs
             params: tuple[Any, ...]
