@@ -9,8 +9,11 @@ comma-separated text, parsed by numpy when it is installed (a C loop), else by `
 
 Every ``group_concat`` of one statement sees the rows in one order, the order SQLite visits them:
 the rowid (sequence) order for a range of sequences, the ``(subject, seq)`` index's order for one
-subject, ordered by a subquery for a limited one. That order is checked, not assumed: the sequences
-must come out strictly increasing (or, contiguous, match the count), else the read is refused.
+subject, ordered by a subquery for a limited one (SQLite documents group_concat's order as
+arbitrary before 3.44; in practice it is the visiting order, and the tests compare every read with
+``range``). What can be checked is: fetched sequences must come out strictly increasing; without
+them (a contiguous range) the count must equal ``max - min + 1``; every column's lengths must add
+up to its blob. A read that fails a check is refused (``StoreError``), never sent.
 
 Only a store whose rows are stored as is can be read so: a row with ``flags`` (compressed or sealed)
 makes ``parse`` answer ``FLAGGED``, and the caller reads those rows the row-by-row way, decoding each.
