@@ -196,7 +196,20 @@ async def _api(nc: NATS, opts: SourceOptions, subject: str, body: dict[str, Any]
         raise LeafjetSourceError(
             f"{subject} timed out after {opts.conn.timeout}s for {_where(opts)}"
         ) from None
-    return json.loads(reply.data)
+    return _api_answer(reply.data, subject, opts)
+
+
+def _api_answer(data: bytes, subject: str, opts: SourceOptions) -> dict[str, Any]:
+    """A JetStream API answer as a dict; anything else (no JSON, not an object, an ``error``
+    that is no object) is a ``LeafjetSourceError`` that names the subject and shows the start
+    of what came, never a bare ``JSONDecodeError`` or ``AttributeError`` later."""
+    try:
+        resp = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        resp = None
+    if not isinstance(resp, dict) or not isinstance(resp.get("error", {}), dict):
+        raise LeafjetSourceError(f"unreadable answer to {subject} for {_where(opts)}: {bytes(data[:80])!r}")
+    return resp
 
 
 async def stream_info(nc: NATS, opts: SourceOptions) -> StreamInfo:
@@ -206,13 +219,16 @@ async def stream_info(nc: NATS, opts: SourceOptions) -> StreamInfo:
         if err.get("err_code") == 10059 or err.get("code") == 404:
             raise StreamNotFoundError(f"{_where(opts)} not found: {err.get('description', err)}")
         raise LeafjetSourceError(f"STREAM.INFO failed for {_where(opts)}: {err.get('description', err)}")
-    state = resp.get("state", {})
-    return StreamInfo(
-        first_seq=int(state.get("first_seq", 0)),
-        last_seq=int(state.get("last_seq", 0)),
-        msgs=int(state.get("messages", 0)),
-        allow_direct=bool(resp.get("config", {}).get("allow_direct", False)),
-    )
+    try:
+        state = resp.get("state", {})
+        return StreamInfo(
+            first_seq=int(state.get("first_seq", 0)),
+            last_seq=int(state.get("last_seq", 0)),
+            msgs=int(state.get("messages", 0)),
+            allow_direct=bool(resp.get("config", {}).get("allow_direct", False)),
+        )
+    except (AttributeError, TypeError, ValueError) as e:
+        raise LeafjetSourceError(f"unreadable STREAM.INFO answer for {_where(opts)}: {e}") from None
 
 
 async def msg_get_next(nc: NATS, opts: SourceOptions, seq: int, subject: str | None) -> Record | None:
@@ -226,10 +242,13 @@ async def msg_get_next(nc: NATS, opts: SourceOptions, seq: int, subject: str | N
         if err.get("err_code") == 10059:
             raise StreamNotFoundError(f"{_where(opts)} not found: {err.get('description', err)}")
         raise LeafjetSourceError(f"STREAM.MSG.GET failed for {_where(opts)}: {err.get('description', err)}")
-    m = resp["message"]
-    hdrs = parse_header_block(base64.b64decode(m["hdrs"])) if m.get("hdrs") else None
-    data = base64.b64decode(m["data"]) if m.get("data") else b""
-    return (int(m["seq"]), m["subject"], parse_rfc3339_us(m["time"]), hdrs, data)
+    try:
+        m = resp["message"]
+        hdrs = parse_header_block(base64.b64decode(m["hdrs"])) if m.get("hdrs") else None
+        data = base64.b64decode(m["data"]) if m.get("data") else b""
+        return (int(m["seq"]), str(m["subject"]), parse_rfc3339_us(m["time"]), hdrs, data)
+    except (KeyError, AttributeError, TypeError, ValueError) as e:
+        raise LeafjetSourceError(f"unreadable STREAM.MSG.GET answer for {_where(opts)}: {e!r}") from None
 
 
 async def seq_at_time(nc: NATS, opts: SourceOptions, info: StreamInfo, t_us: int) -> int:

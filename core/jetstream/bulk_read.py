@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,8 +50,9 @@ from core.errors import StoreError
 from core.jetstream.models import decode_request, error_response
 from core.jetstream.sourcing import stream_identity
 from core.protocol.headers import encode_headers
-from core.protocol.readframe import compress_frame, encode_frame
+from core.protocol.readframe import compress_frame, encode_columns
 from core.store.api import StoredMsg
+from core.store.columns import EMPTY, MsgColumns, columns_of, concat
 
 if TYPE_CHECKING:
     from core.jetstream.engine import AccountJetStream, JetStream
@@ -142,57 +142,90 @@ def _matches(filters: tuple[str, ...], subject: str) -> bool:
 
 async def read_range(
     stream: Stream, req: ReadRequest, hard_limit: int = MAX_BYTES
-) -> tuple[list[StoredMsg], int, int]:
-    """The messages a request gets: ``(messages, last covered, stream last)``. Reads by
-    sequence in chunks sized from the stream's mean message (the store's range read: off the
-    event loop for large ranges), until ``max_msgs``, ``max_bytes`` or the stream's last
-    sequence as it stood at the start. The first message goes even past ``max_bytes``, but
-    never past ``hard_limit`` (what a reply can carry across a link): a message that large
-    raises 10054, and the reader takes another way to it (a source: the consumer path)."""
+) -> tuple[MsgColumns, int, int]:
+    """The messages a request gets: ``(columns, last covered, stream last)``. Reads by sequence
+    (the store's ``read_columns``: columns built by the store, off the event loop for large
+    ranges) in chunks sized from the mean message, until ``max_msgs``, ``max_bytes`` or the
+    stream's last sequence as it stood at the start. The first message goes even past
+    ``max_bytes``, but never past ``hard_limit`` (what a reply can carry across a link): a
+    message that large raises 10054, and the reader takes another way to it (a source: the
+    consumer path)."""
     store = stream.store
     st = await store.state()
     end = st.last_seq
     start = max(req.seq, 1)
-    out: list[StoredMsg] = []
     if start > end:
-        return out, start - 1, end
+        return EMPTY, start - 1, end
     mean = max(64, st.bytes // st.msgs) if st.msgs else 1024
+    if len(req.filters) > 1:
+        msgs, last = await _read_matching(stream, req, start, end, mean, hard_limit)
+        return columns_of(msgs), last, end
+    single = req.filters[0] if req.filters else None
+    # a row's share of a reply: the stored mean less what the store counts per message beyond
+    # subject, headers and data, plus the frame's per-row columns -- so one chunk fills a reply
+    row = max(1, mean - store.size_of("", None, b"")) + ROW_OVERHEAD
+    parts: list[MsgColumns] = []
+    budget, want, pos = req.max_bytes, req.max_msgs, start
+    while True:
+        limit = max(1, min(want, budget // row + 1))
+        cols, covered = await store.read_columns(pos, end, limit, single)
+        n = len(cols)
+        fit = cols.fitting(budget, ROW_OVERHEAD)
+        if not parts and n:
+            if cols.bytes_before(1, ROW_OVERHEAD) > hard_limit:
+                raise api_error("JSStreamMessageExceedsMaximumErr")
+            fit = max(fit, 1)  # the first message goes even when it alone is past max_bytes
+        if fit < n:  # the byte bound cuts this chunk: the reply covers up to the first row left out
+            parts.append(cols.head(fit))
+            return concat(parts), cols.seqs[fit] - 1, end
+        parts.append(cols)
+        want -= n
+        budget -= cols.bytes_before(n, ROW_OVERHEAD)
+        if covered >= end or want <= 0 or budget <= 0:
+            return concat(parts), covered, end
+        if n:  # the next chunk is sized from what this one held
+            row = max(1, cols.bytes_before(n, ROW_OVERHEAD) // n)
+        pos = covered + 1
+
+
+async def _read_matching(
+    stream: Stream, req: ReadRequest, start: int, end: int, mean: int, hard_limit: int
+) -> tuple[list[StoredMsg], int]:
+    """``read_range`` for several filters, matched here: at most ``SCAN_ROWS`` rows looked at."""
+    store = stream.store
+    out: list[StoredMsg] = []
     budget = req.max_bytes
-    single = req.filters[0] if len(req.filters) == 1 else None
-    several = req.filters if len(req.filters) > 1 else ()
     scanned = 0
     pos = start
     while pos <= end:
         want = req.max_msgs - len(out)
-        limit = max(1, min(want, budget // (mean + ROW_OVERHEAD) + 1))
-        if several:
-            limit = min(SCAN_ROWS, max(limit, 256))
-        chunk = await store.range(pos, end, limit=limit, subject_filter=single)
+        limit = min(SCAN_ROWS, max(256, min(want, budget // (mean + ROW_OVERHEAD) + 1)))
+        chunk = await store.range(pos, end, limit=limit)
         if not chunk:
-            return out, end, end
+            return out, end
         for m in chunk:
-            if several and not _matches(several, m.subject):
+            if not _matches(req.filters, m.subject):
                 continue
             size = len(m.subject) + (len(m.headers) if m.headers else 0) + len(m.data) + ROW_OVERHEAD
             if out and size > budget:
-                return out, m.seq - 1, end
+                return out, m.seq - 1
             if size > hard_limit:
                 raise api_error("JSStreamMessageExceedsMaximumErr")
             out.append(m)
             budget -= size
             if len(out) >= req.max_msgs:
-                return out, m.seq, end
+                return out, m.seq
         scanned += len(chunk)
         if len(chunk) < limit:
-            return out, end, end  # the store had no more up to end
+            return out, end  # the store had no more up to end
         pos = chunk[-1].seq + 1
-        if budget <= 0 or (several and scanned >= SCAN_ROWS):
-            return out, chunk[-1].seq, end
-    return out, end, end
+        if budget <= 0 or scanned >= SCAN_ROWS:
+            return out, chunk[-1].seq
+    return out, end
 
 
 def build_reply(
-    msgs: Sequence[StoredMsg],
+    cols: MsgColumns,
     first: int,
     last: int,
     stream_last: int,
@@ -200,12 +233,13 @@ def build_reply(
     retention: str = "limits",
 ) -> tuple[bytes, bytes]:
     """The reply's headers and (uncompressed) frame."""
-    frame = encode_frame(
-        [m.seq for m in msgs],
-        [m.ts for m in msgs],
-        [m.subject.encode("utf-8", "surrogateescape") for m in msgs],
-        [m.headers or b"" for m in msgs],
-        [m.data for m in msgs],
+    frame = encode_columns(
+        len(cols),
+        cols.seqs,
+        cols.timestamps,
+        (cols.subject_offsets, cols.subjects),
+        (cols.header_offsets, cols.headers),
+        (cols.data_offsets, cols.data),
     )
     headers = [
         (H_READ, str(VERSION)),

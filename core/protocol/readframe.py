@@ -20,7 +20,9 @@ the frame. The whole frame may be zstd-compressed (``compress_frame``); that is 
 frame (the reply's ``Leafjet-Read-Encoding: zstd`` header), never inside it.
 
 Decoding checks every length and offset before it slices: a truncated or forged frame raises
-``FrameError``, never another exception, and never allocates more than the frame's own size.
+``FrameError``, never another exception, and never allocates more than the frame's own size. The
+checks run over whole columns (offsets non-decreasing, sequences increasing: core/vector.py, numpy
+when installed), and the decoded columns are views of the frame, not copies.
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
+from typing import Literal
 
 import zstandard
+
+from core.vector import increasing, non_decreasing
 
 MAGIC = b"LJRF"
 VERSION = 1
@@ -60,14 +65,59 @@ def _le(a: array[int]) -> bytes:
     return a.tobytes()
 
 
-def _var_column(values: Sequence[bytes]) -> list[bytes]:
-    offsets = array("i", [0])
-    offsets.extend(accumulate(map(len, values)))
-    if offsets[-1] > MAX_COLUMN_BYTES:  # array('i') would already have overflowed: belt and braces
-        raise FrameError("column too large")
-    off = _le(offsets)
-    body = b"".join(values)
-    return [off, b"\0" * _pad(len(off)), body, b"\0" * _pad(len(body))]
+def _native(a: array[int]) -> bytes | memoryview:
+    """An array's bytes, little-endian: a view of it on a little-endian host (no copy)."""
+    return memoryview(a) if _LITTLE else _le(a)
+
+
+def _column(offsets: array[int], values: bytes | memoryview) -> list[bytes | memoryview]:
+    off = _native(offsets)
+    return [
+        off,
+        b"\0" * _pad(len(off) if isinstance(off, bytes) else off.nbytes),
+        values,
+        b"\0" * _pad(len(values)),
+    ]
+
+
+def encode_columns(
+    count: int,
+    seqs: array[int],
+    timestamps: array[int],
+    subjects: tuple[array[int], bytes | memoryview],
+    headers: tuple[array[int], bytes | memoryview],
+    data: tuple[array[int], bytes | memoryview],
+) -> bytes:
+    """A version-1 frame of ``count`` rows from columns already laid out: ``seqs`` ("Q") and
+    ``timestamps`` ("q") of ``count`` values, and (offsets ("i", ``count + 1``), values) for each
+    variable column (core/store/columns.py makes them). One join: no per-row work."""
+    if not (len(seqs) == len(timestamps) == count) or not all(
+        len(off) == count + 1 and off[0] == 0 and off[count] == len(val)
+        for off, val in (subjects, headers, data)
+    ):
+        raise ValueError("columns of different lengths")
+    if (
+        seqs.typecode != "Q"
+        or timestamps.typecode != "q"
+        or any(c[0].typecode != "i" for c in (subjects, headers, data))
+    ):
+        raise ValueError("columns of the wrong type")
+    parts: list[bytes | memoryview] = [
+        HEADER.pack(MAGIC, VERSION, 0, count, 0),
+        _native(seqs),
+        _native(timestamps),
+    ]
+    parts += _column(*subjects)
+    parts += _column(*headers)
+    parts += _column(*data)
+    return b"".join(parts)
+
+
+def _offsets_of(values: Sequence[bytes]) -> array[int]:
+    try:
+        return array("i", accumulate(map(len, values), initial=0))
+    except OverflowError:
+        raise FrameError("column too large") from None
 
 
 def encode_frame(
@@ -86,27 +136,35 @@ def encode_frame(
     if total > MAX_COLUMN_BYTES:
         raise FrameError("frame too large")
     try:
-        parts = [HEADER.pack(MAGIC, VERSION, 0, n, 0), _le(array("Q", seqs)), _le(array("q", timestamps))]
-        parts += _var_column(subjects)
-        parts += _var_column(headers)
-        parts += _var_column(data)
+        fixed = array("Q", seqs), array("q", timestamps)
     except OverflowError:
         raise FrameError("a column's value is out of range") from None
-    return b"".join(parts)
+    return encode_columns(
+        n,
+        *fixed,
+        (_offsets_of(subjects), b"".join(subjects)),
+        (_offsets_of(headers), b"".join(headers)),
+        (_offsets_of(data), b"".join(data)),
+    )
+
+
+# A decoded integer column: a view of the frame cast to the column's type on a little-endian host
+# (no copy), an array byte-swapped from it elsewhere. Both index and iterate as ints.
+IntColumn = memoryview | array
 
 
 @dataclass(frozen=True, slots=True)
 class ReadFrame:
-    """A decoded frame: the fixed-width columns as arrays, the variable ones as (offsets, bytes).
-    The bytes are slices of the frame, not copies (memoryview), until a row is taken."""
+    """A decoded frame: the fixed-width columns as integer columns, the variable ones as (offsets,
+    bytes). Everything is a view of the frame, not a copy, until a row is taken."""
 
-    seqs: array[int]
-    timestamps: array[int]
-    subject_offsets: array[int]
+    seqs: IntColumn
+    timestamps: IntColumn
+    subject_offsets: IntColumn
     subject_bytes: memoryview
-    header_offsets: array[int]
+    header_offsets: IntColumn
     header_bytes: memoryview
-    data_offsets: array[int]
+    data_offsets: IntColumn
     data_bytes: memoryview
 
     def __len__(self) -> int:
@@ -131,15 +189,20 @@ class ReadFrame:
 
     def arrow_buffers(self) -> dict[str, tuple[bytes | memoryview, ...]]:
         """The buffers as Arrow's layouts want them (no validity bitmaps): ``seq`` and ``ts`` one
-        value buffer each, the binary columns (offsets, values). A reader with pyarrow does
+        value buffer each, the binary columns (offsets, values); views of the frame on a
+        little-endian host. A reader with pyarrow does
         ``pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(off), pa.py_buffer(val)])``."""
         return {
-            "seq": (_le(self.seqs),),
-            "ts": (_le(self.timestamps),),
-            "subject": (_le(self.subject_offsets), self.subject_bytes),
-            "headers": (_le(self.header_offsets), self.header_bytes),
-            "data": (_le(self.data_offsets), self.data_bytes),
+            "seq": (_le_bytes(self.seqs),),
+            "ts": (_le_bytes(self.timestamps),),
+            "subject": (_le_bytes(self.subject_offsets), self.subject_bytes),
+            "headers": (_le_bytes(self.header_offsets), self.header_bytes),
+            "data": (_le_bytes(self.data_offsets), self.data_bytes),
         }
+
+
+def _le_bytes(col: IntColumn) -> bytes | memoryview:
+    return col.cast("B") if isinstance(col, memoryview) else _le(col)
 
 
 class _Cursor:
@@ -159,28 +222,29 @@ class _Cursor:
             raise FrameError(f"truncated frame: padding after {what}")
         return out
 
-    def ints(self, typecode: str, n: int, what: str) -> array[int]:
+    def ints(self, typecode: Literal["Q", "q", "i"], n: int, what: str) -> IntColumn:
+        raw = self.take(n * struct.calcsize(typecode), what)
+        if _LITTLE:
+            return raw.cast(typecode)
         a = array(typecode)
-        a.frombytes(self.take(n * a.itemsize, what))
-        if not _LITTLE:
-            a.byteswap()
+        a.frombytes(raw)
+        a.byteswap()
         return a
 
 
-def _offsets(cur: _Cursor, n: int, what: str) -> tuple[array[int], memoryview]:
+def _offsets(cur: _Cursor, n: int, what: str) -> tuple[IntColumn, memoryview]:
     off = cur.ints("i", n + 1, f"{what} offsets")
     if off[0] != 0:
         raise FrameError(f"{what} offsets do not start at 0")
-    prev = 0
-    for o in off:  # non-decreasing: every row's slice is inside the column
-        if o < prev:
-            raise FrameError(f"{what} offsets decrease")
-        prev = o
+    # non-decreasing and the last within the frame: every row's slice is inside the column
+    if not non_decreasing(off if isinstance(off, memoryview) else memoryview(off)):
+        raise FrameError(f"{what} offsets decrease")
     return off, cur.take(off[-1], f"{what} bytes")
 
 
 def decode_frame(frame: bytes | bytearray | memoryview) -> ReadFrame:
-    """Parse a frame; raises ``FrameError`` for anything that is not a whole version-1 frame."""
+    """Parse a frame; raises ``FrameError`` for anything that is not a whole version-1 frame.
+    The checks run over whole columns (core/vector.py), not row by row."""
     buf = memoryview(frame).cast("B")
     if len(buf) < HEADER.size:
         raise FrameError("truncated frame: no header")
@@ -202,11 +266,8 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> ReadFrame:
     do, db = _offsets(cur, count, "data")
     if cur.pos != len(buf):
         raise FrameError(f"{len(buf) - cur.pos} bytes after the frame")
-    prev = 0
-    for s in seqs:
-        if s <= prev:
-            raise FrameError("sequences are not increasing")
-        prev = s
+    if count and (seqs[0] < 1 or not increasing(seqs if isinstance(seqs, memoryview) else memoryview(seqs))):
+        raise FrameError("sequences are not increasing")
     return ReadFrame(seqs, ts, so, sb, ho, hb, do, db)
 
 

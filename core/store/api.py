@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 from core.errors import StoreError
+from core.store.columns import MsgColumns
 from core.subjects import is_valid_literal_subject, is_valid_subject
 
 # The largest sequence a store holds (SQLite's INTEGER is an int64). A client may name any uint64
@@ -476,6 +477,16 @@ class StreamStore(Protocol):
         subject_filter: str | None = None,
     ) -> list[StoredMsg]:
         """Messages with ``start_seq <= seq <= end_seq`` matching the filter, in order, at most ``limit``."""
+        ...
+
+    async def read_columns(
+        self, start_seq: int, end_seq: int, limit: int, subject_filter: str | None = None
+    ) -> tuple[MsgColumns, int]:
+        """The messages ``range`` would return, as columns (core/store/columns.py: no object per
+        message), and the last sequence the read covers: every matching message with
+        ``start_seq <= seq <= covered`` is in the columns (``covered`` may be past the last one
+        returned, up to ``end_seq``, and is ``start_seq - 1`` or more). At most ``limit`` rows.
+        For the bulk read API (core/jetstream/bulk_read.py)."""
         ...
 
     async def state(self, with_deleted: bool = False) -> StreamState: ...

@@ -40,6 +40,7 @@ from core.store.api import (
     msg_size,
     normalize_filter,
 )
+from core.store.columns import MsgColumns, columns_of, covered_by
 from core.store.snapshot import SnapshotEncoder, SnapshotHeader, restore_into
 from core.subjects import has_wildcard, match
 
@@ -301,6 +302,12 @@ class MemoryStore:
                 lists.append(lst[bisect_left(lst, start_seq) : bisect_right(lst, end)])
             seqs = heapq.merge(*lists)
         return [self._msgs[q] for q in islice(seqs, limit)]
+
+    async def read_columns(
+        self, start_seq: int, end_seq: int, limit: int, subject_filter: str | None = None
+    ) -> tuple[MsgColumns, int]:
+        msgs = await self.range(start_seq, end_seq, limit, subject_filter)
+        return columns_of(msgs), covered_by(msgs, start_seq, end_seq, limit)
 
     async def state(self, with_deleted: bool = False) -> StreamState:
         self._check_open()

@@ -42,7 +42,7 @@ from typing import Any, Literal, TypeGuard
 import anyio
 
 from core.errors import StoreError
-from core.store import schema
+from core.store import columns, schema, sqlite_columns
 from core.store.api import (
     FILE_MSG_OVERHEAD,
     MAX_SEQ,
@@ -671,9 +671,11 @@ class SqliteStore:
         POOL.submit(job)
         return await fut
 
-    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    async def _fetch(
+        self, sql: str, params: Sequence[Any] = (), then: Callable[[list[Any]], Any] | None = None
+    ) -> Any:
         """A read on the reading connection, as a pool job (reopening the store if it was closed
-        for idleness)."""
+        for idleness): its rows, or ``then(rows)``, run on the pool thread too."""
         self._check_open()
         SLOTS.touch(self)
         assert self._loop is not None
@@ -681,12 +683,19 @@ class SqliteStore:
         deadline = time.monotonic() + self._enqueue_timeout
         self._reads += 1
         try:
-            POOL.submit(functools.partial(self._r_job, fut, sql, params, deadline))
+            POOL.submit(functools.partial(self._r_job, fut, sql, params, deadline, then))
             return await fut
         finally:
             self._reads -= 1
 
-    def _r_job(self, fut: asyncio.Future[Any], sql: str, params: Sequence[Any], deadline: float) -> None:
+    def _r_job(
+        self,
+        fut: asyncio.Future[Any],
+        sql: str,
+        params: Sequence[Any],
+        deadline: float,
+        then: Callable[[list[Any]], Any] | None = None,
+    ) -> None:
         """Pool: run a read for ``_fetch``; parked while no slot is free (up to ``deadline``)."""
         if fut.done():
             return
@@ -696,7 +705,7 @@ class SqliteStore:
                 if not self._ensure_conns():
                     if time.monotonic() >= deadline:
                         raise self._no_slot_error()
-                    SLOTS.park(functools.partial(self._r_job, fut, sql, params, deadline))
+                    SLOTS.park(functools.partial(self._r_job, fut, sql, params, deadline, then))
                     return
                 with self._rlock:
                     conn = self._rconn
@@ -709,7 +718,7 @@ class SqliteStore:
                         if ("locked" not in str(e) and "busy" not in str(e)) or time.monotonic() > busy_until:
                             raise
                 time.sleep(0.002)
-            self._post([(fut, rows, None)], 0)
+            self._post([(fut, rows if then is None else then(rows), None)], 0)
         except sqlite3.Error as e:
             err = StoreError(f"{self._path}: read failed: {e}")
             err.__cause__ = e
@@ -898,6 +907,51 @@ class SqliteStore:
             # a reader thread (aiosqlite), most of it handing the GIL between threads.
             return self._decode_sync(await self._point_fetch(query, params))
         return await self._decode(await self._fetch(query, params))
+
+    async def read_columns(
+        self, start_seq: int, end_seq: int, limit: int, subject_filter: str | None = None
+    ) -> tuple[columns.MsgColumns, int]:
+        """See core/store/sqlite_columns.py: SQLite builds the columns (one aggregate query, on
+        the pool, or on the loop when small as ``range``'s reads); rows stored compressed or sealed,
+        and wildcard filters, are read by ``range`` and turned into columns."""
+        filt = normalize_filter(subject_filter)
+        end = min(end_seq, MAX_SEQ)
+        start = max(start_seq, 1)
+        if limit <= 0 or end < start:
+            self._check_open()
+            return columns.EMPTY, start - 1
+        with self._lock:
+            p = self._pub
+        # a store that compresses or seals its rows decodes them one by one anyway: no aggregate
+        if self._codec.plain and (filt is None or not has_wildcard(filt)):
+            last = end if filt is not None else min(end, start + limit - 1)
+            gaps = p.msgs != p.last_seq - p.first_seq + 1  # deleted sequences somewhere: ask for seqs
+            params: tuple[Any, ...]
+            if filt is None:
+                sql, params = sqlite_columns.range_sql(gaps), (start, last)
+            else:
+                sql, params = sqlite_columns.subject_sql(), (filt, start, end, limit)
+            got = await self._read_columns(sql, params, limit, p)
+            if got == sqlite_columns.GAPS:  # a delete since the counters were read
+                got = await self._read_columns(sqlite_columns.range_sql(True), params, limit, p)
+            if isinstance(got, columns.MsgColumns):
+                n = len(got)
+                if filt is None and not n and last < end:
+                    # nothing in [start, last]: cover up to the next message, so a read across
+                    # a long run of deleted sequences takes one step, not one per `limit`
+                    nxt = await self._point_fetch("SELECT MIN(seq) FROM msgs WHERE seq > ?", (last,))
+                    last = end if nxt[0][0] is None else min(end, nxt[0][0] - 1)
+                return got, (last if filt is None or n < limit else got.seqs[n - 1])
+        msgs = await self.range(start, end, limit, filt)
+        return columns.columns_of(msgs), columns.covered_by(msgs, start, end, limit)
+
+    async def _read_columns(
+        self, sql: str, params: tuple[Any, ...], limit: int, p: _Counters
+    ) -> columns.MsgColumns | str:
+        if p.msgs and limit * (p.nbytes // p.msgs) <= LOOP_RANGE_BYTES:
+            rows = await self._point_fetch(sql, params)  # a few small rows: as range's, on the loop
+            return sqlite_columns.parse(rows[0])
+        return await self._fetch(sql, params, then=lambda rows: sqlite_columns.parse(rows[0]))
 
     async def state(self, with_deleted: bool = False) -> StreamState:
         self._check_open()

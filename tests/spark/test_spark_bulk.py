@@ -239,6 +239,42 @@ def test_a_corrupt_frame_is_a_clear_error_not_a_hang(tmp_path: Path) -> None:
         ref.stop()
 
 
+@pytest.mark.parametrize(
+    "answer", [b"<html>not json</html>", b"[1, 2]", b'{"error": "a string"}', b'{"state": 5}', b"\xff\xfe"]
+)
+def test_a_garbage_api_answer_is_a_clear_error(tmp_path: Path, answer: bytes) -> None:
+    """A responder on a plain NATS server answers STREAM.INFO with something that is no
+    JetStream API answer: the read fails with LeafjetSourceError naming it, not a JSON error."""
+    import nats
+
+    ref = start_reference(tmp_path / "ref", jetstream=False)
+    try:
+
+        async def scenario() -> str:
+            nc = await nats.connect(ref.url)
+
+            async def respond(msg: Any) -> None:
+                await nc.publish(msg.reply, answer)
+
+            await nc.subscribe("$JS.API.STREAM.INFO.junk", cb=respond)
+            await nc.flush()
+            try:
+
+                def read() -> str:
+                    with pytest.raises(LeafjetSourceError) as info:
+                        read_batches(ref.url, "junk")
+                    return str(info.value)
+
+                return await asyncio.to_thread(read)
+            finally:
+                await nc.close()
+
+        text = asyncio.run(scenario())
+        assert "unreadable" in text and "stream 'junk'" in text, text
+    finally:
+        ref.stop()
+
+
 def test_bulk_json_decoding_equals_the_per_row_rules_on_random_blocks() -> None:
     fields = (("device", "string"), ("temp", "double"), ("ok", "boolean"), ("n", "int"), ("f", "float"))
     odd = [

@@ -93,36 +93,36 @@ async def test_a_read_covers_deleted_sequences_up_to_the_streams_last(store: Any
     await fill(store, ["a"] * 10)
     await store.apply([DeleteOp(s) for s in (1, 2, 9, 10)])
     msgs, last, stream_last = await read_range(SimpleNamespace(store=store), req())  # type: ignore[arg-type]
-    assert [m.seq for m in msgs] == [3, 4, 5, 6, 7, 8] and (last, stream_last) == (10, 10)
+    assert list(msgs.seqs) == [3, 4, 5, 6, 7, 8] and (last, stream_last) == (10, 10)
     msgs, last, _ = await read_range(SimpleNamespace(store=store), req(11))  # type: ignore[arg-type]
-    assert msgs == [] and last == 10
+    assert len(msgs) == 0 and last == 10
 
 
 async def test_the_byte_bound_cuts_between_messages_and_says_where(store: Any) -> None:
     await fill(store, ["a"] * 10, size=100)
     one = 1 + 100 + bulk_read.ROW_OVERHEAD
     msgs, last, _ = await read_range(SimpleNamespace(store=store), req(max_bytes=3 * one + 5))  # type: ignore[arg-type]
-    assert [m.seq for m in msgs] == [1, 2, 3] and last == 3
+    assert list(msgs.seqs) == [1, 2, 3] and last == 3
     msgs, last, _ = await read_range(SimpleNamespace(store=store), req(4, max_bytes=1))  # type: ignore[arg-type]
-    assert [m.seq for m in msgs] == [4] and last == 4  # the first message goes even when larger
+    assert list(msgs.seqs) == [4] and last == 4  # the first message goes even when larger
 
 
 async def test_filters_one_or_several(store: Any) -> None:
     await fill(store, ["a.1", "b.1", "a.2", "c", "b.2", "a.3"])
     stream = SimpleNamespace(store=store)
     msgs, last, _ = await read_range(stream, req(filters=("a.*",)))  # type: ignore[arg-type]
-    assert [m.seq for m in msgs] == [1, 3, 6] and last == 6
+    assert list(msgs.seqs) == [1, 3, 6] and last == 6
     msgs, last, _ = await read_range(stream, req(filters=("b.*", "c"), max_msgs=2))  # type: ignore[arg-type]
-    assert [m.seq for m in msgs] == [2, 4] and last == 4
+    assert list(msgs.seqs) == [2, 4] and last == 4
     msgs, last, _ = await read_range(stream, req(filters=("x", "y")))  # type: ignore[arg-type]
-    assert msgs == [] and last == 6
+    assert len(msgs) == 0 and last == 6
 
 
 async def test_several_filters_scan_a_bounded_number_of_rows(store: Any, monkeypatch: Any) -> None:
     monkeypatch.setattr(bulk_read, "SCAN_ROWS", 300)
     await fill(store, ["n"] * 1000 + ["y"], size=1)
     msgs, last, _ = await read_range(SimpleNamespace(store=store), req(filters=("y", "z")))  # type: ignore[arg-type]
-    assert msgs == [] and 300 <= last < 1001  # the next read goes on from there
+    assert len(msgs) == 0 and 300 <= last < 1001  # the next read goes on from there
 
 
 async def test_requests_past_the_open_bound_are_refused_at_once_with_10167(monkeypatch: Any) -> None:
@@ -163,3 +163,30 @@ async def test_requests_past_the_open_bound_are_refused_at_once_with_10167(monke
                 await anyio.sleep(0.01)
         assert replies[-1][0] == "r.4"
         tg.cancel_scope.cancel()
+
+
+async def test_a_read_takes_several_store_chunks_when_the_mean_misleads(store: Any) -> None:
+    """One large message makes the mean large, so the first chunk asks for few rows: the read
+    goes on chunk after chunk (joining their columns) until a bound, not stopping at the first."""
+    await store.apply([Append("big", None, b"x" * 2_000_000, 1)])
+    await fill(store, ["s"] * 500, size=10)
+    calls = 0
+    read_columns = store.read_columns
+
+    async def counted(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return await read_columns(*args)
+
+    store.read_columns = counted
+    msgs, last, stream_last = await read_range(SimpleNamespace(store=store), req(2, max_bytes=1 << 20))  # type: ignore[arg-type]
+    assert calls > 1
+    assert list(msgs.seqs) == list(range(2, 502)) and last == stream_last == 501
+    assert bytes(msgs.data) == b"x" * 10 * 500 and list(msgs.data_offsets) == list(range(0, 5001, 10))
+
+
+async def test_a_first_message_larger_than_a_reply_can_carry_is_10054(store: Any) -> None:
+    await fill(store, ["a"], size=5000)
+    with pytest.raises(ApiError) as e:
+        await read_range(SimpleNamespace(store=store), req(max_bytes=1000), hard_limit=4096)  # type: ignore[arg-type]
+    assert e.value.err_code == 10054

@@ -194,3 +194,64 @@ def test_any_corruption_gives_a_frame_or_a_frame_error(raw: list[Row], data: st.
             pass
     except FrameError:
         pass
+
+
+@pytest.fixture(params=["numpy", "no numpy"])
+def vectors(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The whole-column checks run with numpy when it is installed, else as C-level maps: both."""
+    from core import vector
+
+    if request.param == "no numpy":
+        monkeypatch.setattr(vector, "_NUMPY", False)
+    elif vector.numpy() is None:
+        pytest.skip("numpy is not installed")
+    return str(request.param)
+
+
+def _rows(n: int) -> list[Row]:
+    hdr = b"NATS/1.0\r\n\r\n"
+    return [(i + 1, f"s.{i % 7}", hdr if i % 5 == 0 else None, b"d" * (i % 13), i) for i in range(n)]
+
+
+OFFSETS_AT = HEADER.size + 2 * 8 * 300  # 300 rows: the subject offsets follow seqs and timestamps
+
+
+@pytest.mark.parametrize("row", [1, 150, 299])
+def test_an_offset_that_goes_back_anywhere_is_refused(vectors: str, row: int) -> None:
+    frame = bytearray(frame_of(_rows(300)))
+    (prev,) = struct.unpack_from("<i", frame, OFFSETS_AT + 4 * (row - 1))
+    struct.pack_into("<i", frame, OFFSETS_AT + 4 * row, prev - 1)
+    with pytest.raises(FrameError, match="subject offsets decrease"):
+        decode_frame(bytes(frame))
+
+
+@pytest.mark.parametrize("row", [1, 150, 299])
+def test_a_sequence_out_of_order_anywhere_is_refused(vectors: str, row: int) -> None:
+    frame = bytearray(frame_of(_rows(300)))
+    struct.pack_into("<Q", frame, HEADER.size + 8 * row, row)  # equal to the one before
+    with pytest.raises(FrameError, match="not increasing"):
+        decode_frame(bytes(frame))
+
+
+def test_sequence_zero_is_refused(vectors: str) -> None:
+    frame = bytearray(frame_of(_rows(3)))
+    struct.pack_into("<Q", frame, HEADER.size, 0)
+    with pytest.raises(FrameError, match="not increasing"):
+        decode_frame(bytes(frame))
+
+
+def test_a_last_offset_past_the_frame_is_refused(vectors: str) -> None:
+    frame = bytearray(frame_of(_rows(300)))
+    struct.pack_into("<i", frame, OFFSETS_AT + 4 * 300, 1 << 30)  # non-decreasing, but out of bounds
+    with pytest.raises(FrameError, match="truncated"):
+        decode_frame(bytes(frame))
+
+
+def test_decoded_columns_are_views_of_the_frame_and_round_trip(vectors: str) -> None:
+    rows = _rows(300)
+    frame = frame_of(rows)
+    f = decode_frame(frame)
+    assert list(f.rows()) == rows
+    assert list(f.seqs) == [r[0] for r in rows] and list(f.timestamps) == [r[4] for r in rows]
+    bufs = f.arrow_buffers()
+    assert bytes(bufs["seq"][0]) == frame[HEADER.size : HEADER.size + 8 * 300]
