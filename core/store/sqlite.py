@@ -83,8 +83,14 @@ MAX_BATCH_OPS = 20_000
 INLINE_MAX_OPS = 16
 OFFLOAD_DECODE_BYTES = 256 << 10
 # A range read by sequence runs on the loop's thread (see _point_fetch) when its rows are
-# expected to hold at most this much: limit x the stream's mean stored message size.
+# expected to hold at most this much: the rows it can find (its limit, or fewer when the range
+# ends near the last sequence) x the stream's mean stored message size.
 LOOP_RANGE_BYTES = 64 << 10
+# A range read with a wildcard filter runs on the loop's thread too when it can find at most this
+# many rows (a live reader just behind the last sequence) through few subjects' index entries or
+# a scan of that many rows: the hand-over to a reader thread and back took longer than the read.
+LOOP_WILDCARD_ROWS = 64
+LOOP_WILDCARD_SUBJECTS = 16
 POINT_READ_BUSY_MS = 20
 """How long a read on the reading connection waits for a busy database: on the loop, before it goes to
 the pool; on the pool, before it tries again (up to READ_BUSY_TIMEOUT)."""
@@ -862,6 +868,7 @@ class SqliteStore:
             return []
         params: tuple[Any, ...]
         by_index = True  # one index range: no wildcard to match row by row
+        fanout = 0  # with a wildcard: the subjects looked up one by one (0: a scan of the range)
         if filt is None:
             sql, params = "WHERE seq >= ? AND seq <= ?", (start, end)
         elif not has_wildcard(filt):
@@ -873,6 +880,7 @@ class SqliteStore:
                 self._check_open()
                 return []
             if len(subjects) <= SMALL_FANOUT:
+                fanout = len(subjects)
                 sql = f"WHERE {IN_SUBJECTS} AND seq >= ? AND seq <= ?"
                 params = (json.dumps(subjects), start, min(end, last))
             else:
@@ -880,7 +888,11 @@ class SqliteStore:
         query, params = f"SELECT {COLS} FROM msgs {sql} ORDER BY seq LIMIT ?", (*params, limit)
         with self._lock:
             p = self._pub
-        if by_index and p.msgs and limit * (p.nbytes // p.msgs) <= LOOP_RANGE_BYTES:
+        # At most one row per sequence up to the last committed one: a live reader (a bulk
+        # read woken by a commit, a consumer's read-ahead) asks a large limit and finds a row.
+        rows = min(limit, end - start + 1, p.last_seq - start + 1)
+        small = rows <= 0 or (p.msgs and rows * (p.nbytes // p.msgs) <= LOOP_RANGE_BYTES)
+        if small and (by_index or (rows <= LOOP_WILDCARD_ROWS and fanout <= LOOP_WILDCARD_SUBJECTS)):
             # Small rows: a consumer's read-ahead of 256 x 128 B took about 0.7 ms through
             # a reader thread (aiosqlite), most of it handing the GIL between threads.
             return self._decode_sync(await self._point_fetch(query, params))
