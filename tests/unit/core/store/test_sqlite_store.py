@@ -576,9 +576,24 @@ async def test_a_live_range_read_near_the_last_sequence_stays_on_the_loop(
         got = await sqlite_store.range(200, limit=18_000, subject_filter=flt)
         assert [m.seq for m in got] == [200]  # (orders.1)
         assert await sqlite_store.range(201, limit=18_000, subject_filter=flt) == []
+    # a wildcard over the last few sequences: read by sequence, matched here, limited after
+    await sqlite_store.apply(
+        [Append(s, None, b"y", 0) for s in ("other.a", "orders.a.b", "orders.b", "orders.c")]
+    )
+    got = await sqlite_store.range(198, limit=3, subject_filter="orders.*")
+    assert [(m.seq, m.subject) for m in got] == [(198, "orders.2"), (199, "orders.0"), (200, "orders.1")]
+    got = await sqlite_store.range(200, limit=10, subject_filter="orders.*")
+    assert [(m.seq, m.subject, m.data) for m in got] == [
+        (200, "orders.1", b"x" * 1024),
+        (203, "orders.b", b"y"),
+        (204, "orders.c", b"y"),
+    ]
+    assert [m.seq for m in await sqlite_store.range(201, subject_filter="orders.>")] == [202, 203, 204]
+    assert await sqlite_store.range(205, subject_filter="orders.>") == []
     assert pooled == []
-    assert len(await sqlite_store.range(1, limit=18_000)) == 200  # 200 KiB: the pool's
-    assert len(pooled) == 1
+    assert len(await sqlite_store.range(1, limit=18_000)) == 204  # 200 KiB: the pool's
+    assert len(await sqlite_store.range(100, subject_filter="orders.*")) == 103  # 105 seqs: the pool's
+    assert len(pooled) == 2
 
 
 async def test_write_queue_is_bounded_and_callers_wait_for_space(tmp_path: Path) -> None:
