@@ -325,8 +325,11 @@ class BulkReads:
                             msgs, last, stream_last = await read_range(stream, req, self.max_bytes())
             finally:
                 self.parked -= 1
-        size = sum(_row_size(m) for m in msgs)
-        more = more and last >= req.seq and size < req.max_bytes and len(msgs) < req.max_msgs
+        # A reply cut by the budget ends before the stream's last; only one that reached it (a
+        # live reply, a handful of messages) may leave budget for another.
+        more = more and last >= req.seq and last >= stream_last and len(msgs) < req.max_msgs
+        size = sum(_row_size(m) for m in msgs) if more else 0
+        more = more and size < req.max_bytes
         sent = len(msgs)
         async with self._limiter:  # the frames being built count against the same bound
             headers, frame = build_reply(
