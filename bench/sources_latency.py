@@ -13,7 +13,11 @@ process (one clock). p50/p90/p99/max in milliseconds; a message delivered twice 
 once (``redeliv``), and ``hub stored`` (less the warm-up) should equal what was sent; ratios
 are to reference -> reference in the same run. The issue's goal (reported, never asserted):
 leafjet's live p50 <= 2x the reference's. The publisher and the hub's consumer share this
-process's event loop, so a loaded machine delays both the same way for every pair.
+process's event loop, so a loaded machine delays both the same way for every pair. ``leaf
+us/msg`` and ``hub us/msg`` are each server's CPU (user + system) per message sent, over the
+publishing and the wait for the last message: unlike latency, they hardly move with the
+machine's load, and on a busy machine each one competes for the cores with every process of
+the chain.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 import nats
 
+from bench.procstat import cpu_seconds
 from bench.sources import PAIRS, SOURCE, _api, add_sync_argument, pair_nodes, run_pairs
 from tests.support.leafnodes import (
     Topology,
@@ -52,13 +57,17 @@ class LatencyFigures:
     sent: int
     redelivered: int  # deliveries of a message already received (by its number)
     hub_stored: int  # messages in the hub's stream at the end (``sent`` + warm-up, if exact)
+    leaf_us: float = 0.0  # the leaf server's CPU per message sent (us)
+    hub_us: float = 0.0  # the hub server's
 
 
 def _quantile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-async def _measure(hub_url: str, leaf_url: str, rate: float, seconds: float, size: int) -> LatencyFigures:
+async def _measure(
+    hub_url: str, leaf_url: str, rate: float, seconds: float, size: int, pids: tuple[int, int]
+) -> LatencyFigures:
     hub_nc = await nats.connect(hub_url)
     leaf_nc = await nats.connect(leaf_url)
     try:
@@ -99,6 +108,7 @@ async def _measure(hub_url: str, leaf_url: str, rate: float, seconds: float, siz
         inbox = leaf_nc.new_inbox()
         ack_sub = await leaf_nc.subscribe(inbox, cb=on_ack)
         pad = b"x" * max(0, size - STAMP.size)
+        cpu0 = [cpu_seconds(pid) for pid in pids]
         start = time.perf_counter()
         for i in range(total):
             # steady pacing: each message at its slot, never a burst to catch up a late one
@@ -109,6 +119,7 @@ async def _measure(hub_url: str, leaf_url: str, rate: float, seconds: float, siz
         await leaf_nc.flush()
         with contextlib.suppress(TimeoutError):  # then reported as fewer received than sent
             await asyncio.wait_for(arrived.wait(), 30)
+        leaf_us, hub_us = ((cpu_seconds(pid) - c0) / total * 1e6 for pid, c0 in zip(pids, cpu0, strict=True))
         await asyncio.sleep(0.2)  # the last few may still be in the hub's delivery
         await sub.unsubscribe()
         await ack_sub.unsubscribe()
@@ -125,6 +136,8 @@ async def _measure(hub_url: str, leaf_url: str, rate: float, seconds: float, siz
             total - warmup,
             redelivered,
             hub_stored - warmup,
+            leaf_us,
+            hub_us,
         )
     finally:
         await leaf_nc.close()
@@ -143,6 +156,7 @@ def _run_pair(tmp: Path, leaf_kind: str, hub_kind: str, args: argparse.Namespace
                 args.rate,
                 args.seconds,
                 args.size,
+                (leaf.pid, hub.pid),
             )
         )
     finally:
@@ -161,6 +175,8 @@ def latency_matrix(args: argparse.Namespace) -> int:
             sum(f.sent for f in v),
             sum(f.redelivered for f in v),
             sum(f.hub_stored for f in v),
+            statistics.median(f.leaf_us for f in v),
+            statistics.median(f.hub_us for f in v),
         )
         for k, v in runs.items()
         if v
@@ -173,7 +189,8 @@ def latency_matrix(args: argparse.Namespace) -> int:
     base = res.get("ref-ref")
     print(
         f"{'leaf -> hub':26s} {'p50':>7s} {'p90':>7s} {'p99':>7s} {'max':>7s} "
-        f"{'p50 ratio':>9s} {'p99 ratio':>9s} {'got/sent':>13s} {'redeliv':>7s} {'hub stored':>10s}  goal"
+        f"{'p50 ratio':>9s} {'p99 ratio':>9s} {'got/sent':>13s} {'redeliv':>7s} {'hub stored':>10s} "
+        f"{'leaf us/msg':>11s} {'hub us/msg':>10s}  goal"
     )
     for name, f in res.items():
         leaf_kind, hub_kind = PAIRS[name]
@@ -185,7 +202,7 @@ def latency_matrix(args: argparse.Namespace) -> int:
         print(
             f"{leaf_kind + ' -> ' + hub_kind:26s} {f.p50_ms:7.2f} {f.p90_ms:7.2f} {f.p99_ms:7.2f} "
             f"{f.max_ms:7.1f} {r50:9.2f} {r99:9.2f} {f.received:>6}/{f.sent:<6} {f.redelivered:>7} "
-            f"{f.hub_stored:>10}  {goal}"
+            f"{f.hub_stored:>10} {f.leaf_us:11.1f} {f.hub_us:10.1f}  {goal}"
         )
     for note in notes:
         print(f"  {note}")

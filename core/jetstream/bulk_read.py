@@ -9,7 +9,7 @@ wants a stream's messages fast and in columns (a Spark source).
 Request (JSON, version 1)::
 
     {"v": 1, "seq": N, "max_msgs": M, "max_bytes": B, "filter": ["subj", ...],
-     "wait_ms": W, "compress": "zstd"}
+     "wait_ms": W, "compress": "zstd", "follow": R}
 
 ``seq`` (>= 1) is where to start; ``max_msgs`` and ``max_bytes`` bound the reply (clamped to
 ``MAX_MSGS`` and to ``MAX_BYTES`` / the server's max_payload less room for the reply's headers;
@@ -17,8 +17,20 @@ the first message is sent even when it alone is larger); ``filter`` (optional, a
 ``MAX_FILTERS`` subjects, wildcards allowed) keeps the matching messages; ``wait_ms`` (optional,
 at most ``MAX_WAIT_MS``) holds a request that finds nothing at or after ``seq`` until a message
 arrives or the time runs out; ``compress: "zstd"`` compresses the frame itself (for a client whose
-link is not compressed). Unknown fields are ignored, so a later minor addition does not break an
+link is not compressed); ``follow`` (optional, at most ``MAX_FOLLOW``) lets the request be answered
+up to R times (below). Unknown fields are ignored, so a later minor addition does not break an
 older server; a ``v`` other than 1 is refused.
+
+Following (``follow: R``, a live reader): after a reply with messages, the request stays open and
+the next commit is sent as another reply on the same subject, each one starting where the one
+before it ended, without a request in between (a round trip each message waited for). All the
+replies together stay within the request's ``max_msgs`` and ``max_bytes`` (the first message of a
+reply may go past what is left of them, as a first message may go past ``max_bytes``) and its
+``wait_ms`` (counted from the request). Every reply but the request's last carries
+``Leafjet-Read-More: 1``; the last is the one that reaches R replies or the budget, or an empty one
+when the time runs out. A reader asks again after the last, and checks that each reply starts
+where the one before ended (``Leafjet-Read-First``): one lost on the way is a gap it must not
+paper over. An older server ignores ``follow`` and answers once, without the header.
 
 Reply: one message. Headers ``Leafjet-Read: 1``, ``Leafjet-Read-First`` and ``Leafjet-Read-Last``
 (the sequences the reply covers: every message of the stream in ``[first, last]`` that matches
@@ -39,7 +51,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -67,6 +79,7 @@ MAX_MSGS = 100_000
 MAX_BYTES = 8 << 20
 MAX_FILTERS = 256
 MAX_WAIT_MS = 60_000
+MAX_FOLLOW = 1000  # replies to one request (``follow``)
 ROW_OVERHEAD = 8 + 8 + 3 * 4  # a row's sequence, timestamp and three offsets in the frame
 HEADER_ROOM = 4096  # what the reply's headers and the frame's fixed part may take
 # At most this many reads run at once per account (each one holds its frame in memory); more
@@ -85,6 +98,7 @@ H_FIRST = "Leafjet-Read-First"
 H_LAST = "Leafjet-Read-Last"
 H_STREAM_LAST = "Leafjet-Stream-Last"
 H_ENCODING = "Leafjet-Read-Encoding"
+H_MORE = "Leafjet-Read-More"  # "1": another reply to this request follows (``follow``)
 H_IDENTITY = "Nats-Stream-Identity"
 # The stream's retention: a source reads a work-queue or interest stream through ADR-60's
 # flow-control durable instead (a read removes nothing; the durable's acks do).
@@ -99,6 +113,7 @@ class ReadRequest:
     filters: tuple[str, ...] = ()  # empty: every subject
     wait_ms: int = 0
     compress: bool = False
+    follow: int = 0  # replies the request may get (0 and 1: one)
 
 
 def _positive(body: dict[str, Any], key: str, default: int | None, top: int) -> int:
@@ -133,7 +148,17 @@ def parse_read_request(payload: bytes, max_bytes: int = MAX_BYTES) -> ReadReques
     compress = body.get("compress")
     if compress not in (None, "", "zstd"):
         raise api_error("JSBadRequestErr")
-    return ReadRequest(seq, max_msgs, nbytes, filters, min(wait, MAX_WAIT_MS), compress == "zstd")
+    follow = body.get("follow", 0)
+    if type(follow) is not int or follow < 0:
+        raise api_error("JSBadRequestErr")
+    return ReadRequest(
+        seq, max_msgs, nbytes, filters, min(wait, MAX_WAIT_MS), compress == "zstd", min(follow, MAX_FOLLOW)
+    )
+
+
+def _row_size(m: StoredMsg) -> int:
+    """What a message takes of a request's ``max_bytes``."""
+    return len(m.subject) + (len(m.headers) if m.headers else 0) + len(m.data) + ROW_OVERHEAD
 
 
 def _matches(filters: tuple[str, ...], subject: str) -> bool:
@@ -206,7 +231,7 @@ async def _read_matching(
         for m in chunk:
             if not _matches(req.filters, m.subject):
                 continue
-            size = len(m.subject) + (len(m.headers) if m.headers else 0) + len(m.data) + ROW_OVERHEAD
+            size = _row_size(m)
             if out and size > budget:
                 return out, m.seq - 1
             if size > hard_limit:
@@ -299,36 +324,63 @@ class BulkReads:
             self.open -= 1
 
     async def _answer(self, ajs: AccountJetStream, stream: Stream, req: ReadRequest, reply: str) -> None:
+        """Answer ``req``: once, or with ``follow`` once per commit that brings more, each
+        reply going on from where the last ended, within the request's budget and time."""
+        deadline = anyio.current_time() + req.wait_ms / 1000
+        left = max(1, req.follow) if req.wait_ms else 1  # following is waiting for more
+        while True:
+            sent, last, size, more = await self._answer_once(ajs, stream, req, reply, deadline, left > 1)
+            left -= 1
+            if not more:
+                return  # the request's last reply went out
+            req = replace(req, seq=last + 1, max_msgs=req.max_msgs - sent, max_bytes=req.max_bytes - size)
+
+    async def _answer_once(
+        self, ajs: AccountJetStream, stream: Stream, req: ReadRequest, reply: str, deadline: float, more: bool
+    ) -> tuple[int, int, int, bool]:
+        """One reply to ``req`` (waiting until ``deadline`` for a message at or after its seq);
+        with ``more``, a reply that covers something and leaves budget says another will
+        follow. Returns (messages sent, last sequence covered, their bytes, whether another
+        reply follows)."""
         woken = stream.appended()  # taken before reading: a commit after the read still wakes us
         async with self._limiter:
-            msgs, last, stream_last = await read_range(stream, req, self.max_bytes())
-        if not msgs and last < req.seq and req.wait_ms and self.parked < MAX_PARKED:
+            cols, last, stream_last = await read_range(stream, req, self.max_bytes())
+        if not cols and last < req.seq and req.wait_ms and self.parked < MAX_PARKED:
             # nothing at or after seq yet: hold the request until a commit, then read again
             self.parked += 1
             try:
-                with anyio.move_on_after(req.wait_ms / 1000):
-                    while not msgs and last < req.seq:
+                with anyio.move_on_after(deadline - anyio.current_time()):
+                    while not cols and last < req.seq:
                         await woken.wait()
                         woken = stream.appended()
                         if ajs.streams.get(stream.name) is not stream:  # deleted meanwhile
                             raise api_error("JSStreamNotFoundErr")
                         async with self._limiter:
-                            msgs, last, stream_last = await read_range(stream, req, self.max_bytes())
+                            cols, last, stream_last = await read_range(stream, req, self.max_bytes())
             finally:
                 self.parked -= 1
+        # A reply cut by the budget ends before the stream's last; only one that reached it (a
+        # live reply, a handful of messages) may leave budget for another.
+        more = more and last >= req.seq and last >= stream_last and len(cols) < req.max_msgs
+        size = cols.bytes_before(len(cols), ROW_OVERHEAD) if more else 0
+        more = more and size < req.max_bytes
+        sent = len(cols)
         async with self._limiter:  # the frames being built count against the same bound
             headers, frame = build_reply(
-                msgs, req.seq, last, stream_last, stream_identity(stream.created_ns), stream.config.retention
+                cols, req.seq, last, stream_last, stream_identity(stream.created_ns), stream.config.retention
             )
-            del msgs
+            del cols
             if req.compress:
                 if len(frame) > COMPRESS_OFFLOAD:
                     frame = await anyio.to_thread.run_sync(compress_frame, frame)
                 else:
                     frame = compress_frame(frame)
                 headers = headers[:-2] + f"{H_ENCODING}: zstd\r\n\r\n".encode()
+            if more:
+                headers = headers[:-2] + f"{H_MORE}: 1\r\n\r\n".encode()
             self.served += 1
             ajs.account.publish(reply, None, headers, frame)
+        return sent, last, size, more
 
 
 def _why(e: Exception) -> str:

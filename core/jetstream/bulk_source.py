@@ -10,10 +10,13 @@ Bulk mode, per reply: the next request goes out at once (one request ahead, so t
 while we store), the reply's messages are stored with ONE ``submit_sourced`` (all of them and the
 source's position in one store transaction), and the batch after it is submitted only once that
 commit succeeded (``_flush``/``_settle``, as the consumer path) -- so exactly-once holds as
-there: every attempt starts after the stored position. Requests long-poll (``WAIT_MS``): a source
-that is live gets each message as it is committed upstream; one that hears nothing for
-``WAIT_MS`` + ``REPLY_GRACE`` is stalled and recreated. Flow control is the requests' byte bound:
-at most two replies of ``MAX_BYTES`` in flight per source, and one batch committing.
+there: every attempt starts after the stored position. Requests long-poll (``WAIT_MS``) and
+follow (``FOLLOW``): a source that is live gets each message as it is committed upstream, as
+another reply to the same request, with no round trip in between; it asks again after the
+request's last reply. A reply that does not start where the one before ended (one was lost on
+the way) recreates the source, from the stored position. One that hears nothing for ``WAIT_MS`` +
+``REPLY_GRACE`` is stalled and recreated. Flow control is the requests' byte bound: at most
+``MAX_BYTES`` in flight per request (all its replies together), and one batch committing.
 
 The upstream's ``Nats-Stream-Identity`` comes with every reply; when it changes (the upstream
 stream was deleted and made again) the source starts over, as the consumer path does on 10225.
@@ -35,8 +38,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from core.api_errors import ApiError, api_error
 from core.jetstream.bulk_read import (
     H_ENCODING,
+    H_FIRST,
     H_IDENTITY,
     H_LAST,
+    H_MORE,
     H_READ,
     H_RETENTION,
     H_STREAM_LAST,
@@ -69,6 +74,11 @@ from core.server.internal import InboundMsg
 log = logging.getLogger("leafjet.sourcing")
 
 WAIT_MS = 4000  # a request's long poll
+# Replies one request may get (the read API's ``follow``): a live source asks again only after
+# this many commits upstream. Below the reply inbox's capacity (RX_CAPACITY), so the replies
+# of a request that the reader has not taken yet never overflow it.
+FOLLOW = 200
+RX_CAPACITY = 256
 REPLY_GRACE = 10.0  # s past its wait a reply may take (a loaded upstream, a slow link)
 PROBE_WAIT = 10.0  # s the first request of an attempt is waited for before taking the consumer path
 MAX_BYTES = 4 << 20  # asked per request; the upstream clamps it to its max_payload
@@ -126,6 +136,7 @@ class BulkSourceWorker(SourceWorker):
     def _read_body(self, seq: int) -> bytes:
         body: dict[str, Any] = {"v": VERSION, "seq": seq, "max_msgs": MAX_MSGS, "max_bytes": MAX_BYTES}
         body["wait_ms"] = WAIT_MS
+        body["follow"] = FOLLOW
         flt = self._filters()
         if flt:
             body["filter"] = flt
@@ -134,7 +145,7 @@ class BulkSourceWorker(SourceWorker):
     async def _bulk_attempt(self, seq: int) -> None:
         account = self.stream.account
         subject = self._read_subject()
-        rx = _Receiver(f"source:{self.stream.name}:{self.upstream}", account, 64)
+        rx = _Receiver(f"source:{self.stream.name}:{self.upstream}", account, RX_CAPACITY)
         inbox = sync_subject("$JSC.R")
         n = 0
 
@@ -166,9 +177,13 @@ class BulkSourceWorker(SourceWorker):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._store_batches, receive)
                     async with send:
+                        expect = seq  # where the next reply starts: where we asked, or the last ended
                         while True:
+                            expect = _check_follows(msg, expect)
                             covered, batch = self._take(msg)
-                            pending = ask(covered + 1)  # one ahead: the upstream reads while we store
+                            if expect == 0:  # the request's last reply
+                                pending = ask(covered + 1)  # one ahead: the upstream reads while we store
+                                expect = covered + 1
                             if batch:
                                 await send.send(batch)  # waits while QUEUED_REPLIES are queued
                             msg = await self._reply(rx, pending, WAIT_MS / 1000 + REPLY_GRACE, False)
@@ -319,6 +334,21 @@ class BulkSourceWorker(SourceWorker):
         where the attempt started as the consumer's start, a later jump as a skip."""
         reason = GAP_STARTED_PAST if after == self._started_at else GAP_SKIPPED
         self._gap(after, next_seq, reason)
+
+
+def _check_follows(msg: InboundMsg, expect: int) -> int:
+    """Check that a reply starts at ``expect`` (a reply lost on the way would leave a hole that
+    looks like messages removed upstream); returns where the request's next reply starts, or 0
+    when this was its last (no ``Leafjet-Read-More``: an older server's one reply, too)."""
+    h = msg.headers or b""
+    try:
+        first = int(slice_header(h, H_FIRST) or "")
+        last = int(slice_header(h, H_LAST) or "")
+    except ValueError:
+        return 0  # not a frame's reply: _take says why
+    if first != expect:
+        raise _Recreate(f"a read reply starts at {first}, expected {expect}: one was lost")
+    return last + 1 if slice_header(h, H_MORE) == "1" else 0
 
 
 def _first(group: BaseExceptionGroup) -> BaseException:

@@ -85,8 +85,14 @@ MAX_BATCH_OPS = 20_000
 INLINE_MAX_OPS = 16
 OFFLOAD_DECODE_BYTES = 256 << 10
 # A range read by sequence runs on the loop's thread (see _point_fetch) when its rows are
-# expected to hold at most this much: limit x the stream's mean stored message size.
+# expected to hold at most this much: the rows it can find (its limit, or fewer when the range
+# ends near the last sequence) x the stream's mean stored message size.
 LOOP_RANGE_BYTES = 64 << 10
+# A range read with a wildcard filter that spans at most this many sequences up to the last one
+# (a live reader just behind it) reads them by sequence on the loop's thread and matches the
+# subjects here: the subject lookups (a json_each list, a sort) cost more than the rows, and the
+# hand-over to a reader thread and back more than both.
+LOOP_WILDCARD_ROWS = 64
 POINT_READ_BUSY_MS = 20
 """How long a read on the reading connection waits for a busy database: on the loop, before it goes to
 the pool; on the pool, before it tries again (up to READ_BUSY_TIMEOUT)."""
@@ -883,6 +889,8 @@ class SqliteStore:
             self._check_open()
             return []
         params: tuple[Any, ...]
+        with self._lock:
+            p = self._pub
         by_index = True  # one index range: no wildcard to match row by row
         if filt is None:
             sql, params = "WHERE seq >= ? AND seq <= ?", (start, end)
@@ -890,6 +898,17 @@ class SqliteStore:
             sql, params = "WHERE subject = ? AND seq >= ? AND seq <= ?", (filt, start, end)
         else:
             by_index = False
+            top = min(end, p.last_seq)
+            if top < start:
+                self._check_open()
+                return []
+            span = top - start + 1
+            if p.msgs and span <= LOOP_WILDCARD_ROWS and span * (p.nbytes // p.msgs) <= LOOP_RANGE_BYTES:
+                got = await self._point_fetch(
+                    f"SELECT {COLS} FROM msgs WHERE seq >= ? AND seq <= ? ORDER BY seq", (start, top)
+                )
+                pattern = filt.split(".")
+                return self._decode_sync([r for r in got if tokens_match(pattern, r[1].split("."))][:limit])
             subjects, last = self._subjects_for(filt)
             if not subjects:
                 self._check_open()
@@ -900,9 +919,10 @@ class SqliteStore:
             else:
                 sql, params = "WHERE seq >= ? AND seq <= ? AND lj_match(?, subject)", (start, end, filt)
         query, params = f"SELECT {COLS} FROM msgs {sql} ORDER BY seq LIMIT ?", (*params, limit)
-        with self._lock:
-            p = self._pub
-        if by_index and p.msgs and limit * (p.nbytes // p.msgs) <= LOOP_RANGE_BYTES:
+        # At most one row per sequence up to the last committed one: a live reader (a bulk
+        # read woken by a commit, a consumer's read-ahead) asks a large limit and finds a row.
+        rows = min(limit, end - start + 1, p.last_seq - start + 1)
+        if by_index and (rows <= 0 or (p.msgs and rows * (p.nbytes // p.msgs) <= LOOP_RANGE_BYTES)):
             # Small rows: a consumer's read-ahead of 256 x 128 B took about 0.7 ms through
             # a reader thread (aiosqlite), most of it handing the GIL between threads.
             return self._decode_sync(await self._point_fetch(query, params))

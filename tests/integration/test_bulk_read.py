@@ -168,6 +168,34 @@ async def test_a_long_poll_ends_when_its_stream_is_deleted(lj):
         assert result[0][1]["error"]["err_code"] == 10059
 
 
+async def test_a_followed_read_sends_each_commit_as_another_reply_to_the_one_request(lj):
+    """``follow``: one request, a reply per commit, each starting where the last ended, with
+    ``Leafjet-Read-More`` on all but the request's last: the one that reaches the follow count,
+    or an empty one when the request's time runs out."""
+    async with jetstream(lj) as (nc, js):
+        await create(nc, {"name": "W", "subjects": ["w"]})
+        await js.publish("w", b"1")
+        replies = await nc.subscribe("_INBOX.follow.>")
+
+        async def next_reply() -> tuple[tuple[int, int, int], str | None, list[int]]:
+            msg = await replies.next_msg(timeout=20)
+            h = msg.headers or {}
+            return span(h), h.get("Leafjet-Read-More"), [r[0] for r in decode_frame(msg.data).rows()]
+
+        body = {"v": 1, "seq": 1, "wait_ms": 30_000, "follow": 2}
+        await nc.publish(READ + "W", json.dumps(body).encode(), reply="_INBOX.follow.1")
+        assert await next_reply() == ((1, 1, 1), "1", [1])
+        await js.publish("w", b"2")  # committed after the reply: the request's second (and last)
+        assert await next_reply() == ((2, 2, 2), None, [2])
+
+        body = {"v": 1, "seq": 3, "wait_ms": 1000, "follow": 10}
+        await nc.publish(READ + "W", json.dumps(body).encode(), reply="_INBOX.follow.2")
+        await js.publish("w", b"3")
+        assert await next_reply() == ((3, 3, 3), "1", [3])
+        # nothing more within the request's time: it ends with an empty reply, no More
+        assert await next_reply() == ((4, 3, 3), None, [])
+
+
 @pytest.mark.parametrize(
     ("body", "err_code"),
     [
@@ -183,6 +211,8 @@ async def test_a_long_poll_ends_when_its_stream_is_deleted(lj):
         (b'{"v": 1, "seq": 1, "filter": "a"}', 10003),
         (b'{"v": 1, "seq": 1, "filter": ["a..b"]}', 10003),
         (b'{"v": 1, "seq": 1, "compress": "gzip"}', 10003),
+        (b'{"v": 1, "seq": 1, "follow": -1}', 10003),
+        (b'{"v": 1, "seq": 1, "follow": true}', 10003),
         (b"[1]", 10003),
     ],
 )

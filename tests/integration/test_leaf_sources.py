@@ -86,6 +86,28 @@ async def test_a_hub_sources_a_leaf_stream_across_domains(
         assert src["lag"] == 0 and "error" not in src and src["active"] >= 0
 
 
+async def test_a_live_leafjet_source_follows_one_read_request_across_many_commits(topo: Topology) -> None:
+    """leafjet -> leafjet, live: each commit on the leaf reaches the hub as another reply to the
+    same read request (``follow``), not one request per reply -- a message committed while a
+    reply was on its way waited a round trip for the next request. Messages published one at a
+    time, each awaited on the hub: the requests (seen on the hub, where they are published)
+    stay few, and every message is stored once, in order."""
+    hub, leaf, _proxy = start_pair(topo, "leafjet", "leafjet")
+    async with client(hub) as hub_nc, client(leaf) as leaf_nc:
+        await create(leaf_nc, {"name": "ORDERS", "subjects": ["orders.>"]})
+        requests = await hub_nc.subscribe(f"{EDGE_API}.LEAFJET.READ.ORDERS")
+        await hub_nc.flush()
+        await create(hub_nc, {"name": "AGG", "subjects": ["agg.>"], "sources": [SOURCE]})
+        ljs = leaf_nc.jetstream()
+        n = 30
+        for i in range(n):
+            await ljs.publish("orders.x", b"%d" % i)
+            await wait_msgs(hub_nc, "AGG", i + 1)
+        assert await payloads(hub_nc, "AGG") == [b"%d" % i for i in range(n)]
+        # one per 200 commits or 4 s (the request's wait), plus a recreate if the machine stalls
+        assert requests.pending_msgs < n // 3, requests.pending_msgs
+
+
 async def cut_while_publishing(topo: Topology, leaf_kind: str, cuts: int) -> None:
     """The leaf publishes while its link is cut, ``cuts`` times; the hub ends with every
     message once, in order."""

@@ -13,6 +13,10 @@ import pytest
 from core.api_errors import ApiError
 from core.jetstream import bulk_read
 from core.jetstream.bulk_read import ReadRequest, parse_read_request, read_range
+from core.jetstream.bulk_source import _check_follows
+from core.jetstream.sourcing import _Recreate
+from core.protocol.headers import encode_headers
+from core.server.internal import InboundMsg
 from core.store.api import Append, DeleteOp
 from core.store.memory import MemoryStore
 from core.store.sqlite import SqliteStore
@@ -52,6 +56,29 @@ def test_bounds_are_clamped_and_filters_kept_once() -> None:
     assert (req.max_msgs, req.max_bytes, req.wait_ms) == (bulk_read.MAX_MSGS, 4096, bulk_read.MAX_WAIT_MS)
     assert req.filters == ("a.*", "b") and req.compress
     assert parse_read_request(b'{"v":1,"seq":1,"filter":["a",">"]}').filters == ()
+
+
+def test_follow_is_clamped_and_checked() -> None:
+    assert parse_read_request(b'{"v":1,"seq":1,"follow":7}').follow == 7
+    assert parse_read_request(b'{"v":1,"seq":1,"follow":10000000}').follow == bulk_read.MAX_FOLLOW
+    assert parse_read_request(b'{"v":1,"seq":1}').follow == 0
+    for bad in (b"-1", b"1.5", b'"2"', b"true"):
+        assert err_code(b'{"v":1,"seq":1,"follow":%s}' % bad) == 10003
+
+
+def _reply(first: int, last: int, more: bool) -> InboundMsg:
+    fields = [(bulk_read.H_READ, "1"), (bulk_read.H_FIRST, str(first)), (bulk_read.H_LAST, str(last))]
+    if more:
+        fields.append((bulk_read.H_MORE, "1"))
+    return InboundMsg("_INBOX.x.1", None, encode_headers(fields), b"", None)  # type: ignore[arg-type]
+
+
+def test_a_source_checks_that_each_followed_reply_goes_on_where_the_last_ended() -> None:
+    assert _check_follows(_reply(5, 9, True), 5) == 10  # the next reply starts at 10
+    assert _check_follows(_reply(10, 9, True), 10) == 10  # one that covers nothing (filtered)
+    assert _check_follows(_reply(10, 12, False), 10) == 0  # the request's last: ask again
+    with pytest.raises(_Recreate):  # one lost on the way: a hole, never a gap to report
+        _check_follows(_reply(14, 20, True), 13)
 
 
 @pytest.mark.parametrize(

@@ -556,6 +556,46 @@ async def test_broad_wildcards_over_many_subjects_use_the_scan_path(sqlite_store
     assert await sqlite_store.msgs_for_subject("dev.*.t") == n + 1
 
 
+async def test_a_live_range_read_near_the_last_sequence_stays_on_the_loop(
+    sqlite_store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader just behind the last sequence (a bulk read woken by a commit, a consumer's
+    read-ahead) asks a large limit and finds a row or two: that read costs less than handing
+    it to a reader thread and back, also with a narrow wildcard filter. A read that can find
+    many rows still goes to the pool."""
+    await sqlite_store.apply([Append(f"orders.{i % 3}", None, b"x" * 1024, i) for i in range(200)])
+    pooled: list[str] = []
+    fetch = sqlite_store._fetch
+
+    async def counting_fetch(sql, params=()):  # type: ignore[no-untyped-def]
+        pooled.append(sql)
+        return await fetch(sql, params)
+
+    monkeypatch.setattr(sqlite_store, "_fetch", counting_fetch)
+    for flt in (None, "orders.1", "orders.>"):
+        got = await sqlite_store.range(200, limit=18_000, subject_filter=flt)
+        assert [m.seq for m in got] == [200]  # (orders.1)
+        assert await sqlite_store.range(201, limit=18_000, subject_filter=flt) == []
+    # a wildcard over the last few sequences: read by sequence, matched here, limited after
+    await sqlite_store.apply(
+        [Append(s, None, b"y", 0) for s in ("other.a", "orders.a.b", "orders.b", "orders.c")]
+    )
+    got = await sqlite_store.range(198, limit=3, subject_filter="orders.*")
+    assert [(m.seq, m.subject) for m in got] == [(198, "orders.2"), (199, "orders.0"), (200, "orders.1")]
+    got = await sqlite_store.range(200, limit=10, subject_filter="orders.*")
+    assert [(m.seq, m.subject, m.data) for m in got] == [
+        (200, "orders.1", b"x" * 1024),
+        (203, "orders.b", b"y"),
+        (204, "orders.c", b"y"),
+    ]
+    assert [m.seq for m in await sqlite_store.range(201, subject_filter="orders.>")] == [202, 203, 204]
+    assert await sqlite_store.range(205, subject_filter="orders.>") == []
+    assert pooled == []
+    assert len(await sqlite_store.range(1, limit=18_000)) == 204  # 200 KiB: the pool's
+    assert len(await sqlite_store.range(100, subject_filter="orders.*")) == 103  # 105 seqs: the pool's
+    assert len(pooled) == 2
+
+
 async def test_write_queue_is_bounded_and_callers_wait_for_space(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "s.db", max_pending=3)
     try:
