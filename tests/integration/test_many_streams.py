@@ -93,12 +93,12 @@ async def test_three_hundred_streams_under_a_soft_limit_of_256_files(low_limit_a
 
 
 async def test_a_stream_create_that_fails_after_its_store_opened_leaves_nothing(tmp_path: Path) -> None:
-    """The create fails writing stream.json (a directory is in the way of its temporary file):
+    """The create fails writing stream.json (a directory is in the way of its rename):
     the store it opened is closed, its folder removed, and the same create works afterwards."""
     srv = start_leafjet(tmp_path)
     try:
         folder = tmp_path / "data" / "jetstream" / "$G" / "streams" / "HALF"
-        (folder / "stream.tmp").mkdir(parents=True)
+        (folder / "stream.json" / "in-the-way").mkdir(parents=True)
         nc = await nats.connect(srv.url)
         try:
             js = nc.jetstream(timeout=10)

@@ -20,6 +20,18 @@ from hub.raft.types import Role, Snapshot
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
+_opened: list[RaftDriver] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_drivers():
+    """Each driver's event queue closed after its test: left to the garbage collector, it warns
+    (ResourceWarning) in whatever test runs next in this worker, which then fails."""
+    yield
+    while _opened:
+        _opened.pop().close()
+
+
 NODE = 7
 
 
@@ -47,6 +59,7 @@ def _driver(d: Path, files: OsFiles | None = None, every: int = 10) -> tuple[Raf
         snapshots=SnapshotPolicy(every),
     )
     assert driver.open([NODE])
+    _opened.append(driver)
     return driver, machine
 
 
@@ -147,6 +160,7 @@ async def test_a_snapshot_the_machine_cannot_read_stops_only_this_member_until_i
         "meta", NODE, LogStore(files, segment_bytes=512), machine, tick_interval=0.01, rng=random.Random(1)
     )
     assert driver.open([NODE])
+    _opened.append(driver)
     async with anyio.create_task_group() as tg:
         await tg.start(driver.run)
         await _until_leader(driver)

@@ -81,6 +81,8 @@ async def test_concurrent_proposals_share_appends_and_keep_their_order(tmp_path:
                 await d.wait_applied(last)
         sent = appends[leader.id] - before
         tg.cancel_scope.cancel()
+    for d in drivers.values():
+        d.close()
 
     indexes = sorted(index for index, _term in results.values())
     assert indexes == list(range(indexes[0], indexes[0] + PROPOSALS)), "one entry, one index each"
