@@ -43,7 +43,6 @@ from core.server.auth import (
 )
 from core.server.output import BufferedOutput
 from core.server.reload import secret_unchanged
-from core.server.tcp import TcpStream
 
 if TYPE_CHECKING:
     from core.config import ServerConfig
@@ -274,20 +273,7 @@ class ClientConnection(BufferedOutput):
             self.out_bytes += _run_bytes(msgs, self.headers)
             self._write_through()
 
-    def _write_through(self) -> bool:
-        """Hand what is buffered to the TCP transport now, when it takes it without waiting (see
-        DESIGN.md: a run must not wait for the writer's turn); else the writer sends it. Whether
-        it was handed over."""
-        stream = self.stream
-        out = self._out
-        if type(stream) is TcpStream and out:
-            data = b"".join(out) if len(out) > 1 else out[0]
-            if stream.try_send(data):
-                out.clear()
-                self._pending = 0
-                self._drained.set()
-                return True
-        return False
+    _write_through = BufferedOutput._write_through_tcp
 
     # ------------------------------------------------------------------ inbound ops
 

@@ -22,6 +22,7 @@ import anyio
 from anyio.abc import ByteStream
 
 from core import faults
+from core.server.tcp import TcpStream
 
 if TYPE_CHECKING:
     from core.config import ServerConfig
@@ -69,6 +70,21 @@ class BufferedOutput:
 
     def _write_through(self) -> bool:
         """Hand what is buffered to the transport now, if it takes it without waiting."""
+        return False
+
+    def _write_through_tcp(self) -> bool:
+        """``_write_through`` for a connection that sends its buffer unchanged (a client, a
+        route): hand it to a plain TCP transport now when it takes it without waiting -- the
+        writer task's wake-up per burst cost more than the write (core/server/DESIGN.md)."""
+        stream = self.stream
+        out = self._out
+        if type(stream) is TcpStream and out:
+            data = b"".join(out) if len(out) > 1 else out[0]
+            if stream.try_send(data):
+                out.clear()
+                self._pending = 0
+                self._drained.set()
+                return True
         return False
 
     def _slow_consumer(self) -> None:

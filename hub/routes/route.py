@@ -50,7 +50,6 @@ from core.server.connection import aclose_quietly
 from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
 from core.server.output import BufferedOutput
 from core.server.peer import PeerPinger, read_first_info
-from core.server.tcp import TcpStream
 from hub.routes.mesh import ROUTE_PROTOCOL, RouteEnds, RouteURL, local_prefixes
 
 if TYPE_CHECKING:
@@ -490,19 +489,7 @@ class Route(PeerPinger, BufferedOutput):
 
     # ------------------------------------------------------------------ outbound
 
-    def _write_through(self) -> bool:
-        """Hand what is buffered to the TCP transport now when it takes it without waiting, as a
-        client connection does: the writer task's wake-up per burst cost more than the write."""
-        stream = self.stream
-        out = self._out
-        if type(stream) is TcpStream and out:
-            data = b"".join(out) if len(out) > 1 else out[0]
-            if stream.try_send(data):
-                out.clear()
-                self._pending = 0
-                self._drained.set()
-                return True
-        return False
+    _write_through = BufferedOutput._write_through_tcp
 
     def _send(self, data: bytes) -> None:
         if self.state in (RouteState.CLOSING, RouteState.CLOSED):
