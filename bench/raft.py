@@ -38,6 +38,7 @@ from typing import Any
 import nats
 from nats.js.api import StorageType, StreamConfig
 
+from bench.jetstream import async_throughput, sync_latency
 from bench.procstat import cpu_seconds
 from tests.support.cluster import Cluster
 from tests.support.jscluster import TRANSIENT
@@ -135,10 +136,6 @@ class RaftProcesses:
                 p.wait(5)
 
 
-def _cpu(pids: list[int]) -> float:
-    return sum(cpu_seconds(p) for p in pids)
-
-
 def run_leafjet_raft(workdir: Path, args: argparse.Namespace) -> RaftFigures:
     workdir.mkdir(parents=True, exist_ok=True)
     nodes = RaftProcesses(workdir)
@@ -152,11 +149,11 @@ def run_leafjet_raft(workdir: Path, args: argparse.Namespace) -> RaftFigures:
             raise RuntimeError(out["error"])
         seq = nodes.call(leader, {"cmd": "sequential", "n": args.sequential, "size": args.size})
         pids = nodes.pids()
-        c0 = _cpu(pids)
+        c0 = cpu_seconds(*pids)
         win = nodes.call(
             leader, {"cmd": "window", "n": args.entries, "window": args.window, "size": args.size}
         )
-        cpu = _cpu(pids) - c0
+        cpu = cpu_seconds(*pids) - c0
         for out in (seq, win):
             if "error" in out:
                 raise RuntimeError(f"node {leader + 1}: {out['error']}")
@@ -209,27 +206,13 @@ async def create_r3_stream(url: str, name: str, subjects: list[str], deadline_s:
 
 
 async def _reference_load(url: str, pids: list[int], args: argparse.Namespace) -> RaftFigures:
+    """The sequential publishes, then the window: bench/jetstream.py's two loops on the R3 stream."""
     nc = await nats.connect(url, pending_size=1 << 30, flusher_queue_size=1 << 20)
     try:
         js = nc.jetstream(timeout=30, publish_async_max_pending=args.window)
-        payload = b"r" * args.size
-        for _ in range(WARMUP):
-            await js.publish(SUBJECT, payload, timeout=10)
-        lat = []
-        for _ in range(args.sequential):
-            t0 = time.perf_counter()
-            await js.publish(SUBJECT, payload, timeout=10)
-            lat.append(time.perf_counter() - t0)
-        c0 = _cpu(pids)
-        t0 = time.perf_counter()
-        futs = [await js.publish_async(SUBJECT, payload) for _ in range(args.entries)]
-        await asyncio.wait_for(js.publish_async_completed(), timeout=600)
-        elapsed = time.perf_counter() - t0
-        cpu = _cpu(pids) - c0
-        failed = [f.exception() for f in futs if f.exception() is not None]
-        if failed:
-            raise RuntimeError(f"{len(failed)} of {args.entries} async publishes failed: {failed[0]!r}")
-        return RaftFigures(args.entries / elapsed, cpu / args.entries * 1e6, _pct(lat, 0.5), _pct(lat, 0.99))
+        p50, p99, _ = await sync_latency(js, pids, args.sequential, args.size, SUBJECT)
+        rate, cpu = await async_throughput(js, pids, args.entries, args.size, SUBJECT, timeout=600)
+        return RaftFigures(rate, cpu, p50, p99)
     finally:
         await nc.close()
 
