@@ -27,9 +27,10 @@ from typing import Any
 
 import nats
 
-from bench.cluster_meta import median_or_nan, run_meta
+from bench.cluster_meta import run_meta
 from bench.leaf import pub_sub_throughput
 from bench.procstat import cpu_seconds
+from bench.stats import median_or_nan
 from tests.support.cluster import Cluster, answer_probes, probe_subject, wait_for_interest
 
 KINDS = ("reference", "leafjet")

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import secrets
-import statistics
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +28,7 @@ from typing import Any
 
 import nats
 
+from bench.stats import quantile
 from hub.meta.peers import peer_of
 from tests.support.cluster import Cluster
 from tests.support.jscluster import raftz, start_js_cluster
@@ -207,10 +207,7 @@ def run_meta(workdir: Path, kind: str, creates: int, failover_runs: int) -> Meta
             c.close()
 
     def pct(xs: list[float], q: float) -> float:
-        if not xs:
-            return float("nan")
-        s = sorted(xs)
-        return s[min(len(s) - 1, int(len(s) * q))] * 1e3
+        return quantile(xs, q) * 1e3
 
     return MetaFigures(
         pct(follower_lat, 0.5),
@@ -220,7 +217,3 @@ def run_meta(workdir: Path, kind: str, creates: int, failover_runs: int) -> Meta
         [a for a, _ in after_kill],
         [b for _, b in after_kill],
     )
-
-
-def median_or_nan(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")

@@ -40,6 +40,7 @@ from nats.js.api import StorageType, StreamConfig
 
 from bench.jetstream import async_throughput, sync_latency
 from bench.procstat import cpu_seconds
+from bench.stats import quantile
 from tests.support.cluster import Cluster
 from tests.support.jscluster import TRANSIENT
 from tests.support.servers import REPO, free_ports, wait_until
@@ -54,11 +55,6 @@ class RaftFigures:
     cpu_us_per_entry: float  # all three processes, window run
     p50_us: float
     p99_us: float
-
-
-def _pct(lat: list[float], q: float) -> float:
-    s = sorted(lat)
-    return s[max(0, min(len(s) - 1, int(len(s) * q) - 1))] * 1e6
 
 
 # ---------------------------------------------------------------------- leafjet: raw RAFT
@@ -158,9 +154,8 @@ def run_leafjet_raft(workdir: Path, args: argparse.Namespace) -> RaftFigures:
             if "error" in out:
                 raise RuntimeError(f"node {leader + 1}: {out['error']}")
         lat = seq["latencies"]
-        return RaftFigures(
-            args.entries / win["seconds"], cpu / args.entries * 1e6, _pct(lat, 0.5), _pct(lat, 0.99)
-        )
+        p50, p99 = quantile(lat, 0.5) * 1e6, quantile(lat, 0.99) * 1e6
+        return RaftFigures(args.entries / win["seconds"], cpu / args.entries * 1e6, p50, p99)
     finally:
         nodes.close()
 

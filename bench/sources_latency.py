@@ -36,6 +36,7 @@ import nats
 
 from bench.procstat import cpu_seconds
 from bench.sources import PAIRS, SOURCE, _api, add_sync_argument, pair_nodes, run_pairs
+from bench.stats import quantile
 from tests.support.leafnodes import (
     Topology,
     client_url,
@@ -59,10 +60,6 @@ class LatencyFigures:
     hub_stored: int  # messages in the hub's stream at the end (``sent`` + warm-up, if exact)
     leaf_us: float = 0.0  # the leaf server's CPU per message sent (us)
     hub_us: float = 0.0  # the hub server's
-
-
-def _quantile(xs: list[float], q: float) -> float:
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 async def _measure(
@@ -128,9 +125,9 @@ async def _measure(
             raise RuntimeError(f"no message reached the hub ({acks} of {total} acked on the leaf)")
         hub_stored = int((await _api(hub_nc, "$JS.API.STREAM.INFO.AGG"))["state"]["messages"])
         return LatencyFigures(
-            _quantile(ms, 0.5),
-            _quantile(ms, 0.9),
-            _quantile(ms, 0.99),
+            quantile(ms, 0.5),
+            quantile(ms, 0.9),
+            quantile(ms, 0.99),
             ms[-1],
             len(ms),
             total - warmup,
