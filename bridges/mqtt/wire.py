@@ -147,6 +147,8 @@ def read_properties(buf: bytes, pos: int) -> tuple[list[tuple[int, object]], int
         kind = _PROPERTY_TYPES.get(ident)
         value: object
         if kind == _BYTE:
+            if pos >= end:
+                raise ProtocolError("truncated properties")
             value, pos = buf[pos], pos + 1
         elif kind == _TWO:
             value, pos = int.from_bytes(buf[pos : pos + 2], "big"), pos + 2

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from paho.mqtt import _packet as paho_packet
 from paho.mqtt.client import MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
@@ -115,3 +119,40 @@ def test_connack_and_suback_and_puback():
     assert wire.decode_puback(b"\x01\x02") == (258, 0)
     assert wire.decode_puback(b"\x01\x02\x10\x00") == (258, 0x10)
     assert wire.encode_puback(258) == b"\x40\x02\x01\x02"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"\x30\x05\x00\x01a\x01\x01",  # MQTT 5: a one-byte property whose byte is missing
+        b"\x30\x04\x00\x01a\x01",  # MQTT 5: a property block longer than the packet
+    ],
+)
+def test_truncated_mqtt5_properties_are_protocol_errors(bad):
+    with pytest.raises(wire.ProtocolError):
+        for first, body in wire.PacketReader().feed(bad):
+            wire.decode_publish(first, body, True, 0)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(  # random bytes, and bytes of lengths and property identifiers (short, tightly packed)
+        st.binary(max_size=24),
+        st.lists(st.sampled_from([0, 1, 2, 3, 0x13, 0x21, 0x26, 0x80, 0xFF]), max_size=12).map(bytes),
+    ),
+    st.integers(0, 15),
+    st.booleans(),
+)
+def test_any_body_decodes_or_is_a_protocol_error(body, flags, v5):
+    """Whatever a broker sends decodes to a packet or raises ProtocolError, never another error."""
+    decoders = [
+        lambda: wire.decode_publish((wire.PUBLISH << 4) | flags, body, v5, 0),
+        lambda: wire.decode_connack(body, v5),
+        lambda: wire.decode_suback(body, v5),
+        lambda: wire.decode_puback(body),
+        lambda: wire.decode_disconnect(body),
+        lambda: wire.read_properties(body, 0),
+    ]
+    for decode in decoders:
+        with contextlib.suppress(wire.ProtocolError):
+            decode()
