@@ -255,6 +255,8 @@ def decode_connack(body: bytes, v5: bool) -> ConnAck:
     props = dict(read_properties(body, 2)[0]) if len(body) > 2 else {}
     recv_max = props.get(P_RECEIVE_MAXIMUM, 65535)
     keep = props.get(P_SERVER_KEEP_ALIVE)
+    if recv_max == 0:  # MQTT 5 §3.2.2.3.3: a Protocol Error (we could never publish at QoS 1)
+        raise ProtocolError("CONNACK with a Receive Maximum of 0")
     return ConnAck(
         present,
         body[1],

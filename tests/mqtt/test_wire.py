@@ -113,6 +113,8 @@ def test_connack_and_suback_and_puback():
     props.ServerKeepAlive = 10
     ack = wire.decode_connack(b"\x01\x00" + props.pack(), True)
     assert ack == wire.ConnAck(True, 0, 20, 10)
+    with pytest.raises(wire.ProtocolError, match="Receive Maximum of 0"):
+        wire.decode_connack(b"\x00\x00\x03\x21\x00\x00", True)  # no QoS 1 publish could ever go out
     assert wire.decode_connack(b"\x00\x04", False).reason == 0x86  # 3.1.1 "bad user name or password"
     assert "Bad user name or password" in wire.reason_text(0x86)
     assert wire.decode_suback(b"\x00\x05\x00\x01\x80", True) == (5, [1, 0x80])
