@@ -81,7 +81,9 @@ class MqttSession:
         self.generation = 0
         self.connected = False
         self._transport: Any = None  # asyncio's or uvloop's transport
-        self._reader = wire.PacketReader()
+        # Holds at most one packet's worth of a message we could store: a larger PUBLISH is read
+        # only as far as its head and rejected (see wire.PacketReader), never buffered whole.
+        self._reader = wire.PacketReader(config.max_payload + wire.PUBLISH_HEAD_ROOM)
         self._connack: asyncio.Future[wire.ConnAck] | None = None
         self._lost_event = asyncio.Event()
         self._lost_reason = ""
@@ -120,7 +122,7 @@ class MqttSession:
         cfg = self.config
         loop = asyncio.get_running_loop()
         self._lost_event.clear()
-        self._reader = wire.PacketReader()
+        self._reader = wire.PacketReader(self._reader.max_size)
         try:
             ctx = tls_context(cfg)
             transport, _ = await asyncio.wait_for(
@@ -228,11 +230,16 @@ class MqttSession:
         self._last_in = time.monotonic()
         v5 = self.v5
         events = self.events
+        reader = self._reader
         try:
-            for first, body in self._reader.feed(data):
+            for first, body in reader.feed(data):
                 kind = first >> 4
                 if kind == wire.PUBLISH:
-                    events.on_message(wire.decode_publish(first, body, v5, self.generation))
+                    # A PUBLISH cut to its head (reader.oversized) is read without its properties:
+                    # the rest of the head counts as payload, over max_payload, so it is rejected.
+                    events.on_message(
+                        wire.decode_publish(first, body, v5 and not reader.oversized, self.generation)
+                    )
                 elif kind == wire.PUBACK:
                     self._puback(*wire.decode_puback(body))
                 elif kind == wire.PINGRESP:

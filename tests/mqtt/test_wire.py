@@ -158,3 +158,30 @@ def test_any_body_decodes_or_is_a_protocol_error(body, flags, v5):
     for decode in decoders:
         with contextlib.suppress(wire.ProtocolError):
             decode()
+
+
+@pytest.mark.parametrize("step", [1, 7, 1000, 1 << 20])
+def test_a_publish_larger_than_the_reader_holds_is_cut_to_its_head_and_the_rest_skipped(step):
+    """A broker may send a PUBLISH of any length up to 256 MiB: the reader holds at most max_size
+    bytes of it and yields that head (topic and packet id intact, so the bridge can reject and
+    acknowledge it), discards the rest as it arrives, and goes on with the next packet."""
+    big = _paho_publish(b"sensors/big", b"x" * 50_000, 1, 77, None)
+    stream = big + _paho_publish(b"sensors/small", b"ok", 1, 78, None) + wire.PINGREQ_PACKET
+    reader = wire.PacketReader(max_size=1000)
+    got = []
+    held = 0
+    for i in range(0, len(stream), step):
+        for first, body in reader.feed(stream[i : i + step]):
+            got.append((first, body, reader.oversized))
+        held = max(held, reader._have)
+    assert held <= 1000 + 5  # never more than the head (and a fixed header) of the big one
+    (f1, head, size), (f2, small, size2), (f3, _, _) = got
+    assert (len(head), size, size2, f3) == (1000, len(big) - 4, 0, 0xC0)
+    msg = wire.decode_publish(f1, head, False, 0)
+    assert (msg.topic, msg.mid) == (b"sensors/big", 77) and len(msg.payload) == 1000 - 15
+    assert wire.decode_publish(f2, small, False, 0).payload == b"ok"
+
+
+def test_a_non_publish_larger_than_the_reader_holds_is_a_protocol_error():
+    with pytest.raises(wire.ProtocolError, match="a packet of 2000 bytes"):
+        list(wire.PacketReader(max_size=1000).feed(b"\x90" + wire._varint(2000) + b"\0" * 10))
