@@ -73,6 +73,24 @@ def tls_context(config: MqttBridgeConfig) -> ssl.SSLContext | None:
     return ctx
 
 
+class Backoff:
+    """Retry delays that double from ``first`` up to ``most``."""
+
+    __slots__ = ("_first", "_max", "delay")
+
+    def __init__(self, first: float, most: float) -> None:
+        self.delay = first  # the next sleep, for the log line before it
+        self._first = first
+        self._max = most
+
+    def reset(self) -> None:
+        self.delay = self._first
+
+    async def sleep(self) -> None:
+        await asyncio.sleep(self.delay)
+        self.delay = min(self.delay * 2, self._max)
+
+
 class MqttSession:
     def __init__(self, config: MqttBridgeConfig, events: SessionEvents) -> None:
         self.config = config
@@ -105,20 +123,18 @@ class MqttSession:
 
     async def run(self) -> None:
         """Connect and serve, reconnecting with capped backoff, until cancelled."""
-        cfg = self.config
-        delay = cfg.reconnect_min
+        backoff = Backoff(self.config.reconnect_min, self.config.reconnect_max)
         try:
             while True:
-                if await self._connect_once():
-                    delay = cfg.reconnect_min  # it worked: the next outage starts over
+                if await self._connect_once(backoff):
+                    backoff.reset()  # it worked: the next outage starts over
                     await self._serve()
                     self._end_connection()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, cfg.reconnect_max)
+                await backoff.sleep()
         finally:
             self.close()
 
-    async def _connect_once(self) -> bool:
+    async def _connect_once(self, backoff: Backoff) -> bool:
         cfg = self.config
         loop = asyncio.get_running_loop()
         self._lost_event.clear()
@@ -136,7 +152,7 @@ class MqttSession:
                 timeout=max(cfg.keepalive, 5),
             )
         except (OSError, TimeoutError, ssl.SSLError) as e:
-            self.events.on_unreachable(str(e) or type(e).__name__, self.config.reconnect_min)
+            self.events.on_unreachable(str(e) or type(e).__name__, backoff.delay)
             return False
         self._transport = transport  # an asyncio.Transport, or uvloop's (not a subclass of it)
         self._connack = loop.create_future()
@@ -156,7 +172,7 @@ class MqttSession:
             ack = await asyncio.wait_for(asyncio.shield(self._connack), timeout=max(cfg.keepalive, 5))
         except (TimeoutError, ConnectionError, wire.ProtocolError) as e:
             self._abort()
-            self.events.on_unreachable(f"no CONNACK: {e or type(e).__name__}", cfg.reconnect_min)
+            self.events.on_unreachable(f"no CONNACK: {e or type(e).__name__}", backoff.delay)
             return False
         if ack.reason >= 0x80 or (not self.v5 and ack.reason):
             self._abort()
