@@ -273,6 +273,8 @@ class MqttSession:
                     self._abort()
                     return
                 elif kind == wire.PUBREL:  # never subscribed at QoS 2, but answer rather than hang a broker
+                    if len(body) < 2:
+                        raise wire.ProtocolError("short PUBREL")
                     self._write(b"\x70\x02" + body[:2])
                 else:
                     log.debug("ignoring MQTT packet type %d", kind)
