@@ -54,24 +54,9 @@ from .pipeline import (
     Stored,
     TooLarge,
 )
-from .session import CONNECTION_LOST, MqttSession
+from .session import CONNECTION_LOST, Backoff, MqttSession
 
 log = logging.getLogger("leafjet.bridge.mqtt")
-
-
-@dataclass
-class _Backoff:
-    """Retry delays that double from ``reconnect_min`` up to ``reconnect_max``."""
-
-    __slots__ = ("_max", "delay")
-
-    def __init__(self, first: float, most: float) -> None:
-        self.delay = first  # the next sleep, for the log line before it
-        self._max = most
-
-    async def sleep(self) -> None:
-        await anyio.sleep(self.delay)
-        self.delay = min(self.delay * 2, self._max)
 
 
 class BridgeStats:
@@ -150,7 +135,7 @@ class MqttBridge:
 
     async def _connect_nats(self) -> Any:
         cfg = self.config
-        backoff = _Backoff(cfg.reconnect_min, cfg.reconnect_max)
+        backoff = Backoff(cfg.reconnect_min, cfg.reconnect_max)
 
         async def on_error(e: Exception) -> None:
             if not self.nats_connected:
@@ -213,9 +198,9 @@ class MqttBridge:
             self.config.reconnect_max,
         )
 
-    def on_unreachable(self, problem: str, _retry_in: float) -> None:
+    def on_unreachable(self, problem: str, retry_in: float) -> None:
         self.stats.mqtt_connect_failures += 1
-        log.warning("%s: cannot reach the broker (%s); retrying with backoff", self._who, problem)
+        log.warning("%s: cannot reach the broker (%s); retrying in %.1fs", self._who, problem, retry_in)
 
     def on_disconnected(self, reason: str, was_connected: bool) -> None:
         self.mqtt_connected = False
@@ -456,7 +441,7 @@ class MqttBridge:
 
         Inbound dead letters go through the pipeline; only the outbound path's (rare) ones come here."""
         cfg = self.config
-        backoff = _Backoff(cfg.reconnect_min, cfg.reconnect_max)
+        backoff = Backoff(cfg.reconnect_min, cfg.reconnect_max)
         attempt = 0
         while True:
             attempt += 1
@@ -505,7 +490,7 @@ class MqttBridge:
 
     async def _outbound_loop(self, route: OutboundRoute, js: Any) -> None:
         cfg = self.config
-        backoff = _Backoff(cfg.reconnect_min, cfg.reconnect_max)
+        backoff = Backoff(cfg.reconnect_min, cfg.reconnect_max)
         while True:
             try:
                 sub = await js.pull_subscribe(

@@ -73,6 +73,24 @@ def tls_context(config: MqttBridgeConfig) -> ssl.SSLContext | None:
     return ctx
 
 
+class Backoff:
+    """Retry delays that double from ``first`` up to ``most``."""
+
+    __slots__ = ("_first", "_max", "delay")
+
+    def __init__(self, first: float, most: float) -> None:
+        self.delay = first  # the next sleep, for the log line before it
+        self._first = first
+        self._max = most
+
+    def reset(self) -> None:
+        self.delay = self._first
+
+    async def sleep(self) -> None:
+        await asyncio.sleep(self.delay)
+        self.delay = min(self.delay * 2, self._max)
+
+
 class MqttSession:
     def __init__(self, config: MqttBridgeConfig, events: SessionEvents) -> None:
         self.config = config
@@ -81,7 +99,9 @@ class MqttSession:
         self.generation = 0
         self.connected = False
         self._transport: Any = None  # asyncio's or uvloop's transport
-        self._reader = wire.PacketReader()
+        # Holds at most one packet's worth of a message we could store: a larger PUBLISH is read
+        # only as far as its head and rejected (see wire.PacketReader), never buffered whole.
+        self._reader = wire.PacketReader(config.max_payload + wire.PUBLISH_HEAD_ROOM)
         self._connack: asyncio.Future[wire.ConnAck] | None = None
         self._lost_event = asyncio.Event()
         self._lost_reason = ""
@@ -103,24 +123,22 @@ class MqttSession:
 
     async def run(self) -> None:
         """Connect and serve, reconnecting with capped backoff, until cancelled."""
-        cfg = self.config
-        delay = cfg.reconnect_min
+        backoff = Backoff(self.config.reconnect_min, self.config.reconnect_max)
         try:
             while True:
-                if await self._connect_once():
-                    delay = cfg.reconnect_min  # it worked: the next outage starts over
+                if await self._connect_once(backoff):
+                    backoff.reset()  # it worked: the next outage starts over
                     await self._serve()
                     self._end_connection()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, cfg.reconnect_max)
+                await backoff.sleep()
         finally:
             self.close()
 
-    async def _connect_once(self) -> bool:
+    async def _connect_once(self, backoff: Backoff) -> bool:
         cfg = self.config
         loop = asyncio.get_running_loop()
         self._lost_event.clear()
-        self._reader = wire.PacketReader()
+        self._reader = wire.PacketReader(self._reader.max_size)
         try:
             ctx = tls_context(cfg)
             transport, _ = await asyncio.wait_for(
@@ -134,7 +152,7 @@ class MqttSession:
                 timeout=max(cfg.keepalive, 5),
             )
         except (OSError, TimeoutError, ssl.SSLError) as e:
-            self.events.on_unreachable(str(e) or type(e).__name__, self.config.reconnect_min)
+            self.events.on_unreachable(str(e) or type(e).__name__, backoff.delay)
             return False
         self._transport = transport  # an asyncio.Transport, or uvloop's (not a subclass of it)
         self._connack = loop.create_future()
@@ -154,7 +172,7 @@ class MqttSession:
             ack = await asyncio.wait_for(asyncio.shield(self._connack), timeout=max(cfg.keepalive, 5))
         except (TimeoutError, ConnectionError, wire.ProtocolError) as e:
             self._abort()
-            self.events.on_unreachable(f"no CONNACK: {e or type(e).__name__}", cfg.reconnect_min)
+            self.events.on_unreachable(f"no CONNACK: {e or type(e).__name__}", backoff.delay)
             return False
         if ack.reason >= 0x80 or (not self.v5 and ack.reason):
             self._abort()
@@ -228,11 +246,16 @@ class MqttSession:
         self._last_in = time.monotonic()
         v5 = self.v5
         events = self.events
+        reader = self._reader
         try:
-            for first, body in self._reader.feed(data):
+            for first, body in reader.feed(data):
                 kind = first >> 4
                 if kind == wire.PUBLISH:
-                    events.on_message(wire.decode_publish(first, body, v5, self.generation))
+                    # A PUBLISH cut to its head (reader.oversized) is read without its properties:
+                    # the rest of the head counts as payload, over max_payload, so it is rejected.
+                    events.on_message(
+                        wire.decode_publish(first, body, v5 and not reader.oversized, self.generation)
+                    )
                 elif kind == wire.PUBACK:
                     self._puback(*wire.decode_puback(body))
                 elif kind == wire.PINGRESP:
@@ -250,6 +273,8 @@ class MqttSession:
                     self._abort()
                     return
                 elif kind == wire.PUBREL:  # never subscribed at QoS 2, but answer rather than hang a broker
+                    if len(body) < 2:
+                        raise wire.ProtocolError("short PUBREL")
                     self._write(b"\x70\x02" + body[:2])
                 else:
                     log.debug("ignoring MQTT packet type %d", kind)

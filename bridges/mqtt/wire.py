@@ -147,6 +147,8 @@ def read_properties(buf: bytes, pos: int) -> tuple[list[tuple[int, object]], int
         kind = _PROPERTY_TYPES.get(ident)
         value: object
         if kind == _BYTE:
+            if pos >= end:
+                raise ProtocolError("truncated properties")
             value, pos = buf[pos], pos + 1
         elif kind == _TWO:
             value, pos = int.from_bytes(buf[pos : pos + 2], "big"), pos + 2
@@ -195,19 +197,48 @@ def _properties(props: Iterable[tuple[int, object]]) -> bytes:
 # ------------------------------------------------------------------ reading
 
 
+MAX_PACKET = 268_435_455  # the largest remaining length MQTT can express
+# Room in a PUBLISH besides its payload: topic (length + up to 65535 bytes), packet id, and up to
+# 64 KiB of MQTT 5 properties. A reader holding max_payload + this holds any message we could store.
+PUBLISH_HEAD_ROOM = 2 + 65535 + 2 + 65536
+
+
 class PacketReader:
-    """Splits a byte stream into (first byte, body) packets; keeps an incomplete tail for later."""
+    """Splits a byte stream into (first byte, body) packets; keeps an incomplete tail for later.
 
-    __slots__ = ("_buf", "max_size")
+    At most ``max_size`` bytes of a packet are held. A longer PUBLISH is yielded cut to its first
+    ``max_size`` bytes, with :attr:`oversized` set to its real length while the caller handles it,
+    and the rest is discarded as it arrives (its topic and packet id are in the head, so it can
+    still be rejected and acknowledged); any other packet that long is a protocol error. The chunks
+    of an incomplete packet are joined once, when it is complete, not on every read."""
 
-    def __init__(self, max_size: int = 268_435_455) -> None:
-        self._buf = b""
+    __slots__ = ("_have", "_need", "_parts", "_skip", "max_size", "oversized")
+
+    def __init__(self, max_size: int = MAX_PACKET) -> None:
+        self._parts: list[bytes] = []  # the incomplete tail, as it arrived
+        self._have = 0  # bytes in _parts
+        self._need = 0  # bytes the tail must reach before it is worth splitting (0: unknown yet)
+        self._skip = 0  # bytes of a cut-off PUBLISH still to discard
         self.max_size = max_size
+        self.oversized = 0  # the real length of the PUBLISH just yielded cut off, else 0
 
     def feed(self, data: bytes) -> Iterator[tuple[int, bytes]]:
-        buf = self._buf + data if self._buf else data
+        if self._skip:
+            if len(data) <= self._skip:
+                self._skip -= len(data)
+                return
+            data = data[self._skip :]
+            self._skip = 0
+        if self._parts:
+            self._parts.append(data)
+            self._have += len(data)
+            if self._have < self._need:
+                return
+            buf = b"".join(self._parts)
+        else:
+            buf = data
         n = len(buf)
-        pos = 0
+        pos = need = 0
         try:
             while pos + 2 <= n:
                 length = 0
@@ -224,16 +255,32 @@ class PacketReader:
                     shift += 7
                     if shift > 21:
                         raise ProtocolError("malformed remaining length")
+                first = buf[pos]
                 if length > self.max_size:
-                    raise ProtocolError(f"a packet of {length} bytes")
+                    if first >> 4 != PUBLISH:
+                        raise ProtocolError(f"a packet of {length} bytes")
+                    end = i + self.max_size
+                    if end > n:
+                        need = end - pos
+                        return
+                    self._skip = max(0, i + length - n)
+                    pos = min(i + length, n)
+                    self.oversized = length
+                    yield first, buf[i:end]
+                    self.oversized = 0
+                    continue
                 end = i + length
                 if end > n:
+                    need = end - pos
                     return
-                first = buf[pos]
                 pos = end
                 yield first, buf[i:end]
         finally:
-            self._buf = buf[pos:]
+            tail = buf[pos:]
+            self._parts = [tail] if tail else []
+            self._have = len(tail)
+            self._need = need
+            self.oversized = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +300,8 @@ def decode_connack(body: bytes, v5: bool) -> ConnAck:
     props = dict(read_properties(body, 2)[0]) if len(body) > 2 else {}
     recv_max = props.get(P_RECEIVE_MAXIMUM, 65535)
     keep = props.get(P_SERVER_KEEP_ALIVE)
+    if recv_max == 0:  # MQTT 5 §3.2.2.3.3: a Protocol Error (we could never publish at QoS 1)
+        raise ProtocolError("CONNACK with a Receive Maximum of 0")
     return ConnAck(
         present,
         body[1],

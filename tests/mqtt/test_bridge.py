@@ -155,15 +155,19 @@ async def test_unmappable_topics_go_to_the_dead_letter_subject(mosquitto, leafje
         assert "sensors/has space" in caplog.text and "dead-letter" in caplog.text
 
 
-async def test_oversized_payload_is_rejected_counted_and_acknowledged(mosquitto, leafjet, caplog):
+# 2000 bytes are read whole; 400 kB are more than the session's reader holds for max_payload 1000
+# (max_payload + room for topic and properties): read only as far as their head, then skipped.
+@pytest.mark.parametrize("big", [2000, 400_000])
+async def test_oversized_payload_is_rejected_counted_and_acknowledged(mosquitto, leafjet, caplog, big):
     async with jetstream(leafjet) as (_, js):
         await js.add_stream(name="SENSORS", subjects=["mqtt.>"])
         async with running_bridge(bridge_config(mosquitto, leafjet.url, max_payload=1000)) as bridge:
             await eventually(lambda: bridge.stats.mqtt_connects, what="bridge connected")
-            msgs = [("sensors/big", b"x" * 2000), ("sensors/small", b"ok")]
+            msgs = [("sensors/big", b"x" * big), ("sensors/small", b"ok")]
             await anyio.to_thread.run_sync(lambda: devices.publish(mosquitto.port, msgs))
             await eventually(lambda: bridge.stats.stored == 1, what="small one stored")
             assert bridge.stats.oversized == 1
+            assert bridge.stats.mqtt_connects == 1  # the big one did not cost the connection
         assert await stored(js, "SENSORS") == 1
         assert "exceeds max_payload 1000" in caplog.text
 

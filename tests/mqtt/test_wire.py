@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from paho.mqtt import _packet as paho_packet
 from paho.mqtt.client import MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
@@ -109,9 +113,75 @@ def test_connack_and_suback_and_puback():
     props.ServerKeepAlive = 10
     ack = wire.decode_connack(b"\x01\x00" + props.pack(), True)
     assert ack == wire.ConnAck(True, 0, 20, 10)
+    with pytest.raises(wire.ProtocolError, match="Receive Maximum of 0"):
+        wire.decode_connack(b"\x00\x00\x03\x21\x00\x00", True)  # no QoS 1 publish could ever go out
     assert wire.decode_connack(b"\x00\x04", False).reason == 0x86  # 3.1.1 "bad user name or password"
     assert "Bad user name or password" in wire.reason_text(0x86)
     assert wire.decode_suback(b"\x00\x05\x00\x01\x80", True) == (5, [1, 0x80])
     assert wire.decode_puback(b"\x01\x02") == (258, 0)
     assert wire.decode_puback(b"\x01\x02\x10\x00") == (258, 0x10)
     assert wire.encode_puback(258) == b"\x40\x02\x01\x02"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"\x30\x05\x00\x01a\x01\x01",  # MQTT 5: a one-byte property whose byte is missing
+        b"\x30\x04\x00\x01a\x01",  # MQTT 5: a property block longer than the packet
+    ],
+)
+def test_truncated_mqtt5_properties_are_protocol_errors(bad):
+    with pytest.raises(wire.ProtocolError):
+        for first, body in wire.PacketReader().feed(bad):
+            wire.decode_publish(first, body, True, 0)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(  # random bytes, and bytes of lengths and property identifiers (short, tightly packed)
+        st.binary(max_size=24),
+        st.lists(st.sampled_from([0, 1, 2, 3, 0x13, 0x21, 0x26, 0x80, 0xFF]), max_size=12).map(bytes),
+    ),
+    st.integers(0, 15),
+    st.booleans(),
+)
+def test_any_body_decodes_or_is_a_protocol_error(body, flags, v5):
+    """Whatever a broker sends decodes to a packet or raises ProtocolError, never another error."""
+    decoders = [
+        lambda: wire.decode_publish((wire.PUBLISH << 4) | flags, body, v5, 0),
+        lambda: wire.decode_connack(body, v5),
+        lambda: wire.decode_suback(body, v5),
+        lambda: wire.decode_puback(body),
+        lambda: wire.decode_disconnect(body),
+        lambda: wire.read_properties(body, 0),
+    ]
+    for decode in decoders:
+        with contextlib.suppress(wire.ProtocolError):
+            decode()
+
+
+@pytest.mark.parametrize("step", [1, 7, 1000, 1 << 20])
+def test_a_publish_larger_than_the_reader_holds_is_cut_to_its_head_and_the_rest_skipped(step):
+    """A broker may send a PUBLISH of any length up to 256 MiB: the reader holds at most max_size
+    bytes of it and yields that head (topic and packet id intact, so the bridge can reject and
+    acknowledge it), discards the rest as it arrives, and goes on with the next packet."""
+    big = _paho_publish(b"sensors/big", b"x" * 50_000, 1, 77, None)
+    stream = big + _paho_publish(b"sensors/small", b"ok", 1, 78, None) + wire.PINGREQ_PACKET
+    reader = wire.PacketReader(max_size=1000)
+    got = []
+    held = 0
+    for i in range(0, len(stream), step):
+        for first, body in reader.feed(stream[i : i + step]):
+            got.append((first, body, reader.oversized))
+        held = max(held, reader._have)
+    assert held <= 1000 + 5  # never more than the head (and a fixed header) of the big one
+    (f1, head, size), (f2, small, size2), (f3, _, _) = got
+    assert (len(head), size, size2, f3) == (1000, len(big) - 4, 0, 0xC0)
+    msg = wire.decode_publish(f1, head, False, 0)
+    assert (msg.topic, msg.mid) == (b"sensors/big", 77) and len(msg.payload) == 1000 - 15
+    assert wire.decode_publish(f2, small, False, 0).payload == b"ok"
+
+
+def test_a_non_publish_larger_than_the_reader_holds_is_a_protocol_error():
+    with pytest.raises(wire.ProtocolError, match="a packet of 2000 bytes"):
+        list(wire.PacketReader(max_size=1000).feed(b"\x90" + wire._varint(2000) + b"\0" * 10))
