@@ -57,8 +57,11 @@ class MetaMachine:
         self._changed = changed
         self._touched: set[tuple[str, str]] | None = None  # None: everything (a restore)
 
-    def restore(self, snapshot: Snapshot) -> None:
-        self.state = MetaState.from_snapshot(snapshot.data)
+    def read_snapshot(self, data: bytes) -> MetaState:
+        return MetaState.from_snapshot(data)  # in a worker thread: decompress and parse
+
+    def restore(self, snapshot: Snapshot, state: MetaState) -> None:
+        self.state = state
         self._touched = None
         self._changed()
 

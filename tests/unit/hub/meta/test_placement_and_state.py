@@ -150,7 +150,7 @@ def test_the_machine_reports_which_streams_changed_and_a_restore_means_all() -> 
     assert machine.take_touched() == set()
     snap = machine.snapshot()
     again = MetaMachine(lambda: None)
-    again.restore(Snapshot(SnapshotMeta(3, 1, frozenset()), snap))
+    again.restore(Snapshot(SnapshotMeta(3, 1, frozenset()), snap), again.read_snapshot(snap))
     assert again.take_touched() is None and again.state.digest() == machine.state.digest()
 
 
