@@ -407,8 +407,8 @@ class RaftDriver:
     async def _maybe_snapshot(self) -> None:
         """Local compaction, in the order hub/raft/DESIGN.md gives: ``snapshot_meta`` -> the
         snapshot saved durably -> ``node.compact`` -> ``store.compact`` (whole segments go).
-        A failure to save leaves the log as it was (only longer); it is tried again after as
-        many entries again."""
+        A failure to encode or save leaves the log as it was (only longer); it is tried again
+        after as many entries again."""
         node = self.node
         assert node is not None
         policy = self.snapshots
@@ -421,7 +421,15 @@ class RaftDriver:
         meta = node.snapshot_meta(index)
         # in a worker thread (a large state takes a while to encode): only this task applies
         # entries, and it waits here, so the state does not change meanwhile
-        data = await anyio.to_thread.run_sync(self.machine.snapshot)
+        try:
+            data = await anyio.to_thread.run_sync(self.machine.snapshot)
+        except Exception:  # a bug in the state machine: the log stays uncompacted, the node goes on
+            log.exception(
+                "raft %s: the state machine cannot snapshot at %d (the log is not compacted)",
+                self.group,
+                index,
+            )
+            return
         snap = Snapshot(meta, data)
         try:
             await anyio.to_thread.run_sync(self.store.save_snapshot, snap)

@@ -224,3 +224,31 @@ async def test_a_leaders_snapshot_is_decoded_off_the_event_loop(tmp_path: Path) 
         tg.cancel_scope.cancel()
     assert machine.state.digest() == leader_state.digest()
     assert machine.read_in and threading.main_thread() not in machine.read_in
+
+
+class BrokenSnapshotMachine(MetaMachine):
+    """A state machine whose ``snapshot`` raises (a bug)."""
+
+    def snapshot(self) -> bytes:
+        raise RuntimeError("cannot encode (injected)")
+
+
+async def test_a_state_machine_that_cannot_snapshot_leaves_the_log_uncompacted_and_the_node_running(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    machine = BrokenSnapshotMachine(lambda: None)
+    driver = RaftDriver(
+        "meta", NODE, LogStore(OsFiles(tmp_path)), machine, tick_interval=0.01, snapshots=SnapshotPolicy(3)
+    )
+    assert driver.open([NODE])
+    _opened.append(driver)
+    with caplog.at_level(logging.ERROR, logger="leafjet.raft"):
+        async with anyio.create_task_group() as tg:
+            await tg.start(driver.run)
+            await _until_leader(driver)
+            for i in range(10):
+                await _create(driver, i)
+            tg.cancel_scope.cancel()
+    assert "cannot snapshot" in caplog.text and "cannot encode (injected)" in caplog.text
+    assert driver.snapshots_taken == 0 and driver.node is not None and driver.node.log.snapshot.index == 1
+    assert len(machine.state.streams) == 10
