@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -275,8 +276,13 @@ class MetaGroup:
                         "no route to it yet" if isinstance(e, Unreachable) else "no answer",
                     )
                 return None
-            # a server without this method answers an error: it tells nothing (treated as new)
-            out[name] = {"has_log": bool(answer.get("has_log")), "voters": list(answer.get("voters") or [])}
+            facts = _log_facts_from(answer)
+            if facts is None:  # a peer's bytes: never trusted to be what was asked for
+                self._unanswered += 1
+                if self._unanswered & (self._unanswered - 1) == 0:
+                    log.warning("meta group: %s answered whether it runs the group with %.200r", name, answer)
+                return None
+            out[name] = facts
         return out
 
     def log_facts(self) -> dict[str, Any]:
@@ -420,6 +426,19 @@ class MetaGroup:
 
     def role(self) -> Role:
         return self.driver.role
+
+
+_PEER_HEX = re.compile(r"[0-9a-f]{16}")
+
+
+def _log_facts_from(answer: dict[str, Any]) -> dict[str, Any] | None:
+    """A peer's answer to ``LOG`` (``log_facts``) checked: its voters must be peer ids (16 hex
+    digits); None when they are not. A server without the method answers an error, which tells
+    nothing (treated as new)."""
+    voters = answer.get("voters") or []
+    if not isinstance(voters, list) or not all(isinstance(v, str) and _PEER_HEX.fullmatch(v) for v in voters):
+        return None
+    return {"has_log": bool(answer.get("has_log")), "voters": voters}
 
 
 def _has_log(d: Path) -> bool:
