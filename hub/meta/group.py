@@ -28,13 +28,14 @@ from anyio.abc import TaskStatus
 from core.jetstream.models import StreamConfig
 from core.server.failures import describe_failure
 from hub.meta.api import MetaApi
-from hub.meta.bus import SYSTEM_ACCOUNT, Bus, Unreachable
+from hub.meta.bus import Bus, Unreachable
 from hub.meta.peers import node_id, peer_hex
 from hub.meta.state import MetaState, StreamAssignment, decode_op
 from hub.raft.driver import RaftDriver, SnapshotPolicy
 from hub.raft.files import OsFiles
 from hub.raft.log_store import LogStore
 from hub.raft.types import NONE, Entry, Role, Snapshot
+from hub.routes.mesh import SYSTEM_ACCOUNT  # made by the routes before any route is up
 
 if TYPE_CHECKING:
     from core.jetstream.engine import JetStream
