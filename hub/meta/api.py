@@ -92,6 +92,7 @@ class MetaApi:
         self.js: JetStream = group.js
         self.name = group.name
         self._op_lock = anyio.Lock()  # the leader decides one change at a time
+        self.bad_requests = 0  # changes refused for a missing field or one of the wrong type
 
     # ------------------------------------------------------------------ ClusterApi
 
@@ -351,6 +352,17 @@ class MetaApi:
             return {"error": e.to_json()}
         except (ProposalError, TimeoutError):
             return {"error": api_error("JSClusterNotAvailErr").to_json()}
+        except (KeyError, TypeError, ValueError) as e:  # a field missing or of the wrong type
+            self.bad_requests += 1
+            if self.bad_requests & (self.bad_requests - 1) == 0:  # powers of two: no log flood
+                log.warning(
+                    "meta group: refusing a malformed %.40r request (%d so far): %s: %s",
+                    body.get("kind"),
+                    self.bad_requests,
+                    type(e).__name__,
+                    e,
+                )
+            return {"error": api_error("JSBadRequestErr").to_json()}
 
     async def _commit(self, data: bytes) -> int:
         driver = self.group.driver

@@ -30,7 +30,6 @@ from hub.raft.wire import WireError, decode_message, encode_message
 
 log = logging.getLogger("leafjet.meta")
 
-SYSTEM_ACCOUNT = "$SYS"
 RAFT_PREFIX = "$NRG.meta."
 RPC_PREFIX = "$JSC.RPC."
 RESP_PREFIX = "$JSC.RESP."

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,13 +28,14 @@ from anyio.abc import TaskStatus
 from core.jetstream.models import StreamConfig
 from core.server.failures import describe_failure
 from hub.meta.api import MetaApi
-from hub.meta.bus import SYSTEM_ACCOUNT, Bus, Unreachable
+from hub.meta.bus import Bus, Unreachable
 from hub.meta.peers import node_id, peer_hex
 from hub.meta.state import MetaState, StreamAssignment, decode_op
 from hub.raft.driver import RaftDriver, SnapshotPolicy
 from hub.raft.files import OsFiles
 from hub.raft.log_store import LogStore
 from hub.raft.types import NONE, Entry, Role, Snapshot
+from hub.routes.mesh import SYSTEM_ACCOUNT  # made by the routes before any route is up
 
 if TYPE_CHECKING:
     from core.jetstream.engine import JetStream
@@ -57,8 +59,11 @@ class MetaMachine:
         self._changed = changed
         self._touched: set[tuple[str, str]] | None = None  # None: everything (a restore)
 
-    def restore(self, snapshot: Snapshot) -> None:
-        self.state = MetaState.from_snapshot(snapshot.data)
+    def read_snapshot(self, data: bytes) -> MetaState:
+        return MetaState.from_snapshot(data)  # in a worker thread: decompress and parse
+
+    def restore(self, snapshot: Snapshot, state: MetaState) -> None:
+        self.state = state
         self._touched = None
         self._changed()
 
@@ -272,8 +277,13 @@ class MetaGroup:
                         "no route to it yet" if isinstance(e, Unreachable) else "no answer",
                     )
                 return None
-            # a server without this method answers an error: it tells nothing (treated as new)
-            out[name] = {"has_log": bool(answer.get("has_log")), "voters": list(answer.get("voters") or [])}
+            facts = _log_facts_from(answer)
+            if facts is None:  # a peer's bytes: never trusted to be what was asked for
+                self._unanswered += 1
+                if self._unanswered & (self._unanswered - 1) == 0:
+                    log.warning("meta group: %s answered whether it runs the group with %.200r", name, answer)
+                return None
+            out[name] = facts
         return out
 
     def log_facts(self) -> dict[str, Any]:
@@ -417,6 +427,19 @@ class MetaGroup:
 
     def role(self) -> Role:
         return self.driver.role
+
+
+_PEER_HEX = re.compile(r"[0-9a-f]{16}")
+
+
+def _log_facts_from(answer: dict[str, Any]) -> dict[str, Any] | None:
+    """A peer's answer to ``LOG`` (``log_facts``) checked: its voters must be peer ids (16 hex
+    digits); None when they are not. A server without the method answers an error, which tells
+    nothing (treated as new)."""
+    voters = answer.get("voters") or []
+    if not isinstance(voters, list) or not all(isinstance(v, str) and _PEER_HEX.fullmatch(v) for v in voters):
+        return None
+    return {"has_log": bool(answer.get("has_log")), "voters": voters}
 
 
 def _has_log(d: Path) -> bool:

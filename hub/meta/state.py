@@ -34,6 +34,9 @@ from typing import Any
 log = logging.getLogger("leafjet.meta")
 
 SNAPSHOT_MAGIC = b"LJMZ1"  # a compressed snapshot (JSON never starts so)
+# The most a snapshot may decompress to: it comes from a peer in one RAFT message (at most the
+# routes' max payload, 1 MiB), and zlib can expand that about a thousandfold.
+MAX_SNAPSHOT_STATE = 256 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,10 +151,15 @@ class MetaState:
     def from_snapshot(cls, data: bytes) -> MetaState:
         """``to_snapshot``'s inverse; plain ``to_bytes`` JSON (b"" included) is read as well."""
         if data.startswith(SNAPSHOT_MAGIC):
+            inflate = zlib.decompressobj()
             try:
-                data = zlib.decompress(data[len(SNAPSHOT_MAGIC) :])
+                data = inflate.decompress(data[len(SNAPSHOT_MAGIC) :], MAX_SNAPSHOT_STATE)
             except zlib.error as e:
                 raise ValueError(f"meta snapshot does not decompress: {e}") from None
+            if inflate.unconsumed_tail:
+                raise ValueError(f"meta snapshot decompresses to more than {MAX_SNAPSHOT_STATE} bytes")
+            if not inflate.eof:
+                raise ValueError("meta snapshot does not decompress: truncated")
         return cls.from_bytes(data)
 
     def digest(self) -> str:
@@ -167,14 +175,27 @@ class MetaState:
         state = cls()
         if not data:
             return state
-        body = json.loads(data)
+        body = json.loads(data)  # a peer's bytes (a leader's snapshot): every part is checked
+        if not isinstance(body, dict):
+            raise ValueError("a meta snapshot is a JSON object")
         for s in body.get("servers", []):
-            state.apply({"op": "server", **s})
+            state.apply({**_object(s, "server"), "op": "server"})
         for a in body.get("streams", []):
-            state.apply({"op": "assign", **a})
-        for acc, name, server, created in body.get("tombstones", []):
-            state.tombstones[(acc, name)] = (server, created)
+            state.apply({**_object(a, "stream"), "op": "assign"})
+        for t in body.get("tombstones", []):
+            if not isinstance(t, list) or len(t) != 4:
+                raise ValueError(
+                    f"a meta snapshot tombstone is [account, name, server, created], not {t!r:.100}"
+                )
+            acc, name, server, created = t
+            state.tombstones[(str(acc), str(name))] = (str(server), int(created))
         return state
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"a meta snapshot {what} is a JSON object, not {value!r:.100}")
+    return value
 
 
 def encode_op(op: str, **fields: Any) -> bytes:

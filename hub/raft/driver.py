@@ -19,7 +19,7 @@ import logging
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskStatus
@@ -35,8 +35,13 @@ EVENT_QUEUE = 4096  # events waiting for the node's task (messages beyond it are
 
 
 class StateMachine(Protocol):
-    def restore(self, snapshot: Snapshot) -> None:
-        """Replace the whole state with ``snapshot.data`` (b"": the empty state)."""
+    def read_snapshot(self, data: bytes) -> Any:
+        """``data`` of a snapshot (b"": the empty state) decoded into what ``restore`` installs.
+        Called in a worker thread (a large state takes a while to decode); it must not touch the
+        current state. Raises for bytes it cannot read."""
+
+    def restore(self, snapshot: Snapshot, state: Any) -> None:
+        """Replace the whole state with ``state`` (``read_snapshot(snapshot.data)``)."""
 
     def snapshot(self) -> bytes:
         """The whole state as it is now (everything applied so far), for ``restore``. Called in
@@ -138,13 +143,14 @@ class RaftDriver:
                 loaded = dataclasses.replace(loaded, recovering=True)
             snapshot = bootstrap_snapshot(founders)
             self.store.save_snapshot(snapshot)
-        self._start_node(loaded, snapshot)
+        self._start_node(loaded, snapshot, self._read_snapshot(snapshot))
         return True
 
-    def _start_node(self, loaded: Loaded, snapshot: Snapshot) -> None:
-        """A node from what the store holds: the snapshot restored, the entries after it applied
-        as the node reports them committed (a restart replays the tail)."""
-        self._restore(snapshot)
+    def _start_node(self, loaded: Loaded, snapshot: Snapshot, state: Any) -> None:
+        """A node from what the store holds: the snapshot restored (``state``: its data read by
+        ``_read_snapshot``), the entries after it applied as the node reports them committed (a
+        restart replays the tail)."""
+        self._restore(snapshot, state)
         self.applied = snapshot.index
         self._applied_terms.clear()
         self._snapshot_base = snapshot.index
@@ -280,7 +286,8 @@ class RaftDriver:
             try:
                 if reopen:
                     loaded = await anyio.to_thread.run_sync(self.store.open)
-                    self._start_node(loaded, loaded.snapshot)
+                    state = await anyio.to_thread.run_sync(self._read_snapshot, loaded.snapshot)
+                    self._start_node(loaded, loaded.snapshot, state)
                     self.healthy = True
                     self._notify()
                     log.warning(
@@ -378,7 +385,14 @@ class RaftDriver:
                     self.send(m)
                 except Exception as e:  # one lost message: RAFT resends; the node goes on
                     log.warning("raft %s: sending %s to %d failed: %s", self.group, m.type.name, m.dst, e)
-            self._apply(rd)
+            # a leader's snapshot is decoded in a worker thread: only this task applies, and it
+            # waits here, so nothing is applied meanwhile
+            state = (
+                None
+                if rd.snapshot is None
+                else await anyio.to_thread.run_sync(self._read_snapshot, rd.snapshot)
+            )
+            self._apply(rd, state)
             node.advance(rd)
             if self.store.recovering and not node.recovering:
                 await anyio.to_thread.run_sync(self.store.mark_recovering, False)
@@ -393,8 +407,8 @@ class RaftDriver:
     async def _maybe_snapshot(self) -> None:
         """Local compaction, in the order hub/raft/DESIGN.md gives: ``snapshot_meta`` -> the
         snapshot saved durably -> ``node.compact`` -> ``store.compact`` (whole segments go).
-        A failure to save leaves the log as it was (only longer); it is tried again after as
-        many entries again."""
+        A failure to encode or save leaves the log as it was (only longer); it is tried again
+        after as many entries again."""
         node = self.node
         assert node is not None
         policy = self.snapshots
@@ -407,7 +421,15 @@ class RaftDriver:
         meta = node.snapshot_meta(index)
         # in a worker thread (a large state takes a while to encode): only this task applies
         # entries, and it waits here, so the state does not change meanwhile
-        data = await anyio.to_thread.run_sync(self.machine.snapshot)
+        try:
+            data = await anyio.to_thread.run_sync(self.machine.snapshot)
+        except Exception:  # a bug in the state machine: the log stays uncompacted, the node goes on
+            log.exception(
+                "raft %s: the state machine cannot snapshot at %d (the log is not compacted)",
+                self.group,
+                index,
+            )
+            return
         snap = Snapshot(meta, data)
         try:
             await anyio.to_thread.run_sync(self.store.save_snapshot, snap)
@@ -432,15 +454,24 @@ class RaftDriver:
         if rd.hard_state is not None:
             self.store.save_hard_state(rd.hard_state)
 
-    def _restore(self, snapshot: Snapshot) -> None:
+    def _read_snapshot(self, snapshot: Snapshot) -> Any:
+        """``machine.read_snapshot`` (in a worker thread, but while opening the store)."""
         try:
-            self.machine.restore(snapshot)
+            return self.machine.read_snapshot(snapshot.data)
         except Exception as e:  # a snapshot this state machine cannot read: this member stops
             raise RestoreFailed(f"snapshot at {snapshot.index} cannot be restored: {e}") from e
 
-    def _apply(self, rd: Ready) -> None:
+    def _restore(self, snapshot: Snapshot, state: Any) -> None:
+        try:
+            self.machine.restore(snapshot, state)
+        except Exception as e:
+            raise RestoreFailed(f"snapshot at {snapshot.index} cannot be restored: {e}") from e
+
+    def _apply(self, rd: Ready, state: Any = None) -> None:
+        """Apply ``rd``: its snapshot (``state``: its data as ``_read_snapshot`` read it), then
+        its committed entries."""
         if rd.snapshot is not None:
-            self._restore(rd.snapshot)
+            self._restore(rd.snapshot, state)
             self.applied = rd.snapshot.index
             self._applied_terms.clear()
             self._snapshot_base = rd.snapshot.index

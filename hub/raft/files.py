@@ -34,8 +34,14 @@ class Files(Protocol):
         content or the new one is there, never a mix."""
 
 
+# Append handles kept open at once. The log appends to its newest segment only (and fsyncs a
+# segment before it starts the next), so older handles are closed: a log of many small segments
+# (``cluster.meta_segment_bytes``) must not hold one file descriptor per segment.
+MAX_APPEND_HANDLES = 4
+
+
 class OsFiles:
-    """A real directory. Append handles stay open; everything else opens per call."""
+    """A real directory. The last few append handles stay open; everything else opens per call."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.dir = Path(directory)
@@ -51,6 +57,8 @@ class OsFiles:
     def _fd(self, name: str) -> int:
         fd = self._fds.get(name)
         if fd is None:
+            if len(self._fds) >= MAX_APPEND_HANDLES:  # the least recently opened goes
+                os.close(self._fds.pop(next(iter(self._fds))))
             fd = os.open(self.dir / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             self._fds[name] = fd
         return fd

@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("leafjet.route")
 
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+# URLs learned by gossip this server dials at most (each is a task dialling until it joins): a
+# cluster has far fewer servers, and a peer's INFOs must not add dialling tasks without end.
+MAX_GOSSIPED = 1024
 
 
 @dataclass(slots=True)
@@ -75,6 +78,7 @@ class Routes:
         )
         self.routes: dict[str, Route] = {}  # peer server id -> its one route
         self.diallers: dict[str, Dialler] = {}  # RouteURL.key -> its dialler
+        self.gossip_refused = 0  # gossiped URLs not dialled: MAX_GOSSIPED were already
         self.port: int | None = None
         self._tg: TaskGroup | None = None
         self._pending: list[Dialler] = []  # diallers made before the task group runs
@@ -283,7 +287,8 @@ class Routes:
         peers = info.get(PEERS_FIELD)
         if not isinstance(peers, list):
             return
-        for peer in peers[:1024]:
+        gossiped = sum(1 for d in self.diallers.values() if not d.configured)  # never removed
+        for peer in peers[:MAX_GOSSIPED]:
             if not isinstance(peer, dict):
                 continue
             pid, url = peer.get("id"), peer.get("url")
@@ -297,6 +302,18 @@ class Routes:
                 log.debug("%s: ignoring a gossiped route URL %r", route.name, url)
                 continue
             if parsed.key not in self.diallers:
+                if gossiped >= MAX_GOSSIPED:
+                    self.gossip_refused += 1
+                    if self.gossip_refused & (self.gossip_refused - 1) == 0:  # powers of two
+                        log.warning(
+                            "%s: not dialling %s learned by gossip: %d gossiped URLs already (%d refused)",
+                            route.name,
+                            parsed.key,
+                            MAX_GOSSIPED,
+                            self.gossip_refused,
+                        )
+                    continue
+                gossiped += 1
                 log.info("%s: learned of %s at %s", route.name, peer.get("name") or pid, parsed.key)
                 self._add_dialler(parsed, configured=False)
                 self.diallers[parsed.key].peer_id = pid

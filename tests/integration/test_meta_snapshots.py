@@ -29,8 +29,7 @@ SMALL_LOG = {"meta_snapshot_entries": 8, "meta_segment_bytes": 1024}
 def start_node(c: Cluster, i: int) -> None:
     """With the lowered thresholds, and one config for all: every server's routes list all
     three, itself included (a route to itself is recognised and dropped; founding ignores it)."""
-    routes = [c.route_url(j) for j in range(c.size)]
-    c.start_node(i, c.config(i, routes=routes, **SMALL_LOG))
+    c.start_node(i, lambda: c.config(i, routes=[c.route_url(j) for j in range(c.size)], **SMALL_LOG))
 
 
 def meta_dir(c: Cluster, i: int) -> Path:

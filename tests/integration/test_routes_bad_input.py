@@ -50,6 +50,18 @@ def _wait_log(c: Cluster, i: int, text: str, timeout: float = 20.0) -> None:
         raise AssertionError(f"{e}\n--- log ---\n{c.log(i)[-3000:]}") from None
 
 
+def _hello(server_id: str, server_name: str) -> bytes:
+    """The CONNECT of a fake leafjet peer of cluster C that knows the route credentials."""
+    connect = {
+        "leafjet_route": 1,
+        "server_id": server_id,
+        "server_name": server_name,
+        "cluster": "C",
+        **{"user": AUTH["user"], "pass": AUTH["password"]},
+    }
+    return b"CONNECT " + json.dumps(connect).encode() + b"\r\n"
+
+
 @pytest.fixture
 def pair(tmp_path):
     c = Cluster(tmp_path / "main", "leafjet", size=2, authorization=AUTH)
@@ -159,14 +171,7 @@ async def test_a_peer_speaking_garbage_is_closed(pair, garbage, error):
 async def test_garbage_after_the_handshake_ends_only_that_route(pair):
     """An authenticated peer that then sends garbage: its route closes with an error, others stay."""
     port = pair.nodes[0].cluster_port
-    connect = {
-        "leafjet_route": 1,
-        "server_id": "NFAKEPEER",
-        "server_name": "fake",
-        "cluster": "C",
-        **{"user": AUTH["user"], "pass": AUTH["password"]},
-    }
-    hello = b"CONNECT " + json.dumps(connect).encode() + b"\r\n"
+    hello = _hello("NFAKEPEER", "fake")
     # Bad interest is refused and the route stays (the reference keeps a connection that sends
     # an invalid subscription): the PING after it is answered.
     data = hello + b"RS+ bad%account foo\r\nRS+ $G foo..bar\r\nPING\r\n"
@@ -185,14 +190,7 @@ async def test_bad_gossip_is_ignored_and_an_oversized_message_closes_only_that_r
     """A peer's INFO whose route list is malformed changes nothing (the route stays: its PING is
     answered); a message over max_payload is a Maximum Payload Violation and a close."""
     port = pair.nodes[0].cluster_port
-    connect = {
-        "leafjet_route": 1,
-        "server_id": "NFAKEGOSSIP",
-        "server_name": "gossip",
-        "cluster": "C",
-        **{"user": AUTH["user"], "pass": AUTH["password"]},
-    }
-    hello = b"CONNECT " + json.dumps(connect).encode() + b"\r\n"
+    hello = _hello("NFAKEGOSSIP", "gossip")
     peers = [1, "x", None, {"id": 5, "url": "nats-route://h:1"}, {"id": "NX", "url": "nats-route://:0"}]
     gossip = b"INFO " + json.dumps({"leafjet_peers": peers}).encode() + b"\r\n"
     not_a_list = b'INFO {"leafjet_peers":{"id":"NY"}}\r\n'
@@ -273,14 +271,7 @@ async def test_interest_for_an_unknown_account_is_ignored_not_made(pair):
     port = pair.nodes[0].cluster_port
     before = await anyio.to_thread.run_sync(_accounts, pair, 0)
     assert {"$G", "$SYS"} <= before, before  # routes carry $SYS (the meta group) from the start
-    connect = {
-        "leafjet_route": 1,
-        "server_id": "NFAKEACCOUNTS",
-        "server_name": "accounts",
-        "cluster": "C",
-        **{"user": AUTH["user"], "pass": AUTH["password"]},
-    }
-    hello = b"CONNECT " + json.dumps(connect).encode() + b"\r\n"
+    hello = _hello("NFAKEACCOUNTS", "accounts")
     strangers = b"".join(b"RS+ STRANGER%d foo\r\n" % i for i in range(100))
     _info, out, closed = await anyio.to_thread.run_sync(
         _raw_route, port, hello + strangers + b"RS+ $G known.subject\r\nPING\r\n", 1.0

@@ -25,6 +25,7 @@ import signal
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,17 +121,20 @@ class Cluster:
             self.start_node(i)
         return self
 
-    def start_node(self, i: int, config: dict[str, Any] | None = None) -> RunningServer:
+    def start_node(
+        self, i: int, config: dict[str, Any] | Callable[[], dict[str, Any]] | None = None
+    ) -> RunningServer:
         """Start node ``i``. Its ports were picked free in ``__post_init__`` and bound only now: a
         test running beside this one (pytest -n) may have taken one in between. On a node's first
-        start from its own config, ports are then picked again (a restart keeps them: the other
-        nodes dial its cluster port; a caller's ``config`` names its own ports)."""
+        start from its own config (``self.config(i)``, or a callable ``config`` that builds on it),
+        ports are then picked again (a restart keeps them: the other nodes dial its cluster port;
+        a caller's ``config`` dict names its own ports)."""
         for attempt in range(4):
-            cfg = config if config is not None else self.config(i)
+            cfg = self.config(i) if config is None else config() if callable(config) else config
             try:
                 srv = self._start(i, cfg)
             except RuntimeError as e:
-                retry = config is None and i not in self._started and attempt < 3
+                retry = (config is None or callable(config)) and i not in self._started and attempt < 3
                 if not retry or "address already in use" not in str(e).lower():
                     raise
                 taken = {p for j, n in enumerate(self.nodes) if j != i for p in _ports(n)}

@@ -28,12 +28,16 @@ def start_js_cluster(c: Cluster, tags: list[list[str]] | None = None) -> None:
 def start_js_node(c: Cluster, i: int, tags: list[list[str]] | None = None) -> None:
     """Start (or start again) node ``i`` with JetStream on (the reference needs a store dir
     each) and its ``server_tags``, if any."""
-    cfg = c.config(i)
-    if c.kind == "reference":
-        cfg["jetstream"] = {"store_dir": str(c.workdir / c.nodes[i].name / "js")}
-    if tags is not None and tags[i]:
-        cfg["server_tags"] = tags[i]
-    c.start_node(i, cfg)
+
+    def config() -> dict[str, Any]:  # built again if the node's ports must be picked again
+        cfg = c.config(i)
+        if c.kind == "reference":
+            cfg["jetstream"] = {"store_dir": str(c.workdir / c.nodes[i].name / "js")}
+        if tags is not None and tags[i]:
+            cfg["server_tags"] = tags[i]
+        return cfg
+
+    c.start_node(i, config)
 
 
 restart_js_node = start_js_node  # the same call: a node's store dir and tags do not change

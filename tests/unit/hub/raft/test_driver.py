@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from pathlib import Path
 
 import anyio
 import pytest
 
 from hub.meta.group import MetaMachine
-from hub.meta.state import encode_op
+from hub.meta.state import MetaState, encode_op
 from hub.raft.driver import RaftDriver, SnapshotPolicy
 from hub.raft.files import OsFiles
 from hub.raft.log_store import SEGMENT_SUFFIX, LogStore
-from hub.raft.types import Role, Snapshot
+from hub.raft.types import Message, MsgType, Role, Snapshot, SnapshotMeta
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -145,10 +146,10 @@ class PickyMachine(MetaMachine):
 
     refuse = False
 
-    def restore(self, snapshot: Snapshot) -> None:
+    def read_snapshot(self, data: bytes) -> MetaState:
         if self.refuse:
             raise ValueError("unreadable (injected)")
-        super().restore(snapshot)
+        return super().read_snapshot(data)
 
 
 async def test_a_snapshot_the_machine_cannot_read_stops_only_this_member_until_it_can(
@@ -184,3 +185,70 @@ async def test_a_snapshot_the_machine_cannot_read_stops_only_this_member_until_i
         tg.cancel_scope.cancel()
     driver.close()
     assert ("A", "S1") in machine.state.streams
+
+
+class ThreadNotingMachine(MetaMachine):
+    """Notes the thread each snapshot is read in."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda: None)
+        self.read_in: list[threading.Thread] = []
+
+    def read_snapshot(self, data: bytes) -> MetaState:
+        self.read_in.append(threading.current_thread())
+        return super().read_snapshot(data)
+
+
+async def test_a_leaders_snapshot_is_decoded_off_the_event_loop(tmp_path: Path) -> None:
+    """A follower far behind gets the leader's whole state as one snapshot: decompressing and
+    parsing it (thousands of streams) happens in a worker thread, never on the event loop."""
+    leader_state = MetaState()
+    for i in range(50):
+        leader_state.apply(
+            {"op": "assign", "account": "A", "name": f"S{i}", "config": {}, "created": i, "servers": ["n1"]}
+        )
+    machine = ThreadNotingMachine()
+    driver = RaftDriver("meta", NODE, LogStore(OsFiles(tmp_path)), machine, tick_interval=0.01)
+    assert driver.open([NODE, NODE + 1])
+    _opened.append(driver)
+    machine.read_in.clear()  # the bootstrap snapshot read by open()
+    snap = Snapshot(
+        SnapshotMeta(index=40, term=2, voters=frozenset({NODE, NODE + 1})), leader_state.to_snapshot()
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        driver.step(Message(MsgType.SNAPSHOT, NODE + 1, NODE, 2, snapshot=snap))
+        with anyio.fail_after(20):
+            while driver.applied < 40:
+                await driver.changed()
+        tg.cancel_scope.cancel()
+    assert machine.state.digest() == leader_state.digest()
+    assert machine.read_in and threading.main_thread() not in machine.read_in
+
+
+class BrokenSnapshotMachine(MetaMachine):
+    """A state machine whose ``snapshot`` raises (a bug)."""
+
+    def snapshot(self) -> bytes:
+        raise RuntimeError("cannot encode (injected)")
+
+
+async def test_a_state_machine_that_cannot_snapshot_leaves_the_log_uncompacted_and_the_node_running(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    machine = BrokenSnapshotMachine(lambda: None)
+    driver = RaftDriver(
+        "meta", NODE, LogStore(OsFiles(tmp_path)), machine, tick_interval=0.01, snapshots=SnapshotPolicy(3)
+    )
+    assert driver.open([NODE])
+    _opened.append(driver)
+    with caplog.at_level(logging.ERROR, logger="leafjet.raft"):
+        async with anyio.create_task_group() as tg:
+            await tg.start(driver.run)
+            await _until_leader(driver)
+            for i in range(10):
+                await _create(driver, i)
+            tg.cancel_scope.cancel()
+    assert "cannot snapshot" in caplog.text and "cannot encode (injected)" in caplog.text
+    assert driver.snapshots_taken == 0 and driver.node is not None and driver.node.log.snapshot.index == 1
+    assert len(machine.state.streams) == 10

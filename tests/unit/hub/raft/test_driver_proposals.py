@@ -24,7 +24,10 @@ class Recorder:
     def __init__(self) -> None:
         self.applied: list[tuple[int, bytes]] = []
 
-    def restore(self, snapshot: Snapshot) -> None:
+    def read_snapshot(self, data: bytes) -> None:
+        return None
+
+    def restore(self, snapshot: Snapshot, state: None) -> None:
         self.applied = []
 
     def snapshot(self) -> bytes:

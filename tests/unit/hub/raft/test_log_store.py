@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hub.raft.files import OsFiles
+from hub.raft.files import MAX_APPEND_HANDLES, OsFiles
 from hub.raft.log_store import HARD_STATE, SNAPSHOT, CorruptLog, LogStore, encode_record
 from hub.raft.types import Entry, EntryKind, HardState, Snapshot, SnapshotMeta
 
@@ -208,3 +208,18 @@ def test_every_write_is_fsynced_before_it_returns_and_a_batch_costs_one_fsync(tm
     files.ops.clear()
     store.save_hard_state(HardState(1, 1, 0))
     assert files.ops == [("write_atomic", HARD_STATE)]
+
+
+def test_a_log_of_many_small_segments_keeps_few_files_open(tmp_path: Path) -> None:
+    """One segment per entry (the smallest ``meta_segment_bytes``): the store holds a bounded
+    number of append handles, not one per segment, and every entry still reads back."""
+    files = OsFiles(tmp_path)
+    store = LogStore(files, segment_bytes=1)
+    store.open()
+    for i in range(1, 201):
+        store.append(entries(i, i))
+    assert len(segments(tmp_path)) == 200
+    assert len(files._fds) <= MAX_APPEND_HANDLES
+    files.close()
+    _, got = reopen(tmp_path, segment_bytes=1)
+    assert got == entries(1, 200)
