@@ -310,3 +310,21 @@ async def test_the_short_path_writes_the_source_header_the_general_rules_write()
     for d in seen:
         value = slice_header(d.headers, "Nats-Stream-Source")
         assert value == f"ORDERS {d.sseq} > > {d.subject} ID9" and slice_header(d.headers, "X") == "1"
+
+
+async def test_the_short_path_refuses_an_ack_reply_with_an_empty_number_as_the_general_rules_do() -> None:
+    """An ack reply with an empty token (``1..2``) passes a digits test of the joined numbers; the
+    short path must not turn it into a ValueError but leave it to the general rules: an invalid
+    delivery, what came before it stored."""
+    w, stream = active_worker()
+    await w._handle([inbound("orders.a", "$JS.ACK.ORDERS.C.1.1.1.100.2")])  # the prefix is learned
+    assert w._fast_prefix
+    good = inbound("orders.b", "$JS.ACK.ORDERS.C.1.2.2.200.1")
+    for bad in ("$JS.ACK.ORDERS.C.1..3.300.0", "$JS.ACK.ORDERS.C.1.3.3..0", "$JS.ACK.ORDERS.C.1.3.3.300."):
+        with pytest.raises(_Recreate) as raised:
+            await w._handle([good, inbound("orders.c", bad)])
+        assert raised.value.fail and raised.value.error is not None
+        assert "ack" in raised.value.error.to_json()["description"]
+        good = inbound("orders.b", "$JS.ACK.ORDERS.C.1.2.2.200.1")  # already taken: dropped from now on
+    await w._settle()
+    assert stream.stored == [1, 2]
