@@ -91,7 +91,9 @@ MAX_CONCURRENT = 8
 MAX_PARKED = 1024
 MAX_OPEN = 2 * MAX_PARKED
 SCAN_ROWS = 16_384  # rows looked at per request when several filters are matched here
-COMPRESS_OFFLOAD = 256 << 10  # frames larger than this are compressed on a worker thread
+# A reply larger than this is built (and compressed) on a worker thread: joining a frame of a
+# few MiB, and more so compressing it, would hold the event loop for milliseconds.
+OFFLOAD_BYTES = 256 << 10
 
 H_READ = "Leafjet-Read"
 H_FIRST = "Leafjet-Read-First"
@@ -366,21 +368,29 @@ class BulkReads:
         more = more and size < req.max_bytes
         sent = len(cols)
         async with self._limiter:  # the frames being built count against the same bound
-            headers, frame = build_reply(
-                cols, req.seq, last, stream_last, stream_identity(stream.created_ns), stream.config.retention
-            )
-            del cols
-            if req.compress:
-                if len(frame) > COMPRESS_OFFLOAD:
-                    frame = await anyio.to_thread.run_sync(compress_frame, frame)
-                else:
-                    frame = compress_frame(frame)
-                headers = headers[:-2] + f"{H_ENCODING}: zstd\r\n\r\n".encode()
+            encode = (stream, req, cols, last, stream_last)
+            if cols.bytes_before(sent, ROW_OVERHEAD) > OFFLOAD_BYTES:
+                headers, frame = await anyio.to_thread.run_sync(_encode_reply, *encode)
+            else:
+                headers, frame = _encode_reply(*encode)
+            del cols, encode
             if more:
                 headers = headers[:-2] + f"{H_MORE}: 1\r\n\r\n".encode()
             self.served += 1
             ajs.account.publish(reply, None, headers, frame)
         return sent, last, size, more
+
+
+def _encode_reply(
+    stream: Stream, req: ReadRequest, cols: MsgColumns, last: int, stream_last: int
+) -> tuple[bytes, bytes]:
+    """``build_reply`` for ``req``, its frame compressed (and said so) when it asks."""
+    identity = stream_identity(stream.created_ns)
+    headers, frame = build_reply(cols, req.seq, last, stream_last, identity, stream.config.retention)
+    if req.compress:
+        frame = compress_frame(frame)
+        headers = headers[:-2] + f"{H_ENCODING}: zstd\r\n\r\n".encode()
+    return headers, frame
 
 
 def _why(e: Exception) -> str:

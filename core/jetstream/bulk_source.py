@@ -66,7 +66,7 @@ from core.jetstream.sourcing import (
     sourced_headers,
     sync_subject,
 )
-from core.jetstream.transforms import first_match
+from core.jetstream.transforms import SubjectTransform, first_match
 from core.protocol.headers import slice_header
 from core.protocol.readframe import FrameError, ReadFrame, decode_frame, decompress_frame
 from core.server.internal import InboundMsg
@@ -88,6 +88,7 @@ MAX_MSGS = 100_000
 # up to MERGE_MAX_MSGS.
 QUEUED_REPLIES = 4
 MERGE_MAX_MSGS = 20_000
+OFFLOAD_ROWS = 2048  # a reply with more new messages than this becomes columns on a worker thread
 
 
 # What a reply's frame becomes: a source's columns, a mirror's deliveries (stored one by one).
@@ -180,7 +181,7 @@ class BulkSourceWorker(SourceWorker):
                         expect = seq  # where the next reply starts: where we asked, or the last ended
                         while True:
                             expect = _check_follows(msg, expect)
-                            covered, batch = self._take(msg)
+                            covered, batch = await self._take(msg)
                             if expect == 0:  # the request's last reply
                                 pending = ask(covered + 1)  # one ahead: the upstream reads while we store
                                 expect = covered + 1
@@ -249,7 +250,7 @@ class BulkSourceWorker(SourceWorker):
             if self._kicked and now - self._heard > KICK_STALE:
                 raise _Recreate("link came up, source quiet")
 
-    def _take(self, msg: InboundMsg) -> tuple[int, Batch]:
+    async def _take(self, msg: InboundMsg) -> tuple[int, Batch]:
         """A reply's messages as deliveries (with ``Nats-Stream-Source``), and the last upstream
         sequence it covers. Raises _Recreate for a reply that is no valid frame, and for an
         upstream that was made again (its identity changed)."""
@@ -283,50 +284,42 @@ class BulkSourceWorker(SourceWorker):
         if not self._spoke:
             self._heard_valid()
         self.lag = max(0, stream_last - last)
-        batch = self._frame_batch(frame)
+        batch = await self._batch(frame)
         return max(last, self.sseq), batch
+
+    async def _batch(self, frame: ReadFrame) -> Batch:
+        """``_frame_batch``, with the columns of a frame of more than ``OFFLOAD_ROWS`` new
+        messages built on a worker thread: a full reply's took tens of milliseconds, which the
+        hub's event loop spent on nothing else."""
+        k = self._first_new(frame)
+        build = (frame, k, self._iname_parts, self.ident, self.transforms)
+        if len(frame) - k > OFFLOAD_ROWS:
+            return self._took(await anyio.to_thread.run_sync(_source_columns, *build))
+        return self._took(_source_columns(*build))
 
     def _frame_batch(self, frame: ReadFrame) -> Batch:
         """The frame's messages past ``sseq`` as columns, each with its ``Nats-Stream-Source``
-        header; moves ``sseq`` to the last. This is the hub's work per message on the way in,
-        so each column is one comprehension over the frame's (no object or statement per
-        message), and the header of a message that came without headers (most) is formatted
-        from three constant pieces -- the bytes ``sourced_headers`` would make."""
+        header (``_source_columns``); moves ``sseq`` to the last."""
+        return self._took(
+            _source_columns(frame, self._first_new(frame), self._iname_parts, self.ident, self.transforms)
+        )
+
+    def _first_new(self, frame: ReadFrame) -> int:
+        """The index of the frame's first message past ``sseq``; reports the jumps after it."""
         seqs = frame.seqs
         k, n = bisect_right(seqs, self.sseq), len(seqs)  # a frame's sequences increase
-        if k == n:  # all taken already (a reply to a request sent before a commit moved us)
-            return SourcedColumns([], [], [], [], [])
-        if seqs[k] != self.sseq + 1 or seqs[n - 1] - seqs[k] != n - 1 - k:
+        if k < n and (seqs[k] != self.sseq + 1 or seqs[n - 1] - seqs[k] != n - 1 - k):
             prev = self.sseq  # a jump somewhere: report each, as the consumer path does
             for seq in seqs[k:n]:
                 if seq > prev + 1:
                     self._bulk_gap(prev, seq)
                 prev = seq
-        name, flt, dest = self._iname_parts
-        ident_tail = f" {self.ident}" if self.ident else ""
-        head = f"NATS/1.0\r\n{STREAM_SOURCE}: {name} ".encode()
-        mid = f" {flt} {dest} ".encode()
-        tail = ident_tail.encode() + b"\r\n\r\n"
-        so, sb = frame.subject_offsets, bytes(frame.subject_bytes)
-        ho, hb = frame.header_offsets, bytes(frame.header_bytes)
-        do, db = frame.data_offsets, bytes(frame.data_bytes)
-        sseqs = seqs[k:n].tolist()
-        raws = [sb[a:b] for a, b in zip(so[k:n], so[k + 1 : n + 1], strict=True)]
-        upstream = [r.decode("utf-8", "surrogateescape") for r in raws]
-        headers: list[bytes | None] = [
-            b"%s%d%s%s%s" % (head, seq, mid, raw, tail)
-            if h0 == h1
-            else sourced_headers(hb[h0:h1], f"{name} {seq} {flt} {dest} {subject}{ident_tail}")
-            for seq, raw, subject, h0, h1 in zip(
-                sseqs, raws, upstream, ho[k:n], ho[k + 1 : n + 1], strict=True
-            )
-        ]
-        payloads = [db[a:b] for a, b in zip(do[k:n], do[k + 1 : n + 1], strict=True)]
-        transforms = self.transforms
-        # the header names the upstream's subject, the stream stores the transformed one
-        subjects = [first_match(transforms, x) for x in upstream] if transforms else upstream
-        self.sseq = sseqs[-1]
-        return SourcedColumns(sseqs, subjects, headers, payloads, frame.timestamps[k:n].tolist())
+        return k
+
+    def _took(self, cols: SourcedColumns) -> SourcedColumns:
+        if cols:
+            self.sseq = cols.sseqs[-1]
+        return cols
 
     def _bulk_gap(self, after: int, next_seq: int) -> None:
         """Upstream sequences a frame skips were removed before we read them (without a filter;
@@ -334,6 +327,46 @@ class BulkSourceWorker(SourceWorker):
         where the attempt started as the consumer's start, a later jump as a skip."""
         reason = GAP_STARTED_PAST if after == self._started_at else GAP_SKIPPED
         self._gap(after, next_seq, reason)
+
+
+def _source_columns(
+    frame: ReadFrame,
+    k: int,
+    iname_parts: list[str],
+    ident: str,
+    transforms: tuple[SubjectTransform | None, ...],
+) -> SourcedColumns:
+    """The frame's messages from index ``k`` as a source's columns, each with the
+    ``Nats-Stream-Source`` header (``iname_parts``: name, filter, dest; ``ident``: the upstream's
+    identity) and its subject transformed. This is the hub's work per message on the way in,
+    so each column is one comprehension over the frame's (no object or statement per message),
+    and the header of a message that came without headers (most) is formatted from three
+    constant pieces -- the bytes ``sourced_headers`` would make. Touches nothing but its
+    arguments: a large frame's run on a worker thread."""
+    seqs, n = frame.seqs, len(frame)
+    if k >= n:  # all taken already (a reply to a request sent before a commit moved us)
+        return SourcedColumns([], [], [], [], [])
+    name, flt, dest = iname_parts
+    ident_tail = f" {ident}" if ident else ""
+    head = f"NATS/1.0\r\n{STREAM_SOURCE}: {name} ".encode()
+    mid = f" {flt} {dest} ".encode()
+    tail = ident_tail.encode() + b"\r\n\r\n"
+    so, sb = frame.subject_offsets, bytes(frame.subject_bytes)
+    ho, hb = frame.header_offsets, bytes(frame.header_bytes)
+    do, db = frame.data_offsets, bytes(frame.data_bytes)
+    sseqs = seqs[k:n].tolist()
+    raws = [sb[a:b] for a, b in zip(so[k:n], so[k + 1 : n + 1], strict=True)]
+    upstream = [r.decode("utf-8", "surrogateescape") for r in raws]
+    headers: list[bytes | None] = [
+        b"%s%d%s%s%s" % (head, seq, mid, raw, tail)
+        if h0 == h1
+        else sourced_headers(hb[h0:h1], f"{name} {seq} {flt} {dest} {subject}{ident_tail}")
+        for seq, raw, subject, h0, h1 in zip(sseqs, raws, upstream, ho[k:n], ho[k + 1 : n + 1], strict=True)
+    ]
+    payloads = [db[a:b] for a, b in zip(do[k:n], do[k + 1 : n + 1], strict=True)]
+    # the header names the upstream's subject, the stream stores the transformed one
+    subjects = [first_match(transforms, x) for x in upstream] if transforms else upstream
+    return SourcedColumns(sseqs, subjects, headers, payloads, frame.timestamps[k:n].tolist())
 
 
 def _check_follows(msg: InboundMsg, expect: int) -> int:
@@ -381,6 +414,9 @@ class BulkMirrorWorker(BulkSourceWorker, MirrorWorker):
     path, and ignores it here too."""
 
     FOLLOWS_IDENTITY = False
+
+    async def _batch(self, frame: ReadFrame) -> Batch:
+        return self._frame_batch(frame)
 
     def _frame_batch(self, frame: ReadFrame) -> Batch:
         floor = prev = self.sseq

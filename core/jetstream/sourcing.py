@@ -774,7 +774,8 @@ class SourceWorker:
                 if len(nums) == 5 if fast_v1 else len(nums) > 5:
                     dc, sseq_text, dseq_text, ts_text, pending_text = nums[:5]
                     digits = dc + sseq_text + dseq_text + ts_text + pending_text
-                    if dc == "1" and digits.isascii() and digits.isdigit():
+                    # (an empty number passes the digits test: the general rules refuse it)
+                    if dc == "1" and digits.isascii() and digits.isdigit() and "" not in nums[:5]:
                         sseq, dseq = int(sseq_text), int(dseq_text)
                         if dseq == self.dseq + 1 and sseq > self.sseq and self._spoke:
                             if sseq > self.sseq + 1:

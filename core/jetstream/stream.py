@@ -957,6 +957,8 @@ class Stream:
             tf = self.transforms
             if tf.ingest is not None:  # the mirror's own subject_transform, as for a publish
                 msgs = [d._replace(subject=tf.ingest_subject(d.subject)) for d in msgs]
+            if not all(d.subject.isascii() for d in msgs):  # bytes that are no UTF-8: as _admit
+                msgs = [d._replace(subject=subjects.storable(d.subject)) for d in msgs]
             republish = await self._mirrored_republish(msgs) if tf.republish is not None else []
             ops: list[Op] = []
             if skip_to > st.last_seq:

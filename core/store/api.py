@@ -94,11 +94,23 @@ _VALID_SUBJECTS_MAX = 4096
 def _check_literal_subject(subject: object) -> None:
     if subject in _VALID_SUBJECTS:
         return
-    if type(subject) is not str or not is_valid_literal_subject(subject):
+    if type(subject) is not str or not is_valid_literal_subject(subject) or not _is_utf8(subject):
         raise InvalidOperation(f"invalid subject {subject!r}")
     if len(_VALID_SUBJECTS) >= _VALID_SUBJECTS_MAX:
         _VALID_SUBJECTS.clear()
     _VALID_SUBJECTS.add(subject)
+
+
+def _is_utf8(subject: str) -> bool:
+    """Whether a subject can be stored (and sized) as UTF-8: not one with surrogates, the bytes
+    a parser kept from a subject that was no UTF-8."""
+    if subject.isascii():
+        return True
+    try:
+        subject.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def normalize_filter(subject_filter: str | None) -> str | None:

@@ -67,7 +67,9 @@ class MsgColumns:
         )
 
 
-def _offsets(lengths: Iterable[int]) -> array[int]:
+def offsets(lengths: Iterable[int]) -> array[int]:
+    """A binary column's ``len + 1`` offsets ("i") from its values' lengths; ``StoreError`` past
+    an i32 offset."""
     try:
         return array("i", accumulate(lengths, initial=0))
     except OverflowError:
@@ -88,11 +90,11 @@ def columns_of(msgs: Sequence[Any]) -> MsgColumns:
     return MsgColumns(
         array("Q", seqs),
         array("q", stamps),
-        _offsets(map(len, subj)),
+        offsets(map(len, subj)),
         b"".join(subj),
-        _offsets(map(len, hdrs)),
+        offsets(map(len, hdrs)),
         b"".join(hdrs),
-        _offsets(map(len, data)),
+        offsets(map(len, data)),
         b"".join(data),
     )
 

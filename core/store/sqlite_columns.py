@@ -25,7 +25,7 @@ from array import array
 from typing import Any, Final, Literal
 
 from core.errors import StoreError
-from core.store.columns import EMPTY, MsgColumns
+from core.store.columns import EMPTY, MsgColumns, offsets
 from core.vector import increasing, numpy
 
 # Aggregates of one row per message; ``ifnull``: ``group_concat`` skips NULLs, and a message
@@ -90,16 +90,7 @@ def _offsets(text: str | None, n: int, what: str) -> array[int]:
         out = array("i", [0])
         out.frombytes(ends.astype(_np.int32).tobytes())
         return out
-    lengths_arr = _ints(text, n, "q", f"{what} lengths")
-    out = array("i", [0])
-    total = 0
-    try:
-        for length in lengths_arr:
-            total += length
-            out.append(total)
-    except OverflowError:
-        raise StoreError("a read's column is larger than 2 GiB") from None
-    return out
+    return offsets(_ints(text, n, "q", f"{what} lengths"))
 
 
 FLAGGED: Final = "flagged"  # a row is stored compressed or sealed: read the rows one by one

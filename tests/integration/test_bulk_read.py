@@ -116,14 +116,16 @@ async def test_max_bytes_bounds_the_reply_but_one_large_message_still_goes(lj):
         assert len(rows) == 20
 
 
-async def test_a_compressed_frame_decodes_to_the_same_rows(lj):
+# a small reply is built on the event loop, one past bulk_read.OFFLOAD_BYTES on a worker thread
+@pytest.mark.parametrize(("n", "size"), [(50, 500), (400, 1000)], ids=["small", "large"])
+async def test_a_compressed_frame_decodes_to_the_same_rows(lj, n, size):
     async with jetstream(lj) as (nc, js):
         await create(nc, {"name": "Z", "subjects": ["z"]})
-        await fill(js, 50, subject="z", size=500)
+        await fill(js, n, subject="z", size=size)
         h1, plain = await read(nc, "Z", seq=1)
         h2, packed = await read(nc, "Z", seq=1, compress="zstd")
         assert h2["Leafjet-Read-Encoding"] == "zstd" and "Leafjet-Read-Encoding" not in h1
-        assert plain == packed and len(plain) == 50
+        assert plain == packed and len(plain) == n
 
 
 async def test_a_long_poll_is_answered_when_a_message_arrives(lj):

@@ -108,6 +108,31 @@ async def test_a_live_leafjet_source_follows_one_read_request_across_many_commit
         assert requests.pending_msgs < n // 3, requests.pending_msgs
 
 
+async def test_a_catch_up_of_many_small_messages_stores_each_once_with_its_source_header(
+    topo: Topology,
+) -> None:
+    """leafjet -> leafjet: a backlog of small messages comes in replies of thousands, which the
+    hub makes into columns on a worker thread (bulk_source.OFFLOAD_ROWS); each is stored once,
+    in order, with the header the message-by-message path writes."""
+    hub, leaf, _proxy = start_pair(topo, "leafjet", "leafjet")
+    n = 10_000
+    sent = [b"%d" % i for i in range(n)]
+    async with client(hub) as hub_nc, client(leaf) as leaf_nc:
+        await create(leaf_nc, {"name": "ORDERS", "subjects": ["orders.>"]})
+        await publish_core(leaf_nc, "orders.a", sent)
+        await wait_msgs(leaf_nc, "ORDERS", n)
+        await create(hub_nc, {"name": "AGG", "subjects": ["agg.>"], "sources": [SOURCE]})
+        await wait_msgs(hub_nc, "AGG", n, timeout=60)
+        assert await payloads(hub_nc, "AGG") == sent
+        ident = get_hash((await info(leaf_nc, "ORDERS"))["created"])
+        name = f"ORDERS:{get_hash(EDGE_API)}"
+        for seq in (1, n // 2, n):
+            msg = await hub_nc.jetstream().get_msg("AGG", seq)
+            assert msg.headers == {"Nats-Stream-Source": f"{name} {seq} > > orders.a {ident}"}
+        names = await leaf_nc.request("$JS.API.CONSUMER.NAMES.ORDERS", b"", timeout=5)
+        assert json.loads(names.data)["consumers"] in (None, []), "not read through the bulk read API"
+
+
 async def cut_while_publishing(topo: Topology, leaf_kind: str, cuts: int) -> None:
     """The leaf publishes while its link is cut, ``cuts`` times; the hub ends with every
     message once, in order."""

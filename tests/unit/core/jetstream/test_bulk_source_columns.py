@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.jetstream.bulk_source import BulkSourceWorker
+import pytest
+
+from core.jetstream.bulk_source import OFFLOAD_ROWS, BulkSourceWorker
 from core.jetstream.source_health import GAP_SKIPPED, GAP_STARTED_PAST
 from core.jetstream.sourced_batch import Delivery, SourcedColumns
 from core.jetstream.sourcing import sourced_headers
@@ -104,3 +106,21 @@ def test_columns_read_as_deliveries_and_merge() -> None:
     a += [Delivery(4, "v", None, b"4", 40)]
     assert [d.sseq for d in a] == [1, 2, 3, 4] and a[-1] == Delivery(4, "v", None, b"4", 40)
     assert list(a[1:3]) == [Delivery(2, "t", b"h", b"2", 20), Delivery(3, "u", None, b"3", 30)]
+
+
+@pytest.mark.anyio
+async def test_a_large_frame_becomes_the_same_columns_on_a_worker_thread() -> None:
+    """A reply of more than OFFLOAD_ROWS new messages is made into columns off the event loop
+    (``_batch``); what comes back, the gaps and ``sseq`` are what ``_frame_batch`` makes."""
+    spec = {"name": "ORDERS", "subject_transforms": [{"src": "orders.*", "dest": "agg.{{wildcard(1)}}"}]}
+    rows = [
+        (s, f"orders.{s % 7}", b"" if s % 5 else b"NATS/1.0\r\nX: 1\r\n\r\n", b"%d" % s)
+        for s in range(1, 3 * OFFLOAD_ROWS)
+    ]
+    del rows[100:103]  # a jump: a gap, reported from the event loop
+    on_loop, off_loop = a_worker(spec, 10, ident="ID9"), a_worker(spec, 10, ident="ID9")
+    expect = on_loop._frame_batch(frame(rows))
+    got = await off_loop._batch(frame(rows))
+    assert len(got) == len(rows) - 10 > OFFLOAD_ROWS
+    assert list(got) == list(expect) and off_loop.sseq == on_loop.sseq == rows[-1][0]
+    assert off_loop.found == on_loop.found == [(100, 104, GAP_SKIPPED)]

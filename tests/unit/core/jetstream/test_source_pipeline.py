@@ -175,18 +175,7 @@ def test_the_column_check_finds_what_the_block_check_finds() -> None:
     assert not _any_acts_on(plain) and _any_acts_on([*plain, BLOCKS[7]])
 
 
-@pytest.mark.parametrize(
-    "block",
-    [
-        b"NATS/1.0\r\nNats-Stream-Source: ORDERS 1 > > orders.a\r\n\r\n",
-        b"NATS/1.0\r\nX-Origin: edge\r\nNats-Msg-Id: m1\r\n\r\n",
-        b"NATS/1.0\r\nNats-Msg-Id : m1\r\nNats-TTL:5s\r\n\r\n",
-        b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence-Subject: a\r\n\r\n",
-        b"NATS/1.0\r\nNats-Something\r\nNats-Rollup: all\r\n\r\n",
-        b"NATS/1.0\r\nnats-msg-id: lower\r\n\r\n",
-        b"NATS/1.0\r\nNats-",
-    ],
-)
+@pytest.mark.parametrize("block", BLOCKS)
 def test_a_block_the_decision_skips_has_none_of_the_headers_it_acts_on(block: bytes) -> None:
     found = [n for n in _DECIDED_HEADERS if slice_header(block, n.decode()) is not None]
     assert _acts_on(block) == bool(found)
@@ -310,3 +299,21 @@ async def test_the_short_path_writes_the_source_header_the_general_rules_write()
     for d in seen:
         value = slice_header(d.headers, "Nats-Stream-Source")
         assert value == f"ORDERS {d.sseq} > > {d.subject} ID9" and slice_header(d.headers, "X") == "1"
+
+
+async def test_the_short_path_refuses_an_ack_reply_with_an_empty_number_as_the_general_rules_do() -> None:
+    """An ack reply with an empty token (``1..2``) passes a digits test of the joined numbers; the
+    short path must not turn it into a ValueError but leave it to the general rules: an invalid
+    delivery, what came before it stored."""
+    w, stream = active_worker()
+    await w._handle([inbound("orders.a", "$JS.ACK.ORDERS.C.1.1.1.100.2")])  # the prefix is learned
+    assert w._fast_prefix
+    good = inbound("orders.b", "$JS.ACK.ORDERS.C.1.2.2.200.1")
+    for bad in ("$JS.ACK.ORDERS.C.1..3.300.0", "$JS.ACK.ORDERS.C.1.3.3..0", "$JS.ACK.ORDERS.C.1.3.3.300."):
+        with pytest.raises(_Recreate) as raised:
+            await w._handle([good, inbound("orders.c", bad)])
+        assert raised.value.fail and raised.value.error is not None
+        assert "ack" in raised.value.error.to_json()["description"]
+        good = inbound("orders.b", "$JS.ACK.ORDERS.C.1.2.2.200.1")  # already taken: dropped from now on
+    await w._settle()
+    assert stream.stored == [1, 2]

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.store import Append, CipherSpec, DeleteOp, PurgeOp, SqliteStore, StreamStore
+from core import vector
+from core.errors import StoreError
+from core.store import Append, CipherSpec, DeleteOp, PurgeOp, SqliteStore, StreamStore, sqlite_columns
 from core.store.columns import MsgColumns, columns_of, concat
 from tests.unit.core.store.conftest import FakeClock, StoreHarness
 
@@ -80,6 +82,20 @@ async def test_columns_skip_deleted_sequences(h: StoreHarness) -> None:
     await h.store.apply([DeleteOp(3), DeleteOp(4), DeleteOp(10), PurgeOp(subject="other.a")])
     store = await h.reopen()
     await check_all_ranges(store)
+
+
+async def test_columns_are_read_the_same_without_numpy(
+    h: StoreHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """numpy is optional (core/vector.py): without it the integer columns are parsed, and the
+    offsets summed and joined, by the fallbacks."""
+    monkeypatch.setattr(vector, "_NUMPY", False)
+    await fill(h.store)
+    await h.store.apply([DeleteOp(3), DeleteOp(10)])  # the sequences come as a column too
+    store = await h.reopen()
+    await check_all_ranges(store)
+    cols, _ = await store.read_columns(1, 100, 1000)
+    assert rows_of(concat([cols.head(4), columns_of(await store.range(6, 100, 1000))])) == rows_of(cols)
 
 
 async def test_an_empty_or_inverted_range_covers_nothing(h: StoreHarness) -> None:
@@ -181,3 +197,16 @@ async def test_a_long_run_of_deleted_sequences_is_covered_in_one_step(h: StoreHa
         seen += cols.seqs
         start, calls = covered + 1, calls + 1
     assert seen == [10**12] and calls <= 2
+
+
+@pytest.mark.parametrize("with_numpy", [True, False])
+def test_a_column_past_an_i32_offset_is_a_store_error(
+    with_numpy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not with_numpy:
+        monkeypatch.setattr(vector, "_NUMPY", False)
+    elif vector.numpy() is None:
+        pytest.skip("numpy is not installed")
+    assert list(sqlite_columns._offsets("3,0,4", 3, "data")) == [0, 3, 3, 7]
+    with pytest.raises(StoreError, match="larger than 2 GiB"):
+        sqlite_columns._offsets(f"{(1 << 31) - 1},1", 2, "data")

@@ -657,6 +657,21 @@ async def test_filters_are_validated(h: StoreHarness) -> None:
         Append("a", None, "text", 0)  # type: ignore[arg-type]
 
 
+async def test_a_subject_that_is_no_utf8_is_refused_before_anything_is_stored(h: StoreHarness) -> None:
+    """A subject with surrogates (bytes that were no UTF-8, kept by ``surrogateescape``) cannot
+    be stored or sized: the op refuses it (``InvalidOperation``), and the store is unchanged
+    (the memory store counted a failed message half-way)."""
+    await h.store.apply([Append("a", None, b"1", 1)])
+    for subject in ("a.\udcff", "\udcc3\udca9"):
+        with pytest.raises(InvalidOperation):
+            await h.store.apply([Append(subject, None, b"x", 2)])
+        with pytest.raises(InvalidOperation):
+            await h.store.apply([AppendBatch(["a", subject], [None, None], [b"x", b"y"], 2)])
+    await h.store.apply([Append("caf\u00e9", None, b"2", 3)])  # UTF-8 subjects are fine
+    st = await h.store.state()
+    assert (st.msgs, st.last_seq, st.num_subjects, st.num_deleted) == (2, 2, 2, 0)
+
+
 async def test_a_closed_store_refuses_calls(h: StoreHarness) -> None:
     await h.store.append("a", None, b"")
     await h.store.close()
