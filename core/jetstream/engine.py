@@ -235,6 +235,8 @@ class JetStream:
             if cfg.storage == "memory":
                 shutil.rmtree(d, ignore_errors=True)
                 continue
+            for left in d.glob(TMP_GLOB):  # a config write that a crash cut short
+                left.unlink(missing_ok=True)
             try:
                 store = await self._open_store(cfg, d)
             except StoreError as e:
@@ -618,8 +620,12 @@ async def _write_atomic(path: Path, body: dict[str, Any]) -> None:
     await anyio.to_thread.run_sync(_write_atomic_sync, path, json.dumps(body))
 
 
+TMP_GLOB = ".stream.json.*.tmp"
+
+
 def _write_atomic_sync(path: Path, text: str) -> None:
-    # a temporary name of this writer's own, so two writers never share a half-written file
+    # a temporary name of this writer's own, so two writers never share a half-written file;
+    # one a crash left behind is removed when the stream is recovered (TMP_GLOB)
     tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
     with open(tmp, "w") as f:
         f.write(text)

@@ -116,6 +116,35 @@ async def test_a_stream_create_that_fails_after_its_store_opened_leaves_nothing(
         srv.stop()
 
 
+async def test_a_config_write_cut_short_by_a_crash_leaves_no_file_behind(tmp_path: Path) -> None:
+    """A temporary config file a crash left in a stream's folder is removed when the stream is
+    recovered, and the stream comes back as it was."""
+    srv = start_leafjet(tmp_path)
+    try:
+        nc = await nats.connect(srv.url)
+        try:
+            js = nc.jetstream(timeout=10)
+            await js.add_stream(name="KEPT", subjects=["kept.>"])
+            await js.publish("kept.x", b"1")
+        finally:
+            await nc.close()
+    finally:
+        srv.stop()
+    left = tmp_path / "data" / "jetstream" / "$G" / "streams" / "KEPT" / ".stream.json.12345.tmp"
+    left.write_text('{"half": ')
+    srv = start_leafjet(tmp_path)
+    try:
+        assert not left.exists()
+        nc = await nats.connect(srv.url)
+        try:
+            info = await nc.jetstream(timeout=10).stream_info("KEPT")
+            assert info.state.messages == 1 and info.config.subjects == ["kept.>"]
+        finally:
+            await nc.close()
+    finally:
+        srv.stop()
+
+
 @pytest.mark.soak
 @pytest.mark.timeout(2400)
 async def test_ten_thousand_streams_under_a_soft_limit_of_1024_files(tmp_path: Path) -> None:
