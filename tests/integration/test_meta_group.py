@@ -22,6 +22,7 @@ from tests.support.jscluster import (
     api,
     api_until,
     err_code,
+    fetch_until,
     meta_leader,
     publish_until,
     raftz,
@@ -90,7 +91,7 @@ async def test_streams_are_placed_and_answered_from_any_server(cluster):
         ack = await publish_until(js3, "orders.1", b"from n3")
         assert (ack.stream, ack.seq) == ("ORDERS", 1)
         sub = await js2.pull_subscribe("orders.>", durable="worker", stream="ORDERS")
-        [msg] = await sub.fetch(1, timeout=10)
+        [msg] = await fetch_until(sub, 1)
         assert msg.data == b"from n3"
         await msg.ack_sync(timeout=10)
         cinfo = await api(ncs[0], "$JS.API.CONSUMER.INFO.ORDERS.worker")

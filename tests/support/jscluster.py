@@ -123,3 +123,18 @@ async def publish_until(js: Any, subject: str, data: bytes, timeout: float = 30.
             if time.monotonic() > deadline:
                 raise
             await anyio.sleep(0.1)
+
+
+async def fetch_until(sub: Any, batch: int = 1, timeout: float = 30.0) -> list[Any]:
+    """``sub.fetch`` again while the consumer's server gives no answer (a 503 status): a new
+    consumer's interest crosses the routes a moment after the create, as a stream's does."""
+    import nats.js.errors
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await sub.fetch(batch, timeout=10)
+        except nats.js.errors.ServiceUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            await anyio.sleep(0.1)
