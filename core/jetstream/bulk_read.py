@@ -12,8 +12,9 @@ Request (JSON, version 1)::
      "wait_ms": W, "compress": "zstd", "follow": R}
 
 ``seq`` (>= 1) is where to start; ``max_msgs`` and ``max_bytes`` bound the reply (clamped to
-``MAX_MSGS`` and to ``MAX_BYTES`` / the server's max_payload less room for the reply's headers;
-the first message is sent even when it alone is larger); ``filter`` (optional, at most
+``MAX_MSGS`` and to ``MAX_BYTES`` / the server's max_payload less room for the reply's headers --
+the reply ceiling -- or, for a following request, to ``MAX_FOLLOW_BYTES`` for all its replies
+together; the first message is sent even when it alone is larger); ``filter`` (optional, at most
 ``MAX_FILTERS`` subjects, wildcards allowed) keeps the matching messages; ``wait_ms`` (optional,
 at most ``MAX_WAIT_MS``) holds a request that finds nothing at or after ``seq`` until a message
 arrives or the time runs out; ``compress: "zstd"`` compresses the frame itself (for a client whose
@@ -28,9 +29,13 @@ replies together stay within the request's ``max_msgs`` and ``max_bytes`` (the f
 reply may go past what is left of them, as a first message may go past ``max_bytes``) and its
 ``wait_ms`` (counted from the request). Every reply but the request's last carries
 ``Leafjet-Read-More: 1``; the last is the one that reaches R replies or the budget, or an empty one
-when the time runs out. A reader asks again after the last, and checks that each reply starts
-where the one before ended (``Leafjet-Read-First``): one lost on the way is a gap it must not
-paper over. An older server ignores ``follow`` and answers once, without the header.
+when the time runs out. A reader catching up uses the same: a reply cut by the reply ceiling
+while the request has budget left is followed at once by the next (the request's ``max_bytes``
+is the credit, in bytes, of one round trip), and between two such replies the server waits while
+a receiver is past its high-water mark (a slow link), so a catch-up never overflows a link.
+A reader asks again after the last, and checks that each reply starts where the one before
+ended (``Leafjet-Read-First``): one lost on the way is a gap it must not paper over. An older
+server ignores ``follow`` and answers once, without the header.
 
 Reply: one message. Headers ``Leafjet-Read: 1``, ``Leafjet-Read-First`` and ``Leafjet-Read-Last``
 (the sequences the reply covers: every message of the stream in ``[first, last]`` that matches
@@ -80,6 +85,10 @@ MAX_BYTES = 8 << 20
 MAX_FILTERS = 256
 MAX_WAIT_MS = 60_000
 MAX_FOLLOW = 1000  # replies to one request (``follow``)
+# What the replies to one following request may carry together (each reply stays within the
+# reply ceiling, ``BulkReads.max_bytes``): half the default max_pending of the link they cross,
+# and the follow loop waits for receivers past their high-water mark before each reply.
+MAX_FOLLOW_BYTES = 32 << 20
 ROW_OVERHEAD = 8 + 8 + 3 * 4  # a row's sequence, timestamp and three offsets in the frame
 HEADER_ROOM = 4096  # what the reply's headers and the frame's fixed part may take
 # At most this many reads run at once per account (each one holds its frame in memory); more
@@ -133,7 +142,6 @@ def parse_read_request(payload: bytes, max_bytes: int = MAX_BYTES) -> ReadReques
         raise api_error("JSBadRequestErr")
     seq = _positive(body, "seq", None, (1 << 63) - 1)
     max_msgs = _positive(body, "max_msgs", MAX_MSGS, MAX_MSGS)
-    nbytes = _positive(body, "max_bytes", max_bytes, max_bytes)
     wait = body.get("wait_ms", 0)
     if type(wait) is not int or wait < 0:
         raise api_error("JSBadRequestErr")
@@ -153,6 +161,10 @@ def parse_read_request(payload: bytes, max_bytes: int = MAX_BYTES) -> ReadReques
     follow = body.get("follow", 0)
     if type(follow) is not int or follow < 0:
         raise api_error("JSBadRequestErr")
+    # a following request's replies together may carry up to MAX_FOLLOW_BYTES, each one within
+    # the server's reply ceiling: a catch-up gets a run of replies per round trip
+    ceiling = max(max_bytes, MAX_FOLLOW_BYTES) if follow > 1 else max_bytes
+    nbytes = _positive(body, "max_bytes", max_bytes, ceiling)
     return ReadRequest(
         seq, max_msgs, nbytes, filters, min(wait, MAX_WAIT_MS), compress == "zstd", min(follow, MAX_FOLLOW)
     )
@@ -336,6 +348,18 @@ class BulkReads:
             if not more:
                 return  # the request's last reply went out
             req = replace(req, seq=last + 1, max_msgs=req.max_msgs - sent, max_bytes=req.max_bytes - size)
+            await self._wait_receivers()
+
+    async def _wait_receivers(self) -> None:
+        """Back-pressure between the replies of one request (a catch-up sends many back to back):
+        wait, bounded by write_deadline, while a receiver is past its high-water mark (a link whose
+        peer reads slower than we read the store), as a client's reader does after a publish."""
+        server = self.js.server
+        if not server.stalled:
+            return
+        with anyio.move_on_after(server.config.write_deadline):
+            for receiver in list(server.stalled):
+                await receiver.wait_drained()
 
     async def _answer_once(
         self, ajs: AccountJetStream, stream: Stream, req: ReadRequest, reply: str, deadline: float, more: bool
@@ -345,8 +369,10 @@ class BulkReads:
         follow. Returns (messages sent, last sequence covered, their bytes, whether another
         reply follows)."""
         woken = stream.appended()  # taken before reading: a commit after the read still wakes us
+        cap = self.max_bytes()  # one reply's ceiling; a following request's budget may be larger
+        one = replace(req, max_bytes=cap) if req.max_bytes > cap else req  # what this reply may take
         async with self._limiter:
-            cols, last, stream_last = await read_range(stream, req, self.max_bytes())
+            cols, last, stream_last = await read_range(stream, one, cap)
         if not cols and last < req.seq and req.wait_ms and self.parked < MAX_PARKED:
             # nothing at or after seq yet: hold the request until a commit, then read again
             self.parked += 1
@@ -358,12 +384,14 @@ class BulkReads:
                         if ajs.streams.get(stream.name) is not stream:  # deleted meanwhile
                             raise api_error("JSStreamNotFoundErr")
                         async with self._limiter:
-                            cols, last, stream_last = await read_range(stream, req, self.max_bytes())
+                            cols, last, stream_last = await read_range(stream, one, cap)
             finally:
                 self.parked -= 1
-        # A reply cut by the budget ends before the stream's last; only one that reached it (a
-        # live reply, a handful of messages) may leave budget for another.
-        more = more and last >= req.seq and last >= stream_last and len(cols) < req.max_msgs
+        # A reply cut by the request's budget ends it. One that reached the stream's last (a live
+        # reply) may leave budget for another, and so may one cut by the reply ceiling while the
+        # request has budget beyond it (a catch-up: the next reply goes on without a round trip).
+        reached = last >= stream_last or one is not req
+        more = more and last >= req.seq and reached and len(cols) < req.max_msgs
         size = cols.bytes_before(len(cols), ROW_OVERHEAD) if more else 0
         more = more and size < req.max_bytes
         sent = len(cols)

@@ -81,7 +81,10 @@ FOLLOW = 200
 RX_CAPACITY = 256
 REPLY_GRACE = 10.0  # s past its wait a reply may take (a loaded upstream, a slow link)
 PROBE_WAIT = 10.0  # s the first request of an attempt is waited for before taking the consumer path
-MAX_BYTES = 4 << 20  # asked per request; the upstream clamps it to its max_payload
+# Asked per request: the bytes all its replies may carry together (each reply within the
+# upstream's max_payload; an older leafjet clamps the whole request to one reply). A catch-up
+# then costs one round trip per MAX_BYTES instead of one per max_payload.
+MAX_BYTES = 16 << 20
 MAX_MSGS = 100_000
 # Replies read but not stored yet (flow control: at most this many x the upstream's max_bytes,
 # plus the one being stored); what is queued when the writer looks goes into one transaction,

@@ -43,7 +43,7 @@ from core.server.internal import Backlog, InboundMsg, InternalReceiver
 from core.store.api import DelMetaOp, PurgeOp, SetMetaOp
 from core.store.memory import MemoryStore
 from core.store.pool import set_max_open_stores
-from core.store.sqlite import SqliteStore
+from core.store.sqlite import BULK_PAGE_SIZE, DEFAULT_PAGE_SIZE, SqliteStore
 
 if TYPE_CHECKING:
     from core.server.accounts import Account
@@ -290,6 +290,8 @@ class JetStream:
             sync_interval=self.config.sync_interval,
             compression="zstd" if cfg.compression == "s2" else "none",
             cipher=self.server.store_cipher,
+            # a stream fed by sources or a mirror stores in large batches (sqlite.py)
+            page_size=BULK_PAGE_SIZE if cfg.sources or cfg.mirror else DEFAULT_PAGE_SIZE,
         )
 
     async def _start_stream(

@@ -101,6 +101,13 @@ COLS = "seq, subject, hdr, data, ts, flags"
 IN_SUBJECTS = "subject IN (SELECT value FROM json_each(?))"
 
 INSERT_CHUNK = 64
+# A new file's page size (an existing file keeps its own). SQLite's default suits a stream that
+# takes a message per transaction; one that takes thousands per transaction (a stream with
+# sources or a mirror: a catch-up) spends about a third less CPU per row inserting, and half
+# checkpointing, with 16 KiB pages, at the price of more bytes per small commit.
+DEFAULT_PAGE_SIZE = 4096
+BULK_PAGE_SIZE = 16384
+PAGE_SIZES = frozenset({4096, 8192, 16384, 32768, 65536})
 # A purge that keeps the newest N and drops at most this many (a KV put's history limit, a
 # stream at max_msgs) deletes the oldest in one statement that returns them, instead of finding
 # the cut, summing the dropped rows and deleting them in three.
@@ -297,6 +304,7 @@ class SqliteStore:
         close_timeout: float,
         quick_check: bool,
         wall_clock: Callable[[], int],
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> None:
         self._path = path
         self._wal = Path(f"{path}-wal")
@@ -311,6 +319,7 @@ class SqliteStore:
         self._enqueue_timeout = enqueue_timeout
         self._close_timeout = close_timeout
         self._quick_check = quick_check
+        self._page_size = page_size
         self._clock = wall_clock
         self._key = os.path.realpath(path)
 
@@ -399,6 +408,7 @@ class SqliteStore:
         close_timeout: float = 10.0,
         quick_check: bool = True,
         wall_clock: Callable[[], int] = time.time_ns,
+        page_size: int = DEFAULT_PAGE_SIZE,
     ) -> SqliteStore:
         """Open (creating if absent) the stream database at ``path``; fails with StoreError naming the
         file if it is not a leafjet stream database, is corrupt or truncated, has a newer schema, or the
@@ -409,6 +419,8 @@ class SqliteStore:
             raise ValueError("sync_interval and checkpoint_interval must be > 0")
         if max_pending < 1:
             raise ValueError("max_pending must be >= 1")
+        if page_size not in PAGE_SIZES:
+            raise ValueError(f"page_size must be one of {sorted(PAGE_SIZES)}, not {page_size!r}")
         if cipher is not None and not isinstance(cipher, CipherSpec):
             raise TypeError("cipher must be a CipherSpec")
         store = cls(
@@ -425,6 +437,7 @@ class SqliteStore:
             close_timeout=close_timeout,
             quick_check=quick_check,
             wall_clock=wall_clock,
+            page_size=page_size,
         )
         await store._start(open_timeout)
         return store
@@ -1424,6 +1437,7 @@ class SqliteStore:
             # a ~40 ms stream create), and switched to WAL (kept in the file's header) at the end.
             conn.execute("PRAGMA journal_mode = OFF")
             conn.execute("PRAGMA synchronous = OFF")
+            conn.execute(f"PRAGMA page_size = {self._page_size}")  # before the first table
             conn.execute("BEGIN IMMEDIATE")
             schema.create(conn, info)
             conn.execute("COMMIT")

@@ -318,3 +318,45 @@ async def test_a_message_too_large_for_a_reply_is_10054_and_a_source_takes_the_c
             assert [len(m.data) for m in await stored_messages(nc, "AGG")] == sizes
     finally:
         srv.stop()
+
+
+async def test_a_following_read_catches_up_in_replies_of_one_ceiling_each_within_its_budget(
+    tmp_path: Path,
+):
+    """A following request whose ``max_bytes`` is beyond the reply ceiling (max_payload less
+    4 KiB) gets a run of replies, each within the ceiling and starting where the one before
+    ended, with ``Leafjet-Read-More`` on all but the last: the one that spends the budget. A
+    request that does not follow is still one reply. A source reads through such runs."""
+    srv = start_server("leafjet", tmp_path / "small", {"max_payload": 65536}, jetstream=True)
+    try:
+        async with jetstream(srv) as (nc, js):
+            await create(nc, {"name": "UP", "subjects": ["up"]})
+            for i in range(200):
+                await js.publish("up", (b"%05d" % i).ljust(1000, b"."))
+            h, rows = await read(nc, "UP", seq=1, max_bytes=150_000)
+            assert "Leafjet-Read-More" not in h and 0 < len(rows) < 65536 // 1000
+
+            replies = await nc.subscribe("_INBOX.catchup.>")
+            body = {"v": 1, "seq": 1, "max_bytes": 150_000, "wait_ms": 10_000, "follow": 50}
+            await nc.publish(READ + "UP", json.dumps(body).encode(), reply="_INBOX.catchup.1")
+            got: list[int] = []
+            more: list[str | None] = []
+            while not more or more[-1] == "1":
+                msg = await replies.next_msg(timeout=20)
+                assert len(msg.data) <= 65536
+                first, last, _end = span(msg.headers or {})
+                assert first == len(got) + 1  # each reply goes on where the last ended
+                got += [r[0] for r in decode_frame(msg.data).rows()]
+                assert got[-1] == last
+                more.append((msg.headers or {}).get("Leafjet-Read-More"))
+            assert len(more) >= 3 and more[:-1] == ["1"] * (len(more) - 1)
+            assert got == list(range(1, len(got) + 1))
+            # the budget ended the run, not the stream: 150 kB is ~145 rows of ~1 kB
+            assert 140 <= len(got) < 200
+
+            await create(nc, {"name": "AGG", "sources": [{"name": "UP"}]})
+            await wait_msgs(nc, "AGG", 200, timeout=30)
+            datas = [m.data[:5] for m in await stored_messages(nc, "AGG")]
+            assert datas == [b"%05d" % i for i in range(200)]
+    finally:
+        srv.stop()

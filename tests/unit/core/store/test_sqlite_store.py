@@ -684,3 +684,20 @@ async def test_a_dead_writer_fails_every_waiting_caller_and_later_calls(tmp_path
         await store.append("a", None, b"")
     assert store.stats().pending == 0
     await store.close()
+
+
+async def test_a_new_file_takes_the_page_size_asked_and_an_existing_one_keeps_its_own(tmp_path: Path) -> None:
+    """A stream fed by sources stores in large batches with larger pages (engine.py); the page
+    size is the file's, fixed when it is made, so reopening with another leaves it be."""
+    path = tmp_path / "bulk.db"
+    store = await SqliteStore.open(path, page_size=16384)
+    await store.append("a", None, b"x" * 1000)
+    await store.close()
+    store = await SqliteStore.open(path)  # the default size asked: the file's own stays
+    await store.append("b", None, b"y")
+    assert [m.data for m in await store.range(1, 2)] == [b"x" * 1000, b"y"]
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 16384
+    with pytest.raises(ValueError, match="page_size"):
+        await SqliteStore.open(tmp_path / "odd.db", page_size=5000)
