@@ -5,6 +5,7 @@ answers it as any unknown API subject (400 / 10003): what a reader falls back on
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import nats.errors
 import pytest
 
 from core.protocol.readframe import decode_frame, decompress_frame
+from tests.support.fill import fill_stream
 from tests.support.jsapi import api, jetstream
 from tests.support.servers import RunningServer, start_server
 from tests.support.streams import create_stream as create
@@ -358,5 +360,59 @@ async def test_a_following_read_catches_up_in_replies_of_one_ceiling_each_within
             await wait_msgs(nc, "AGG", 200, timeout=30)
             datas = [m.data[:5] for m in await stored_messages(nc, "AGG")]
             assert datas == [b"%05d" % i for i in range(200)]
+    finally:
+        srv.stop()
+
+
+async def test_a_catch_up_waits_for_a_slow_reader_instead_of_overflowing_its_connection(tmp_path: Path):
+    """A following request's replies go out back to back; a reader that does not read for a
+    while would take them past its max_pending (a slow-consumer close) if the server did not
+    wait, between two replies, for a receiver past its high-water mark to drain."""
+    cfg = {"max_payload": 65536, "max_pending": 2 << 20}
+    srv = start_server("leafjet", tmp_path / "slow", cfg, jetstream=True)
+    try:
+        async with jetstream(srv) as (nc, _js):
+            await create(nc, {"name": "BIG", "subjects": ["big.>"]})
+            n = 12_000  # 12 MiB: past what the kernel's socket buffers hold besides max_pending
+            await fill_stream(nc, lambda i: f"big.{i % 4}", n, lambda i: b"%06d" % i + b"." * 1018)
+        body = {"v": 1, "seq": 1, "max_bytes": 32 << 20, "wait_ms": 30_000, "follow": 1000}
+        request = json.dumps(body).encode()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        sock.connect(("127.0.0.1", srv.port))
+        sock.sendall(
+            b'CONNECT {"verbose":false,"headers":true,"no_responders":true}\r\nSUB _INBOX.slow.> 1\r\n'
+            + b"PUB %s _INBOX.slow.1 %d\r\n%s\r\nPING\r\n" % (READ.encode() + b"BIG", len(request), request)
+        )
+        await anyio.sleep(3)  # not reading: the server's buffer for us fills, then it must wait
+        seqs: list[int] = []
+        buf = b""
+        sock.settimeout(30)
+        while len(seqs) < n:
+            chunk = sock.recv(1 << 20)
+            assert chunk, f"closed by the server after {len(seqs)} messages: {buf[-200:]!r}"
+            buf += chunk
+            while True:
+                if buf.startswith((b"PING", b"PONG", b"INFO", b"+OK")):
+                    end = buf.find(b"\r\n")
+                    if end < 0:
+                        break
+                    buf = buf[end + 2 :]
+                    continue
+                assert not buf.startswith(b"-ERR"), buf[:200]
+                end = buf.find(b"\r\n")
+                if end < 0:
+                    break
+                head = buf[:end].split()
+                if head[0] != b"HMSG":
+                    break
+                hlen, total = int(head[-2]), int(head[-1])
+                if len(buf) < end + 2 + total + 2:
+                    break
+                body_bytes = buf[end + 2 + hlen : end + 2 + total]
+                seqs += [r[0] for r in decode_frame(body_bytes).rows()]
+                buf = buf[end + 2 + total + 2 :]
+        sock.close()
+        assert seqs == list(range(1, n + 1))
     finally:
         srv.stop()
