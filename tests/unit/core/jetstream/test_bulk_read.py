@@ -58,6 +58,14 @@ def test_bounds_are_clamped_and_filters_kept_once() -> None:
     assert parse_read_request(b'{"v":1,"seq":1,"filter":["a",">"]}').filters == ()
 
 
+def test_a_following_requests_budget_may_span_replies_and_is_clamped() -> None:
+    big = b'{"v":1,"seq":1,"max_bytes":1000000000%s}'
+    assert parse_read_request(big % b',"follow":2', max_bytes=1000).max_bytes == bulk_read.MAX_FOLLOW_BYTES
+    # one reply (no follow, or follow 1): the reply ceiling
+    assert parse_read_request(big % b"", max_bytes=1000).max_bytes == 1000
+    assert parse_read_request(big % b',"follow":1', max_bytes=1000).max_bytes == 1000
+
+
 def test_follow_is_clamped_and_checked() -> None:
     assert parse_read_request(b'{"v":1,"seq":1,"follow":7}').follow == 7
     assert parse_read_request(b'{"v":1,"seq":1,"follow":10000000}').follow == bulk_read.MAX_FOLLOW
