@@ -31,8 +31,9 @@ reply may go past what is left of them, as a first message may go past ``max_byt
 ``Leafjet-Read-More: 1``; the last is the one that reaches R replies or the budget, or an empty one
 when the time runs out. A reader catching up uses the same: a reply cut by the reply ceiling
 while the request has budget left is followed at once by the next (the request's ``max_bytes``
-is the credit, in bytes, of one round trip), and between two such replies the server waits while
-a receiver is past its high-water mark (a slow link), so a catch-up never overflows a link.
+is the credit, in bytes, of one round trip), and between two such replies the server waits for
+a receiver the reply before took past its high-water mark (a slow link) to drain, so a catch-up
+never overflows a link.
 A reader asks again after the last, and checks that each reply starts where the one before
 ended (``Leafjet-Read-First``): one lost on the way is a gap it must not paper over. An older
 server ignores ``follow`` and answers once, without the header.
@@ -74,6 +75,7 @@ from core.store.columns import EMPTY, MsgColumns, columns_of, concat
 if TYPE_CHECKING:
     from core.jetstream.engine import AccountJetStream, JetStream
     from core.jetstream.stream import Stream
+    from core.server.mailbox import Drains
 
 log = logging.getLogger("leafjet.jetstream.read")
 
@@ -343,31 +345,43 @@ class BulkReads:
         deadline = anyio.current_time() + req.wait_ms / 1000
         left = max(1, req.follow) if req.wait_ms else 1  # following is waiting for more
         while True:
-            sent, last, size, more = await self._answer_once(ajs, stream, req, reply, deadline, left > 1)
+            sent, last, size, more, fed = await self._answer_once(ajs, stream, req, reply, deadline, left > 1)
             left -= 1
             if not more:
                 return  # the request's last reply went out
             req = replace(req, seq=last + 1, max_msgs=req.max_msgs - sent, max_bytes=req.max_bytes - size)
-            await self._wait_receivers()
+            if fed:
+                await self._wait_drained(fed)
 
-    async def _wait_receivers(self) -> None:
+    async def _wait_drained(self, fed: set[Drains]) -> None:
         """Back-pressure between the replies of one request (a catch-up sends many back to back):
-        wait, bounded by write_deadline, while a receiver is past its high-water mark (a link whose
-        peer reads slower than we read the store), as a client's reader does after a publish."""
-        server = self.js.server
-        if not server.stalled:
-            return
-        with anyio.move_on_after(server.config.write_deadline):
-            for receiver in list(server.stalled):
+        wait, bounded by write_deadline, until the receivers the last reply took past their
+        high-water mark (a link whose peer reads slower than we read the store) drained, as a
+        client's reader does after its publishes (core/server/output.py)."""
+        with anyio.move_on_after(self.js.server.config.write_deadline):
+            for receiver in fed:
                 await receiver.wait_drained()
+
+    def _publish(self, ajs: AccountJetStream, reply: str, headers: bytes, frame: bytes) -> set[Drains]:
+        """Publish a reply; returns the receivers it took past their high-water mark (routing is
+        synchronous: those marked during the call were fed by it). They stay marked for the
+        server's other publishers too."""
+        server = self.js.server
+        marked, server.stalled = server.stalled, set()
+        try:
+            ajs.account.publish(reply, None, headers, frame)
+        finally:
+            fed, server.stalled = server.stalled, marked
+            marked |= fed
+        return fed
 
     async def _answer_once(
         self, ajs: AccountJetStream, stream: Stream, req: ReadRequest, reply: str, deadline: float, more: bool
-    ) -> tuple[int, int, int, bool]:
+    ) -> tuple[int, int, int, bool, set[Drains]]:
         """One reply to ``req`` (waiting until ``deadline`` for a message at or after its seq);
         with ``more``, a reply that covers something and leaves budget says another will
         follow. Returns (messages sent, last sequence covered, their bytes, whether another
-        reply follows)."""
+        reply follows, the receivers the reply took past their high-water mark)."""
         woken = stream.appended()  # taken before reading: a commit after the read still wakes us
         cap = self.max_bytes()  # one reply's ceiling; a following request's budget may be larger
         one = replace(req, max_bytes=cap) if req.max_bytes > cap else req  # what this reply may take
@@ -405,8 +419,8 @@ class BulkReads:
             if more:
                 headers = headers[:-2] + f"{H_MORE}: 1\r\n\r\n".encode()
             self.served += 1
-            ajs.account.publish(reply, None, headers, frame)
-        return sent, last, size, more
+            fed = self._publish(ajs, reply, headers, frame)
+        return sent, last, size, more, fed
 
 
 def _encode_reply(

@@ -176,7 +176,7 @@ async def test_requests_past_the_open_bound_are_refused_at_once_with_10167(monke
         return True
 
     ajs = SimpleNamespace(account=SimpleNamespace(publish=publish), streams={"S": stream})
-    js = SimpleNamespace(server=SimpleNamespace(config=SimpleNamespace(max_payload=1 << 20)))
+    js = SimpleNamespace(server=SimpleNamespace(config=SimpleNamespace(max_payload=1 << 20), stalled=set()))
     reads = bulk_read.BulkReads(js)  # type: ignore[arg-type]
     reads._limiter = anyio.CapacityLimiter(1)
     async with anyio.create_task_group() as tg:
