@@ -194,7 +194,10 @@ async def read_range(
     parts: list[MsgColumns] = []
     budget, want, pos = req.max_bytes, req.max_msgs, start
     while True:
-        limit = max(1, min(want, budget // row + 1))
+        # never more rows than there are sequences left up to ``end``: a live read (a message or
+        # a few past the reader's position) is then small enough for the store to read on the
+        # loop (its point reads), not as a pool job -- a thread hop there and back per commit
+        limit = max(1, min(want, budget // row + 1, end - pos + 1))
         cols, covered = await store.read_columns(pos, end, limit, single)
         n = len(cols)
         fit = cols.fitting(budget, ROW_OVERHEAD)
