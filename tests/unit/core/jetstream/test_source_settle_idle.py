@@ -1,12 +1,14 @@
-"""A bulk source's writer (``BulkSourceWorker._store_batches``) while the store commits: a
-batch the reader queues meanwhile is submitted at once, behind the one committing, and each
-batch is settled (its messages shown to the stream's consumers, ``committed`` moved) as soon as
-its own commit lands -- not after every batch in flight did. Without a server: the commits are
-futures the test resolves."""
+"""A source while the store commits, on both paths -- a bulk source's writer
+(``BulkSourceWorker._store_batches``) and the consumer path's reader (``SourceWorker._read``): a
+batch that comes meanwhile is submitted at once, behind the one committing, and each batch is
+settled (its messages shown to the stream's consumers, ``committed`` moved) as soon as its own
+commit lands -- not after every batch in flight did. Without a server: the commits are futures
+the test resolves."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,7 +17,9 @@ import pytest
 
 from core.errors import StoreError
 from core.jetstream.bulk_source import BulkSourceWorker
-from core.jetstream.sourcing import Delivery
+from core.jetstream.sourcing import Delivery, SourceWorker
+from core.server.internal import InboundMsg
+from core.server.mailbox import Mailbox
 
 pytestmark = pytest.mark.anyio
 
@@ -26,7 +30,7 @@ class CommitLaterStream:
 
     def __init__(self) -> None:
         self.name = "AGG"
-        self.account = SimpleNamespace(name="APP")
+        self.account = SimpleNamespace(name="APP", publish=lambda *a: True)
         self.flights: list[Any] = []
 
     async def submit_sourced(
@@ -96,3 +100,28 @@ async def test_a_failed_commit_seen_by_the_idle_writer_ends_it_with_that_error()
             stream.land(0, StoreError("disk full"))
             await anyio.sleep_forever()
     assert isinstance(caught.value.exceptions[0], StoreError) and w.committed == 0
+
+
+def delivery(sseq: int) -> InboundMsg:
+    """The consumer ``C``'s first delivery of upstream message ``sseq`` (its ``sseq``-th)."""
+    reply = f"$JS.ACK.ORDERS.C.1.{sseq}.{sseq}.100.0"
+    return InboundMsg("orders.a", reply, None, b"x", SimpleNamespace(subject="$JS.S.abcdefgh"))  # type: ignore[arg-type]
+
+
+async def test_the_consumer_path_stores_a_delivery_that_comes_while_one_commits_at_once() -> None:
+    stream = CommitLaterStream()
+    w = SourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
+    w.cname, w._stored, w._spoke, w._heard = "C", 0, True, time.monotonic()
+    inbox: Mailbox[InboundMsg] = Mailbox(64)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(w._read, SimpleNamespace(inbox=inbox), [])  # type: ignore[arg-type]
+        inbox.send_nowait(delivery(1))
+        await wait_until(lambda: len(stream.flights) == 1)
+        inbox.send_nowait(delivery(2))
+        await wait_until(lambda: len(stream.flights) == 2)  # while the first still commits
+        assert stream.flights[1].after == 1 and w.committed == 0
+        stream.land(0)
+        await wait_until(lambda: w.committed == 1)  # the first settles on its own commit
+        stream.land(1)
+        await wait_until(lambda: w.committed == 2)
+        tg.cancel_scope.cancel()
