@@ -15,7 +15,7 @@ from typing import Any
 
 from core import jsonsafe
 from core.errors import ProtocolError
-from core.protocol.events import OK, PING, PONG, Connect, Err, Info, Msg, Pub, Sub, Unsub
+from core.protocol.events import OK, PING, PONG, Connect, Err, Info, Msg, Pub, PubRun, Sub, Unsub
 
 UNKNOWN_OP = "Unknown Protocol Operation"
 MAX_CONTROL_LINE = "maximum control line exceeded"
@@ -129,6 +129,7 @@ _new = object.__new__
 _pub_subject, _pub_reply, _pub_payload, _pub_headers = (
     Pub.__dict__[name].__set__ for name in ("subject", "reply", "payload", "headers")
 )
+_run_subject, _run_payloads = (PubRun.__dict__[name].__set__ for name in ("subject", "payloads"))
 _msg_subject, _msg_sid, _msg_reply, _msg_payload, _msg_headers = (
     Msg.__dict__[name].__set__ for name in ("subject", "sid", "reply", "payload", "headers")
 )
@@ -176,7 +177,7 @@ class _Parser:
     only between ops, when ``_rest`` is empty and ``_need`` is 0.
     """
 
-    __slots__ = ("_head", "_held", "_need", "_rest", "max_control_line")
+    __slots__ = ("_head", "_held", "_need", "_rest", "max_control_line", "runs")
 
     # Upper-cased starts of every op this side accepts ("PUB " needs its separator, "PING" does
     # not); a buffered partial line that cannot become one of them is rejected at once.
@@ -188,6 +189,11 @@ class _Parser:
         self._head: tuple[Any, ...] | None = None
         self._need = 0
         self._held = b""
+        # With ``runs`` on, a message op followed in the same input by the same control line again
+        # (same op, subject, size: a publisher's stream of one subject) comes back as ONE run event
+        # for all of them (``_run``); expanding each run gives exactly the events ``runs`` off
+        # gives. How many messages a run holds depends on how the input was chunked.
+        self.runs = False
 
     def feed(self, data: bytes, *, stop_after: type | tuple[type, ...] | None = None) -> list[Any]:
         """Every complete op in ``data`` (plus what was buffered before), in order.
@@ -244,6 +250,8 @@ class _Parser:
             finish = self._finish
             append = events.append
             limit = self.max_control_line
+            runs = self.runs and stop_after is None
+            startswith = data.startswith
             while pos < n:
                 nl = find(b"\n", pos)
                 if nl < 0:
@@ -252,6 +260,7 @@ class _Parser:
                 if nl - pos > limit:
                     self._check_long_line(line)
                 event = on_line(line)
+                line_at = pos
                 pos = nl + 1
                 if event is None:
                     continue
@@ -268,6 +277,28 @@ class _Parser:
                     break
                 if data[end] != 13 or data[end + 1] != 10:
                     raise ProtocolError(UNKNOWN_OP)
+                if runs and self._runnable(event):
+                    # The same line again (already checked, so the same op, subject and size)
+                    # followed by a whole payload and its CRLF: take it into the run. Anything
+                    # else, a partial message included, is left to the loop above.
+                    whole = data[line_at:pos]
+                    step = len(whole)
+                    size = event[0]
+                    after = end + 2
+                    payloads: list[bytes] | None = None
+                    while startswith(whole, after):
+                        start = after + step
+                        stop = start + size
+                        if stop + 2 > n or not startswith(b"\r\n", stop):
+                            break
+                        if payloads is None:
+                            payloads = [data[pos:end]]
+                        payloads.append(data[start:stop])
+                        after = stop + 2
+                    if payloads is not None:
+                        append(self._run(event, payloads))
+                        pos = after
+                        continue
                 append(finish(event, data, pos, end))
                 pos = end + 2
                 if stop_after is not None and isinstance(events[-1], stop_after):
@@ -322,6 +353,14 @@ class _Parser:
 
     def _finish(self, head: Any, data: bytes, start: int, end: int) -> Any:
         """The event for ``head`` whose payload is ``data[start:end]``."""
+        raise NotImplementedError
+
+    def _runnable(self, head: Any) -> bool:
+        """Whether messages with ``head`` may be gathered into a run (``runs``)."""
+        return False
+
+    def _run(self, head: Any, payloads: list[bytes]) -> Any:
+        """The run event for consecutive messages with ``head`` and these payloads."""
         raise NotImplementedError
 
 
@@ -424,6 +463,15 @@ class ServerParser(_Parser):
         if op == b"-ERR" and _separated(line, 4):
             raise ProtocolError(None)  # the reference closes on a client's -ERR without a word
         raise ProtocolError(UNKNOWN_OP)
+
+    def _runnable(self, head: Any) -> bool:
+        return head[2] is None and not head[3]  # a plain PUB: no reply, no headers
+
+    def _run(self, head: Any, payloads: list[bytes]) -> PubRun:
+        run = _new(PubRun)
+        _run_subject(run, head[1])
+        _run_payloads(run, payloads)
+        return run
 
     def _finish(self, head: Any, data: bytes, start: int, end: int) -> Pub:
         _, subject, reply, hdr = head
