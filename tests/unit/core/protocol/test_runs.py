@@ -142,3 +142,19 @@ def test_requests_and_header_messages_are_never_runs():
     hpub = encode_pub("a", None, b"x", b"NATS/1.0\r\n\r\n")
     events = parser.feed(b"PUB a r 1\r\nx\r\n" * 2 + hpub * 2)
     assert [type(e) for e in events] == [Pub] * 4
+
+
+@pytest.mark.parametrize("make", [ServerParser, RouteParser])
+def test_a_change_of_any_byte_of_a_later_frame_ends_the_run_there(make):
+    """Every byte of a run's frames is checked: a different byte anywhere in the third frame
+    (line, payload or CRLF) gives what the parser gives without runs."""
+    frame = b"PUB ab 3\r\nxyz\r\n" if make is ServerParser else b"RMSG $G ab 3\r\nxyz\r\n"
+    for offset in range(len(frame)):
+        for byte in (b"\r", b"\n", b" ", b"q", b"9"):
+            third = frame[:offset] + byte + frame[offset + 1 :]
+            if third == frame:
+                continue
+            data = frame * 2 + third + frame * 2
+            for cut in ([], [len(data) - 3], [len(frame) + 5]):
+                chunks = chunked(data, cut)
+                assert expanded_outcome(make, chunks) == outcome(make, [data]), (offset, byte, cut)
