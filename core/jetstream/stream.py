@@ -31,6 +31,7 @@ from core.api_errors import ApiError, api_error
 from core.config import JetStreamConfig
 from core.errors import StoreError
 from core.faults import fault_point
+from core.jetstream import dedup_window
 from core.jetstream.gotime import format_go_seconds, parse_go_duration, rfc3339_nano
 from core.jetstream.sourced_batch import SourcedColumns
 from core.jetstream.transforms import Republish, StreamTransforms, republish_message
@@ -324,28 +325,50 @@ class Stream:
     # ------------------------------------------------------------------ lifecycle
 
     async def load(self) -> None:
-        """Rebuild the in-memory indexes (dedup window, TTLs) from the store's metadata."""
-        self._state = await self.store.state()
+        """Rebuild the in-memory indexes from the store: the dedup window from the stored
+        messages' ``Nats-Msg-Id`` headers (dedup_window.py), TTLs from the metadata."""
+        st = self._state = await self.store.state()
         self.first_seq_set = await self.store.meta_get(FIRST_SEQ_SET_KEY) is not None
         now = time.time_ns()
         window = self.config.duplicate_window
-        stale: list[Op] = []
-        live: list[tuple[int, int, str]] = []
-        for key, value in await self.store.meta_items(_DEDUP_PREFIX):
-            seq_s, ts_s = value.decode().split(":")
-            if now - int(ts_s) <= window:
-                live.append((int(ts_s), int(seq_s), key[len(_DEDUP_PREFIX) :]))
-            else:
-                stale.append(DelMetaOp(key))
-        live.sort()  # oldest first, as publishes add them: _expire finds the old ones at the front
-        self._dedup = {mid: (seq, ts) for ts, seq, mid in live}
+        if window > 0 and st.msgs:
+            since = now - window
+            rows = dedup_window.rows_per_read(st.msgs, st.bytes)
+            first = await self.seq_for_time(since)
+            self._dedup, last_id = await dedup_window.scan_msg_ids(
+                self.store, first, st.last_seq, since, rows
+            )
+            if last_id is not None:
+                self._last_msg_id = last_id
+        await self._migrate_dedup_rows(now)
         for key, value in await self.store.meta_items(_TTL_PREFIX):
             self._add_ttl(int(key[len(_TTL_PREFIX) :]), int(value))
         self._never = {
             int(key[len(_NEVER_PREFIX) :]) for key, _v in await self.store.meta_items(_NEVER_PREFIX)
         }
-        if stale:
-            await self.store.apply(stale)
+
+    async def _migrate_dedup_rows(self, now: int) -> None:
+        """Files written before the window lived in memory only hold a meta row per id
+        (``dedup/<id>`` = ``seq:ts``). They are read once: the ids still in the window join the
+        rebuilt ones (the row outlives its message, so a removed message's id is kept until
+        the window passes, as before), then every row is deleted in one transaction."""
+        rows = await self.store.meta_items(_DEDUP_PREFIX)
+        if not rows:
+            return
+        window = self.config.duplicate_window
+        entries = [(ts, seq, mid) for mid, (seq, ts) in self._dedup.items()]
+        for key, value in rows:
+            seq_s, _, ts_s = value.decode(errors="replace").partition(":")
+            if seq_s.isdigit() and ts_s.isdigit() and now - int(ts_s) <= window:
+                entries.append((int(ts_s), int(seq_s), key[len(_DEDUP_PREFIX) :]))
+        entries.sort()  # oldest first, as publishes add them: _expire finds the old ones in front
+        merged: dict[str, tuple[int, int]] = {}
+        for ts, seq, mid in entries:
+            merged.pop(mid, None)
+            merged[mid] = (seq, ts)
+        self._dedup = merged
+        await self.store.apply([DelMetaOp(key) for key, _v in rows])
+        log.info("stream %s: %d dedup rows of an older version read and removed", self.name, len(rows))
 
     def subscribe(self) -> None:
         if self.failed is not None:
@@ -531,14 +554,16 @@ class Stream:
             ops.extend(DeleteOp(seq) for seq in due)
         ops.extend(DelMetaOp(f"{_TTL_PREFIX}{seq}") for seq in due)
         window = self.config.duplicate_window
-        # Oldest first (publishes append, load sorts): the walk stops at the first live id, so it
-        # costs what expired, not every id in the window (millions with a busy stream).
+        # Oldest first (publishes append, load rebuilds in order): the walk stops at the first
+        # live id, so it costs what expired, not every id in the window (millions with a busy
+        # stream). Ids live in memory only: forgetting one writes nothing.
         old_ids: list[str] = []
         for mid, (_s, ts) in self._dedup.items():
             if now - ts <= window:
                 break
             old_ids.append(mid)
-        ops.extend(DelMetaOp(_DEDUP_PREFIX + mid) for mid in old_ids)
+        for mid in old_ids:
+            del self._dedup[mid]
         if ops:
             try:
                 await self.store.apply(ops)
@@ -548,8 +573,6 @@ class Stream:
                 raise
             for seq in due:
                 self._ttl.pop(seq, None)
-            for mid in old_ids:
-                self._dedup.pop(mid, None)
             self._removed_messages(seqs=deleted)
 
     async def _expire_by_scan(self, now: int, due: list[int], ops: list[Op], markers: bool) -> list[int]:
@@ -1190,8 +1213,8 @@ class Stream:
         # as the reference: the last message id is the last stored message's, empty without one
         run.last_msg_id = plan.last_msg_id = msg_id or ""
         if msg_id is not None:
+            # memory only: the stored message's header is the durable record (load rebuilds)
             plan.dedup[msg_id] = (run.last_seq, now)
-            plan.ops.append(SetMetaOp(_DEDUP_PREFIX + msg_id, f"{run.last_seq}:{now}".encode()))
         if ttl_ns is not None:
             plan.ttls.append((run.last_seq, now + ttl_ns))
             plan.ops.append(SetMetaOp(f"{_TTL_PREFIX}{run.last_seq}", str(now + ttl_ns).encode()))
