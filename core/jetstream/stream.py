@@ -112,27 +112,43 @@ _DECIDED_HEADERS = frozenset(
 )
 
 
-def _acts_on(block: bytes) -> bool:
-    """Whether a header block has a line ``<name>:`` for a name in ``_DECIDED_HEADERS`` (the
-    lines ``slice_header`` would find); False means every lookup in ``_decide`` finds nothing."""
+# The names as _decide looks them up, by their bytes in a block.
+_DECIDED_NAMES = {name: name.decode() for name in _DECIDED_HEADERS}
+# Decided headers _decide_plain also takes: a publish with only these (the MQTT bridge's, or
+# any publisher's with a message id) is decided without _decide's dozen checks.
+_PLAIN_HEADERS = frozenset({"Nats-Msg-Id", "Nats-Expected-Stream"})
+
+
+def _decided_headers(block: bytes) -> dict[str, str]:
+    """The headers of ``block`` that ``_decide`` acts on, by name, each read as ``slice_header``
+    reads it (the first line ``<name>:``, spaces after the colon skipped, the rest of the line
+    kept), in one pass over the block instead of one search per name. Empty: it acts on none."""
+    found: dict[str, str] = {}
     i = block.find(b"\r\nNats-")
     while i >= 0:
-        j = block.find(b":", i + 2)
-        if block[i + 2 : j] in _DECIDED_HEADERS:
-            return True
-        i = block.find(b"\r\nNats-", i + 7)
-    return False
+        colon = block.find(b":", i + 2)
+        if colon < 0:
+            break
+        name = _DECIDED_NAMES.get(block[i + 2 : colon])
+        if name is not None and name not in found:
+            start = colon + 1
+            while block[start : start + 1] == b" ":
+                start += 1
+            end = block.find(b"\r\n", start)
+            found[name] = block[start : len(block) if end < 0 else end].decode("utf-8", "surrogateescape")
+        i = block.find(b"\r\nNats-", i + 2)
+    return found
 
 
 assert all(name.startswith(b"Nats-") for name in _DECIDED_HEADERS)  # (_any_acts_on counts on it)
-# "<name>:" at the start of a header line, for each name _decide acts on (what _acts_on finds)
+# "<name>:" at the start of a header line, for each name _decide acts on (what _decided_headers finds)
 _DECIDED_LINES = tuple(b"\r\n" + name + b":" for name in sorted(_DECIDED_HEADERS))
 
 
 def _any_acts_on(blocks: list[bytes]) -> bool:
-    """``_acts_on`` over many header blocks at once: each name searched for in all of them
-    joined (a block ends with CRLF CRLF and the next starts with ``NATS/1.0``, so joining
-    makes no line that was not there)."""
+    """Whether ``_decided_headers`` finds anything in any of many header blocks, at once: each
+    name searched for in all of them joined (a block ends with CRLF CRLF and the next starts
+    with ``NATS/1.0``, so joining makes no line that was not there)."""
     joined = b"".join(blocks)
     if joined.count(b"\r\nNats-") == joined.count(b"\r\nNats-Stream-Source:"):
         return False  # the common case, in two scans: every decided name starts with "Nats-"
@@ -687,14 +703,17 @@ class Stream:
                     # into the store's text: stored as U+FFFD, as the reference's JSON shows them.
                     msg = msg._replace(subject=subjects.storable(msg.subject))
                 h = msg.headers
+                found: dict[str, str] | None = None
+                if h is not None and len(h) <= _MAX_HEADERS:
+                    found = _decided_headers(h)
                 if (
                     plain
-                    and (h is None or (len(h) <= _MAX_HEADERS and not _acts_on(h)))
-                    and self._decide_plain(msg, plan, run)
+                    and (h is None or (found is not None and found.keys() <= _PLAIN_HEADERS))
+                    and self._decide_plain(msg, plan, run, found)
                 ):
                     continue
                 try:
-                    await self._decide(msg, plan, run)
+                    await self._decide(msg, plan, run, found)
                 except ApiError as e:
                     plan.outcomes.append((msg.reply, e))
                 except Exception as e:
@@ -1073,18 +1092,35 @@ class Stream:
             and (cfg.retention != "interest" or any(not c.filters for c in self.consumers.values()))
         )
 
-    def _decide_plain(self, msg: InboundMsg, plan: _Batch, run: _Running) -> bool:
-        """``_decide`` for the common publish (no headers it acts on -- none at all, or a sourced
-        message's -- and a config that cannot refuse it), which is most of the traffic: the same
-        outcome with a fraction of the work. False sends the publish through ``_decide`` (a size
-        over max_msg_size, a subject the store refuses)."""
+    def _decide_plain(
+        self, msg: InboundMsg, plan: _Batch, run: _Running, found: dict[str, str] | None = None
+    ) -> bool:
+        """``_decide`` for the common publish, which is most of the traffic: a config that cannot
+        refuse it, and no header it acts on (none at all, or a sourced message's) but
+        ``Nats-Msg-Id`` and ``Nats-Expected-Stream`` (``found``: ``_decided_headers``). The
+        same outcome, in the same order of checks, with a fraction of the work. False sends
+        the publish through ``_decide`` (a size over max_msg_size, another stream expected, a
+        subject the store refuses), which answers it."""
         subject, headers, payload = msg.subject, msg.headers, msg.payload
         size = len(payload) + (len(headers) if headers else 0)
         max_size = self.config.max_msg_size
         if max_size != -1 and size > max_size:
             return False
+        now = time.time_ns()
+        msg_id = ""  # a publish without Nats-Msg-Id clears the last one
+        if found:
+            expected_stream = found.get("Nats-Expected-Stream")
+            if expected_stream and expected_stream != self.name:
+                return False
+            raw_id = found.get("Nats-Msg-Id")
+            if raw_id:
+                msg_id = subjects.storable(raw_id)
+                dup = plan.dedup.get(msg_id) or self._dedup.get(msg_id)
+                if dup is not None and now - dup[1] <= self.config.duplicate_window:
+                    plan.outcomes.append((msg.reply, _Dup(dup[0])))
+                    return True
         try:
-            op = Append(subject, headers, payload, time.time_ns())
+            op = Append(subject, headers, payload, now)
         except InvalidOperation:
             return False
         ops = plan.ops
@@ -1092,12 +1128,18 @@ class Stream:
         run.msgs += 1
         run.bytes += self.store.size_of(subject, headers, payload)
         run.last_by_subject[subject] = seq
-        run.last_msg_id = plan.last_msg_id = ""  # a publish without Nats-Msg-Id clears it
+        run.last_msg_id = plan.last_msg_id = msg_id
+        if msg_id:
+            plan.dedup[msg_id] = (seq, now)  # memory only, as in _decide
         plan.outcomes.append((msg.reply, _Stored(seq, len(ops))))
         ops.append(op)
         return True
 
-    async def _decide(self, msg: InboundMsg, plan: _Batch, run: _Running) -> None:
+    async def _decide(
+        self, msg: InboundMsg, plan: _Batch, run: _Running, found: dict[str, str] | None = None
+    ) -> None:
+        """Decide one publish: every check the reference makes, in its order. ``found``: what
+        ``_decided_headers`` read from its headers, when the caller already did."""
         cfg = self.config
         if cfg.sealed:
             raise api_error("JSStreamSealedErr")
@@ -1111,13 +1153,12 @@ class Stream:
         ttl_ns = None
         rollup = None
         ttl_error = ttl_never = False
-        if headers and _acts_on(headers):
+        if headers and found is None:
+            found = _decided_headers(headers)
+        if headers and found:
             # The reference's order of checks, and its reading of the headers (exact names,
             # values as sent: see slice_header); an empty header counts as absent.
-            block = headers
-
-            def hdr(name: str) -> str | None:
-                return slice_header(block, name)
+            hdr = found.get
 
             if hdr("Nats-Batch-Id"):
                 raise api_error("JSAtomicPublishDisabledErr")  # atomic batches: not built
