@@ -15,6 +15,7 @@ from core.jetstream.dedup_window import MsgIdEntry, ids_in
 from core.jetstream.models import StreamConfig
 from core.jetstream.stream import Stream
 from core.server.accounts import Account
+from core.server.internal import InboundMsg
 from core.store import SqliteStore
 from core.store.api import Append, SetMetaOp, StoredMsg
 from core.store.columns import columns_of
@@ -69,7 +70,7 @@ async def test_a_load_rebuilds_the_window_from_the_messages_in_it(tmp_path: Path
             starts.append(start)
             return await read(start, end, limit, subject_filter)
 
-        store.read_columns = spy  # type: ignore[method-assign]
+        store.read_columns = spy  # type: ignore[method-assign,assignment]
         await stream.load()
         assert min(starts) == 501, "the scan starts at the first message in the window"
         ids = list(stream._dedup)
@@ -129,3 +130,37 @@ def test_a_read_holds_a_bounded_number_of_bytes() -> None:
     assert dedup_window.rows_per_read(1000, 1000 * 200) == dedup_window.SCAN_ROWS
     assert dedup_window.rows_per_read(10, 10 * (8 << 20)) == 2
     assert dedup_window.rows_per_read(10, 10 * (64 << 20)) == 1
+
+
+async def test_a_publish_with_a_msg_id_stores_its_message_and_nothing_else(tmp_path: Path) -> None:
+    """The id lives in memory and in the message's header: no meta row per publish. Such a
+    publish (only Nats-Msg-Id and Nats-Expected-Stream) takes ``_decide_plain``, with the
+    same outcomes as ``_decide``."""
+    stream, store = await a_stream(tmp_path)
+    try:
+        await stream.load()
+
+        def pub(reply: str, *lines: bytes) -> InboundMsg:
+            return InboundMsg("d.a", reply, block(*lines), reply.encode(), None)  # type: ignore[arg-type]
+
+        flight = await stream._admit(
+            [
+                pub("r1", b"Nats-Msg-Id: A"),
+                pub("r2", b"Nats-Msg-Id: A"),
+                pub("r3", b"Nats-Msg-Id: B", b"Nats-Expected-Stream: D"),
+                pub("r4", b"Nats-Msg-Id: C", b"Nats-Expected-Stream: OTHER"),
+            ]
+        )
+        plan = flight.plan
+        assert [type(op) for op in plan.ops] == [Append, Append]
+        assert [(r, type(o).__name__, getattr(o, "seq", None)) for r, o in plan.outcomes[:3]] == [
+            ("r1", "_Stored", 1),
+            ("r2", "_Dup", 1),
+            ("r3", "_Stored", 2),
+        ]
+        assert plan.outcomes[3][1].err_code == 10060
+        assert plan.last_msg_id == "B" and set(stream._dedup) == {"A", "B"}
+        assert await store.apply(plan.ops) == [1, 2]
+        assert await store.meta_items() == []
+    finally:
+        await store.close()
