@@ -1067,18 +1067,22 @@ class Stream:
     def _send_outcomes(self, plan: _Batch, results: list[Any]) -> None:
         if self.config.no_ack:
             return  # as the reference: such a stream answers no publish, not even with an error
-        publish = self.account.publish
         ack = self._ack
+        answers: list[tuple[str, bytes]] = []
+        add = answers.append
         for reply, outcome in plan.outcomes:
             if not reply:
                 continue
             if type(outcome) is _Stored:  # the common case first
                 index = outcome.op_index
-                publish(reply, None, None, ack(int(results[index]) if index >= 0 else outcome.seq))
+                add((reply, ack(int(results[index]) if index >= 0 else outcome.seq)))
             elif type(outcome) is _Dup:
-                publish(reply, None, None, ack(outcome.seq, duplicate=True))
+                add((reply, ack(outcome.seq, duplicate=True)))
             else:
-                publish(reply, None, None, self._nak(outcome))  # an ApiError
+                add((reply, self._nak(outcome)))  # an ApiError
+        if answers:
+            # a publisher's acks, in a row to its reply inbox, go out as one run
+            self.account.publish_replies(answers)
 
     def _plain_publishes_ok(self) -> bool:
         """Whether a publish without headers can take ``_decide_plain``: nothing in the config
