@@ -430,6 +430,21 @@ class ServerParser(_Parser):
                 raise ProtocolError(MAX_PAYLOAD)
             subject = args[1].decode("utf-8", "surrogateescape")
             return (size, subject, args[2].decode("utf-8", "surrogateescape") if n == 4 else None, 0)
+        if line[:5] == b"HPUB " and (n == 4 or n == 5):
+            # The same for HPUB (a JetStream publisher's with a message id, the MQTT bridge's):
+            # the checks of _any_line's HPUB, in its order, without its generic steps.
+            hdr_digits, digits = args[-2], args[-1]
+            if len(hdr_digits) > _MAX_SIZE_DIGITS or not hdr_digits.isdigit():
+                raise ProtocolError(None)
+            if len(digits) > _MAX_SIZE_DIGITS or not digits.isdigit():
+                raise ProtocolError(None)
+            hdr, size = int(hdr_digits), int(digits)
+            if hdr > size:
+                raise ProtocolError(None)
+            if size > self.max_payload:
+                raise ProtocolError(MAX_PAYLOAD)
+            subject = args[1].decode("utf-8", "surrogateescape")
+            return (size, subject, args[2].decode("utf-8", "surrogateescape") if n == 5 else None, hdr)
         return self._any_line(line, args, n)
 
     def _any_line(self, line: bytes, args: list[bytes], n: int) -> Any:

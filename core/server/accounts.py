@@ -189,6 +189,39 @@ class Account:
             count += 1
         return count
 
+    def publish_replies(self, replies: Sequence[tuple[str, bytes]]) -> None:
+        """``publish(subject, None, None, payload)`` for each ``(subject, payload)``, in order:
+        answers to many requesters at once (a stream's PubAcks for a batch). Answers in a row
+        that reach exactly one subscription, the same one (a client's reply inbox, without a
+        max or a deny filter), go to it as one run (``deliver_many``: one encode and one
+        buffer entry, not one each); any other answer is published on its own."""
+        if self.links:
+            for subject, payload in replies:
+                self.publish(subject, None, None, payload)
+            return
+        match = self.sublist.match
+        run: list[tuple[str, str | None, bytes | None, bytes]] = []
+        run_sub: Subscription | None = None
+        for subject, payload in replies:
+            result = match(subject)
+            plain = result.plain
+            if len(plain) == 1 and not result.queues:
+                sub = plain[0]
+                if sub.max_msgs is None and sub.deny_filter is None:
+                    if sub is not run_sub:
+                        if run_sub is not None:
+                            run_sub.receiver.deliver_many(run_sub, run)
+                            run = []
+                        run_sub = sub
+                    run.append((subject, None, None, payload))
+                    continue
+            if run_sub is not None:
+                run_sub.receiver.deliver_many(run_sub, run)
+                run, run_sub = [], None
+            self.publish(subject, None, None, payload)
+        if run_sub is not None:
+            run_sub.receiver.deliver_many(run_sub, run)
+
     def publish_many(self, route: str, msgs: Sequence[tuple[str, str | None, bytes | None, bytes]]) -> None:
         """``publish(subject, reply, headers, payload, route=route)`` for each of ``msgs``, in order,
         with ``route`` matched once: JetStream hands a pull request a run of messages at a time."""

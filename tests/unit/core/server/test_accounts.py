@@ -258,3 +258,55 @@ def test_publish_run_to_a_queue_group_picks_a_member_per_message_as_publish_does
     accounts[1].publish_run("a.b", payloads)
     assert logs[1] == logs[0], "the same members, message by message"
     assert len({e[0] for e in logs[1]}) > 1 and len(logs[1]) == 20, "each message once, spread"
+
+
+def test_publish_replies_matches_one_publish_per_reply():
+    """A stream's acks (``publish_replies``): runs to one reply inbox go as one run; a reply
+    with a max, a deny filter, a queue group or several subscribers goes one at a time; order
+    and what each subscriber gets are a publish's per reply."""
+
+    def accounts(log: list) -> Account:
+        acc = Account("A")
+        rec = Recorder(acc, log)
+        subs = [
+            ("1", "_INBOX.a.*", None, None, None),
+            ("2", "_INBOX.b.*", None, None, None),
+            ("3", "_INBOX.m.*", None, 2, None),  # a max: one at a time
+            ("4", "_INBOX.d.*", None, None, "_INBOX.d.2"),  # a deny filter
+            ("5", "_INBOX.q.*", "q", None, None),  # a queue group
+            ("6", "_INBOX.w.*", None, None, None),
+            ("7", "_INBOX.w.>", None, None, None),  # two plain subscribers
+        ]
+        for sid, subject, queue, max_msgs, denied in subs:
+            sub = Subscription(rec, subject, queue, sid)
+            sub.max_msgs = max_msgs
+            if denied is not None:
+                sub.deny_filter = lambda s, denied=denied: s != denied
+            acc.subscribe(sub)
+        return acc
+
+    replies = [
+        *((f"_INBOX.a.{i}", b"a%d" % i) for i in range(3)),
+        ("_INBOX.b.1", b"b1"),
+        ("_INBOX.a.9", b"a9"),
+        *((f"_INBOX.m.{i}", b"m%d" % i) for i in range(3)),
+        *((f"_INBOX.d.{i}", b"d%d" % i) for i in range(3)),
+        ("_INBOX.q.1", b"q1"),
+        ("_INBOX.w.1", b"w1"),
+        ("_INBOX.nobody.1", b"lost"),
+        ("_INBOX.a.10", b"a10"),
+    ]
+    one: list = []
+    acc = accounts(one)
+    for subject, payload in replies:
+        acc.publish(subject, None, None, payload)
+    many: list = []
+    accounts(many).publish_replies(replies)
+    assert [m for m in many if m[0] == "run"] == [
+        ("run", "1", 3),
+        ("run", "2", 1),
+        ("run", "1", 1),
+        ("run", "1", 1),
+    ]
+    assert [m for m in many if m[0] != "run"] == one
+    assert [m[4] for m in one if m[0] == "3"] == [b"m0", b"m1"], "the max still ends the subscription"
