@@ -25,6 +25,7 @@ from hub.raft.types import (
     ConfChangeKind,
     Entry,
     Message,
+    MsgType,
     NodeId,
     Ready,
     Role,
@@ -141,7 +142,7 @@ class Sim:
         self.log_entries: dict[tuple[int, int], tuple[bytes, int, int | None]] = {}
         self.votes: dict[tuple[NodeId, int], NodeId] = {}
         self._led: dict[NodeId, int] = {}  # the term each server was last seen leading
-        self.stats = {"elections": 0, "snapshots_sent": 0, "crashes": 0, "torn": 0, "applied": 0}
+        self.stats = {"elections": 0, "snapshots_sent": 0, "crashes": 0, "torn": 0, "applied": 0, "early_messages": 0}
         founders = frozenset(range(1, nodes + 1))
         for i in founders:
             self._add_server(i, bootstrap=bootstrap_snapshot(founders))
@@ -241,6 +242,11 @@ class Sim:
         node, store = srv.node, srv.store
         assert node is not None and store is not None
         self._check_log_matching(node, rd)
+        self._check_early(node, rd)
+        # 0. the leader's appends and heartbeats go out before its own write (a crash in the
+        # write below then leaves followers holding entries the leader lost)
+        for m in rd.early_messages:
+            self._send(m)
         # 1. persist: snapshot, entries (one fsync), then term and vote
         if rd.snapshot is not None:
             store.install_snapshot(rd.snapshot)
@@ -314,6 +320,16 @@ class Sim:
             seen = self.log_entries.setdefault(key, value)
             if seen[:2] != value[:2] or (seen[2] is not None and prev is not None and seen[2] != prev):
                 raise InvariantViolation(f"two different entries at index {e.index} term {e.term}")
+
+    def _check_early(self, node: Node, rd: Ready) -> None:
+        """Invariant 1's one exception: what goes out before the Ready is persisted is only the
+        leader's appends and heartbeats of its term, never with a new term or vote to write."""
+        if rd.early_messages and (rd.hard_state is not None or node.role is not Role.LEADER):
+            raise InvariantViolation(f"node {node.id} sends before persisting its term or vote")
+        for m in rd.early_messages:
+            if m.type not in (MsgType.APPEND, MsgType.HEARTBEAT) or m.term != node.term:
+                raise InvariantViolation(f"node {node.id} sends a {m.type.name} before persisting")
+        self.stats["early_messages"] += len(rd.early_messages)
 
     def _check_node(self, srv: SimServer) -> None:
         node = srv.node
