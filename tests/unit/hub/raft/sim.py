@@ -15,7 +15,7 @@ import hashlib
 import heapq
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hub.raft.log_store import LogStore
 from hub.raft.node import Config, Node, ProposalError, bootstrap_snapshot
@@ -95,6 +95,10 @@ class SimServer:
     digest: bytes = GENESIS  # hash chain over every applied entry: equal chains = equal histories
     restart_at: int | None = None
     commit_seen: int = 0  # commit index while up (must never go down within one life)
+    # what its disk surely holds: index -> term of entries fsynced, and the newest durable snapshot
+    durable: dict[int, int] = field(default_factory=dict)
+    durable_snapshot: int = 0
+    commit_checked: int = 0  # the highest commit index checked against the durable copies
 
     @property
     def up(self) -> bool:
@@ -142,7 +146,14 @@ class Sim:
         self.log_entries: dict[tuple[int, int], tuple[bytes, int, int | None]] = {}
         self.votes: dict[tuple[NodeId, int], NodeId] = {}
         self._led: dict[NodeId, int] = {}  # the term each server was last seen leading
-        self.stats = {"elections": 0, "snapshots_sent": 0, "crashes": 0, "torn": 0, "applied": 0, "early_messages": 0}
+        self.stats = {
+            "elections": 0,
+            "snapshots_sent": 0,
+            "crashes": 0,
+            "torn": 0,
+            "applied": 0,
+            "early_messages": 0,
+        }
         founders = frozenset(range(1, nodes + 1))
         for i in founders:
             self._add_server(i, bootstrap=bootstrap_snapshot(founders))
@@ -223,6 +234,7 @@ class Sim:
                 continue
             self._record(f"d{m.src}>{m.dst}:{m.type.name}:{m.term}:{m.index}")
             srv.node.step(m)
+            self._check_commit_durable(srv)  # before anything of the new commit index goes out
             self._drain(srv)
 
     # -- the driver loop -------------------------------------------------------------------------
@@ -249,9 +261,15 @@ class Sim:
             self._send(m)
         # 1. persist: snapshot, entries (one fsync), then term and vote
         if rd.snapshot is not None:
+            srv.durable.clear()  # installing drops the entries (a crash part-way may have begun it)
             store.install_snapshot(rd.snapshot)
+            srv.durable_snapshot = rd.snapshot.index
         if rd.entries:
+            first = rd.entries[0].index
+            for i in [i for i in srv.durable if i >= first]:  # writing at i drops what was there
+                del srv.durable[i]
             store.append(rd.entries)
+            srv.durable.update((e.index, e.term) for e in rd.entries)
         if rd.hard_state is not None:
             hs = rd.hard_state
             store.save_hard_state(hs)
@@ -268,6 +286,7 @@ class Sim:
         for e in rd.committed:
             self._apply(srv, e)
         node.advance(rd)
+        self._check_commit_durable(srv)
         self._check_node(srv)
         self._maybe_snapshot(srv)
 
@@ -297,6 +316,7 @@ class Sim:
         except SimCrash:
             self.crash(srv, restart_in=self.rng.randrange(1, 30))
             return
+        srv.durable_snapshot = max(srv.durable_snapshot, index)
         node.compact(snap)
         try:
             store.compact(index)
@@ -330,6 +350,30 @@ class Sim:
             if m.type not in (MsgType.APPEND, MsgType.HEARTBEAT) or m.term != node.term:
                 raise InvariantViolation(f"node {node.id} sends a {m.type.name} before persisting")
         self.stats["early_messages"] += len(rd.early_messages)
+
+    def _check_commit_durable(self, srv: SimServer) -> None:
+        """Invariant 4, checked as soon as a leader's commit index moves (after a message, after
+        ``advance``: with the voters it counted, and before anything of it is sent or applied):
+        the entry there is on the disks of a quorum of voters. (The leader's appends go out
+        before its own write, so a leader counting its unsynced copy would commit on one durable
+        copy of three.)"""
+        node = srv.node
+        assert node is not None
+        c = node.log.committed
+        if node.role is not Role.LEADER or c <= srv.commit_checked or c <= node.log.snapshot.index:
+            return
+        srv.commit_checked = c
+        term = node.log.term(c)
+        holders = [
+            v
+            for v in node.voters
+            if (o := self.servers.get(v)) is not None
+            and (o.durable_snapshot >= c or o.durable.get(c) == term)
+        ]
+        if len(holders) < len(node.voters) // 2 + 1:
+            raise InvariantViolation(
+                f"leader {srv.id} commits {c} (term {term}) durable only on {sorted(holders)}"
+            )
 
     def _check_node(self, srv: SimServer) -> None:
         node = srv.node
