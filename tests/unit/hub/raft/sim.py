@@ -98,7 +98,7 @@ class SimServer:
     # what its disk surely holds: index -> term of entries fsynced, and the newest durable snapshot
     durable: dict[int, int] = field(default_factory=dict)
     durable_snapshot: int = 0
-    commit_checked: int = 0  # the highest commit index checked against the durable copies
+    commit_checked: int = 0  # commit index checked against the durable copies (or not its own)
 
     @property
     def up(self) -> bool:
@@ -360,7 +360,10 @@ class Sim:
         node = srv.node
         assert node is not None
         c = node.log.committed
-        if node.role is not Role.LEADER or c <= srv.commit_checked or c <= node.log.snapshot.index:
+        if node.role is not Role.LEADER:
+            srv.commit_checked = c  # learned from a leader (and checked there) under its voters
+            return
+        if c <= srv.commit_checked or c <= node.log.snapshot.index:
             return
         srv.commit_checked = c
         term = node.log.term(c)
