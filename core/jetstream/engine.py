@@ -294,11 +294,14 @@ class JetStream:
         )
 
     async def _start_stream(
-        self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, created: int
+        self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, created: int, *, fresh: bool = False
     ) -> Stream:
+        """Run a stream on its open store. ``fresh``: the store was built empty by a create, so
+        there are no dedup ids, TTLs or consumers to read back (each read is a trip to the
+        store's thread: a create skips five)."""
         backlog = Backlog(self.config.max_buffered_msgs, self.config.max_buffered_size, parent=ajs.inbound)
         stream = Stream(cfg, store, created, ajs.account, self.domain, backlog=backlog)
-        await stream.load()
+        await stream.load(fresh=fresh)
         assert self._tg is not None
         scope = anyio.CancelScope()
         self._stream_scopes[(ajs.account.name, cfg.name)] = scope
@@ -313,7 +316,8 @@ class JetStream:
             await stream.expire_due()
         except StoreError as e:
             log.error("stream %s: expiry at start failed: %s", cfg.name, e)
-        await self._recover_consumers(stream)
+        if not fresh:
+            await self._recover_consumers(stream)
         stream.subscribe()
         ajs.streams[cfg.name] = stream
         if cfg.sources or cfg.mirror is not None:
@@ -492,6 +496,8 @@ class JetStream:
         # at first_seq: its file must not exist before the store holds that start (a crash in
         # between would recover a stream starting at 1).
         early = cfg.storage != "memory" and cfg.first_seq == 0
+        # built empty by this create (no file was there): nothing to read back from it
+        fresh = cfg.first_seq == 0 and (cfg.storage == "memory" or not (d / "msgs.db").exists())
         written: list[BaseException | None] = []
         failed: StoreError | None = None
         async with anyio.create_task_group() as tg:
@@ -514,7 +520,7 @@ class JetStream:
                 await store.apply([PurgeOp(up_to_seq=cfg.first_seq), SetMetaOp(FIRST_SEQ_SET_KEY, b"1")])
             if cfg.storage != "memory" and not early:
                 await _write_atomic(config_file, config_body)
-            stream = await self._start_stream(ajs, cfg, store, created)
+            stream = await self._start_stream(ajs, cfg, store, created, fresh=fresh)
         except BaseException as e:
             # The stream was never announced: nothing of it may stay behind (its store's
             # connections, its task, its folder, which a restart would recover).

@@ -323,9 +323,12 @@ class Stream:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def load(self) -> None:
-        """Rebuild the in-memory indexes (dedup window, TTLs) from the store's metadata."""
+    async def load(self, *, fresh: bool = False) -> None:
+        """Rebuild the in-memory indexes (dedup window, TTLs) from the store's metadata.
+        ``fresh``: the store was built empty just now, so it has no metadata to read."""
         self._state = await self.store.state()
+        if fresh:
+            return
         self.first_seq_set = await self.store.meta_get(FIRST_SEQ_SET_KEY) is not None
         now = time.time_ns()
         window = self.config.duplicate_window
