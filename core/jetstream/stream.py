@@ -340,10 +340,13 @@ class Stream:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def load(self) -> None:
+    async def load(self, *, fresh: bool = False) -> None:
         """Rebuild the in-memory indexes from the store: the dedup window from the stored
-        messages' ``Nats-Msg-Id`` headers (dedup_window.py), TTLs from the metadata."""
+        messages' ``Nats-Msg-Id`` headers (dedup_window.py), TTLs from the metadata.
+        ``fresh``: the store was built empty just now, so it has nothing to read."""
         st = self._state = await self.store.state()
+        if fresh:
+            return
         self.first_seq_set = await self.store.meta_get(FIRST_SEQ_SET_KEY) is not None
         now = time.time_ns()
         window = self.config.duplicate_window

@@ -1388,13 +1388,14 @@ class SqliteStore:
     def _w_open(self) -> None:
         path = self._path
         try:
-            if path.exists():
-                schema.check_header(path)
-            else:
+            new = not path.exists()
+            if new:
                 self._w_create()
+            else:
+                schema.check_header(path)
             self._conn = conn = self._w_connect()
             schema.check_version(conn, path)
-            if self._quick_check:
+            if self._quick_check and not new:  # a file just built and fsynced here is whole
                 schema.quick_check(conn, path)
             self._w_setup_cipher(conn)
             self._w_load()
