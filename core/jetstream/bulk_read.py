@@ -208,7 +208,10 @@ async def read_range(
     parts: list[MsgColumns] = []
     budget, want, pos = req.max_bytes, req.max_msgs, start
     while True:
-        limit = max(1, min(want, budget // row + 1))
+        # never more rows than there are sequences left up to ``end``: a live read (a message or
+        # a few past the reader's position) is then small enough for the store to read on the
+        # loop (its point reads), not as a pool job -- a thread hop there and back per commit
+        limit = max(1, min(want, budget // row + 1, end - pos + 1))
         cols, covered = await store.read_columns(pos, end, limit, single)
         n = len(cols)
         fit = cols.fitting(budget, ROW_OVERHEAD)
@@ -385,8 +388,11 @@ class BulkReads:
         woken = stream.appended()  # taken before reading: a commit after the read still wakes us
         cap = self.max_bytes()  # one reply's ceiling; a following request's budget may be larger
         one = replace(req, max_bytes=cap) if req.max_bytes > cap else req  # what this reply may take
-        async with self._limiter:
+        await _acquire(self._limiter)
+        try:
             cols, last, stream_last = await read_range(stream, one, cap)
+        finally:
+            self._limiter.release()
         if not cols and last < req.seq and req.wait_ms and self.parked < MAX_PARKED:
             # nothing at or after seq yet: hold the request until a commit, then read again
             self.parked += 1
@@ -397,8 +403,11 @@ class BulkReads:
                         woken = stream.appended()
                         if ajs.streams.get(stream.name) is not stream:  # deleted meanwhile
                             raise api_error("JSStreamNotFoundErr")
-                        async with self._limiter:
+                        await _acquire(self._limiter)
+                        try:
                             cols, last, stream_last = await read_range(stream, one, cap)
+                        finally:
+                            self._limiter.release()
             finally:
                 self.parked -= 1
         # A reply cut by the request's budget ends it. One that reached the stream's last (a live
@@ -409,7 +418,8 @@ class BulkReads:
         size = cols.bytes_before(len(cols), ROW_OVERHEAD) if more else 0
         more = more and size < req.max_bytes
         sent = len(cols)
-        async with self._limiter:  # the frames being built count against the same bound
+        await _acquire(self._limiter)  # the frames being built count against the same bound
+        try:
             encode = (stream, req, cols, last, stream_last)
             if cols.bytes_before(sent, ROW_OVERHEAD) > OFFLOAD_BYTES:
                 headers, frame = await anyio.to_thread.run_sync(_encode_reply, *encode)
@@ -420,7 +430,19 @@ class BulkReads:
                 headers = headers[:-2] + f"{H_MORE}: 1\r\n\r\n".encode()
             self.served += 1
             fed = self._publish(ajs, reply, headers, frame)
+        finally:
+            self._limiter.release()
         return sent, last, size, more, fed
+
+
+async def _acquire(limiter: anyio.CapacityLimiter) -> None:
+    """A token of ``limiter``: taken at once when one is free, else waited for. anyio's
+    ``acquire`` yields to the loop even when a token is free, and a live reply took two: two
+    turns of a busy loop on every message's way to a source."""
+    try:
+        limiter.acquire_nowait()
+    except anyio.WouldBlock:
+        await limiter.acquire()
 
 
 def _encode_reply(

@@ -80,8 +80,9 @@ SMALL_FANOUT = 256
 """A wildcard filter matching at most this many subjects is served by per-subject index lookups; a
 broader one by a sequence-ordered scan with a SQL match function."""
 MAX_BATCH_OPS = 20_000
-# The largest call committed on the loop's thread (see SqliteStore._commit_inline): a publish
-# batch of a few messages, a KV put with its purge, a consumer's state.
+# The largest call committed on the loop's thread (see SqliteStore._commit_inline), in rows
+# (``_rows``): a publish batch of a few messages, a live source's batch of a few, a KV put with
+# its purge, a consumer's state.
 INLINE_MAX_OPS = 16
 OFFLOAD_DECODE_BYTES = 256 << 10
 # A range read by sequence runs on the loop's thread (see _point_fetch) when its rows are
@@ -103,8 +104,8 @@ IN_SUBJECTS = "subject IN (SELECT value FROM json_each(?))"
 INSERT_CHUNK = 64
 # A new file's page size (an existing file keeps its own). SQLite's default suits a stream that
 # takes a message per transaction; one that takes thousands per transaction (a stream with
-# sources or a mirror: a catch-up) spends about a third less CPU per row inserting, and half
-# checkpointing, with 16 KiB pages, at the price of more bytes per small commit.
+# sources or a mirror: a catch-up) spends about 15% less store CPU per 1 KiB row, and half the
+# checkpoint CPU, with 16 KiB pages, at the price of more bytes per small commit (store/DESIGN.md).
 DEFAULT_PAGE_SIZE = 4096
 BULK_PAGE_SIZE = 16384
 PAGE_SIZES = frozenset({4096, 8192, 16384, 32768, 65536})
@@ -274,6 +275,15 @@ def _resolved(value: Any, exc: BaseException | None = None) -> asyncio.Future[An
     else:
         fut.set_result(value)
     return fut
+
+
+def _rows(ops: tuple[Op, ...]) -> int:
+    """The rows a call writes, for the inline bound (``INLINE_MAX_OPS``): an ``AppendBatch``
+    counts its messages, so a live source's batch of a few commits inline like a publish, and a
+    catch-up's thousands go to the writer."""
+    if len(ops) > INLINE_MAX_OPS:
+        return len(ops)
+    return sum(len(op.subjects) if isinstance(op, AppendBatch) else 1 for op in ops)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -583,12 +593,7 @@ class SqliteStore:
             self._check_open()
             return _resolved([])
         SLOTS.touch(self)
-        if (
-            self._inline
-            and self._inflight == 0
-            and len(ops) <= INLINE_MAX_OPS
-            and ops[0].__class__ is not AppendBatch
-        ):
+        if self._inline and self._inflight == 0 and _rows(ops) <= INLINE_MAX_OPS:
             done = self._commit_inline(ops)
             if done is not None:
                 return done
@@ -1396,13 +1401,14 @@ class SqliteStore:
     def _w_open(self) -> None:
         path = self._path
         try:
-            if path.exists():
-                schema.check_header(path)
-            else:
+            new = not path.exists()
+            if new:
                 self._w_create()
+            else:
+                schema.check_header(path)
             self._conn = conn = self._w_connect()
             schema.check_version(conn, path)
-            if self._quick_check:
+            if self._quick_check and not new:  # a file just built and fsynced here is whole
                 schema.quick_check(conn, path)
             self._w_setup_cipher(conn)
             self._w_load()
