@@ -166,7 +166,9 @@ def _rounds(dfs: dict[str, Any], runs: int, server_pid: int) -> dict[str, Scan]:
     return out
 
 
-def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str = "auto") -> SparkFigures:
+def run_spark(
+    msgs: int, size: int, partitions: int, runs: int, compression: str = "auto", direct: bool = True
+) -> SparkFigures:
     from bridges.spark.session import quiet_session
 
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-spark-") as tmp:
@@ -199,11 +201,12 @@ def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str
                 }
                 _rounds(dfs, 1, srv.pid)  # warm-up of both sides: Python workers, the JVM's JIT (not timed)
                 scans = _rounds(dfs, runs, srv.pid)
+                scans["direct get base"] = Scan(float("inf"), 0.0, 0.0, 0.0)  # not run (--no-direct)
                 try:
-                    scans["direct get base"] = _scan(source(False, "false"), 1, srv.pid)
+                    if direct:
+                        scans["direct get base"] = _scan(source(False, "false"), 1, srv.pid)
                 except Exception as e:  # a loaded machine times the fallback out: keep the other figures
                     print(f"direct get scan failed: {str(e).splitlines()[-1][:200]}")
-                    scans["direct get base"] = Scan(float("inf"), 0.0, 0.0, 0.0)
             finally:
                 spark.stop()
         finally:
@@ -236,7 +239,7 @@ def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str
 
 
 def spark_matrix(args: argparse.Namespace) -> int:
-    f = run_spark(args.msgs, args.size, args.partitions, args.runs, args.compression)
+    f = run_spark(args.msgs, args.size, args.partitions, args.runs, args.compression, args.direct)
     print(
         f"\nspark N={f.msgs},MsgSz~{args.size}B,Partitions={args.partitions},median of runs={args.runs},"
         f"compression={args.compression}"
@@ -255,9 +258,14 @@ def spark_matrix(args: argparse.Namespace) -> int:
     for kind, ratios in f.round_ratios.items():
         print(f"  {kind} ratio per round: {', '.join(f'{r:.3f}' for r in ratios)}")
     d, p = f.direct_rows_per_s, f.parquet_rows_per_s
-    print(f"{'scan, base, bulkRead=false (direct get)':40s} {d:>12,.0f} {p:>12,.0f} {d / p:7.3f}  (1 run)")
+    if d:
+        print(
+            f"{'scan, base, bulkRead=false (direct get)':40s} {d:>12,.0f} {p:>12,.0f} {d / p:7.3f}  (1 run)"
+        )
     print("CPU per row (us, mean of the runs; Spark = driver + JVM + Python workers; JVM = its own time):")
     for label, (server, spark, jvm) in f.cpu_us_per_row.items():
+        if label.startswith("direct") and not d:
+            continue
         split = f"(JVM {jvm:5.2f}, Python {spark - jvm:5.2f})"
         print(f"  {label:20s} server {server:6.2f}   spark {spark:6.2f} {split}")
     return 0
@@ -271,6 +279,12 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--runs", type=int, default=3, help="rounds after the warm-up; figures are medians")
     s.add_argument(
         "--compression", default="auto", choices=("auto", "zstd", "none"), help="the source option"
+    )
+    s.add_argument(
+        "--direct",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also scan once with bulkRead=false (slow: ~15 us/row; --no-direct skips it)",
     )
 
 
