@@ -319,7 +319,10 @@ def main(argv: list[str] | None = None) -> int:
     mq.add_argument("--size", type=int, default=128)
     mq.add_argument("--inflight", type=int, default=100, help="device QoS 1 inflight window")
     mq.add_argument(
-        "--profile", type=Path, default=None, help="directory for a py-spy profile of the bridge (raw stacks)"
+        "--profile",
+        type=Path,
+        default=None,
+        help="directory for a py-spy profile of the bridge and the leafjet agent (raw stacks)",
     )
     mq.add_argument(
         "--commands", action="store_true", help="commands out instead: stream -> bridge -> devices"

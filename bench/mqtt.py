@@ -176,12 +176,14 @@ def _via_bridge(
     broker = Mosquitto(tmp / f"{kind}-mosquitto", free_port())
     broker.workdir.mkdir(parents=True)
     broker.start()
-    bridge = spy = None
+    bridge = spy = server_spy = None
     try:
         bridge = _bridge_process(tmp, broker, srv.url, inflight)
         if profile is not None:
             profile.mkdir(parents=True, exist_ok=True)
             spy = _profiler(bridge.pid, profile / f"bridge-{kind}.txt")
+            if kind == "leafjet":  # the agent too: its share of the path is the stream's work
+                server_spy = _profiler(srv.pid, profile / "server-leafjet.txt")
         time.sleep(0.5)  # the bridge subscribes right after it connects; the device must not beat it
         assert broker.proc is not None
         pids = {"bridge": bridge.pid, "server": srv.pid, "broker": broker.proc.pid}
@@ -195,6 +197,8 @@ def _via_bridge(
             shutil.copy(tmp / "bridge.log", profile / f"bridge-{kind}.log")
         broker.stop()
         srv.stop()
+        if server_spy is not None:
+            server_spy.wait(30)
 
 
 def _reference_listener(tmp: Path, n: int, size: int, inflight: int) -> MqttFigures:

@@ -194,7 +194,10 @@ async def read_range(
     parts: list[MsgColumns] = []
     budget, want, pos = req.max_bytes, req.max_msgs, start
     while True:
-        limit = max(1, min(want, budget // row + 1))
+        # never more rows than there are sequences left up to ``end``: a live read (a message or
+        # a few past the reader's position) is then small enough for the store to read on the
+        # loop (its point reads), not as a pool job -- a thread hop there and back per commit
+        limit = max(1, min(want, budget // row + 1, end - pos + 1))
         cols, covered = await store.read_columns(pos, end, limit, single)
         n = len(cols)
         fit = cols.fitting(budget, ROW_OVERHEAD)
@@ -345,8 +348,11 @@ class BulkReads:
         follow. Returns (messages sent, last sequence covered, their bytes, whether another
         reply follows)."""
         woken = stream.appended()  # taken before reading: a commit after the read still wakes us
-        async with self._limiter:
+        await _acquire(self._limiter)
+        try:
             cols, last, stream_last = await read_range(stream, req, self.max_bytes())
+        finally:
+            self._limiter.release()
         if not cols and last < req.seq and req.wait_ms and self.parked < MAX_PARKED:
             # nothing at or after seq yet: hold the request until a commit, then read again
             self.parked += 1
@@ -357,8 +363,11 @@ class BulkReads:
                         woken = stream.appended()
                         if ajs.streams.get(stream.name) is not stream:  # deleted meanwhile
                             raise api_error("JSStreamNotFoundErr")
-                        async with self._limiter:
+                        await _acquire(self._limiter)
+                        try:
                             cols, last, stream_last = await read_range(stream, req, self.max_bytes())
+                        finally:
+                            self._limiter.release()
             finally:
                 self.parked -= 1
         # A reply cut by the budget ends before the stream's last; only one that reached it (a
@@ -367,7 +376,8 @@ class BulkReads:
         size = cols.bytes_before(len(cols), ROW_OVERHEAD) if more else 0
         more = more and size < req.max_bytes
         sent = len(cols)
-        async with self._limiter:  # the frames being built count against the same bound
+        await _acquire(self._limiter)  # the frames being built count against the same bound
+        try:
             encode = (stream, req, cols, last, stream_last)
             if cols.bytes_before(sent, ROW_OVERHEAD) > OFFLOAD_BYTES:
                 headers, frame = await anyio.to_thread.run_sync(_encode_reply, *encode)
@@ -378,7 +388,19 @@ class BulkReads:
                 headers = headers[:-2] + f"{H_MORE}: 1\r\n\r\n".encode()
             self.served += 1
             ajs.account.publish(reply, None, headers, frame)
+        finally:
+            self._limiter.release()
         return sent, last, size, more
+
+
+async def _acquire(limiter: anyio.CapacityLimiter) -> None:
+    """A token of ``limiter``: taken at once when one is free, else waited for. anyio's
+    ``acquire`` yields to the loop even when a token is free, and a live reply took two: two
+    turns of a busy loop on every message's way to a source."""
+    try:
+        limiter.acquire_nowait()
+    except anyio.WouldBlock:
+        await limiter.acquire()
 
 
 def _encode_reply(

@@ -26,6 +26,7 @@ the consumer path: the read API starts at a sequence.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -104,6 +105,8 @@ class BulkSourceWorker(SourceWorker):
     the reference's consumer path."""
 
     bulk = False  # whether the current attempt runs in bulk mode (shown for tests and benches)
+    # set when the reader queues a batch or the oldest batch in flight commits: wakes an idle writer
+    _stir: asyncio.Event
     _started_at = 0  # the upstream sequence the current bulk attempt started after
     FOLLOWS_IDENTITY = True  # a source starts over when the upstream's identity changes
 
@@ -174,6 +177,7 @@ class BulkSourceWorker(SourceWorker):
             self._spoke = False
             self._started_at = self.sseq  # a first message past it: the upstream lost those
             send, receive = anyio.create_memory_object_stream[Batch](QUEUED_REPLIES)
+            self._stir = asyncio.Event()
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._store_batches, receive)
@@ -187,6 +191,7 @@ class BulkSourceWorker(SourceWorker):
                                 expect = covered + 1
                             if batch:
                                 await send.send(batch)  # waits while QUEUED_REPLIES are queued
+                                self._stir.set()  # an idle writer stores it before settling more
                             msg = await self._reply(rx, pending, WAIT_MS / 1000 + REPLY_GRACE, False)
             except BaseExceptionGroup as group:  # the reader's or the writer's failure, as it was
                 raise _first(group) from None
@@ -198,7 +203,7 @@ class BulkSourceWorker(SourceWorker):
         """The writer: stores what the reader queued, everything queued at once, so the batches
         grow while the store is busy. Up to PIPELINE_DEPTH batches are in flight (``_flush``:
         each commits only if the one before it did), and they are settled when nothing more is
-        queued, so ``committed`` catches up when idle."""
+        queued, so ``committed`` catches up when idle (``_settle_while_idle``)."""
         async with receive:
             async for batch in receive:
                 while len(batch) < MERGE_MAX_MSGS:
@@ -208,8 +213,23 @@ class BulkSourceWorker(SourceWorker):
                         break
                     batch += more  # type: ignore[operator]  # a worker's batches are of one kind
                 await self._flush(batch)
-                if self._flights and receive.statistics().current_buffer_used == 0:
-                    await self._settle()
+                await self._settle_while_idle(receive)
+
+    async def _settle_while_idle(self, receive: MemoryObjectReceiveStream[Batch]) -> None:
+        """While nothing is queued: settle the batches in flight, each as soon as its commit
+        lands (the stream's consumers see its messages then). A batch the reader queues
+        meanwhile is stored first: submitted behind those in flight, it commits right after
+        them, where waiting for them all here held it a whole commit (an fsync) plus a turn of
+        the loop -- a live source's every message, on a busy hub."""
+        stir = self._stir
+        while self._flights and receive.statistics().current_buffer_used == 0:
+            commit = self._flights[0][0].commit
+            if isinstance(commit, asyncio.Future) and not commit.done():
+                stir.clear()
+                commit.add_done_callback(lambda _f: stir.set())
+                await stir.wait()  # the commit landed, or the reader queued a batch
+                continue
+            await self._settle_oldest()
 
     async def _reply(self, rx: _Receiver, pending: str, wait: float, probe: bool) -> InboundMsg:
         """The reply to ``pending``; a probe that gets none, or a reply that is not the read

@@ -12,6 +12,7 @@ recovered after a restart, as on the reference.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -293,11 +294,14 @@ class JetStream:
         )
 
     async def _start_stream(
-        self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, created: int
+        self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, created: int, *, fresh: bool = False
     ) -> Stream:
+        """Run a stream on its open store. ``fresh``: the store was built empty by a create, so
+        there are no dedup ids, TTLs or consumers to read back (each read is a trip to the
+        store's thread: a create skips five)."""
         backlog = Backlog(self.config.max_buffered_msgs, self.config.max_buffered_size, parent=ajs.inbound)
         stream = Stream(cfg, store, created, ajs.account, self.domain, backlog=backlog)
-        await stream.load()
+        await stream.load(fresh=fresh)
         assert self._tg is not None
         scope = anyio.CancelScope()
         self._stream_scopes[(ajs.account.name, cfg.name)] = scope
@@ -312,7 +316,8 @@ class JetStream:
             await stream.expire_due()
         except StoreError as e:
             log.error("stream %s: expiry at start failed: %s", cfg.name, e)
-        await self._recover_consumers(stream)
+        if not fresh:
+            await self._recover_consumers(stream)
         stream.subscribe()
         ajs.streams[cfg.name] = stream
         if cfg.sources or cfg.mirror is not None:
@@ -483,19 +488,39 @@ class JetStream:
         """A new stream; ``created`` (wall ns) is the meta group's, when it assigned the stream."""
         d = ajs.root / cfg.name
         d.mkdir(parents=True, exist_ok=True)
+        created = created or time.time_ns()
+        config_file = d / "stream.json"
+        config_body = {"config": cfg.to_json(), "created": created}
+        # The config file is written while the store is built (each waits on its own fsyncs, so
+        # a create costs the longer of the two, not their sum), except for a stream that starts
+        # at first_seq: its file must not exist before the store holds that start (a crash in
+        # between would recover a stream starting at 1).
+        early = cfg.storage != "memory" and cfg.first_seq == 0
+        # built empty by this create (no file was there): nothing to read back from it
+        fresh = cfg.first_seq == 0 and (cfg.storage == "memory" or not (d / "msgs.db").exists())
+        written: list[BaseException | None] = []
+        failed: StoreError | None = None
+        async with anyio.create_task_group() as tg:
+            if early:
+                tg.start_soon(_write_atomic_noting, config_file, config_body, written)
+            try:
+                store = await self._open_store(cfg, d)
+            except StoreError as e:  # raised after the config file's writer has finished
+                failed = e
+        if failed is not None:
+            if early:  # a config file without its store would be recovered as a stream
+                await anyio.to_thread.run_sync(functools.partial(config_file.unlink, missing_ok=True))
+            raise api_error("JSStreamCreateErrF", err=str(failed)) from None
         try:
-            store = await self._open_store(cfg, d)
-        except StoreError as e:
-            raise api_error("JSStreamCreateErrF", err=str(e)) from None
-        try:
+            if written and written[0] is not None:
+                raise written[0]
             if cfg.first_seq > 0:
                 # An empty stream that starts at first_seq: last_seq moves to first_seq - 1, and
                 # it reports that first sequence (not 0) until its first message.
                 await store.apply([PurgeOp(up_to_seq=cfg.first_seq), SetMetaOp(FIRST_SEQ_SET_KEY, b"1")])
-            created = created or time.time_ns()
-            if cfg.storage != "memory":
-                await _write_atomic(d / "stream.json", {"config": cfg.to_json(), "created": created})
-            stream = await self._start_stream(ajs, cfg, store, created)
+            if cfg.storage != "memory" and not early:
+                await _write_atomic(config_file, config_body)
+            stream = await self._start_stream(ajs, cfg, store, created, fresh=fresh)
         except BaseException as e:
             # The stream was never announced: nothing of it may stay behind (its store's
             # connections, its task, its folder, which a restart would recover).
@@ -618,6 +643,17 @@ async def _write_atomic(path: Path, body: dict[str, Any]) -> None:
     """``body`` as ``path``, whole or not at all, durably; the two fsyncs run in a worker thread
     (on a busy disk they take milliseconds, which the event loop's other clients must not wait)."""
     await anyio.to_thread.run_sync(_write_atomic_sync, path, json.dumps(body))
+
+
+async def _write_atomic_noting(path: Path, body: dict[str, Any], outcome: list[BaseException | None]) -> None:
+    """``_write_atomic`` whose OSError is noted in ``outcome`` instead of raised (the caller
+    raises it once the work beside it is done)."""
+    try:
+        await _write_atomic(path, body)
+    except OSError as e:
+        outcome.append(e)
+    else:
+        outcome.append(None)
 
 
 TMP_GLOB = ".stream.json.*.tmp"

@@ -24,6 +24,7 @@ reference's backoff; the stream is never touched.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -57,6 +58,7 @@ from core.jetstream.transforms import first_match, source_transforms
 from core.protocol.headers import encode_headers, slice_header
 from core.server.failures import describe_failure
 from core.server.internal import InboundMsg, InternalReceiver, fill_batch
+from core.server.mailbox import Mailbox
 from core.store.api import SequenceMismatch, StreamState
 
 if TYPE_CHECKING:
@@ -729,7 +731,7 @@ class SourceWorker:
                     try:
                         pending = [inbox.receive_nowait()]
                     except (anyio.WouldBlock, anyio.EndOfStream):
-                        await self._settle()
+                        await self._settle_while_quiet(inbox)
                 if not pending:
                     with anyio.move_on_after(1.0):
                         pending = [await inbox.receive()]
@@ -927,6 +929,22 @@ class SourceWorker:
                 first = first or e
         if first is not None:
             raise first
+
+    async def _settle_while_quiet(self, inbox: Mailbox[InboundMsg]) -> None:
+        """While nothing arrives: settle the batches in flight, each as soon as its commit lands
+        (the stream's consumers see its messages then). A delivery that arrives meanwhile is
+        stored first: submitted behind those in flight, it commits right after them, where
+        waiting for them all held it a whole commit (an fsync) plus a turn of the loop."""
+        while self._flights and not len(inbox):
+            commit = self._flights[0][0].commit
+            if inbox.closed:  # the attempt ends: everything in flight, as before
+                await self._settle()
+                return
+            if isinstance(commit, asyncio.Future) and not commit.done():
+                commit.add_done_callback(lambda _f: inbox.wake())
+                await inbox.wait()  # the commit landed, or a delivery came
+                continue
+            await self._settle_oldest()
 
     async def _settle_last(self) -> None:
         """At the end of an attempt: settle what is in flight; its failure is the source's error."""

@@ -31,6 +31,7 @@ from core.api_errors import ApiError, api_error
 from core.config import JetStreamConfig
 from core.errors import StoreError
 from core.faults import fault_point
+from core.jetstream import dedup_window
 from core.jetstream.gotime import format_go_seconds, parse_go_duration, rfc3339_nano
 from core.jetstream.sourced_batch import SourcedColumns
 from core.jetstream.transforms import Republish, StreamTransforms, republish_message
@@ -111,27 +112,43 @@ _DECIDED_HEADERS = frozenset(
 )
 
 
-def _acts_on(block: bytes) -> bool:
-    """Whether a header block has a line ``<name>:`` for a name in ``_DECIDED_HEADERS`` (the
-    lines ``slice_header`` would find); False means every lookup in ``_decide`` finds nothing."""
+# The names as _decide looks them up, by their bytes in a block.
+_DECIDED_NAMES = {name: name.decode() for name in _DECIDED_HEADERS}
+# Decided headers _decide_plain also takes: a publish with only these (the MQTT bridge's, or
+# any publisher's with a message id) is decided without _decide's dozen checks.
+_PLAIN_HEADERS = frozenset({"Nats-Msg-Id", "Nats-Expected-Stream"})
+
+
+def _decided_headers(block: bytes) -> dict[str, str]:
+    """The headers of ``block`` that ``_decide`` acts on, by name, each read as ``slice_header``
+    reads it (the first line ``<name>:``, spaces after the colon skipped, the rest of the line
+    kept), in one pass over the block instead of one search per name. Empty: it acts on none."""
+    found: dict[str, str] = {}
     i = block.find(b"\r\nNats-")
     while i >= 0:
-        j = block.find(b":", i + 2)
-        if block[i + 2 : j] in _DECIDED_HEADERS:
-            return True
-        i = block.find(b"\r\nNats-", i + 7)
-    return False
+        colon = block.find(b":", i + 2)
+        if colon < 0:
+            break
+        name = _DECIDED_NAMES.get(block[i + 2 : colon])
+        if name is not None and name not in found:
+            start = colon + 1
+            while block[start : start + 1] == b" ":
+                start += 1
+            end = block.find(b"\r\n", start)
+            found[name] = block[start : len(block) if end < 0 else end].decode("utf-8", "surrogateescape")
+        i = block.find(b"\r\nNats-", i + 2)
+    return found
 
 
 assert all(name.startswith(b"Nats-") for name in _DECIDED_HEADERS)  # (_any_acts_on counts on it)
-# "<name>:" at the start of a header line, for each name _decide acts on (what _acts_on finds)
+# "<name>:" at the start of a header line, for each name _decide acts on (what _decided_headers finds)
 _DECIDED_LINES = tuple(b"\r\n" + name + b":" for name in sorted(_DECIDED_HEADERS))
 
 
 def _any_acts_on(blocks: list[bytes]) -> bool:
-    """``_acts_on`` over many header blocks at once: each name searched for in all of them
-    joined (a block ends with CRLF CRLF and the next starts with ``NATS/1.0``, so joining
-    makes no line that was not there)."""
+    """Whether ``_decided_headers`` finds anything in any of many header blocks, at once: each
+    name searched for in all of them joined (a block ends with CRLF CRLF and the next starts
+    with ``NATS/1.0``, so joining makes no line that was not there)."""
     joined = b"".join(blocks)
     if joined.count(b"\r\nNats-") == joined.count(b"\r\nNats-Stream-Source:"):
         return False  # the common case, in two scans: every decided name starts with "Nats-"
@@ -323,29 +340,54 @@ class Stream:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def load(self) -> None:
-        """Rebuild the in-memory indexes (dedup window, TTLs) from the store's metadata."""
-        self._state = await self.store.state()
+    async def load(self, *, fresh: bool = False) -> None:
+        """Rebuild the in-memory indexes from the store: the dedup window from the stored
+        messages' ``Nats-Msg-Id`` headers (dedup_window.py), TTLs from the metadata.
+        ``fresh``: the store was built empty just now, so it has nothing to read."""
+        st = self._state = await self.store.state()
+        if fresh:
+            return
         self.first_seq_set = await self.store.meta_get(FIRST_SEQ_SET_KEY) is not None
         now = time.time_ns()
         window = self.config.duplicate_window
-        stale: list[Op] = []
-        live: list[tuple[int, int, str]] = []
-        for key, value in await self.store.meta_items(_DEDUP_PREFIX):
-            seq_s, ts_s = value.decode().split(":")
-            if now - int(ts_s) <= window:
-                live.append((int(ts_s), int(seq_s), key[len(_DEDUP_PREFIX) :]))
-            else:
-                stale.append(DelMetaOp(key))
-        live.sort()  # oldest first, as publishes add them: _expire finds the old ones at the front
-        self._dedup = {mid: (seq, ts) for ts, seq, mid in live}
+        if window > 0 and st.msgs and st.last_ts >= now - window:  # else none is in the window
+            since = now - window
+            rows = dedup_window.rows_per_read(st.msgs, st.bytes)
+            first = await self.seq_for_time(since)
+            self._dedup, last_id = await dedup_window.scan_msg_ids(
+                self.store, first, st.last_seq, since, rows
+            )
+            if last_id is not None:
+                self._last_msg_id = last_id
+        await self._migrate_dedup_rows(now)
         for key, value in await self.store.meta_items(_TTL_PREFIX):
             self._add_ttl(int(key[len(_TTL_PREFIX) :]), int(value))
         self._never = {
             int(key[len(_NEVER_PREFIX) :]) for key, _v in await self.store.meta_items(_NEVER_PREFIX)
         }
-        if stale:
-            await self.store.apply(stale)
+
+    async def _migrate_dedup_rows(self, now: int) -> None:
+        """Files written before the window lived in memory only hold a meta row per id
+        (``dedup/<id>`` = ``seq:ts``). They are read once: the ids still in the window join the
+        rebuilt ones (the row outlives its message, so a removed message's id is kept until
+        the window passes, as before), then every row is deleted in one transaction."""
+        rows = await self.store.meta_items(_DEDUP_PREFIX)
+        if not rows:
+            return
+        window = self.config.duplicate_window
+        entries = [(ts, seq, mid) for mid, (seq, ts) in self._dedup.items()]
+        for key, value in rows:
+            seq_s, _, ts_s = value.decode(errors="replace").partition(":")
+            if seq_s.isdigit() and ts_s.isdigit() and now - int(ts_s) <= window:
+                entries.append((int(ts_s), int(seq_s), key[len(_DEDUP_PREFIX) :]))
+        entries.sort()  # oldest first, as publishes add them: _expire finds the old ones in front
+        merged: dict[str, tuple[int, int]] = {}
+        for ts, seq, mid in entries:
+            merged.pop(mid, None)
+            merged[mid] = (seq, ts)
+        self._dedup = merged
+        await self.store.apply([DelMetaOp(key) for key, _v in rows])
+        log.info("stream %s: %d dedup rows of an older version read and removed", self.name, len(rows))
 
     def subscribe(self) -> None:
         if self.failed is not None:
@@ -531,14 +573,16 @@ class Stream:
             ops.extend(DeleteOp(seq) for seq in due)
         ops.extend(DelMetaOp(f"{_TTL_PREFIX}{seq}") for seq in due)
         window = self.config.duplicate_window
-        # Oldest first (publishes append, load sorts): the walk stops at the first live id, so it
-        # costs what expired, not every id in the window (millions with a busy stream).
+        # Oldest first (publishes append, load rebuilds in order): the walk stops at the first
+        # live id, so it costs what expired, not every id in the window (millions with a busy
+        # stream). Ids live in memory only: forgetting one writes nothing.
         old_ids: list[str] = []
         for mid, (_s, ts) in self._dedup.items():
             if now - ts <= window:
                 break
             old_ids.append(mid)
-        ops.extend(DelMetaOp(_DEDUP_PREFIX + mid) for mid in old_ids)
+        for mid in old_ids:
+            del self._dedup[mid]
         if ops:
             try:
                 await self.store.apply(ops)
@@ -548,8 +592,6 @@ class Stream:
                 raise
             for seq in due:
                 self._ttl.pop(seq, None)
-            for mid in old_ids:
-                self._dedup.pop(mid, None)
             self._removed_messages(seqs=deleted)
 
     async def _expire_by_scan(self, now: int, due: list[int], ops: list[Op], markers: bool) -> list[int]:
@@ -664,14 +706,17 @@ class Stream:
                     # into the store's text: stored as U+FFFD, as the reference's JSON shows them.
                     msg = msg._replace(subject=subjects.storable(msg.subject))
                 h = msg.headers
+                found: dict[str, str] | None = None
+                if h is not None and len(h) <= _MAX_HEADERS:
+                    found = _decided_headers(h)
                 if (
                     plain
-                    and (h is None or (len(h) <= _MAX_HEADERS and not _acts_on(h)))
-                    and self._decide_plain(msg, plan, run)
+                    and (h is None or (found is not None and found.keys() <= _PLAIN_HEADERS))
+                    and self._decide_plain(msg, plan, run, found)
                 ):
                     continue
                 try:
-                    await self._decide(msg, plan, run)
+                    await self._decide(msg, plan, run, found)
                 except ApiError as e:
                     plan.outcomes.append((msg.reply, e))
                 except Exception as e:
@@ -1025,18 +1070,22 @@ class Stream:
     def _send_outcomes(self, plan: _Batch, results: list[Any]) -> None:
         if self.config.no_ack:
             return  # as the reference: such a stream answers no publish, not even with an error
-        publish = self.account.publish
         ack = self._ack
+        answers: list[tuple[str, bytes]] = []
+        add = answers.append
         for reply, outcome in plan.outcomes:
             if not reply:
                 continue
             if type(outcome) is _Stored:  # the common case first
                 index = outcome.op_index
-                publish(reply, None, None, ack(int(results[index]) if index >= 0 else outcome.seq))
+                add((reply, ack(int(results[index]) if index >= 0 else outcome.seq)))
             elif type(outcome) is _Dup:
-                publish(reply, None, None, ack(outcome.seq, duplicate=True))
+                add((reply, ack(outcome.seq, duplicate=True)))
             else:
-                publish(reply, None, None, self._nak(outcome))  # an ApiError
+                add((reply, self._nak(outcome)))  # an ApiError
+        if answers:
+            # a publisher's acks, in a row to its reply inbox, go out as one run
+            self.account.publish_replies(answers)
 
     def _plain_publishes_ok(self) -> bool:
         """Whether a publish without headers can take ``_decide_plain``: nothing in the config
@@ -1050,18 +1099,35 @@ class Stream:
             and (cfg.retention != "interest" or any(not c.filters for c in self.consumers.values()))
         )
 
-    def _decide_plain(self, msg: InboundMsg, plan: _Batch, run: _Running) -> bool:
-        """``_decide`` for the common publish (no headers it acts on -- none at all, or a sourced
-        message's -- and a config that cannot refuse it), which is most of the traffic: the same
-        outcome with a fraction of the work. False sends the publish through ``_decide`` (a size
-        over max_msg_size, a subject the store refuses)."""
+    def _decide_plain(
+        self, msg: InboundMsg, plan: _Batch, run: _Running, found: dict[str, str] | None = None
+    ) -> bool:
+        """``_decide`` for the common publish, which is most of the traffic: a config that cannot
+        refuse it, and no header it acts on (none at all, or a sourced message's) but
+        ``Nats-Msg-Id`` and ``Nats-Expected-Stream`` (``found``: ``_decided_headers``). The
+        same outcome, in the same order of checks, with a fraction of the work. False sends
+        the publish through ``_decide`` (a size over max_msg_size, another stream expected, a
+        subject the store refuses), which answers it."""
         subject, headers, payload = msg.subject, msg.headers, msg.payload
         size = len(payload) + (len(headers) if headers else 0)
         max_size = self.config.max_msg_size
         if max_size != -1 and size > max_size:
             return False
+        now = time.time_ns()
+        msg_id = ""  # a publish without Nats-Msg-Id clears the last one
+        if found:
+            expected_stream = found.get("Nats-Expected-Stream")
+            if expected_stream and expected_stream != self.name:
+                return False
+            raw_id = found.get("Nats-Msg-Id")
+            if raw_id:
+                msg_id = subjects.storable(raw_id)
+                dup = plan.dedup.get(msg_id) or self._dedup.get(msg_id)
+                if dup is not None and now - dup[1] <= self.config.duplicate_window:
+                    plan.outcomes.append((msg.reply, _Dup(dup[0])))
+                    return True
         try:
-            op = Append(subject, headers, payload, time.time_ns())
+            op = Append(subject, headers, payload, now)
         except InvalidOperation:
             return False
         ops = plan.ops
@@ -1069,12 +1135,18 @@ class Stream:
         run.msgs += 1
         run.bytes += self.store.size_of(subject, headers, payload)
         run.last_by_subject[subject] = seq
-        run.last_msg_id = plan.last_msg_id = ""  # a publish without Nats-Msg-Id clears it
+        run.last_msg_id = plan.last_msg_id = msg_id
+        if msg_id:
+            plan.dedup[msg_id] = (seq, now)  # memory only, as in _decide
         plan.outcomes.append((msg.reply, _Stored(seq, len(ops))))
         ops.append(op)
         return True
 
-    async def _decide(self, msg: InboundMsg, plan: _Batch, run: _Running) -> None:
+    async def _decide(
+        self, msg: InboundMsg, plan: _Batch, run: _Running, found: dict[str, str] | None = None
+    ) -> None:
+        """Decide one publish: every check the reference makes, in its order. ``found``: what
+        ``_decided_headers`` read from its headers, when the caller already did."""
         cfg = self.config
         if cfg.sealed:
             raise api_error("JSStreamSealedErr")
@@ -1088,13 +1160,12 @@ class Stream:
         ttl_ns = None
         rollup = None
         ttl_error = ttl_never = False
-        if headers and _acts_on(headers):
+        if headers and found is None:
+            found = _decided_headers(headers)
+        if headers and found:
             # The reference's order of checks, and its reading of the headers (exact names,
             # values as sent: see slice_header); an empty header counts as absent.
-            block = headers
-
-            def hdr(name: str) -> str | None:
-                return slice_header(block, name)
+            hdr = found.get
 
             if hdr("Nats-Batch-Id"):
                 raise api_error("JSAtomicPublishDisabledErr")  # atomic batches: not built
@@ -1190,8 +1261,8 @@ class Stream:
         # as the reference: the last message id is the last stored message's, empty without one
         run.last_msg_id = plan.last_msg_id = msg_id or ""
         if msg_id is not None:
+            # memory only: the stored message's header is the durable record (load rebuilds)
             plan.dedup[msg_id] = (run.last_seq, now)
-            plan.ops.append(SetMetaOp(_DEDUP_PREFIX + msg_id, f"{run.last_seq}:{now}".encode()))
         if ttl_ns is not None:
             plan.ttls.append((run.last_seq, now + ttl_ns))
             plan.ops.append(SetMetaOp(f"{_TTL_PREFIX}{run.last_seq}", str(now + ttl_ns).encode()))

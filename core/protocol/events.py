@@ -38,6 +38,16 @@ class Pub:
 
 
 @dataclass(frozen=True, slots=True)
+class PubRun:
+    """Consecutive plain ``PUB``s (no reply, no headers) to one subject from one read, with the
+    same control line: ``Pub(subject, None, p, None)`` for each ``p`` of ``payloads``, in order.
+    Only a parser with ``runs`` on gives it (the connection then routes the run in one go)."""
+
+    subject: str
+    payloads: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
 class Sub:
     """``SUB <subject> [queue] <sid>``."""
 
@@ -101,5 +111,5 @@ PING = Ping()
 PONG = Pong()
 OK = Ok()
 
-ClientOp = Connect | Pub | Sub | Unsub | Ping | Pong
+ClientOp = Connect | Pub | PubRun | Sub | Unsub | Ping | Pong
 ServerOp = Info | Msg | Ping | Pong | Ok | Err

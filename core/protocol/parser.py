@@ -15,7 +15,7 @@ from typing import Any
 
 from core import jsonsafe
 from core.errors import ProtocolError
-from core.protocol.events import OK, PING, PONG, Connect, Err, Info, Msg, Pub, Sub, Unsub
+from core.protocol.events import OK, PING, PONG, Connect, Err, Info, Msg, Pub, PubRun, Sub, Unsub
 
 UNKNOWN_OP = "Unknown Protocol Operation"
 MAX_CONTROL_LINE = "maximum control line exceeded"
@@ -129,6 +129,7 @@ _new = object.__new__
 _pub_subject, _pub_reply, _pub_payload, _pub_headers = (
     Pub.__dict__[name].__set__ for name in ("subject", "reply", "payload", "headers")
 )
+_run_subject, _run_payloads = (PubRun.__dict__[name].__set__ for name in ("subject", "payloads"))
 _msg_subject, _msg_sid, _msg_reply, _msg_payload, _msg_headers = (
     Msg.__dict__[name].__set__ for name in ("subject", "sid", "reply", "payload", "headers")
 )
@@ -166,6 +167,44 @@ def _link_control(op: bytes, line: bytes) -> Any:
     raise ProtocolError(UNKNOWN_OP)
 
 
+def _run_length(data: bytes, at: int, line: int, size: int) -> int:
+    """How many whole frames, from the one at ``at`` (a checked control line of ``line`` bytes
+    with ``\n``, a ``size``-byte payload, CRLF), repeat it: the same line again, a payload, CRLF.
+
+    Frames of one line are all ``line + size + 2`` bytes, so the k-th byte of every frame is
+    one strided slice: each byte of the line and the CRLF is checked for all frames at once
+    (``count``; ``lstrip`` finds the first frame that differs), a few C calls per run instead
+    of a Python loop per message (a run of 128 B messages: ~5x less CPU)."""
+    step = line + size + 2
+    frames = (len(data) - at) // step
+    if frames < 2:
+        return frames
+    end = at + frames * step
+    for offset in range(line):
+        frames = _same_at(data, at + offset, end, step, data[at + offset], frames)
+        if frames < 2:
+            return frames
+        end = at + frames * step
+    frames = _same_at(data, at + line + size, end, step, 13, frames)
+    if frames < 2:
+        return frames
+    return _same_at(data, at + line + size + 1, at + frames * step, step, 10, frames)
+
+
+def _same_at(data: bytes, start: int, end: int, step: int, byte: int, frames: int) -> int:
+    """How many of the first ``frames`` frames have ``byte`` at this offset (a leading run)."""
+    column = data[start:end:step]
+    if column.count(byte) == frames:
+        return frames
+    return frames - len(column.lstrip(bytes((byte,))))
+
+
+def _payloads_of_run(data: bytes, at: int, line: int, size: int, frames: int) -> list[bytes]:
+    step = line + size + 2
+    first = at + line
+    return [data[i : i + size] for i in range(first, first + frames * step, step)]
+
+
 class _Parser:
     """Line splitting and payload reading shared by both directions.
 
@@ -176,7 +215,7 @@ class _Parser:
     only between ops, when ``_rest`` is empty and ``_need`` is 0.
     """
 
-    __slots__ = ("_head", "_held", "_need", "_rest", "max_control_line")
+    __slots__ = ("_head", "_held", "_need", "_rest", "max_control_line", "runs")
 
     # Upper-cased starts of every op this side accepts ("PUB " needs its separator, "PING" does
     # not); a buffered partial line that cannot become one of them is rejected at once.
@@ -188,6 +227,11 @@ class _Parser:
         self._head: tuple[Any, ...] | None = None
         self._need = 0
         self._held = b""
+        # With ``runs`` on, a message op followed in the same input by the same control line again
+        # (same op, subject, size: a publisher's stream of one subject) comes back as ONE run event
+        # for all of them (``_run``); expanding each run gives exactly the events ``runs`` off
+        # gives. How many messages a run holds depends on how the input was chunked.
+        self.runs = False
 
     def feed(self, data: bytes, *, stop_after: type | tuple[type, ...] | None = None) -> list[Any]:
         """Every complete op in ``data`` (plus what was buffered before), in order.
@@ -244,6 +288,7 @@ class _Parser:
             finish = self._finish
             append = events.append
             limit = self.max_control_line
+            runs = self.runs and stop_after is None
             while pos < n:
                 nl = find(b"\n", pos)
                 if nl < 0:
@@ -252,6 +297,7 @@ class _Parser:
                 if nl - pos > limit:
                     self._check_long_line(line)
                 event = on_line(line)
+                line_at = pos
                 pos = nl + 1
                 if event is None:
                     continue
@@ -268,6 +314,16 @@ class _Parser:
                     break
                 if data[end] != 13 or data[end + 1] != 10:
                     raise ProtocolError(UNKNOWN_OP)
+                if runs and self._runnable(event):
+                    # The same line again (so the same op, subject and size, already checked),
+                    # a whole payload and its CRLF: one run. A partial or different message
+                    # after it is left to this loop.
+                    line_len = pos - line_at
+                    frames = _run_length(data, line_at, line_len, event[0])
+                    if frames > 1:
+                        append(self._run(event, _payloads_of_run(data, line_at, line_len, event[0], frames)))
+                        pos = line_at + frames * (line_len + event[0] + 2)
+                        continue
                 append(finish(event, data, pos, end))
                 pos = end + 2
                 if stop_after is not None and isinstance(events[-1], stop_after):
@@ -324,6 +380,14 @@ class _Parser:
         """The event for ``head`` whose payload is ``data[start:end]``."""
         raise NotImplementedError
 
+    def _runnable(self, head: Any) -> bool:
+        """Whether messages with ``head`` may be gathered into a run (``runs``)."""
+        return False
+
+    def _run(self, head: Any, payloads: list[bytes]) -> Any:
+        """The run event for consecutive messages with ``head`` and these payloads."""
+        raise NotImplementedError
+
 
 class ServerParser(_Parser):
     """Parses what a client sends: CONNECT, PUB, HPUB, SUB, UNSUB, PING, PONG.
@@ -366,6 +430,21 @@ class ServerParser(_Parser):
                 raise ProtocolError(MAX_PAYLOAD)
             subject = args[1].decode("utf-8", "surrogateescape")
             return (size, subject, args[2].decode("utf-8", "surrogateescape") if n == 4 else None, 0)
+        if line[:5] == b"HPUB " and (n == 4 or n == 5):
+            # The same for HPUB (a JetStream publisher's with a message id, the MQTT bridge's):
+            # the checks of _any_line's HPUB, in its order, without its generic steps.
+            hdr_digits, digits = args[-2], args[-1]
+            if len(hdr_digits) > _MAX_SIZE_DIGITS or not hdr_digits.isdigit():
+                raise ProtocolError(None)
+            if len(digits) > _MAX_SIZE_DIGITS or not digits.isdigit():
+                raise ProtocolError(None)
+            hdr, size = int(hdr_digits), int(digits)
+            if hdr > size:
+                raise ProtocolError(None)
+            if size > self.max_payload:
+                raise ProtocolError(MAX_PAYLOAD)
+            subject = args[1].decode("utf-8", "surrogateescape")
+            return (size, subject, args[2].decode("utf-8", "surrogateescape") if n == 5 else None, hdr)
         return self._any_line(line, args, n)
 
     def _any_line(self, line: bytes, args: list[bytes], n: int) -> Any:
@@ -424,6 +503,15 @@ class ServerParser(_Parser):
         if op == b"-ERR" and _separated(line, 4):
             raise ProtocolError(None)  # the reference closes on a client's -ERR without a word
         raise ProtocolError(UNKNOWN_OP)
+
+    def _runnable(self, head: Any) -> bool:
+        return head[2] is None and not head[3]  # a plain PUB: no reply, no headers
+
+    def _run(self, head: Any, payloads: list[bytes]) -> PubRun:
+        run = _new(PubRun)
+        _run_subject(run, head[1])
+        _run_payloads(run, payloads)
+        return run
 
     def _finish(self, head: Any, data: bytes, start: int, end: int) -> Pub:
         _, subject, reply, hdr = head

@@ -72,7 +72,18 @@ class RouteMsg:
     payload: bytes
 
 
-RouteOp = Info | Connect | Ping | Pong | Err | RouteSub | RouteUnsub | RouteMsg
+@dataclass(frozen=True, slots=True)
+class RouteMsgRun:
+    """Consecutive plain ``RMSG``s (no reply, no queues, no headers) of one account and subject
+    from one read, with the same control line: ``RouteMsg(account, subject, None, (), None, p)``
+    for each ``p`` of ``payloads``, in order. Only with the parser's ``runs`` on."""
+
+    account: str
+    subject: str
+    payloads: list[bytes]
+
+
+RouteOp = Info | Connect | Ping | Pong | Err | RouteSub | RouteUnsub | RouteMsg | RouteMsgRun
 
 _NO_QUEUES: tuple[str, ...] = ()
 
@@ -81,6 +92,9 @@ _new = object.__new__
 _rm_account, _rm_subject, _rm_reply, _rm_queues, _rm_headers, _rm_payload = (
     RouteMsg.__dict__[name].__set__
     for name in ("account", "subject", "reply", "queues", "headers", "payload")
+)
+_run_account, _run_subject, _run_payloads = (
+    RouteMsgRun.__dict__[name].__set__ for name in ("account", "subject", "payloads")
 )
 
 
@@ -165,6 +179,16 @@ class RouteParser(_Parser):
                 return RouteUnsub(_text(args[1]), _text(args[2]), _text(args[3]))
             raise ProtocolError(None)
         return _link_control(op, line)
+
+    def _runnable(self, head: Any) -> bool:
+        return head[3] is None and not head[4] and not head[5]  # no reply, no queues, no headers
+
+    def _run(self, head: Any, payloads: list[bytes]) -> RouteMsgRun:
+        run = _new(RouteMsgRun)
+        _run_account(run, head[1])
+        _run_subject(run, head[2])
+        _run_payloads(run, payloads)
+        return run
 
     def _finish(self, head: Any, data: bytes, start: int, end: int) -> RouteMsg:
         _, account, subject, reply, queues, hdr = head

@@ -189,6 +189,39 @@ class Account:
             count += 1
         return count
 
+    def publish_replies(self, replies: Sequence[tuple[str, bytes]]) -> None:
+        """``publish(subject, None, None, payload)`` for each ``(subject, payload)``, in order:
+        answers to many requesters at once (a stream's PubAcks for a batch). Answers in a row
+        that reach exactly one subscription, the same one (a client's reply inbox, without a
+        max or a deny filter), go to it as one run (``deliver_many``: one encode and one
+        buffer entry, not one each); any other answer is published on its own."""
+        if self.links:
+            for subject, payload in replies:
+                self.publish(subject, None, None, payload)
+            return
+        match = self.sublist.match
+        run: list[tuple[str, str | None, bytes | None, bytes]] = []
+        run_sub: Subscription | None = None
+        for subject, payload in replies:
+            result = match(subject)
+            plain = result.plain
+            if len(plain) == 1 and not result.queues:
+                sub = plain[0]
+                if sub.max_msgs is None and sub.deny_filter is None:
+                    if sub is not run_sub:
+                        if run_sub is not None:
+                            run_sub.receiver.deliver_many(run_sub, run)
+                            run = []
+                        run_sub = sub
+                    run.append((subject, None, None, payload))
+                    continue
+            if run_sub is not None:
+                run_sub.receiver.deliver_many(run_sub, run)
+                run, run_sub = [], None
+            self.publish(subject, None, None, payload)
+        if run_sub is not None:
+            run_sub.receiver.deliver_many(run_sub, run)
+
     def publish_many(self, route: str, msgs: Sequence[tuple[str, str | None, bytes | None, bytes]]) -> None:
         """``publish(subject, reply, headers, payload, route=route)`` for each of ``msgs``, in order,
         with ``route`` matched once: JetStream hands a pull request a run of messages at a time."""
@@ -213,6 +246,70 @@ class Account:
             for subject, reply, headers, payload in msgs:
                 sub = members[0] if len(members) == 1 else random.choice(members)
                 sub.receiver.deliver(sub, subject, reply, headers, payload)
+
+    def publish_run(
+        self, subject: str, payloads: Sequence[bytes], origin: Receiver | Link | None = None
+    ) -> None:
+        """``publish(subject, None, None, p, origin)`` for each of ``payloads``, in order, routed
+        once: one match, and each receiver and link gets the whole run in one call
+        (``deliver_run``/``forward_run`` where it has them), so a publisher's stream of one
+        subject costs one routing per read, not one per message.
+
+        A queue group picks a member per message, and a subscription with a message limit must
+        see the messages one at a time: such a run is published message by message. A run that
+        came over a link names no queue group (it serves none), so only plain interest counts."""
+        result = self.sublist.match(subject)
+        local: Sequence[Subscription]
+        targets: Sequence[Link] = ()
+        if self.links:
+            came_on = None if origin is None else self._attached.get(id(origin))
+            okind = None if came_on is None else came_on.link.kind
+            if result.queues and okind is None:
+                self._publish_each(subject, payloads, origin)
+                return
+            plan = self._plans.get(id(result))
+            if plan is None or plan[0] is not result:
+                plan = self._plan(result)
+            local = plan[1]
+            targets = [
+                link
+                for link in plan[2]
+                if link is not origin and (okind is None or propagates(link.kind, okind))
+            ]
+        elif result.queues:
+            self._publish_each(subject, payloads, origin)
+            return
+        else:
+            local = result.plain
+        for sub in local:
+            if sub.max_msgs is not None:
+                self._publish_each(subject, payloads, origin)
+                return
+        skip_self = origin is not None and not origin.echo
+        msgs: list[tuple[str, str | None, bytes | None, bytes]] | None = None
+        for sub in local:
+            if skip_self and sub.receiver is origin:
+                continue
+            if sub.deny_filter is not None and not sub.deny_filter(subject):
+                continue
+            run = getattr(sub.receiver, "deliver_run", None)
+            if run is not None:
+                run(sub, subject, payloads)
+                continue
+            if msgs is None:
+                msgs = [(subject, None, None, p) for p in payloads]
+            sub.receiver.deliver_many(sub, msgs)
+        for link in targets:
+            forward_run = getattr(link, "forward_run", None)
+            if forward_run is not None:
+                forward_run(subject, payloads)
+            else:
+                for payload in payloads:
+                    link.forward(subject, None, None, payload, ())
+
+    def _publish_each(self, subject: str, payloads: Sequence[bytes], origin: Receiver | Link | None) -> None:
+        for payload in payloads:
+            self.publish(subject, None, None, payload, origin)
 
     # ------------------------------------------------------------------ federation links
 

@@ -30,7 +30,7 @@ from core import faults, subjects
 from core.errors import AuthError, ProtocolError
 from core.protocol import encoder
 from core.protocol import headers as hdrs
-from core.protocol.events import Connect, Ping, Pong, Pub, Sub, Unsub
+from core.protocol.events import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
 from core.protocol.parser import ServerParser
 from core.server.accounts import Account, Subscription
 from core.server.auth import (
@@ -73,6 +73,7 @@ class ClientConnection(BufferedOutput):
         self.client_ip = client_ip
         self.state = State.HANDSHAKE
         self.parser = ServerParser(self.cfg.max_control_line, self.cfg.max_payload)
+        self.parser.runs = True  # a publisher's stream of one subject is routed a run at a time
         self.account: Account | None = None
         self.principal: Principal | None = None
         self._credentials: dict[str, Any] = {}
@@ -273,12 +274,26 @@ class ClientConnection(BufferedOutput):
             self.out_bytes += _run_bytes(msgs, self.headers)
             self._write_through()
 
+    def deliver_run(self, sub: Subscription, subject: str, payloads: Sequence[bytes]) -> None:
+        """``deliver(sub, subject, None, None, p)`` for each of ``payloads``, as one buffer entry
+        (the router calls it only for a subscription without a message limit)."""
+        if self.state is not State.CONNECTED or not payloads:
+            return
+        if self._buffer_delivery(encoder.encode_msg_run(subject, sub.sid, payloads)):
+            n = len(payloads)
+            sub.delivered += n
+            self.out_msgs += n
+            self.out_bytes += sum(map(len, payloads))
+            self._write_through()
+
     _write_through = BufferedOutput._write_through_tcp
 
     # ------------------------------------------------------------------ inbound ops
 
     def _handle(self, ev: Any) -> Verification | None:
-        if type(ev) is Pub:
+        if type(ev) is PubRun:
+            self._on_pub_run(ev)
+        elif type(ev) is Pub:
             self._on_pub(ev)
         elif type(ev) is Connect:
             return self._on_connect(ev.options)
@@ -487,6 +502,32 @@ class ClientConnection(BufferedOutput):
         delivered = self.account.publish(subject, ev.reply, ev.headers, ev.payload, self)
         if delivered == 0 and ev.reply is not None and self.no_responders:
             self._no_responders(subject, ev.reply)
+
+    def _on_pub_run(self, ev: PubRun) -> None:
+        """A run of plain PUBs to one subject: the checks of ``_on_pub`` once, one routing."""
+        if self.verbose:
+            # +OK after each message, interleaved with any delivery to this very client
+            for payload in ev.payloads:
+                self._on_pub(Pub(ev.subject, None, payload, None))
+                if self.state is State.CLOSING:
+                    return
+            return
+        if self.state is not State.CONNECTED and not self._require_connected():
+            return
+        payloads = ev.payloads
+        self.in_msgs += len(payloads)
+        self.in_bytes += sum(map(len, payloads))
+        subject = ev.subject
+        if self.pedantic and not subjects.is_valid_literal_subject(subject):
+            err = encoder.encode_err("Invalid Publish Subject")
+        elif self.perms is not None and not self.perms.can_publish(subject):
+            err = encoder.encode_err(f'Permissions Violation for Publish to "{subject}"')
+        else:
+            assert self.account is not None
+            self.account.publish_run(subject, payloads, self)
+            return
+        for _ in payloads:  # one error per message, as the one-by-one path answers
+            self._send(err)
 
     def _no_responders(self, subject: str, reply: str) -> None:
         """A request nobody listens to: tell the requester with a 503 status on its reply subject."""

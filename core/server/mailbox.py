@@ -105,6 +105,16 @@ class Mailbox(Generic[T]):
             await self._item_ready.wait()
         return self.receive_nowait()
 
+    async def wait(self) -> None:
+        """Until an item is queued, the box is closed, or ``wake`` is called: for a reader that
+        waits for something else as well (it looks again at both when this returns)."""
+        if not self._items and not self._closed:
+            await self._item_ready.wait()
+
+    def wake(self) -> None:
+        """End the reader's ``wait`` (a ``receive`` goes on waiting for an item)."""
+        self._item_ready.set()
+
     def __aiter__(self) -> Mailbox[T]:
         return self
 

@@ -78,13 +78,14 @@ class BufferedOutput:
         writer task's wake-up per burst cost more than the write (core/server/DESIGN.md)."""
         stream = self.stream
         out = self._out
-        if type(stream) is TcpStream and out:
-            data = b"".join(out) if len(out) > 1 else out[0]
-            if stream.try_send(data):
-                out.clear()
-                self._pending = 0
-                self._drained.set()
-                return True
+        # Asked before the join: while the peer is not reading (the transport paused), every
+        # delivery would otherwise join the whole growing buffer again only to keep it.
+        if type(stream) is TcpStream and out and stream.can_send():
+            stream.try_send(b"".join(out) if len(out) > 1 else out[0])
+            out.clear()
+            self._pending = 0
+            self._drained.set()
+            return True
         return False
 
     def _slow_consumer(self) -> None:

@@ -7,7 +7,7 @@ misread. Tables:
 ``msgs``   one row per stored message. ``size`` is the reference's message size of the *plaintext*
            message (so counters survive compression and encryption); ``flags`` say how ``hdr``/``data``
            are stored (see rowcodec.py). The ``(subject, seq)`` index serves per-subject lookups.
-``meta``   the stream's key-value side table (dedup ids, consumer state), written in the same
+``meta``   the stream's key-value side table (TTLs, consumer state, source positions), written in the same
            transactions as the messages; values are sealed when the store is encrypted.
 ``state``  one row: first_seq, last_seq, last_ts, msgs, bytes -- updated in every transaction that
            changes them, so ``last_seq`` survives a purge of everything and a restart, and the counters

@@ -80,8 +80,9 @@ SMALL_FANOUT = 256
 """A wildcard filter matching at most this many subjects is served by per-subject index lookups; a
 broader one by a sequence-ordered scan with a SQL match function."""
 MAX_BATCH_OPS = 20_000
-# The largest call committed on the loop's thread (see SqliteStore._commit_inline): a publish
-# batch of a few messages, a KV put with its purge, a consumer's state.
+# The largest call committed on the loop's thread (see SqliteStore._commit_inline), in rows
+# (``_rows``): a publish batch of a few messages, a live source's batch of a few, a KV put with
+# its purge, a consumer's state.
 INLINE_MAX_OPS = 16
 OFFLOAD_DECODE_BYTES = 256 << 10
 # A range read by sequence runs on the loop's thread (see _point_fetch) when its rows are
@@ -267,6 +268,15 @@ def _resolved(value: Any, exc: BaseException | None = None) -> asyncio.Future[An
     else:
         fut.set_result(value)
     return fut
+
+
+def _rows(ops: tuple[Op, ...]) -> int:
+    """The rows a call writes, for the inline bound (``INLINE_MAX_OPS``): an ``AppendBatch``
+    counts its messages, so a live source's batch of a few commits inline like a publish, and a
+    catch-up's thousands go to the writer."""
+    if len(ops) > INLINE_MAX_OPS:
+        return len(ops)
+    return sum(len(op.subjects) if isinstance(op, AppendBatch) else 1 for op in ops)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -570,12 +580,7 @@ class SqliteStore:
             self._check_open()
             return _resolved([])
         SLOTS.touch(self)
-        if (
-            self._inline
-            and self._inflight == 0
-            and len(ops) <= INLINE_MAX_OPS
-            and ops[0].__class__ is not AppendBatch
-        ):
+        if self._inline and self._inflight == 0 and _rows(ops) <= INLINE_MAX_OPS:
             done = self._commit_inline(ops)
             if done is not None:
                 return done
@@ -1389,13 +1394,14 @@ class SqliteStore:
     def _w_open(self) -> None:
         path = self._path
         try:
-            if path.exists():
-                schema.check_header(path)
-            else:
+            new = not path.exists()
+            if new:
                 self._w_create()
+            else:
+                schema.check_header(path)
             self._conn = conn = self._w_connect()
             schema.check_version(conn, path)
-            if self._quick_check:
+            if self._quick_check and not new:  # a file just built and fsynced here is whole
                 schema.quick_check(conn, path)
             self._w_setup_cipher(conn)
             self._w_load()

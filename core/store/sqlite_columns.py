@@ -66,13 +66,19 @@ def subject_sql(lengths: bool = False) -> str:
     )
 
 
+# Fewer rows than this are parsed with ``split`` and ``int``: numpy's fixed cost per column (a
+# parse, a cast, a copy: about 30 us on a loaded machine) is more than that for a live read's
+# message or few, read once per commit, five columns each (measured crossover: 8-16 rows).
+NUMPY_FROM = 8
+
+
 def _ints(text: str | None, n: int, typecode: str, what: str) -> array[int]:
     out = array(typecode)
     if n == 0:
         return out
     if text is None:
         raise StoreError(f"columnar read: no {what}")
-    _np = numpy()
+    _np = numpy() if n >= NUMPY_FROM else None
     if _np is not None:
         parsed = _np.fromstring(text, dtype=_np.int64, sep=",")
         if len(parsed) != n:
@@ -87,8 +93,8 @@ def _ints(text: str | None, n: int, typecode: str, what: str) -> array[int]:
 
 def _offsets(text: str | None, n: int, what: str) -> array[int]:
     """A column's ``n + 1`` offsets from its lengths (text)."""
-    _np = numpy()
-    if _np is not None and n:
+    _np = numpy() if n >= NUMPY_FROM else None
+    if _np is not None:
         if text is None:
             raise StoreError(f"columnar read: no {what} lengths")
         lengths = _np.fromstring(text, dtype=_np.int64, sep=",")

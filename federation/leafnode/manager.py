@@ -231,7 +231,9 @@ class LeafNodes:
         host, port = host_port(raw_url)
         try:
             with anyio.fail_after(remote.dial_timeout):
-                stream = await anyio.connect_tcp(host, port)
+                # the server's own stream, as an accepted link's and a route's: its send writes
+                # at once, where anyio's yields to the loop first (a turn of a busy loop per frame)
+                stream = await tcp.connect(host, port)
         except TimeoutError:
             self._remote_error(
                 state, f"cannot reach {redact_url(raw_url)}: timed out after {remote.dial_timeout:g}s"

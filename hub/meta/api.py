@@ -31,7 +31,7 @@ from core.server.internal import InboundMsg
 from hub.meta.bus import Unreachable
 from hub.meta.peers import node_id
 from hub.meta.placement import NoPeers, place
-from hub.meta.state import encode_op
+from hub.meta.state import StreamAssignment, encode_op
 from hub.raft.node import ProposalError
 from hub.raft.types import ConfChange, ConfChangeKind
 
@@ -93,6 +93,8 @@ class MetaApi:
         self.name = group.name
         self._op_lock = anyio.Lock()  # the leader decides one change at a time
         self.bad_requests = 0  # changes refused for a missing field or one of the wrong type
+        # each assignment's config parsed once: a create checks every stream of its account
+        self._parsed: dict[tuple[str, str], tuple[StreamAssignment, StreamConfig]] = {}
 
     # ------------------------------------------------------------------ ClusterApi
 
@@ -406,13 +408,13 @@ class MetaApi:
             )
             return {"index": index}
         payload = base64.b64decode(body["data"])
-        configs = {a.name: a.config for a in state.account_streams(account)}
+        assigned = {a.name: a for a in state.account_streams(account)}
 
         def lookup(n: str) -> StreamConfig | None:
-            c = configs.get(n)
-            return StreamConfig.from_json(c, create=False, clustered=True) if c is not None else None
+            a = assigned.get(n)
+            return self._parsed_config(a) if a is not None else None
 
-        others = [lookup(n) for n in configs if n != name]
+        others = [lookup(n) for n in assigned if n != name]
         if kind == "create":
             cfg = StreamConfig.from_json(
                 decode_request(payload), expected_name=name, lookup=lookup, clustered=True
@@ -455,6 +457,19 @@ class MetaApi:
             index = await self._commit(encode_op("update", account=account, name=name, config=cfg.to_json()))
             return {"server": existing.servers[0], "index": index}
         raise api_error("JSBadRequestErr")
+
+    def _parsed_config(self, a: StreamAssignment) -> StreamConfig:
+        """``a.config`` as a StreamConfig, parsed once per assignment (an update or a restore
+        makes a new assignment object, so a stale parse is never returned)."""
+        hit = self._parsed.get(a.key)
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        cfg = StreamConfig.from_json(a.config, create=False, clustered=True)
+        if len(self._parsed) >= 2 * len(self.group.state.streams) + 64:  # drop removed streams' parses
+            live = self.group.state.streams
+            self._parsed = {k: v for k, v in self._parsed.items() if live.get(k) is v[0]}
+        self._parsed[a.key] = (a, cfg)
+        return cfg
 
     async def _remove_server(self, body: dict[str, Any]) -> dict[str, Any]:
         group, state = self.group, self.group.state

@@ -378,13 +378,10 @@ class RaftDriver:
         self._propose_queued()
         while (rd := node.ready()) is not None:
             before = (self.leader, self.role)
+            self._send_all(rd.early_messages)  # the leader's appends: the followers write meanwhile
             if rd.must_sync:
                 await anyio.to_thread.run_sync(self._persist, rd)
-            for m in rd.messages:
-                try:
-                    self.send(m)
-                except Exception as e:  # one lost message: RAFT resends; the node goes on
-                    log.warning("raft %s: sending %s to %d failed: %s", self.group, m.type.name, m.dst, e)
+            self._send_all(rd.messages)
             # a leader's snapshot is decoded in a worker thread: only this task applies, and it
             # waits here, so nothing is applied meanwhile
             state = (
@@ -403,6 +400,13 @@ class RaftDriver:
                 self._notify()
             if rd.soft_state.leader != NONE and soft.role is Role.LEADER and before[1] is not Role.LEADER:
                 log.info("raft %s: this server leads, term %d", self.group, node.term)
+
+    def _send_all(self, messages: Iterable[Message]) -> None:
+        for m in messages:
+            try:
+                self.send(m)
+            except Exception as e:  # one lost message: RAFT resends; the node goes on
+                log.warning("raft %s: sending %s to %d failed: %s", self.group, m.type.name, m.dst, e)
 
     async def _maybe_snapshot(self) -> None:
         """Local compaction, in the order hub/raft/DESIGN.md gives: ``snapshot_meta`` -> the

@@ -111,6 +111,10 @@ def malformed(m: Message) -> str | None:
     return None
 
 
+# what a leader may send before the Ready carrying it is persisted (``Node._split_early``)
+_LEADER_EARLY = frozenset({MsgType.APPEND, MsgType.HEARTBEAT})
+
+
 def quorum(n: int) -> int:
     return n // 2 + 1
 
@@ -262,11 +266,13 @@ class Node:
         # only a new term or vote must be written (and before anything is sent); the commit index
         # rides along but is never worth an fsync of its own: after a restart it is relearned
         term_or_vote = (hard.term, hard.vote) != (self._prev_hard.term, self._prev_hard.vote)
+        early, late = self._split_early(term_or_vote)
         rd = Ready(
             hard_state=hard if term_or_vote else None,
             entries=entries,
             snapshot=snapshot,
-            messages=tuple(self._msgs),
+            messages=late,
+            early_messages=early,
             # a restored snapshot is applied first; the entries after it come in the next batch
             committed=tuple(self.log.applicable()) if snapshot is None else (),
             soft_state=self._soft_state(),
@@ -274,6 +280,19 @@ class Node:
         )
         self._msgs = []
         return rd
+
+    def _split_early(self, term_or_vote: bool) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
+        """(messages that may go out before this Ready is persisted, the others). A leader's
+        appends and heartbeats may: they carry entries and a commit index, never a promise about
+        this server's disk (a commit counts the leader only for ``log.stable``), so its fsync runs
+        while the followers write theirs. Everything else (votes, acknowledgements) waits for the
+        disk, and so does all of a Ready that writes a new term or vote."""
+        if self.role is not Role.LEADER or term_or_vote:
+            return (), tuple(self._msgs)
+        early = tuple(m for m in self._msgs if m.type in _LEADER_EARLY and m.term == self.term)
+        if not early:
+            return (), tuple(self._msgs)
+        return early, tuple(m for m in self._msgs if not (m.type in _LEADER_EARLY and m.term == self.term))
 
     def advance(self, rd: Ready) -> None:
         """The driver has persisted, sent and applied ``rd``."""

@@ -154,6 +154,11 @@ class Ready:
     2. send ``messages`` (only now: they may promise what step 1 wrote);
     3. apply ``snapshot`` then ``committed`` to the state machine, in order;
     4. call ``Node.advance(ready)``.
+
+    ``early_messages`` may be sent before step 1, while it runs (the leader's appends and
+    heartbeats: they promise nothing about this server's disk, and the leader counts its own
+    entries toward a commit only once ``advance`` says they are durable; thesis §10.2.1), so the
+    followers' fsyncs overlap the leader's.
     """
 
     hard_state: HardState | None
@@ -163,3 +168,4 @@ class Ready:
     committed: tuple[Entry, ...]
     soft_state: SoftState
     must_sync: bool = field(default=False)
+    early_messages: tuple[Message, ...] = field(default=())

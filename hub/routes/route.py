@@ -25,6 +25,7 @@ import logging
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +35,11 @@ from anyio.streams.tls import TLSStream
 
 from core.errors import ProtocolError
 from core.protocol import encoder
+from core.protocol.encoder import encode_run
 from core.protocol.events import Connect, Err, Info, Ping, Pong
 from core.protocol.route import (
     RouteMsg,
+    RouteMsgRun,
     RouteParser,
     RouteSub,
     RouteUnsub,
@@ -120,6 +123,15 @@ class AccountLink(LinkDelivery):
         else:
             self.route.forward(self.account.name, subject, reply, headers, payload, queues)
 
+    def forward_run(self, subject: str, payloads: Sequence[bytes]) -> None:
+        """``forward(subject, None, None, p)`` for each of ``payloads``: one buffer entry."""
+        head = self._heads.get(subject)
+        if head is None:
+            if len(self._heads) >= _HEADS_MAX:
+                self._heads.clear()
+            head = self._heads[subject] = rmsg_head(self.account.name, subject)
+        self.route.forward_run_frame(subject, encode_run(head, payloads), payloads)
+
 
 class Route(PeerPinger, BufferedOutput):
     """One route of either side; see the module docstring."""
@@ -148,6 +160,7 @@ class Route(PeerPinger, BufferedOutput):
         self.parser = RouteParser(
             max_control_line=self.cfg.max_control_line * 16, max_payload=self.cfg.max_payload
         )
+        self.parser.runs = True  # a run of RMSGs of one subject is routed in one go
         self.peer_id = ""
         self.peer_name = ""
         self.peer_url = ""  # the route URL the peer advertises (gossip)
@@ -398,7 +411,9 @@ class Route(PeerPinger, BufferedOutput):
                 return
             on_msg = self._on_msg
             for ev in events:
-                if type(ev) is RouteMsg:  # the hot path
+                if type(ev) is RouteMsgRun:  # the hot path: a run of one subject
+                    self._on_msg_run(ev)
+                elif type(ev) is RouteMsg:
                     on_msg(ev)
                 else:
                     self._handle(ev)
@@ -422,7 +437,9 @@ class Route(PeerPinger, BufferedOutput):
             return
         if self.state is not RouteState.CONNECTED:
             return
-        if t is RouteMsg:
+        if t is RouteMsgRun:
+            self._on_msg_run(ev)
+        elif t is RouteMsg:
             self._on_msg(ev)
         elif t is RouteSub:
             self._on_rs_plus(ev)
@@ -468,6 +485,17 @@ class Route(PeerPinger, BufferedOutput):
         except ValueError as e:  # an invalid subject or queue name: the route stays
             log.error("%s: could not insert subscription: %s", self.name, e)
             self._send(encoder.encode_err("Invalid Subscription"))
+
+    def _on_msg_run(self, ev: RouteMsgRun) -> None:
+        if self.state is not RouteState.CONNECTED:
+            return
+        payloads = ev.payloads
+        self.in_msgs += len(payloads)
+        self.in_bytes += sum(map(len, payloads))
+        link = self.links.get(ev.account)
+        if link is None or ev.subject.startswith(self._local):
+            return  # an account we do not have, or our own JetStream's API
+        link.account.publish_run(ev.subject, payloads, link)
 
     def _on_msg(self, ev: RouteMsg) -> None:
         if self.state is not RouteState.CONNECTED:
@@ -525,6 +553,16 @@ class Route(PeerPinger, BufferedOutput):
             return
         self.out_msgs += 1
         self.out_bytes += len(payload) + (len(headers) if headers is not None else 0)
+
+    def forward_run_frame(self, subject: str, frames: bytes, payloads: Sequence[bytes]) -> None:
+        """``forward_frame`` of a run's frames already encoded, written through at once: one
+        write per run instead of a writer wake-up."""
+        if self.state is not RouteState.CONNECTED or subject.startswith(self._local):
+            return
+        if self._buffer_delivery(frames):
+            self.out_msgs += len(payloads)
+            self.out_bytes += sum(map(len, payloads))
+            self._write_through()
 
     def forward_frame(self, subject: str, frame: bytes, size: int) -> None:
         """``forward`` of a frame already encoded (``size``: its message bytes, for /routez)."""

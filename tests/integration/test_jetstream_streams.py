@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from typing import Any
 
 import anyio
@@ -104,6 +105,43 @@ async def test_duplicate_tracking_survives_restart(js_server):
         assert (ack.seq, ack.duplicate) == (1, True)
         fresh = await js.publish("d", b"3", headers={"Nats-Msg-Id": "new-one"})
         assert fresh.seq == 3
+
+
+async def test_dedup_survives_a_sigkill_within_the_window(js_server):
+    """The window is rebuilt from the stored messages' Nats-Msg-Id headers (no meta row per
+    id): after a SIGKILL, an id published before it is still a duplicate, of the same
+    sequence, and the last msg id is the last stored message's."""
+    async with jetstream(js_server) as (_, js):
+        await js.add_stream(name="D", subjects=["d.*"])
+        await js.publish("d.a", b"0")
+        first = await js.publish("d.a", b"1", headers={"Nats-Msg-Id": "X"})
+        await js.publish("d.b", b"2", headers={"Nats-Msg-Id": "Y"})
+        await js.publish("d.b", b"3", headers={"Nats-Msg-Id": "Z"})
+    js_server.restart(kill=True)
+    async with jetstream(js_server) as (_, js):
+        again = await js.publish("d.a", b"1 again", headers={"Nats-Msg-Id": "X"})
+        assert (again.seq, again.duplicate) == (first.seq, True) == (2, True)
+        assert (await js.publish("d.b", b"", headers={"Nats-Msg-Id": "Z"})).seq == 4
+        ok = await js.publish("d.b", b"4", headers={"Nats-Expected-Last-Msg-Id": "Z"})
+        assert (ok.seq, ok.duplicate) == (5, None)
+        assert (await js.stream_info("D")).state.messages == 5
+
+
+async def test_an_expired_msg_id_is_not_kept_after_a_restart(js_server):
+    """The rebuilt window keeps each id at its message's time: one older than the window when
+    the server comes back is gone, however soon after the restart it is published again."""
+    async with jetstream(js_server) as (_, js):
+        await js.add_stream(name="D", subjects=["d"], duplicate_window=1.0)
+        await js.publish("d", b"1", headers={"Nats-Msg-Id": "X"})
+        stored_by = time.monotonic()
+        await js.publish("d", b"2", headers={"Nats-Msg-Id": "Y"})
+    # the condition is time itself: X's message (stored before stored_by) leaves the window
+    await anyio.sleep(max(0.0, stored_by + 1.5 - time.monotonic()))
+    js_server.restart(kill=True)
+    async with jetstream(js_server) as (_, js):
+        ack = await js.publish("d", b"1 again", headers={"Nats-Msg-Id": "X"})
+        assert (ack.seq, ack.duplicate) == (3, None)
+        assert (await js.stream_info("D")).state.messages == 3
 
 
 async def test_expected_headers(js_server):

@@ -116,6 +116,38 @@ async def test_a_stream_create_that_fails_after_its_store_opened_leaves_nothing(
         srv.stop()
 
 
+async def test_a_stream_whose_store_cannot_open_leaves_no_config_to_recover(tmp_path: Path) -> None:
+    """stream.json is written while the store is built; when the store then fails to open (a
+    file that is no stream database is in its place), the config file is removed again, so a
+    restart does not recover a stream whose create failed."""
+    srv = start_leafjet(tmp_path)
+    folder = tmp_path / "data" / "jetstream" / "$G" / "streams" / "BAD"
+    try:
+        folder.mkdir(parents=True)
+        (folder / "msgs.db").write_bytes(b"not a database, and long enough to have a header" * 4)
+        nc = await nats.connect(srv.url)
+        try:
+            js = nc.jetstream(timeout=10)
+            with pytest.raises(nats.js.errors.APIError) as failed:
+                await js.add_stream(name="BAD", subjects=["bad.>"])
+            assert failed.value.err_code == 10049, failed.value
+            assert not (folder / "stream.json").exists()
+        finally:
+            await nc.close()
+    finally:
+        srv.stop()
+    srv = start_leafjet(tmp_path)
+    try:
+        nc = await nats.connect(srv.url)
+        try:
+            js = nc.jetstream(timeout=10)
+            assert (await js.account_info()).streams == 0
+        finally:
+            await nc.close()
+    finally:
+        srv.stop()
+
+
 async def test_a_config_write_cut_short_by_a_crash_leaves_no_file_behind(tmp_path: Path) -> None:
     """A temporary config file a crash left in a stream's folder is removed when the stream is
     recovered, and the stream comes back as it was."""

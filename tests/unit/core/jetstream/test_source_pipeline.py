@@ -14,7 +14,7 @@ import pytest
 from core.api_errors import api_error
 from core.errors import StoreError
 from core.jetstream.sourcing import PIPELINE_DEPTH, Delivery, SourceWorker, _Recreate, parse_ack_reply
-from core.jetstream.stream import _DECIDED_HEADERS, _acts_on, _any_acts_on
+from core.jetstream.stream import _DECIDED_HEADERS, _any_acts_on, _decided_headers
 from core.protocol.headers import slice_header
 from core.server.interest import _ack_suffix_index
 from core.server.internal import InboundMsg
@@ -162,23 +162,30 @@ BLOCKS = [
     b"NATS/1.0\r\nNats-",
     b"NATS/1.0\r\nNats-Stream-Source: A 1 > > a\r\nNats-Expected-Stream: S\r\n\r\n",
     b"NATS/1.0\r\nNats-Stream-Source: A 2 > > a\r\nNats-Other: 1\r\n\r\n",
+    b"NATS/1.0\r\nNats-Msg-Id:   a b  \r\nNats-Msg-Id: second\r\nNats-Expected-Stream: S\r\n\r\n",
+    b"NATS/1.0\r\nNats-Msg-Id-Not: x\r\nNats-Msg-Id:\r\nNats-TTL: 1s",
+    b"NATS/1.0\r\nNats-Msg-Id",
+    b"NATS/1.0\r\nNats-Msg-IdX",
+    b"NATS/1.0\r\nNats-Msg-Id: \xff\xfe\r\n\r\n",
 ]
 
 
 def test_the_column_check_finds_what_the_block_check_finds() -> None:
-    """``_any_acts_on`` (a whole batch's header blocks at once) agrees with ``_acts_on`` run on
-    each block, for every pair and for the lot."""
+    """``_any_acts_on`` (a whole batch's header blocks at once) agrees with ``_decided_headers``
+    run on each block, for every pair and for the lot."""
     for a in BLOCKS:
         for b in BLOCKS:
-            assert _any_acts_on([a, b]) == (_acts_on(a) or _acts_on(b)), (a, b)
+            assert _any_acts_on([a, b]) == bool(_decided_headers(a) or _decided_headers(b)), (a, b)
     plain = [BLOCKS[0], BLOCKS[5], BLOCKS[8]] * 100
     assert not _any_acts_on(plain) and _any_acts_on([*plain, BLOCKS[7]])
 
 
 @pytest.mark.parametrize("block", BLOCKS)
-def test_a_block_the_decision_skips_has_none_of_the_headers_it_acts_on(block: bytes) -> None:
-    found = [n for n in _DECIDED_HEADERS if slice_header(block, n.decode()) is not None]
-    assert _acts_on(block) == bool(found)
+def test_the_one_pass_header_scan_reads_what_slice_header_reads(block: bytes) -> None:
+    """``_decide`` reads its headers in one pass (``_decided_headers``): each value is the one
+    ``slice_header`` (the reference's reading) finds, and nothing else is found."""
+    expected = {n.decode(): v for n in _DECIDED_HEADERS if (v := slice_header(block, n.decode())) is not None}
+    assert _decided_headers(block) == expected
 
 
 # ------------------------------------------------------------------ errors, kicks, garbage

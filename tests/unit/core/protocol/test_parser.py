@@ -514,3 +514,37 @@ def test_client_rejects_msg_payload_without_crlf():
 
 def test_client_rejects_overlong_line():
     assert_error(b"MSG " + b"a" * 5000, MAX_CONTROL_LINE, ClientParser)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"HPUB foo 12 14",
+        b"HPUB foo bar 12 14\r",
+        b"HPUB  foo   bar  0  0",
+        b"HPUB foo.\xff _INBOX.a.b 30 158",
+        b"HPUB foo 6",
+        b"HPUB foo x 6",
+        b"HPUB foo 12 x",
+        b"HPUB foo 6 4",
+        b"HPUB foo a b 1 2",
+        b"HPUB foo -1 2",
+        b"HPUB foo 1 +2",
+        b"HPUB foo 1 0000000002",
+        b"HPUB foo 12 1048577",
+        b"HPUB foo r 12 999999999",
+    ],
+)
+def test_the_hpub_fast_path_reads_what_the_generic_one_reads(line: bytes):
+    """``_on_line`` takes the usual HPUB forms itself: the same head, or the same error, as the
+    generic ``_any_line`` gives."""
+
+    def outcome(read: Callable[[], Any]) -> Any:
+        try:
+            return read()
+        except ProtocolError as e:
+            return ("error", e.args)
+
+    p = ServerParser()
+    args = line.split()
+    assert outcome(lambda: p._on_line(line)) == outcome(lambda: p._any_line(line, args, len(args)))

@@ -123,3 +123,190 @@ def test_an_account_without_links_announces_nothing_and_has_no_loop_subject():
     assert acc.links == [] and acc.lds_subject is None
     assert all(s.link is None and s.weight == 1 for s in acc.sublist.entries())
     assert len(acc.sublist) == 3
+
+
+# ---------------------------------------------------------------- publish_run
+
+
+class _RunRecorder(Recorder):
+    """A receiver with ``deliver_run``, as a client connection has."""
+
+    def deliver_run(self, sub, subject, payloads) -> None:
+        self.log.append(("run", sub.sid, len(payloads)))
+        for p in payloads:
+            self.deliver(sub, subject, None, None, p)
+
+
+class _RunLink(_Link):
+    def forward_run(self, subject, payloads) -> None:
+        self.forwarded.append(("run", len(payloads)))
+        for _p in payloads:
+            self.forward(subject, None, None, _p, ())
+
+
+def _linked_account(log: list, links: dict, *, max_msgs: int | None = None, echo: bool = True):
+    """An account with local plain, wildcard, denied and queue interest, and three links (a
+    route, an accepted and a solicited leaf) holding plain and queue interest on ``a.b``."""
+    import random
+
+    from core.server.interest import LinkKind
+
+    random.seed(7)
+    acc = Account("A")
+    me = _RunRecorder(acc, log)
+    me.echo = echo
+    other = Recorder(acc, log)
+    for receiver, sid, subject, queue in (
+        (me, "mine", "a.b", None),
+        (other, "plain", "a.b", None),
+        (other, "wild", "a.*", None),
+        (other, "denied", "a.>", None),
+        (other, "q1", "a.b", "q"),
+        (me, "q2", "a.b", "q"),
+    ):
+        sub = Subscription(receiver, subject, queue, sid)
+        if sid == "plain":
+            sub.max_msgs = max_msgs
+        if sid == "denied":
+            sub.deny_filter = lambda subject: subject != "a.b"
+        acc.subscribe(sub)
+    for kind, cls in (
+        (LinkKind.ROUTE, _RunLink),
+        (LinkKind.LEAF_ACCEPTED, _Link),
+        (LinkKind.LEAF_SOLICITED, _RunLink),
+    ):
+        link = links[kind] = cls(kind)
+        acc.attach_link(link)
+        acc.link_subscribe(link, "a.b")
+        acc.link_subscribe(link, "a.b", "rq", 2)
+    return acc, me
+
+
+def _per_target(log: list, links: dict) -> dict:
+    """What each subscription and link got, in order (runs flattened)."""
+    got: dict = {}
+    for entry in log:
+        if entry[0] != "run":
+            got.setdefault(entry[0], []).append(entry[4])
+    for kind, link in links.items():
+        got[kind] = [f for f in link.forwarded if f[0] != "run"]
+    return got
+
+
+def test_publish_run_delivers_what_one_publish_per_message_would():
+    from core.server.interest import LinkKind
+
+    payloads = [b"%d" % i for i in range(5)]
+    for max_msgs in (None, 2):
+        for echo in (True, False):
+            for origin_kind in (None, "me", LinkKind.ROUTE, LinkKind.LEAF_ACCEPTED, LinkKind.LEAF_SOLICITED):
+                one_log, one_links = [], {}
+                acc, me = _linked_account(one_log, one_links, max_msgs=max_msgs, echo=echo)
+                origin = me if origin_kind == "me" else one_links.get(origin_kind)
+                for p in payloads:
+                    acc.publish("a.b", None, None, p, origin)
+                run_log, run_links = [], {}
+                acc, me = _linked_account(run_log, run_links, max_msgs=max_msgs, echo=echo)
+                origin = me if origin_kind == "me" else run_links.get(origin_kind)
+                acc.publish_run("a.b", payloads, origin)
+                case = (max_msgs, echo, origin_kind)
+                assert _per_target(run_log, run_links) == _per_target(one_log, one_links), case
+                if origin_kind not in (None, "me") and max_msgs is None:
+                    # from a link no queue group is served: the run goes whole to each receiver
+                    assert ("run", "mine", 5) in run_log and ("run", "plain", 5) in run_log, case
+
+
+def test_publish_run_without_queue_groups_is_one_call_per_receiver_and_link():
+    from core.server.interest import LinkKind
+
+    for with_links in (False, True):
+        log: list = []
+        acc = Account("A")
+        for sid in ("1", "2"):
+            acc.subscribe(Subscription(_RunRecorder(acc, log), "a.b", None, sid))
+        acc.subscribe(Subscription(Recorder(acc, log), "a.*", None, "3"))
+        links = [_RunLink(LinkKind.ROUTE), _Link(LinkKind.LEAF_ACCEPTED)] if with_links else []
+        for link in links:
+            acc.attach_link(link)
+            acc.link_subscribe(link, "a.>")
+        acc.publish_run("a.b", [b"x", b"y", b"z"])
+        assert ("run", "1", 3) in log and ("run", "2", 3) in log, "deliver_run where a receiver has it"
+        assert ("run", "3", 3) in log, "deliver_many otherwise"
+        for sid in ("1", "2", "3"):
+            assert [e[4] for e in log if e[0] == sid] == [b"x", b"y", b"z"], "in order"
+        if with_links:
+            route, leaf = links
+            assert route.forwarded == [("run", 3)] + [("a.b", ())] * 3, "forward_run: one call"
+            assert leaf.forwarded == [("a.b", ())] * 3, "a link without forward_run: one forward each"
+
+
+def test_publish_run_to_a_queue_group_picks_a_member_per_message_as_publish_does():
+    import random
+
+    logs: list[list] = [[], []]
+    accounts = []
+    for log in logs:
+        acc = Account("A")
+        for sid in ("1", "2", "3"):
+            acc.subscribe(Subscription(_RunRecorder(acc, log), "a.b", "q", sid))
+        accounts.append(acc)
+    payloads = [b"%d" % i for i in range(20)]
+    random.seed(3)
+    for p in payloads:
+        accounts[0].publish("a.b", None, None, p)
+    random.seed(3)
+    accounts[1].publish_run("a.b", payloads)
+    assert logs[1] == logs[0], "the same members, message by message"
+    assert len({e[0] for e in logs[1]}) > 1 and len(logs[1]) == 20, "each message once, spread"
+
+
+def test_publish_replies_matches_one_publish_per_reply():
+    """A stream's acks (``publish_replies``): runs to one reply inbox go as one run; a reply
+    with a max, a deny filter, a queue group or several subscribers goes one at a time; order
+    and what each subscriber gets are a publish's per reply."""
+
+    def accounts(log: list) -> Account:
+        acc = Account("A")
+        rec = Recorder(acc, log)
+        subs = [
+            ("1", "_INBOX.a.*", None, None, None),
+            ("2", "_INBOX.b.*", None, None, None),
+            ("3", "_INBOX.m.*", None, 2, None),  # a max: one at a time
+            ("4", "_INBOX.d.*", None, None, "_INBOX.d.2"),  # a deny filter
+            ("5", "_INBOX.q.*", "q", None, None),  # a queue group
+            ("6", "_INBOX.w.*", None, None, None),
+            ("7", "_INBOX.w.>", None, None, None),  # two plain subscribers
+        ]
+        for sid, subject, queue, max_msgs, denied in subs:
+            sub = Subscription(rec, subject, queue, sid)
+            sub.max_msgs = max_msgs
+            if denied is not None:
+                sub.deny_filter = lambda s, denied=denied: s != denied
+            acc.subscribe(sub)
+        return acc
+
+    replies = [
+        *((f"_INBOX.a.{i}", b"a%d" % i) for i in range(3)),
+        ("_INBOX.b.1", b"b1"),
+        ("_INBOX.a.9", b"a9"),
+        *((f"_INBOX.m.{i}", b"m%d" % i) for i in range(3)),
+        *((f"_INBOX.d.{i}", b"d%d" % i) for i in range(3)),
+        ("_INBOX.q.1", b"q1"),
+        ("_INBOX.w.1", b"w1"),
+        ("_INBOX.nobody.1", b"lost"),
+        ("_INBOX.a.10", b"a10"),
+    ]
+    one: list = []
+    acc = accounts(one)
+    for subject, payload in replies:
+        acc.publish(subject, None, None, payload)
+    many: list = []
+    accounts(many).publish_replies(replies)
+    assert [m for m in many if m[0] == "run"] == [
+        ("run", "1", 3),
+        ("run", "2", 1),
+        ("run", "1", 1),
+        ("run", "1", 1),
+    ]
+    assert [m for m in many if m[0] != "run"] == one
+    assert [m[4] for m in one if m[0] == "3"] == [b"m0", b"m1"], "the max still ends the subscription"

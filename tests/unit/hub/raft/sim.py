@@ -15,7 +15,7 @@ import hashlib
 import heapq
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hub.raft.log_store import LogStore
 from hub.raft.node import Config, Node, ProposalError, bootstrap_snapshot
@@ -25,6 +25,7 @@ from hub.raft.types import (
     ConfChangeKind,
     Entry,
     Message,
+    MsgType,
     NodeId,
     Ready,
     Role,
@@ -94,6 +95,10 @@ class SimServer:
     digest: bytes = GENESIS  # hash chain over every applied entry: equal chains = equal histories
     restart_at: int | None = None
     commit_seen: int = 0  # commit index while up (must never go down within one life)
+    # what its disk surely holds: index -> term of entries fsynced, and the newest durable snapshot
+    durable: dict[int, int] = field(default_factory=dict)
+    durable_snapshot: int = 0
+    commit_checked: int = 0  # commit index checked against the durable copies (or not its own)
 
     @property
     def up(self) -> bool:
@@ -141,7 +146,14 @@ class Sim:
         self.log_entries: dict[tuple[int, int], tuple[bytes, int, int | None]] = {}
         self.votes: dict[tuple[NodeId, int], NodeId] = {}
         self._led: dict[NodeId, int] = {}  # the term each server was last seen leading
-        self.stats = {"elections": 0, "snapshots_sent": 0, "crashes": 0, "torn": 0, "applied": 0}
+        self.stats = {
+            "elections": 0,
+            "snapshots_sent": 0,
+            "crashes": 0,
+            "torn": 0,
+            "applied": 0,
+            "early_messages": 0,
+        }
         founders = frozenset(range(1, nodes + 1))
         for i in founders:
             self._add_server(i, bootstrap=bootstrap_snapshot(founders))
@@ -222,6 +234,7 @@ class Sim:
                 continue
             self._record(f"d{m.src}>{m.dst}:{m.type.name}:{m.term}:{m.index}")
             srv.node.step(m)
+            self._check_commit_durable(srv)  # before anything of the new commit index goes out
             self._drain(srv)
 
     # -- the driver loop -------------------------------------------------------------------------
@@ -241,11 +254,22 @@ class Sim:
         node, store = srv.node, srv.store
         assert node is not None and store is not None
         self._check_log_matching(node, rd)
+        self._check_early(node, rd)
+        # 0. the leader's appends and heartbeats go out before its own write (a crash in the
+        # write below then leaves followers holding entries the leader lost)
+        for m in rd.early_messages:
+            self._send(m)
         # 1. persist: snapshot, entries (one fsync), then term and vote
         if rd.snapshot is not None:
+            srv.durable.clear()  # installing drops the entries (a crash part-way may have begun it)
             store.install_snapshot(rd.snapshot)
+            srv.durable_snapshot = rd.snapshot.index
         if rd.entries:
+            first = rd.entries[0].index
+            for i in [i for i in srv.durable if i >= first]:  # writing at i drops what was there
+                del srv.durable[i]
             store.append(rd.entries)
+            srv.durable.update((e.index, e.term) for e in rd.entries)
         if rd.hard_state is not None:
             hs = rd.hard_state
             store.save_hard_state(hs)
@@ -262,6 +286,7 @@ class Sim:
         for e in rd.committed:
             self._apply(srv, e)
         node.advance(rd)
+        self._check_commit_durable(srv)
         self._check_node(srv)
         self._maybe_snapshot(srv)
 
@@ -291,6 +316,7 @@ class Sim:
         except SimCrash:
             self.crash(srv, restart_in=self.rng.randrange(1, 30))
             return
+        srv.durable_snapshot = max(srv.durable_snapshot, index)
         node.compact(snap)
         try:
             store.compact(index)
@@ -314,6 +340,43 @@ class Sim:
             seen = self.log_entries.setdefault(key, value)
             if seen[:2] != value[:2] or (seen[2] is not None and prev is not None and seen[2] != prev):
                 raise InvariantViolation(f"two different entries at index {e.index} term {e.term}")
+
+    def _check_early(self, node: Node, rd: Ready) -> None:
+        """Invariant 1's one exception: what goes out before the Ready is persisted is only the
+        leader's appends and heartbeats of its term, never with a new term or vote to write."""
+        if rd.early_messages and (rd.hard_state is not None or node.role is not Role.LEADER):
+            raise InvariantViolation(f"node {node.id} sends before persisting its term or vote")
+        for m in rd.early_messages:
+            if m.type not in (MsgType.APPEND, MsgType.HEARTBEAT) or m.term != node.term:
+                raise InvariantViolation(f"node {node.id} sends a {m.type.name} before persisting")
+        self.stats["early_messages"] += len(rd.early_messages)
+
+    def _check_commit_durable(self, srv: SimServer) -> None:
+        """Invariant 4, checked as soon as a leader's commit index moves (after a message, after
+        ``advance``: with the voters it counted, and before anything of it is sent or applied):
+        the entry there is on the disks of a quorum of voters. (The leader's appends go out
+        before its own write, so a leader counting its unsynced copy would commit on one durable
+        copy of three.)"""
+        node = srv.node
+        assert node is not None
+        c = node.log.committed
+        if node.role is not Role.LEADER:
+            srv.commit_checked = c  # learned from a leader (and checked there) under its voters
+            return
+        if c <= srv.commit_checked or c <= node.log.snapshot.index:
+            return
+        srv.commit_checked = c
+        term = node.log.term(c)
+        holders = [
+            v
+            for v in node.voters
+            if (o := self.servers.get(v)) is not None
+            and (o.durable_snapshot >= c or o.durable.get(c) == term)
+        ]
+        if len(holders) < len(node.voters) // 2 + 1:
+            raise InvariantViolation(
+                f"leader {srv.id} commits {c} (term {term}) durable only on {sorted(holders)}"
+            )
 
     def _check_node(self, srv: SimServer) -> None:
         node = srv.node

@@ -45,7 +45,7 @@ def flush(n: Node) -> list[Ready]:
 
 
 def sent(readies: list[Ready], kind: MsgType | None = None) -> list[Message]:
-    return [m for rd in readies for m in rd.messages if kind is None or m.type is kind]
+    return [m for rd in readies for m in rd.early_messages + rd.messages if kind is None or m.type is kind]
 
 
 def make_leader(n: Node) -> list[Ready]:

@@ -116,6 +116,7 @@ def test_the_schedules_reach_the_interesting_paths() -> None:
         shrank += len(sim.servers) > len(lead.node.voters)
     assert totals["crashes"] > 10 and totals["torn"] > 0
     assert totals["snapshots_sent"] > 0 and totals["elections"] > 40
+    assert totals["early_messages"] > 0  # leaders' appends sent while their own write runs
     assert grew > 0 and shrank > 0
 
 

@@ -1,0 +1,75 @@
+"""Single-server stream create latency and server CPU per create, leafjet against the reference.
+
+    python -m bench.stream_create [--creates 60]
+
+One fresh server of each kind (each with its default durability), ``--creates`` sequential R1
+file-stream creates (a new name each, the raw ``$JS.API.STREAM.CREATE`` request of a stock nats-py
+client); p50 of the round trip and the server process's CPU (user + system) per create. The
+clustered create (``python -m bench cluster --parts meta``) contains this step once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import nats
+
+from tests.support.servers import RunningServer, start_server
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _creates(url: str, n: int) -> list[float]:
+    nc = await nats.connect(url)
+    try:
+        out = []
+        for k in range(n):
+            body = {"name": f"S{k}", "subjects": [f"s.{k}"], "storage": "file", "num_replicas": 1}
+            t0 = time.perf_counter()
+            msg = await nc.request(f"$JS.API.STREAM.CREATE.S{k}", json.dumps(body).encode(), timeout=30)
+            out.append(time.perf_counter() - t0)
+            if "error" in json.loads(msg.data):
+                raise RuntimeError(f"create S{k}: {msg.data!r}")
+        return out
+    finally:
+        await nc.close()
+
+
+def run(kind: str, workdir: Path, n: int) -> tuple[float, float]:
+    """(p50 ms, server CPU ms per create)."""
+    cfg = {"jetstream": {"store_dir": str(workdir / "js")}} if kind == "reference" else {}
+    srv: RunningServer = start_server(kind, workdir, cfg, jetstream=True)
+    try:
+        before = _cpu_seconds(srv.pid)
+        lat = asyncio.run(_creates(srv.url, n))
+        cpu = _cpu_seconds(srv.pid) - before
+    finally:
+        srv.stop()
+    return statistics.median(lat) * 1e3, cpu / n * 1e3
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--creates", type=int, default=60)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="leafjet-bench-create-") as tmp:
+        res = {kind: run(kind, Path(tmp) / kind, args.creates) for kind in ("reference", "leafjet")}
+    ref, lj = res["reference"], res["leafjet"]
+    print(f"single-server stream create, {args.creates} sequential R1 file streams")
+    print(f"{'figure':<28}{'reference':>11}{'leafjet':>10}{'ratio':>8}")
+    print(f"{'create p50 ms':<28}{ref[0]:>11.2f}{lj[0]:>10.2f}{lj[0] / ref[0]:>8.2f}")
+    print(f"{'server CPU ms per create':<28}{ref[1]:>11.2f}{lj[1]:>10.2f}{lj[1] / ref[1]:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()

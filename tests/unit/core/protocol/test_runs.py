@@ -1,0 +1,160 @@
+"""Runs: with ``runs`` on, a parser gathers consecutive messages with the same control line into
+one run event (``PubRun``, ``RouteMsgRun``). Expanding every run must give exactly what the same
+parser gives with ``runs`` off, for any input under any chunking, errors included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core.errors import ProtocolError
+from core.protocol import Pub, ServerParser, encode_pub
+from core.protocol.events import PubRun
+from core.protocol.route import RouteMsg, RouteMsgRun, RouteParser, encode_rmsg
+from tests.unit.core.protocol.test_parser_properties import (
+    PROPERTY,
+    any_input,
+    chunked,
+    outcome,
+)
+from tests.unit.core.protocol.test_route import any_input as any_route_input
+
+
+def expand(events: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for ev in events:
+        if type(ev) is PubRun:
+            assert len(ev.payloads) >= 2  # one message is never a run
+            out.extend(Pub(ev.subject, None, p, None) for p in ev.payloads)
+        elif type(ev) is RouteMsgRun:
+            assert len(ev.payloads) >= 2
+            out.extend(RouteMsg(ev.account, ev.subject, None, (), None, p) for p in ev.payloads)
+        else:
+            out.append(ev)
+    return out
+
+
+def with_runs(make: Any) -> Any:
+    def build() -> Any:
+        parser = make()
+        parser.runs = True
+        return parser
+
+    return build
+
+
+def expanded_outcome(make: Any, chunks: list[bytes]) -> tuple[list[Any], Any]:
+    events, err = outcome(with_runs(make), chunks)
+    return expand(events), err
+
+
+def small_server_parser() -> ServerParser:
+    return ServerParser(max_control_line=64, max_payload=32)
+
+
+def small_route_parser() -> RouteParser:
+    return RouteParser(max_control_line=64, max_payload=32)
+
+
+# A publisher's stream: runs of one subject and size, a different size or subject now and then,
+# the odd request or header message, and junk spliced in (so runs meet errors too).
+subjects = st.sampled_from(["a", "a.b", "bench.route"])
+payloads = st.sampled_from([b"", b"x", b"xyz", b"\r\n", b"PUB a 1\r\nx\r\n"])
+pub_frames = st.builds(
+    lambda subject, reply, payload, headers: encode_pub(subject, reply, payload, headers),
+    subjects,
+    st.none() | st.none() | st.just("r"),
+    payloads,
+    st.none() | st.none() | st.none() | st.just(b"NATS/1.0\r\n\r\n"),
+)
+pub_stream = st.lists(
+    st.tuples(pub_frames, st.integers(min_value=1, max_value=6)).map(lambda fr: fr[0] * fr[1])
+    | st.sampled_from([b"PING\r\n", b"PUB a 1\r\nxy\r\n", b"PUB a 1\r\n", b"SUB a 1\r\n", b"\x00"]),
+    max_size=8,
+).map(b"".join)
+rmsg_frames = st.builds(
+    lambda account, subject, reply, queues, payload: encode_rmsg(
+        account, subject, reply, queues, None, payload
+    ),
+    st.sampled_from(["$G", "A"]),
+    subjects,
+    st.none() | st.none() | st.just("r"),
+    st.just(()) | st.just(()) | st.just(("q",)),
+    payloads,
+)
+rmsg_stream = st.lists(
+    st.tuples(rmsg_frames, st.integers(min_value=1, max_value=6)).map(lambda fr: fr[0] * fr[1])
+    | st.sampled_from([b"PING\r\n", b"RMSG $G a 1\r\nxy\r\n", b"RS+ $G a\r\n", b"RMSG $G a 1\r\n", b"\x00"]),
+    max_size=8,
+).map(b"".join)
+cuts = st.lists(st.integers(min_value=0), max_size=8)
+
+
+@PROPERTY
+@given(data=pub_stream | any_input, cut=cuts)
+def test_client_runs_expand_to_the_events_without_runs(data: bytes, cut: list[int]):
+    for make in (ServerParser, small_server_parser):
+        assert expanded_outcome(make, chunked(data, cut)) == outcome(make, [data])
+
+
+@PROPERTY
+@given(data=rmsg_stream | any_route_input, cut=cuts)
+def test_route_runs_expand_to_the_events_without_runs(data: bytes, cut: list[int]):
+    for make in (RouteParser, small_route_parser):
+        assert expanded_outcome(make, chunked(data, cut)) == outcome(make, [data])
+
+
+def test_a_stream_of_one_subject_is_one_run_per_read():
+    parser = ServerParser()
+    parser.runs = True
+    data = b"PUB a.b 3\r\nxyz\r\n" * 5 + b"PUB a.b 1\r\nq\r\n" + b"PUB a.b 3\r\nabc\r\n" * 2
+    events = parser.feed(data)
+    assert events == [
+        PubRun("a.b", [b"xyz"] * 5),
+        Pub("a.b", None, b"q", None),
+        PubRun("a.b", [b"abc"] * 2),
+    ]
+
+
+def test_a_run_stops_before_a_partial_message_and_the_rest_parses_later():
+    parser = RouteParser()
+    parser.runs = True
+    frame = b"RMSG $G a 2\r\nhi\r\n"
+    events = parser.feed(frame * 3 + frame[:-3])
+    assert events == [RouteMsgRun("$G", "a", [b"hi"] * 3)]
+    assert parser.feed(frame[-3:]) == [RouteMsg("$G", "a", None, (), None, b"hi")]
+
+
+def test_a_bad_message_after_a_run_leaves_the_run_on_the_error():
+    parser = ServerParser()
+    parser.runs = True
+    with pytest.raises(ProtocolError) as e:
+        parser.feed(b"PUB a 1\r\nx\r\n" * 3 + b"PUB a 1\r\nxy\r\n")
+    assert e.value.events == [PubRun("a", [b"x"] * 3)]
+
+
+def test_requests_and_header_messages_are_never_runs():
+    parser = ServerParser()
+    parser.runs = True
+    hpub = encode_pub("a", None, b"x", b"NATS/1.0\r\n\r\n")
+    events = parser.feed(b"PUB a r 1\r\nx\r\n" * 2 + hpub * 2)
+    assert [type(e) for e in events] == [Pub] * 4
+
+
+@pytest.mark.parametrize("make", [ServerParser, RouteParser])
+def test_a_change_of_any_byte_of_a_later_frame_ends_the_run_there(make):
+    """Every byte of a run's frames is checked: a different byte anywhere in the third frame
+    (line, payload or CRLF) gives what the parser gives without runs."""
+    frame = b"PUB ab 3\r\nxyz\r\n" if make is ServerParser else b"RMSG $G ab 3\r\nxyz\r\n"
+    for offset in range(len(frame)):
+        for byte in (b"\r", b"\n", b" ", b"q", b"9"):
+            third = frame[:offset] + byte + frame[offset + 1 :]
+            if third == frame:
+                continue
+            data = frame * 2 + third + frame * 2
+            for cut in ([], [len(data) - 3], [len(frame) + 5]):
+                chunks = chunked(data, cut)
+                assert expanded_outcome(make, chunks) == outcome(make, [data]), (offset, byte, cut)
