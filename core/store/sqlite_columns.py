@@ -112,7 +112,7 @@ def _offsets(text: str | None, n: int, what: str) -> array[int]:
 def _contiguous(lo: int, hi: int) -> array[int]:
     """The sequences ``lo..hi`` as a "Q" array: numpy's arange when installed (``array(range)``
     made a Python int per row: ~45 ns of a read's ~1 us per row)."""
-    _np = numpy()
+    _np = numpy() if hi - lo + 1 >= NUMPY_FROM else None
     if _np is None:
         return array("Q", range(lo, hi + 1))
     out = array("Q")
@@ -127,7 +127,7 @@ def _spaced(joined: bytes, n: int) -> tuple[array[int], bytes] | None:
         return None
     if len(joined) - (n - 1) > (1 << 31) - 1:
         raise StoreError("a read's column is larger than 2 GiB")
-    _np = numpy()
+    _np = numpy() if n >= NUMPY_FROM else None
     if _np is not None:
         # the k-th space ends the k-th subject; the k spaces before it are not in the values
         ends = _np.flatnonzero(_np.frombuffer(joined, dtype=_np.uint8) == 32) - _np.arange(n - 1)

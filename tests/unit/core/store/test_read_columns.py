@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from array import array
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,10 @@ def test_subjects_joined_by_spaces_give_their_offsets() -> None:
     assert sqlite_columns._spaced(b"ab c.d e", 3) == (array("i", [0, 2, 5, 6]), b"abc.de")
     assert sqlite_columns._spaced(b"  ", 3) == (array("i", [0, 0, 0, 0]), b"")
     assert sqlite_columns._spaced(b"a b c", 2) is None  # a subject with a space: ask for the lengths
+    many = [f"s.{i}" for i in range(3 * sqlite_columns.NUMPY_FROM)]  # numpy's way
+    offsets, joined = sqlite_columns._spaced(" ".join(many).encode(), len(many)) or ((), b"")
+    assert joined == "".join(many).encode()
+    assert [joined[a:b].decode() for a, b in pairwise(offsets)] == many
 
 
 async def test_an_empty_or_inverted_range_covers_nothing(h: StoreHarness) -> None:
