@@ -6,9 +6,9 @@ A fresh leafjet agent is filled with ``--msgs`` JSON payloads (not timed). The P
 the rows the source returned. Every scan is materialised with Spark's ``noop`` sink (every column is
 produced, nothing is written). Fairness on a shared, loaded machine:
 
-- every figure's query is run once untimed first (warm-up), the Parquet ones as well as the source's:
-  the JVM compiles each scan path on its first runs (a cold Parquet scan of 1M rows took 2.6 us of CPU
-  per row, the third 0.7), so a cold Parquet figure flatters the source;
+- every figure's query is run untimed first (``--warmup`` rounds, 2), the Parquet ones as well as the
+  source's: the JVM compiles each scan path over its first runs (a cold Parquet scan of 1M rows took
+  2.6 us of CPU per row, the third 0.7), so a cold Parquet figure flatters the source;
 - then ``--runs`` rounds, each running all four figures in turn (source, Parquet, source JSON,
   Parquet JSON), so a burst of load from elsewhere hits both sides of a ratio alike;
 - each figure is the median of its rounds; the spread of the per-round ratios is printed too.
@@ -167,7 +167,13 @@ def _rounds(dfs: dict[str, Any], runs: int, server_pid: int) -> dict[str, Scan]:
 
 
 def run_spark(
-    msgs: int, size: int, partitions: int, runs: int, compression: str = "auto", direct: bool = True
+    msgs: int,
+    size: int,
+    partitions: int,
+    runs: int,
+    compression: str = "auto",
+    direct: bool = True,
+    warmup: int = 2,
 ) -> SparkFigures:
     from bridges.spark.session import quiet_session
 
@@ -199,7 +205,7 @@ def run_spark(
                     "leafjet json": source(True),
                     "parquet json": pq,
                 }
-                _rounds(dfs, 1, srv.pid)  # warm-up of both sides: Python workers, the JVM's JIT (not timed)
+                _rounds(dfs, warmup, srv.pid)  # both sides: Python workers, the JVM's JIT (not timed)
                 scans = _rounds(dfs, runs, srv.pid)
                 scans["direct get base"] = Scan(float("inf"), 0.0, 0.0, 0.0)  # not run (--no-direct)
                 try:
@@ -239,15 +245,17 @@ def run_spark(
 
 
 def spark_matrix(args: argparse.Namespace) -> int:
-    f = run_spark(args.msgs, args.size, args.partitions, args.runs, args.compression, args.direct)
+    f = run_spark(
+        args.msgs, args.size, args.partitions, args.runs, args.compression, args.direct, args.warmup
+    )
     print(
         f"\nspark N={f.msgs},MsgSz~{args.size}B,Partitions={args.partitions},median of runs={args.runs},"
         f"compression={args.compression}"
     )
     print(
         f"  stream filled in {f.load_s:.1f}s ({f.msgs / f.load_s:,.0f} msgs/s, not timed below); each scan\n"
-        "  materialises every column with the noop sink; every query warmed up once first, then the\n"
-        "  rounds interleave the source and Parquet. ratio = leafjet source / Parquet (medians)."
+        f"  materialises every column with the noop sink; {args.warmup} untimed rounds of each query first,\n"
+        "  then rounds that interleave the source and Parquet. ratio = leafjet source / Parquet (medians)."
     )
     print(f"{'figure (rows/s)':40s} {'leafjet src':>12s} {'parquet':>12s} {'ratio':>7s}")
     for label, a, b in (
@@ -277,6 +285,12 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--size", type=int, default=64, help="approximate payload size in bytes")
     s.add_argument("--partitions", type=int, default=2)
     s.add_argument("--runs", type=int, default=3, help="rounds after the warm-up; figures are medians")
+    s.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="untimed rounds first (one left Parquet's first timed round ~2x slower than its later ones)",
+    )
     s.add_argument(
         "--compression", default="auto", choices=("auto", "zstd", "none"), help="the source option"
     )
