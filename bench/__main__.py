@@ -4,7 +4,7 @@
     python -m bench jetstream [--msgs 100000] [--size 128] [--window 1000] [--sync-requests 2000] [--runs 1]
     python -m bench consumers [--msgs 100000] [--ordered-msgs N] [--batch 500] [--kv-ops 5000] [--runs 1]
     python -m bench mqtt [--msgs 20000] [--size 128] [--inflight 100]
-    python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 2]
+    python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 3] [--warmup 2] [--no-direct]
     python -m bench putfloor [--ops 5000] [--runs 3]
     python -m bench footprint [--streams 1000] [--idle-seconds 10] [--nofile 1024]
     python -m bench monitoring [--msgs 100000] [--js-msgs 20000] [--runs 3] [--interval 1.0]

@@ -1,12 +1,20 @@
 """Spark source throughput: a leafjet stream read through the ``leafjet`` source vs the same rows in Parquet.
 
-    python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 2] [--compression auto]
+    python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 3] [--compression auto]
 
-A fresh leafjet agent is filled with ``--msgs`` JSON payloads (not timed), then each figure is the best of
-``--runs`` full scans materialised with Spark's ``noop`` sink (every column is produced, nothing is written).
-The Parquet file holds exactly the rows the source returned. The source reads through leafjet's bulk
-read API (``bulkRead=auto``); one more scan with ``bulkRead=false`` shows the direct-get fallback.
-Never asserts.
+A fresh leafjet agent is filled with ``--msgs`` JSON payloads (not timed). The Parquet file holds exactly
+the rows the source returned. Every scan is materialised with Spark's ``noop`` sink (every column is
+produced, nothing is written). Fairness on a shared, loaded machine:
+
+- every figure's query is run untimed first (``--warmup`` rounds, 2), the Parquet ones as well as the
+  source's: the JVM compiles each scan path over its first runs (a cold Parquet scan of 1M rows took
+  2.6 us of CPU per row, the third 0.7), so a cold Parquet figure flatters the source;
+- then ``--runs`` rounds, each running all four figures in turn (source, Parquet, source JSON,
+  Parquet JSON), so a burst of load from elsewhere hits both sides of a ratio alike;
+- each figure is the median of its rounds; the spread of the per-round ratios is printed too.
+
+The source reads through leafjet's bulk read API (``bulkRead=auto``); one more scan with
+``bulkRead=false`` shows the direct-get fallback. Never asserts.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -36,6 +45,7 @@ class SparkFigures:
     parquet_json_rows_per_s: float
     direct_rows_per_s: float  # the fallback path (bulkRead=false: batched direct gets)
     cpu_us_per_row: dict[str, tuple[float, float, float]]  # scan -> (server, Spark, JVM) CPU us per row
+    round_ratios: dict[str, tuple[float, ...]]  # "base"/"json" -> source/Parquet rate in each round
 
 
 async def fill(url: str, msgs: int, size: int) -> float:
@@ -66,14 +76,18 @@ async def fill(url: str, msgs: int, size: int) -> float:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _stat(pid: int) -> tuple[int, float] | None:
-    """(parent pid, CPU seconds of the process and its reaped children), None when it is gone."""
+def _stat(pid: int) -> tuple[int, float, float] | None:
+    """(parent pid, CPU seconds of the process itself, of its reaped children), None when it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = text[text.rindex(")") + 2 :].split()
-    return int(fields[1]), sum(int(x) for x in fields[11:15]) / _TICK
+    return (
+        int(fields[1]),
+        (int(fields[11]) + int(fields[12])) / _TICK,
+        (int(fields[13]) + int(fields[14])) / _TICK,
+    )
 
 
 def _is_jvm(pid: int) -> bool:
@@ -85,46 +99,82 @@ def _is_jvm(pid: int) -> bool:
 
 def _cpu(server_pid: int) -> tuple[float, float, float]:
     """CPU seconds so far of the server, of Spark (this process and its descendants: the JVM, its
-    Python workers, but not the server), and of the JVM alone. Linux /proc only; zeros elsewhere."""
-    procs: dict[int, tuple[int, float]] = {}
+    Python workers, but not the server), and of the JVM alone. Linux /proc only; zeros elsewhere.
+
+    A Python worker that exits is reaped by its parent (a pyspark daemon, or the JVM itself), and its
+    CPU moves into that parent's children's time: it stays in Spark's total, but the JVM's share is
+    the JVM's own time only (counting its reaped children there once made the Python share negative)."""
+    procs: dict[int, tuple[int, float, float]] = {}
     for entry in Path("/proc").iterdir() if Path("/proc/self/stat").exists() else ():
         if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None:
             procs[int(entry.name)] = st
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _c) in procs.items():
+    for pid, (ppid, _own, _reaped) in procs.items():
         children.setdefault(ppid, []).append(pid)
     spark, jvm, todo = 0.0, 0.0, [os.getpid()]
     while todo:
         pid = todo.pop()
         if pid == server_pid or pid not in procs:
             continue
-        spark += procs[pid][1]
+        _ppid, own, reaped = procs[pid]
+        spark += own + (reaped if pid != os.getpid() else 0.0)  # the server is reaped by this process
         if _is_jvm(pid):
-            jvm += procs[pid][1]
+            jvm += own
         todo += children.get(pid, [])
-    return procs.get(server_pid, (0, 0.0))[1], spark, jvm
+    server = procs.get(server_pid)
+    return (server[1] + server[2] if server else 0.0), spark, jvm
 
 
 @dataclass(frozen=True)
 class Scan:
-    seconds: float  # the best run
+    seconds: float  # the median of the runs
     server_cpu_s: float  # per run (mean)
     spark_cpu_s: float
     jvm_cpu_s: float  # the JVM's share of spark_cpu_s (the rest: the driver and the Python workers)
+    all_seconds: tuple[float, ...] = ()  # every run, in round order
+
+
+def _timed(df: Any, server_pid: int) -> tuple[float, tuple[float, float, float]]:
+    """One scan: wall seconds and the (server, Spark, JVM) CPU seconds it took."""
+    s0, k0, j0 = _cpu(server_pid)
+    t0 = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    seconds = time.perf_counter() - t0
+    s1, k1, j1 = _cpu(server_pid)
+    return seconds, (s1 - s0, k1 - k0, j1 - j0)
 
 
 def _scan(df: Any, runs: int, server_pid: int) -> Scan:
-    best = float("inf")
-    s0, k0, j0 = _cpu(server_pid)
+    """``runs`` scans of one query in a row (the fallback figure); the median and the mean CPU."""
+    return _rounds({"x": df}, runs, server_pid)["x"]
+
+
+def _rounds(dfs: dict[str, Any], runs: int, server_pid: int) -> dict[str, Scan]:
+    """``runs`` rounds, each scanning every query of ``dfs`` once, in order: interleaving puts both
+    sides of a ratio under the same load. Per query: the median seconds and the mean CPU per run."""
+    took: dict[str, list[float]] = {k: [] for k in dfs}
+    cpu: dict[str, list[tuple[float, float, float]]] = {k: [] for k in dfs}
     for _ in range(runs):
-        t0 = time.perf_counter()
-        df.write.format("noop").mode("overwrite").save()
-        best = min(best, time.perf_counter() - t0)
-    s1, k1, j1 = _cpu(server_pid)
-    return Scan(best, (s1 - s0) / runs, (k1 - k0) / runs, (j1 - j0) / runs)
+        for name, df in dfs.items():
+            seconds, used = _timed(df, server_pid)
+            took[name].append(seconds)
+            cpu[name].append(used)
+    out = {}
+    for k in dfs:
+        server, spark, jvm = (sum(c[i] for c in cpu[k]) / runs for i in range(3))
+        out[k] = Scan(statistics.median(took[k]), server, spark, jvm, tuple(took[k]))
+    return out
 
 
-def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str = "auto") -> SparkFigures:
+def run_spark(
+    msgs: int,
+    size: int,
+    partitions: int,
+    runs: int,
+    compression: str = "auto",
+    direct: bool = True,
+    warmup: int = 2,
+) -> SparkFigures:
     from bridges.spark.session import quiet_session
 
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-spark-") as tmp:
@@ -148,17 +198,21 @@ def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str
                 parquet = str(Path(tmp) / "rows.parquet")
                 source(True).write.mode("overwrite").parquet(parquet)  # the same rows, not timed
                 rows = spark.read.parquet(parquet).count()
-                _scan(source(False), 1, srv.pid)  # warm the Python workers and the JVM's JIT (not timed)
-                scans = {"leafjet base": _scan(source(False), runs, srv.pid)}
-                scans["leafjet json"] = _scan(source(True), runs, srv.pid)
+                pq = spark.read.parquet(parquet)
+                dfs = {
+                    "leafjet base": source(False),
+                    "parquet base": pq.drop("temp", "_corrupt"),
+                    "leafjet json": source(True),
+                    "parquet json": pq,
+                }
+                _rounds(dfs, warmup, srv.pid)  # both sides: Python workers, the JVM's JIT (not timed)
+                scans = _rounds(dfs, runs, srv.pid)
+                scans["direct get base"] = Scan(float("inf"), 0.0, 0.0, 0.0)  # not run (--no-direct)
                 try:
-                    scans["direct get base"] = _scan(source(False, "false"), 1, srv.pid)
+                    if direct:
+                        scans["direct get base"] = _scan(source(False, "false"), 1, srv.pid)
                 except Exception as e:  # a loaded machine times the fallback out: keep the other figures
                     print(f"direct get scan failed: {str(e).splitlines()[-1][:200]}")
-                    scans["direct get base"] = Scan(float("inf"), 0.0, 0.0, 0.0)
-                pq = spark.read.parquet(parquet)
-                scans["parquet base"] = _scan(pq.drop("temp", "_corrupt"), runs, srv.pid)
-                scans["parquet json"] = _scan(pq, runs, srv.pid)
             finally:
                 spark.stop()
         finally:
@@ -167,6 +221,15 @@ def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str
     cpu = {
         k: (v.server_cpu_s / rows * 1e6, v.spark_cpu_s / rows * 1e6, v.jvm_cpu_s / rows * 1e6)
         for k, v in scans.items()
+    }
+    spread = {
+        kind: tuple(
+            p / s
+            for s, p in zip(
+                scans[f"leafjet {kind}"].all_seconds, scans[f"parquet {kind}"].all_seconds, strict=True
+            )
+        )
+        for kind in ("base", "json")
     }
     return SparkFigures(
         rows,
@@ -177,18 +240,22 @@ def run_spark(msgs: int, size: int, partitions: int, runs: int, compression: str
         rate["parquet json"],
         rate["direct get base"],
         cpu,
+        spread,
     )
 
 
 def spark_matrix(args: argparse.Namespace) -> int:
-    f = run_spark(args.msgs, args.size, args.partitions, args.runs, args.compression)
+    f = run_spark(
+        args.msgs, args.size, args.partitions, args.runs, args.compression, args.direct, args.warmup
+    )
     print(
-        f"\nspark N={f.msgs},MsgSz~{args.size}B,Partitions={args.partitions},best of runs={args.runs},"
+        f"\nspark N={f.msgs},MsgSz~{args.size}B,Partitions={args.partitions},median of runs={args.runs},"
         f"compression={args.compression}"
     )
     print(
         f"  stream filled in {f.load_s:.1f}s ({f.msgs / f.load_s:,.0f} msgs/s, not timed below); each scan\n"
-        "  materialises every column with the noop sink. ratio = leafjet source / Parquet."
+        f"  materialises every column with the noop sink; {args.warmup} untimed rounds of each query first,\n"
+        "  then rounds that interleave the source and Parquet. ratio = leafjet source / Parquet (medians)."
     )
     print(f"{'figure (rows/s)':40s} {'leafjet src':>12s} {'parquet':>12s} {'ratio':>7s}")
     for label, a, b in (
@@ -196,10 +263,17 @@ def spark_matrix(args: argparse.Namespace) -> int:
         ("scan + jsonSchema 'temp DOUBLE'", f.source_json_rows_per_s, f.parquet_json_rows_per_s),
     ):
         print(f"{label:40s} {a:>12,.0f} {b:>12,.0f} {a / b:7.3f}")
+    for kind, ratios in f.round_ratios.items():
+        print(f"  {kind} ratio per round: {', '.join(f'{r:.3f}' for r in ratios)}")
     d, p = f.direct_rows_per_s, f.parquet_rows_per_s
-    print(f"{'scan, base, bulkRead=false (direct get)':40s} {d:>12,.0f} {p:>12,.0f} {d / p:7.3f}  (1 run)")
-    print("CPU per row (us, mean of the runs; Spark = driver + JVM + Python workers):")
+    if d:
+        print(
+            f"{'scan, base, bulkRead=false (direct get)':40s} {d:>12,.0f} {p:>12,.0f} {d / p:7.3f}  (1 run)"
+        )
+    print("CPU per row (us, mean of the runs; Spark = driver + JVM + Python workers; JVM = its own time):")
     for label, (server, spark, jvm) in f.cpu_us_per_row.items():
+        if label.startswith("direct") and not d:
+            continue
         split = f"(JVM {jvm:5.2f}, Python {spark - jvm:5.2f})"
         print(f"  {label:20s} server {server:6.2f}   spark {spark:6.2f} {split}")
     return 0
@@ -210,9 +284,21 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--msgs", type=int, default=200_000, help="messages in the stream (1M loads slowly)")
     s.add_argument("--size", type=int, default=64, help="approximate payload size in bytes")
     s.add_argument("--partitions", type=int, default=2)
-    s.add_argument("--runs", type=int, default=2)
+    s.add_argument("--runs", type=int, default=3, help="rounds after the warm-up; figures are medians")
+    s.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="untimed rounds first (one left Parquet's first timed round ~2x slower than its later ones)",
+    )
     s.add_argument(
         "--compression", default="auto", choices=("auto", "zstd", "none"), help="the source option"
+    )
+    s.add_argument(
+        "--direct",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also scan once with bulkRead=false (slow: ~15 us/row; --no-direct skips it)",
     )
 
 

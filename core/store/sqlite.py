@@ -964,14 +964,20 @@ class SqliteStore:
         if self._codec.plain and (filt is None or not has_wildcard(filt)):
             last = end if filt is not None else min(end, start + limit - 1)
             gaps = p.msgs != p.last_seq - p.first_seq + 1  # deleted sequences somewhere: ask for seqs
-            params: tuple[Any, ...]
-            if filt is None:
-                sql, params = sqlite_columns.range_sql(gaps), (start, last)
-            else:
-                sql, params = sqlite_columns.subject_sql(), (filt, start, end, limit)
-            got = await self._read_columns(sql, params, limit, p)
-            if got == sqlite_columns.GAPS:  # a delete since the counters were read
-                got = await self._read_columns(sqlite_columns.range_sql(True), params, limit, p)
+            lengths = False  # subjects' lengths from the spaces that join them (see sqlite_columns)
+            params = (start, last) if filt is None else (filt, start, end, limit)
+            while True:
+                if filt is None:
+                    sql = sqlite_columns.range_sql(gaps, lengths)
+                else:
+                    sql = sqlite_columns.subject_sql(lengths)
+                got = await self._read_columns(sql, params, limit, p)
+                if got == sqlite_columns.GAPS and not gaps:  # a delete since the counters were read
+                    gaps = True
+                elif got == sqlite_columns.SPACED and not lengths:  # a subject with a space
+                    lengths = True
+                else:
+                    break
             if isinstance(got, columns.MsgColumns):
                 n = len(got)
                 if filt is None and not n and last < end:
