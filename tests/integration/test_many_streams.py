@@ -92,6 +92,13 @@ async def test_three_hundred_streams_under_a_soft_limit_of_256_files(low_limit_a
     assert srv.proc.poll() is None
 
 
+async def _create_fails_with_10049(js, name: str, subject: str) -> None:
+    """The create is refused with the reference's stream-create error (10049)."""
+    with pytest.raises(nats.js.errors.APIError) as failed:
+        await js.add_stream(name=name, subjects=[subject])
+    assert failed.value.err_code == 10049, failed.value
+
+
 async def test_a_stream_create_that_fails_after_its_store_opened_leaves_nothing(tmp_path: Path) -> None:
     """The create fails writing stream.json (a directory is in the way of its rename):
     the store it opened is closed, its folder removed, and the same create works afterwards."""
@@ -102,9 +109,7 @@ async def test_a_stream_create_that_fails_after_its_store_opened_leaves_nothing(
         nc = await nats.connect(srv.url)
         try:
             js = nc.jetstream(timeout=10)
-            with pytest.raises(nats.js.errors.APIError) as failed:
-                await js.add_stream(name="HALF", subjects=["half.>"])
-            assert failed.value.err_code == 10049, failed.value
+            await _create_fails_with_10049(js, "HALF", "half.>")
             held = [os.readlink(f"/proc/{srv.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{srv.pid}/fd")]
             assert not [f for f in held if str(folder) in f], "the failed create's store is still open"
             assert not folder.exists()
@@ -128,9 +133,7 @@ async def test_a_stream_whose_store_cannot_open_leaves_no_config_to_recover(tmp_
         nc = await nats.connect(srv.url)
         try:
             js = nc.jetstream(timeout=10)
-            with pytest.raises(nats.js.errors.APIError) as failed:
-                await js.add_stream(name="BAD", subjects=["bad.>"])
-            assert failed.value.err_code == 10049, failed.value
+            await _create_fails_with_10049(js, "BAD", "bad.>")
             assert not (folder / "stream.json").exists()
         finally:
             await nc.close()
