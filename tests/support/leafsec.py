@@ -21,12 +21,22 @@ EDGE_DOMAIN = "EDGE"
 
 
 def start(kind: str, workdir: Path, config: dict[str, Any], *, debug: bool = False) -> RunningServer:
-    """Start ``kind`` ("leafjet" or "reference") with ``config`` plus a monitoring port."""
-    config = {"http_port": free_port(), **config}
-    if kind == "reference":
-        return start_reference(workdir, config, jetstream=True)
+    """Start ``kind`` ("leafjet" or "reference") with ``config`` plus a monitoring port.
+
+    The monitoring port is picked here and bound by the server a moment later: a test running
+    beside this one (pytest -n) may take it in between. Then another is picked."""
     args = ("--log-level", "debug") if debug else ()
-    return start_leafjet(workdir, config, extra_args=args)
+    for attempt in range(3):
+        cfg = {"http_port": free_port(), **config}
+        where = workdir if attempt == 0 else workdir.with_name(f"{workdir.name}-{attempt}")
+        try:
+            if kind == "reference":
+                return start_reference(where, cfg, jetstream=True)
+            return start_leafjet(where, cfg, extra_args=args)
+        except RuntimeError as e:
+            if "http_port" in config or "in use" not in str(e).lower() or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def hub_config(domain: str = HUB_DOMAIN, *, leaf_port: int, **leafnodes: Any) -> dict[str, Any]:
