@@ -186,3 +186,18 @@ def test_finding_runs_costs_in_proportion_to_the_input_not_its_square(monkeypatc
         Pub("ab"[i % 2], None, b"", None) for i in range(4000 // group) for _ in range(group)
     ]
     assert sliced <= 4 * len(data), sliced
+
+
+@pytest.mark.parametrize("make", [ServerParser, RouteParser])
+@pytest.mark.parametrize("at", [13, 14, 20, 28, 29, 44])
+def test_a_change_deep_in_a_long_run_ends_it_there(make, at):
+    """The same as above where the run is checked a byte column at a time (its later, larger
+    batches): a different byte anywhere in frame ``at`` ends the run before it."""
+    frame = b"PUB ab 3\r\nxyz\r\n" if make is ServerParser else b"RMSG $G ab 3\r\nxyz\r\n"
+    for offset in range(len(frame)):
+        for byte in (b"\r", b"\n", b" ", b"q", b"9"):
+            changed = frame[:offset] + byte + frame[offset + 1 :]
+            if changed == frame:
+                continue
+            data = frame * at + changed + frame * 40
+            assert expanded_outcome(make, [data]) == outcome(make, [data]), (offset, byte)
