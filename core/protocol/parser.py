@@ -167,28 +167,60 @@ def _link_control(op: bytes, line: bytes) -> Any:
     raise ProtocolError(UNKNOWN_OP)
 
 
+# Frames a run's first check takes after the first frame; each further check takes twice as many.
+_RUN_BATCH = 4
+
+
 def _run_length(data: bytes, at: int, line: int, size: int) -> int:
     """How many whole frames, from the one at ``at`` (a checked control line of ``line`` bytes
     with ``\n``, a ``size``-byte payload, CRLF), repeat it: the same line again, a payload, CRLF.
 
-    Frames of one line are all ``line + size + 2`` bytes, so the k-th byte of every frame is
-    one strided slice: each byte of the line and the CRLF is checked for all frames at once
-    (``count``; ``lstrip`` finds the first frame that differs), a few C calls per run instead
-    of a Python loop per message (a run of 128 B messages: ~5x less CPU)."""
+    The frames are checked a batch at a time, each batch twice the one before, so a call costs
+    in proportion to the run it finds, not to the rest of the input: checking all the rest at
+    once made every message that starts no run (two subjects in turn) cost a pass over the rest
+    of the read, quadratic in the read (a 64 KiB read of small messages: ~15x the CPU of runs
+    off)."""
     step = line + size + 2
-    frames = (len(data) - at) // step
-    if frames < 2:
+    avail = (len(data) - at) // step
+    if avail < 2:
+        return avail
+    frames = 1
+    batch = _RUN_BATCH
+    while frames < avail:
+        want = min(batch, avail - frames)
+        same = _same_frames(data, at, at + frames * step, line, size, want)
+        frames += same
+        if same < want:
+            break
+        batch *= 2
+    return frames
+
+
+def _same_frames(data: bytes, at: int, start: int, line: int, size: int, frames: int) -> int:
+    """How many of the ``frames`` frames from ``start`` (a leading run) have the line of the frame
+    at ``at`` and a CRLF after their payload. With fewer frames than line bytes each frame's line
+    is compared whole; otherwise the k-th byte of every frame is one strided slice, and each byte
+    of the line and the CRLF is checked for all frames at once (a few C calls per batch, not a
+    Python loop per message: a run of 128 B messages, ~5x less CPU). Either way the Python loop
+    is no longer than the batch."""
+    step = line + size + 2
+    if frames <= line:
+        ref = data[at : at + line]
+        for k in range(frames):
+            s = start + k * step
+            if data[s : s + line] != ref or data[s + line + size : s + step] != b"\r\n":
+                return k
         return frames
-    end = at + frames * step
+    end = start + frames * step
     for offset in range(line):
-        frames = _same_at(data, at + offset, end, step, data[at + offset], frames)
-        if frames < 2:
-            return frames
-        end = at + frames * step
-    frames = _same_at(data, at + line + size, end, step, 13, frames)
-    if frames < 2:
-        return frames
-    return _same_at(data, at + line + size + 1, at + frames * step, step, 10, frames)
+        frames = _same_at(data, start + offset, end, step, data[at + offset], frames)
+        if not frames:
+            return 0
+        end = start + frames * step
+    frames = _same_at(data, start + line + size, end, step, 13, frames)
+    if not frames:
+        return 0
+    return _same_at(data, start + line + size + 1, start + frames * step, step, 10, frames)
 
 
 def _same_at(data: bytes, start: int, end: int, step: int, byte: int, frames: int) -> int:

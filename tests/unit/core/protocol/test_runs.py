@@ -158,3 +158,46 @@ def test_a_change_of_any_byte_of_a_later_frame_ends_the_run_there(make):
             for cut in ([], [len(data) - 3], [len(frame) + 5]):
                 chunks = chunked(data, cut)
                 assert expanded_outcome(make, chunks) == outcome(make, [data]), (offset, byte, cut)
+
+
+@pytest.mark.parametrize("group", [1, 20])
+def test_finding_runs_costs_in_proportion_to_the_input_not_its_square(monkeypatch, group):
+    """Messages that start no run (two subjects in turn), or short runs: every byte column the
+    run search slices is counted, and the total stays a small multiple of the input. Searching
+    the whole rest of the read for each message made it quadratic (a CPU amplification any
+    client could cause); counted, not timed."""
+    import core.protocol.parser as parser_module
+
+    sliced = 0
+    same_at = parser_module._same_at
+
+    def counting(data: bytes, start: int, end: int, step: int, byte: int, frames: int) -> int:
+        nonlocal sliced
+        sliced += len(range(start, end, step))
+        return same_at(data, start, end, step, byte, frames)
+
+    monkeypatch.setattr(parser_module, "_same_at", counting)
+    frames = [b"PUB a 0\r\n\r\n", b"PUB b 0\r\n\r\n"]
+    data = b"".join(frames[i % 2] * group for i in range(4000 // group))
+    parser = ServerParser()
+    parser.runs = True
+    events = parser.feed(data)
+    assert expand(events) == [
+        Pub("ab"[i % 2], None, b"", None) for i in range(4000 // group) for _ in range(group)
+    ]
+    assert sliced <= 4 * len(data), sliced
+
+
+@pytest.mark.parametrize("make", [ServerParser, RouteParser])
+@pytest.mark.parametrize("at", [13, 14, 20, 28, 29, 44])
+def test_a_change_deep_in_a_long_run_ends_it_there(make, at):
+    """The same as above where the run is checked a byte column at a time (its later, larger
+    batches): a different byte anywhere in frame ``at`` ends the run before it."""
+    frame = b"PUB ab 3\r\nxyz\r\n" if make is ServerParser else b"RMSG $G ab 3\r\nxyz\r\n"
+    for offset in range(len(frame)):
+        for byte in (b"\r", b"\n", b" ", b"q", b"9"):
+            changed = frame[:offset] + byte + frame[offset + 1 :]
+            if changed == frame:
+                continue
+            data = frame * at + changed + frame * 40
+            assert expanded_outcome(make, [data]) == outcome(make, [data]), (offset, byte)
