@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import anyio
 
+from core.errors import StoreError
 from core.store.columns import MsgColumns
 from core.subjects import storable
 
@@ -81,7 +82,18 @@ async def scan_msg_ids(
     last_id: str | None = None
     start = first_seq
     while start <= last_seq:
-        cols, covered = await store.read_columns(start, last_seq, rows)
+        try:
+            cols, covered = await store.read_columns(start, last_seq, rows)
+        except StoreError:
+            if rows == 1:
+                raise
+            # more than one read can hold (SQLite refuses a value over 1 GB): a run of large
+            # messages in a stream of small ones, which the average sized ``rows`` for
+            rows //= 2
+            continue
+        n = len(cols)
+        if n:  # the next read sized by what these rows held, not by the stream's average
+            rows = max(1, min(SCAN_ROWS, SCAN_BYTES * n // max(1, cols.bytes_before(n, 0))))
         if len(cols) and cols.seqs[len(cols) - 1] == last_seq:
             last_id = ""
         for entry in ids_in(cols):

@@ -502,13 +502,26 @@ class JetStream:
         fresh = cfg.first_seq == 0 and (cfg.storage == "memory" or not (d / "msgs.db").exists())
         written: list[BaseException | None] = []
         failed: StoreError | None = None
-        async with anyio.create_task_group() as tg:
-            if early:
-                tg.start_soon(_write_atomic_noting, config_file, config_body, written)
-            try:
-                store = await self._open_store(cfg, d)
-            except StoreError as e:  # raised after the config file's writer has finished
-                failed = e
+        store: Any = None
+        try:
+            async with anyio.create_task_group() as tg:
+                if early:
+                    tg.start_soon(_write_atomic_noting, config_file, config_body, written)
+                try:
+                    store = await self._open_store(cfg, d)
+                except StoreError as e:  # raised after the config file's writer has finished
+                    failed = e
+        except BaseException:
+            # Cancelled (or another error) while the store was built; the writer has finished
+            # (the task group waited for it). Neither the file nor an open store may stay: a
+            # restart would recover a stream never announced, and an open store holds its file
+            # against the same create later.
+            with anyio.CancelScope(shield=True):
+                if store is not None:
+                    await self._abandon_create(ajs, cfg, store, d)
+                elif early:
+                    await anyio.to_thread.run_sync(functools.partial(config_file.unlink, missing_ok=True))
+            raise
         if failed is not None:
             if early:  # a config file without its store would be recovered as a stream
                 await anyio.to_thread.run_sync(functools.partial(config_file.unlink, missing_ok=True))

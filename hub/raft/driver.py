@@ -274,12 +274,13 @@ class RaftDriver:
 
     async def _process_ready_contained(self) -> None:
         """``_process_ready``, surviving a disk error (or a snapshot the state machine cannot
-        read, handled alike). A Ready whose persisting failed was never
-        sent, applied or advanced, and the node's memory may now be ahead of its disk, so the node
-        is dropped and rebuilt from what the disk holds (what a restart of the process would do:
-        RAFT's own recovery; nothing unpersisted was ever promised). Meanwhile this server takes
-        no part in the group; the other members keep their quorum without it. The server and its
-        other work go on."""
+        read, handled alike). A Ready whose persisting failed was never applied or advanced,
+        and only its early messages were sent (a leader's appends, which promise nothing about
+        this server's disk: hub/raft/DESIGN.md, invariant 1); the node's memory may now be
+        ahead of its disk, so the node is dropped and rebuilt from what the disk holds (what a
+        restart of the process would do: RAFT's own recovery; nothing unpersisted was ever
+        promised). Meanwhile this server takes no part in the group; the other members keep
+        their quorum without it. The server and its other work go on."""
         delay = PERSIST_RETRY[0]
         reopen = False
         while True:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from core.errors import StoreError
 from core.jetstream import dedup_window
 from core.jetstream.dedup_window import MsgIdEntry, ids_in
 from core.jetstream.models import StreamConfig
@@ -121,6 +122,41 @@ async def test_the_dedup_rows_of_an_older_version_are_read_once_and_removed(tmp_
     try:
         await reopened.load()
         assert reopened._dedup == {"kept": (1, now - 20 * S)}, "the rows were read once"
+    finally:
+        await store.close()
+
+
+async def test_a_run_of_large_messages_in_a_stream_of_small_ones_is_read_in_smaller_reads(
+    tmp_path: Path,
+) -> None:
+    """The rows per read come from the stream's average size; a run of large messages among
+    many small ones makes one read more than the store can hold (SQLite refuses a value over
+    1 GB, a StoreError): the scan reads fewer rows instead of failing the load, and sizes its
+    next read by what the last one held."""
+    now = time.time_ns()
+    stream, store = await a_stream(tmp_path)
+    limit = 1 << 20  # the store below refuses a read over 1 MiB, as SQLite one over 1 GB
+    try:
+        ops: list[Any] = [Append("d.a", None, b"small", now + i) for i in range(1000)]
+        big = b"x" * (64 << 10)
+        ops += [Append("d.a", block(b"Nats-Msg-Id: big%d" % i), big, now + 1000 + i) for i in range(40)]
+        await store.apply(ops)
+        assert dedup_window.rows_per_read(1040, (await store.state()).bytes) == dedup_window.SCAN_ROWS
+        read = store.read_columns
+        held: list[int] = []
+
+        async def bounded(start: int, end: int, rows: int, subject_filter: str | None = None) -> Any:
+            cols, covered = await read(start, end, rows, subject_filter)
+            if cols.bytes_before(len(cols), 0) > limit:
+                raise StoreError("read failed: string or blob too big")
+            held.append(len(cols))
+            return cols, covered
+
+        store.read_columns = bounded  # type: ignore[method-assign,assignment]
+        await stream.load()
+        assert list(stream._dedup) == [f"big{i}" for i in range(40)]
+        assert stream._last_msg_id == "big39"
+        assert sum(held) == 1040
     finally:
         await store.close()
 
