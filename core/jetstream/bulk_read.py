@@ -353,17 +353,24 @@ class BulkReads:
             if not more:
                 return  # the request's last reply went out
             req = replace(req, seq=last + 1, max_msgs=req.max_msgs - sent, max_bytes=req.max_bytes - size)
-            if fed:
-                await self._wait_drained(fed)
+            if fed and not await self._wait_drained(fed):
+                # Still past its high-water mark after write_deadline: the next reply (the one
+                # the last promised) is the request's last, and the reader asks again a round
+                # trip later. Going on fed a link that does not drain up to its max_pending (a
+                # slow-consumer close of the whole link: a max_pending below the request's
+                # credit, or several runs on one link).
+                left = 1
 
-    async def _wait_drained(self, fed: set[Drains]) -> None:
+    async def _wait_drained(self, fed: set[Drains]) -> bool:
         """Back-pressure between the replies of one request (a catch-up sends many back to back):
         wait, bounded by write_deadline, until the receivers the last reply took past their
         high-water mark (a link whose peer reads slower than we read the store) drained, as a
-        client's reader does after its publishes (core/server/output.py)."""
-        with anyio.move_on_after(self.js.server.config.write_deadline):
+        client's reader does after its publishes (core/server/output.py). False when the time
+        ran out first."""
+        with anyio.move_on_after(self.js.server.config.write_deadline) as scope:
             for receiver in fed:
                 await receiver.wait_drained()
+        return not scope.cancelled_caught
 
     def _publish(self, ajs: AccountJetStream, reply: str, headers: bytes, frame: bytes) -> set[Drains]:
         """Publish a reply; returns the receivers it took past their high-water mark (routing is

@@ -913,7 +913,18 @@ class SourceWorker:
 
     async def _settle_oldest(self) -> None:
         """Wait until the oldest batch in flight committed (``committed`` moves to its last
-        upstream sequence); raises StoreError when it did not."""
+        upstream sequence); raises StoreError when it did not, after settling the batches
+        behind it (the store refused them: they expected its position). The attempt then ends
+        on this error with nothing in flight: left there, ``_settle_last`` would count the
+        failure a second time (a doubled backoff) and log it as their PositionMismatch."""
+        try:
+            await self._settle_one()
+        except StoreError:
+            with contextlib.suppress(StoreError):
+                await self._settle()
+            raise
+
+    async def _settle_one(self) -> None:
         flight, last = self._flights.popleft()
         await self.stream.settle_sourced(flight)
         self.committed = self._stored = last
@@ -924,7 +935,7 @@ class SourceWorker:
         first: StoreError | None = None
         while self._flights:
             try:
-                await self._settle_oldest()
+                await self._settle_one()
             except StoreError as e:
                 first = first or e
         if first is not None:

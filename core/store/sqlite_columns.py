@@ -85,7 +85,10 @@ def _ints(text: str | None, n: int, typecode: str, what: str) -> array[int]:
             raise StoreError(f"columnar read: {len(parsed)} {what} for {n} rows")
         out.frombytes(parsed.astype(_np.dtype(typecode)).tobytes())
         return out
-    out.extend(map(int, text.split(",")))
+    try:
+        out.extend(map(int, text.split(",")))
+    except (ValueError, OverflowError):  # a value that is no integer of the type: a damaged file
+        raise StoreError(f"columnar read: a value of the {what} is not an integer") from None
     if len(out) != n:
         raise StoreError(f"columnar read: {len(out)} {what} for {n} rows")
     return out

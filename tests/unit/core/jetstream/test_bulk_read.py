@@ -225,3 +225,40 @@ async def test_a_first_message_larger_than_a_reply_can_carry_is_10054(store: Any
     with pytest.raises(ApiError) as e:
         await read_range(SimpleNamespace(store=store), req(max_bytes=1000), hard_limit=4096)  # type: ignore[arg-type]
     assert e.value.err_code == 10054
+
+
+async def test_a_catch_up_whose_receiver_does_not_drain_in_write_deadline_ends_with_the_next_reply() -> None:
+    """A following request's run of replies waits, between two, for the receiver the reply
+    before took past its high-water mark; when it has not drained in write_deadline, the next
+    reply is the request's last (no Leafjet-Read-More): going on fed the link up to its
+    max_pending, a slow-consumer close of the whole link. Here every reply stalls a receiver
+    that never drains."""
+    store = MemoryStore()
+    await fill(store, ["a"] * 40, size=1000)
+    stream = SimpleNamespace(
+        name="S", store=store, created_ns=1, config=SimpleNamespace(retention="limits"), appended=anyio.Event
+    )
+
+    class Stuck:
+        async def wait_drained(self) -> None:
+            await anyio.sleep_forever()
+
+    config = SimpleNamespace(max_payload=bulk_read.HEADER_ROOM + 4096, write_deadline=0.01)
+    server = SimpleNamespace(config=config, stalled=set())
+    replies: list[bytes] = []
+
+    def publish(subject: str, reply: str | None, headers: bytes | None, payload: bytes) -> bool:
+        replies.append(headers or b"")
+        server.stalled.add(Stuck())  # this reply took its receiver past the high-water mark
+        return True
+
+    ajs = SimpleNamespace(account=SimpleNamespace(publish=publish), streams={"S": stream})
+    reads = bulk_read.BulkReads(SimpleNamespace(server=server))  # type: ignore[arg-type]
+    async with anyio.create_task_group() as tg:
+        await tg.start(reads.run)
+        reads.start(ajs, stream, req(wait_ms=60_000, follow=1000), "r")  # type: ignore[arg-type]
+        with anyio.fail_after(20):  # a guard: without the bound the run went on, then waited 60 s
+            while reads.open:
+                await anyio.sleep(0.01)
+        tg.cancel_scope.cancel()
+    assert [b"Leafjet-Read-More: 1" in h for h in replies] == [True, False]

@@ -125,3 +125,51 @@ async def test_the_consumer_path_stores_a_delivery_that_comes_while_one_commits_
         stream.land(1)
         await wait_until(lambda: w.committed == 2)
         tg.cancel_scope.cancel()
+
+
+async def test_a_failed_commit_seen_while_quiet_settles_the_refused_ones_behind_it() -> None:
+    """The consumer path: the first of two batches in flight fails while the reader is idle.
+    The attempt ends on that error with nothing left in flight, so the end of the attempt
+    (``_settle_last``) does not count the failure again as the second's PositionMismatch."""
+    stream = CommitLaterStream()
+    w = SourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
+    w.cname, w._stored, w._spoke, w._heard = "C", 0, True, time.monotonic()
+    inbox: Mailbox[InboundMsg] = Mailbox(64)
+    with pytest.raises(BaseExceptionGroup) as caught:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w._read, SimpleNamespace(inbox=inbox), [])  # type: ignore[arg-type]
+            inbox.send_nowait(delivery(1))
+            await wait_until(lambda: len(stream.flights) == 1)
+            inbox.send_nowait(delivery(2))
+            await wait_until(lambda: len(stream.flights) == 2)
+            stream.land(0, StoreError("disk full"))
+            stream.land(1, StoreError("refused: expected another position"))
+            await anyio.sleep_forever()
+    assert str(caught.value.exceptions[0]) == "disk full"
+    assert not w._flights and w.committed == 0
+    await w._settle_last()
+    assert w.fails == 0 and w.error is None
+
+
+async def test_a_failed_commit_seen_by_the_idle_writer_settles_the_refused_ones_behind_it() -> None:
+    """The bulk path's writer, the same case."""
+    stream = CommitLaterStream()
+    w = BulkSourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
+    w._stored = 0
+    w._stir = asyncio.Event()
+    send, receive = anyio.create_memory_object_stream[Any](4)
+    with pytest.raises(BaseExceptionGroup) as caught:
+        async with send, anyio.create_task_group() as tg:
+            tg.start_soon(w._store_batches, receive)
+            await send.send(deliveries(1))
+            await wait_until(lambda: len(stream.flights) == 1)
+            await send.send(deliveries(2))
+            w._stir.set()
+            await wait_until(lambda: len(stream.flights) == 2)
+            stream.land(0, StoreError("disk full"))
+            stream.land(1, StoreError("refused: expected another position"))
+            await anyio.sleep_forever()
+    assert str(caught.value.exceptions[0]) == "disk full"
+    assert not w._flights and w.committed == 0
+    await w._settle_last()
+    assert w.fails == 0 and w.error is None

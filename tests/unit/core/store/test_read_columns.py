@@ -254,3 +254,19 @@ def test_a_column_past_an_i32_offset_is_a_store_error(
     assert list(sqlite_columns._offsets("3,0,4", 3, "data")) == [0, 3, 3, 7]
     with pytest.raises(StoreError, match="larger than 2 GiB"):
         sqlite_columns._offsets(f"{(1 << 31) - 1},1", 2, "data")
+
+
+@pytest.mark.parametrize("ts", ["x", 1.5])
+def test_a_damaged_row_in_a_small_read_is_a_store_error(ts: object) -> None:
+    """A few rows (no numpy: below NUMPY_FROM) whose timestamp or sequence text is not an
+    integer of its column's type (a file changed outside leafjet): a StoreError, as numpy's
+    count check gives for a larger read -- not a ValueError or OverflowError."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE msgs (seq INTEGER PRIMARY KEY, subject, hdr, data, ts, flags)")
+    conn.execute("INSERT INTO msgs VALUES (1, 'a', NULL, x'00', 5, 0), (3, 'b', NULL, x'01', ?, 0)", (ts,))
+    for sql, params in (
+        (sqlite_columns.range_sql(True), (1, 3)),
+        (sqlite_columns.subject_sql(), ("b", 1, 3, 5)),
+    ):
+        with pytest.raises(StoreError, match="timestamps"):
+            sqlite_columns.parse(conn.execute(sql, params).fetchone())
