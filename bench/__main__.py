@@ -3,7 +3,7 @@
     python -m bench core [--msgs 200000] [--size 128] [--requests 5000] [--runs 3]
     python -m bench jetstream [--msgs 100000] [--size 128] [--window 1000] [--sync-requests 2000] [--runs 1]
     python -m bench consumers [--msgs 100000] [--ordered-msgs N] [--batch 500] [--kv-ops 5000] [--runs 1]
-    python -m bench mqtt [--msgs 20000] [--size 128] [--inflight 100]
+    python -m bench mqtt [--msgs 20000] [--size 128] [--inflight 100] [--runs 1]
     python -m bench spark [--msgs 200000] [--size 64] [--partitions 2] [--runs 3] [--warmup 2] [--no-direct]
     python -m bench putfloor [--ops 5000] [--runs 3]
     python -m bench footprint [--streams 1000] [--idle-seconds 10] [--nofile 1024]
@@ -319,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     mq.add_argument("--size", type=int, default=128)
     mq.add_argument("--inflight", type=int, default=100, help="device QoS 1 inflight window")
     mq.add_argument(
+        "--runs", type=int, default=1, help="runs, the order of the columns rotated each run; medians"
+    )
+    mq.add_argument(
         "--profile",
         type=Path,
         default=None,
@@ -365,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.matrix == "mqtt" and args.commands:
         return run_mqtt_commands(args.msgs, args.size)
     if args.matrix == "mqtt":
-        return run_mqtt(args.msgs, args.size, args.inflight, args.profile)
+        return run_mqtt(args.msgs, args.size, args.inflight, args.profile, args.runs)
     return 2
 
 

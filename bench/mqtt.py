@@ -18,12 +18,14 @@ import asyncio
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import nats
@@ -215,18 +217,46 @@ def _reference_listener(tmp: Path, n: int, size: int, inflight: int) -> MqttFigu
         srv.stop()
 
 
-def run_mqtt(n: int, size: int, inflight: int, profile: Path | None = None) -> int:
+def _median_figures(runs: list[MqttFigures]) -> MqttFigures:
+    """Each figure's median over the runs (CPU per role likewise)."""
+    roles = {role for f in runs for role in f.cpu_us}
+    return MqttFigures(
+        msgs_per_s=statistics.median(f.msgs_per_s for f in runs),
+        device_acks_per_s=statistics.median(f.device_acks_per_s for f in runs),
+        seconds=statistics.median(f.seconds for f in runs),
+        cpu_us={role: statistics.median(f.cpu_us[role] for f in runs if role in f.cpu_us) for role in roles},
+    )
+
+
+def run_mqtt(n: int, size: int, inflight: int, profile: Path | None = None, runs: int = 1) -> int:
     if MOSQUITTO is None:
         print("mosquitto is not installed (apt-get install -y mosquitto mosquitto-clients)", file=sys.stderr)
         return 3
+    got: dict[str, list[MqttFigures]] = {"leafjet": [], "bridge+ref": [], "reference": []}
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-mqtt-") as tmp_s:
         tmp = Path(tmp_s)
-        (tmp / "a").mkdir()
-        (tmp / "b").mkdir()
-        lj = _via_bridge(tmp / "a", "leafjet", n, size, inflight, profile)
-        br = _via_bridge(tmp / "b", "reference", n, size, inflight)
-        ref = _reference_listener(tmp, n, size, inflight)
-    print(f"\nmqtt N={n},MsgSz={size}B,QoS=1,DeviceInflight={inflight},Storage=file")
+        for run in range(runs):
+            where = tmp / f"run{run}"
+            (where / "a").mkdir(parents=True)
+            (where / "b").mkdir()
+            measure = {
+                "leafjet": partial(_via_bridge, where / "a", "leafjet", n, size, inflight, profile),
+                "bridge+ref": partial(_via_bridge, where / "b", "reference", n, size, inflight),
+                "reference": partial(_reference_listener, where, n, size, inflight),
+            }
+            # The order rotates from run to run: whatever the machine does early or late in a
+            # run (page cache, CPU frequency, other work) does not always fall on one column.
+            order = list(measure)[run % 3 :] + list(measure)[: run % 3]
+            for column in order:
+                got[column].append(measure[column]())
+    lj, br, ref = (_median_figures(got[c]) for c in ("leafjet", "bridge+ref", "reference"))
+    if runs > 1:
+        per_run = ", ".join(
+            f"{a.msgs_per_s / r.msgs_per_s:.2f}" if r.msgs_per_s else "nan"
+            for a, r in zip(got["leafjet"], got["reference"], strict=True)
+        )
+        print(f"\nlj/ref device -> stream per run (order rotated each run): {per_run}")
+    print(f"\nmqtt N={n},MsgSz={size}B,QoS=1,DeviceInflight={inflight},Storage=file,runs={runs} (medians)")
     print(
         "  leafjet = device -> mosquitto -> bridge process -> leafjet agent;\n"
         "  bridge+ref = the same bridge into the reference's JetStream;\n"
