@@ -511,7 +511,11 @@ def main() -> int:
             )
             print(f"    {'OK' if ok else 'FAILED'}")
         finally:
-            step("shutting down: Spark, devices' brokers, site agents and their bridges, hub, proxy")
+            # Every process started above is stopped here, whatever ended the run. Printing may
+            # fail itself (stdout piped into `head`, which has exited): that must not skip the
+            # stops, or the agents, hub and brokers would outlive the demo.
+            with contextlib.suppress(OSError):
+                step("shutting down: Spark, devices' brokers, site agents and their bridges, hub, proxy")
             if starter is not None:
                 with contextlib.suppress(RuntimeError):
                     spark = starter.result()
@@ -526,7 +530,8 @@ def main() -> int:
                 broker.stop()
             if proxy is not None:
                 proxy.close()
-            print(f"    exit codes: {codes}")
+            with contextlib.suppress(OSError):
+                print(f"    exit codes: {codes}", flush=True)
     step("demo finished")
     return 0 if ok and not any(codes.values()) else 1
 
