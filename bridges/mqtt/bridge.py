@@ -32,6 +32,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from core import faults
+from core.lograte import worth_logging
 
 from . import wire
 from .config import MqttBridgeConfig, OutboundRoute
@@ -372,7 +373,7 @@ class MqttBridge:
     def _retry_later(self, p: Pending, problem: str) -> None:
         """Publish ``p`` again after its backoff (the pump sends it)."""
         self.stats.store_retries += 1
-        if p.attempt & (p.attempt - 1) == 0:  # log attempts 1, 2, 4, 8, ...
+        if worth_logging(p.attempt):
             log.warning(
                 "%s: cannot store on %r (%s); attempt %d, retrying in %.1fs",
                 self._who,
@@ -475,7 +476,7 @@ class MqttBridge:
             except Exception as e:
                 problem = f"{type(e).__name__}: {e}"
             self.stats.store_retries += 1
-            if attempt & (attempt - 1) == 0:  # log attempts 1, 2, 4, 8, ...
+            if worth_logging(attempt):
                 log.warning(
                     "%s: cannot store on %r (%s); attempt %d, retrying in %.1fs",
                     self._who,

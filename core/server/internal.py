@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import anyio
 
+from core.lograte import worth_logging
 from core.server.accounts import Account, Subscription
 from core.server.mailbox import Mailbox
 
@@ -235,7 +236,7 @@ class InternalReceiver:
 
     def _drop(self, why: str) -> None:
         self.dropped += 1
-        if self.dropped & (self.dropped - 1) == 0:  # log at powers of two, not per message
+        if worth_logging(self.dropped):
             log.warning(
                 "Dropping messages due to excessive ingest rate on '%s' > '%s': %s (%d dropped so far)",
                 self.account.name,

@@ -27,6 +27,7 @@ import anyio
 from core.api_errors import API_ERRORS, ApiError, api_error
 from core.jetstream import api
 from core.jetstream.models import StreamConfig, api_response, check_subject_overlap, decode_request
+from core.lograte import worth_logging
 from core.server.internal import InboundMsg
 from hub.meta.bus import Unreachable
 from hub.meta.peers import node_id
@@ -356,7 +357,7 @@ class MetaApi:
             return {"error": api_error("JSClusterNotAvailErr").to_json()}
         except (KeyError, TypeError, ValueError) as e:  # a field missing or of the wrong type
             self.bad_requests += 1
-            if self.bad_requests & (self.bad_requests - 1) == 0:  # powers of two: no log flood
+            if worth_logging(self.bad_requests):
                 log.warning(
                     "meta group: refusing a malformed %.40r request (%d so far): %s: %s",
                     body.get("kind"),

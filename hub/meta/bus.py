@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from core.lograte import worth_logging
 from core.server.accounts import Account
 from core.server.internal import InboundMsg, InternalReceiver
 from hub.raft.types import Message
@@ -147,7 +148,7 @@ class Bus:
 
     def _bad(self, what: str) -> None:
         self.bad_messages += 1
-        if self.bad_messages & (self.bad_messages - 1) == 0:  # powers of two: no log flood
+        if worth_logging(self.bad_messages):
             log.warning("meta group: dropping %s (%d so far)", what, self.bad_messages)
 
 

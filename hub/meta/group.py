@@ -26,6 +26,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from core.jetstream.models import StreamConfig
+from core.lograte import worth_logging
 from core.server.failures import describe_failure
 from hub.meta.api import MetaApi
 from hub.meta.bus import Bus, Unreachable
@@ -249,7 +250,7 @@ class MetaGroup:
                     )
                     return sorted(int(v, 16) for v in voters), True
                 refused += 1
-                if refused & (refused - 1) == 0:  # 1, 2, 4, ...: no log flood
+                if worth_logging(refused):
                     log.error(
                         "meta group: server_name %s (peer %s) is not a member of the meta group its "
                         "peers run (%d members): a renamed or new server cannot join it yet; this "
@@ -270,7 +271,7 @@ class MetaGroup:
                 answer = await self.bus.request(peer_hex(node_id(name)), "LOG", {}, FOUNDING_ASK)
             except (Unreachable, TimeoutError) as e:
                 self._unanswered += 1
-                if self._unanswered & (self._unanswered - 1) == 0:
+                if worth_logging(self._unanswered):
                     log.info(
                         "meta group: waiting for %s to say whether it runs the group (%s)",
                         name,
@@ -280,7 +281,7 @@ class MetaGroup:
             facts = _log_facts_from(answer)
             if facts is None:  # a peer's bytes: never trusted to be what was asked for
                 self._unanswered += 1
-                if self._unanswered & (self._unanswered - 1) == 0:
+                if worth_logging(self._unanswered):
                     log.warning("meta group: %s answered whether it runs the group with %.200r", name, answer)
                 return None
             out[name] = facts

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import TaskStatus
 
+from core.lograte import worth_logging
 from hub.raft.log_store import CorruptLog, Loaded, LogStore
 from hub.raft.node import Config, Node, NotLeader, ProposalError, bootstrap_snapshot
 from hub.raft.types import NONE, ConfChange, Entry, EntryKind, Message, NodeId, Ready, Role, Snapshot
@@ -304,7 +305,7 @@ class RaftDriver:
                 if self.healthy:
                     self.healthy = False
                     self._notify()
-                if self.disk_failures & (self.disk_failures - 1) == 0:  # 1, 2, 4, ...: no log flood
+                if worth_logging(self.disk_failures):
                     what = (
                         str(e)
                         if isinstance(e, RestoreFailed)

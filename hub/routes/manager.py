@@ -30,6 +30,7 @@ from anyio.abc import SocketAttribute, TaskGroup, TaskStatus
 
 from core.config import ClusterConfig
 from core.errors import StartupError
+from core.lograte import worth_logging
 from core.server import tcp
 from core.server.accounts import Account
 from core.server.failures import describe_failure
@@ -304,7 +305,7 @@ class Routes:
             if parsed.key not in self.diallers:
                 if gossiped >= MAX_GOSSIPED:
                     self.gossip_refused += 1
-                    if self.gossip_refused & (self.gossip_refused - 1) == 0:  # powers of two
+                    if worth_logging(self.gossip_refused):
                         log.warning(
                             "%s: not dialling %s learned by gossip: %d gossiped URLs already (%d refused)",
                             route.name,

@@ -34,6 +34,7 @@ from anyio.abc import ByteStream
 from anyio.streams.tls import TLSStream
 
 from core.errors import ProtocolError
+from core.lograte import worth_logging
 from core.protocol import encoder
 from core.protocol.encoder import encode_run
 from core.protocol.events import Connect, Err, Info, Ping, Pong
@@ -472,7 +473,7 @@ class Route(PeerPinger, BufferedOutput):
         link = self.links.get(ev.account)
         if account is None or link is None:
             self.unknown_account_interest += 1
-            if self.unknown_account_interest & (self.unknown_account_interest - 1) == 0:  # powers of two
+            if worth_logging(self.unknown_account_interest):
                 log.warning(
                     "%s: ignored interest for account %r, which this server does not have (%d so far)",
                     self.name,

@@ -53,6 +53,21 @@ class CommitLaterStream:
         self.flights[i].commit.set_result([])
 
 
+def bulk_writer(stream: CommitLaterStream) -> BulkSourceWorker:
+    """A bulk source of ``ORDERS`` whose stored position is known (0): batches chain on it."""
+    w = BulkSourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
+    w._stored = 0
+    w._stir = asyncio.Event()
+    return w
+
+
+def consumer_reader(stream: CommitLaterStream) -> SourceWorker:
+    """A consumer-path source of ``ORDERS`` through consumer ``C``, its position known (0)."""
+    w = SourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
+    w.cname, w._stored, w._spoke, w._heard = "C", 0, True, time.monotonic()
+    return w
+
+
 def deliveries(*seqs: int) -> list[Delivery]:
     return [Delivery(s, "orders.a", None, b"x", 0) for s in seqs]
 
@@ -65,9 +80,7 @@ async def wait_until(cond: Any) -> None:
 
 async def test_a_batch_queued_while_one_commits_is_submitted_at_once_and_each_settles_on_its_commit() -> None:
     stream = CommitLaterStream()
-    w = BulkSourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
-    w._stored = 0  # the stored position is known: batches chain on it
-    w._stir = asyncio.Event()
+    w = bulk_writer(stream)
     send, receive = anyio.create_memory_object_stream[Any](4)
     async with send, anyio.create_task_group() as tg:
         tg.start_soon(w._store_batches, receive)
@@ -88,9 +101,7 @@ async def test_a_batch_queued_while_one_commits_is_submitted_at_once_and_each_se
 
 async def test_a_failed_commit_seen_by_the_idle_writer_ends_it_with_that_error() -> None:
     stream = CommitLaterStream()
-    w = BulkSourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
-    w._stored = 0
-    w._stir = asyncio.Event()
+    w = bulk_writer(stream)
     send, receive = anyio.create_memory_object_stream[Any](4)
     with pytest.raises(BaseExceptionGroup) as caught:
         async with send, anyio.create_task_group() as tg:
@@ -110,8 +121,7 @@ def delivery(sseq: int) -> InboundMsg:
 
 async def test_the_consumer_path_stores_a_delivery_that_comes_while_one_commits_at_once() -> None:
     stream = CommitLaterStream()
-    w = SourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
-    w.cname, w._stored, w._spoke, w._heard = "C", 0, True, time.monotonic()
+    w = consumer_reader(stream)
     inbox: Mailbox[InboundMsg] = Mailbox(64)
     async with anyio.create_task_group() as tg:
         tg.start_soon(w._read, SimpleNamespace(inbox=inbox), [])  # type: ignore[arg-type]
@@ -132,8 +142,7 @@ async def test_a_failed_commit_seen_while_quiet_settles_the_refused_ones_behind_
     The attempt ends on that error with nothing left in flight, so the end of the attempt
     (``_settle_last``) does not count the failure again as the second's PositionMismatch."""
     stream = CommitLaterStream()
-    w = SourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
-    w.cname, w._stored, w._spoke, w._heard = "C", 0, True, time.monotonic()
+    w = consumer_reader(stream)
     inbox: Mailbox[InboundMsg] = Mailbox(64)
     with pytest.raises(BaseExceptionGroup) as caught:
         async with anyio.create_task_group() as tg:
@@ -154,9 +163,7 @@ async def test_a_failed_commit_seen_while_quiet_settles_the_refused_ones_behind_
 async def test_a_failed_commit_seen_by_the_idle_writer_settles_the_refused_ones_behind_it() -> None:
     """The bulk path's writer, the same case."""
     stream = CommitLaterStream()
-    w = BulkSourceWorker(stream, {"name": "ORDERS"}, "ORDERS > >", 0)  # type: ignore[arg-type]
-    w._stored = 0
-    w._stir = asyncio.Event()
+    w = bulk_writer(stream)
     send, receive = anyio.create_memory_object_stream[Any](4)
     with pytest.raises(BaseExceptionGroup) as caught:
         async with send, anyio.create_task_group() as tg:

@@ -4,6 +4,7 @@ parser gives with ``runs`` off, for any input under any chunking, errors include
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -144,20 +145,31 @@ def test_requests_and_header_messages_are_never_runs():
     assert [type(e) for e in events] == [Pub] * 4
 
 
+def run_frame(make: type) -> bytes:
+    """One frame of a run for the parser ``make`` (a client PUB or a route RMSG)."""
+    return b"PUB ab 3\r\nxyz\r\n" if make is ServerParser else b"RMSG $G ab 3\r\nxyz\r\n"
+
+
+def changed_frames(frame: bytes) -> Iterator[tuple[tuple[int, bytes], bytes]]:
+    """``frame`` with one byte changed, at every offset, to a line end, a space, a letter or a
+    digit; each with where and what changed."""
+    for offset in range(len(frame)):
+        for byte in (b"\r", b"\n", b" ", b"q", b"9"):
+            changed = frame[:offset] + byte + frame[offset + 1 :]
+            if changed != frame:
+                yield (offset, byte), changed
+
+
 @pytest.mark.parametrize("make", [ServerParser, RouteParser])
 def test_a_change_of_any_byte_of_a_later_frame_ends_the_run_there(make):
     """Every byte of a run's frames is checked: a different byte anywhere in the third frame
     (line, payload or CRLF) gives what the parser gives without runs."""
-    frame = b"PUB ab 3\r\nxyz\r\n" if make is ServerParser else b"RMSG $G ab 3\r\nxyz\r\n"
-    for offset in range(len(frame)):
-        for byte in (b"\r", b"\n", b" ", b"q", b"9"):
-            third = frame[:offset] + byte + frame[offset + 1 :]
-            if third == frame:
-                continue
-            data = frame * 2 + third + frame * 2
-            for cut in ([], [len(data) - 3], [len(frame) + 5]):
-                chunks = chunked(data, cut)
-                assert expanded_outcome(make, chunks) == outcome(make, [data]), (offset, byte, cut)
+    frame = run_frame(make)
+    for where, third in changed_frames(frame):
+        data = frame * 2 + third + frame * 2
+        for cut in ([], [len(data) - 3], [len(frame) + 5]):
+            chunks = chunked(data, cut)
+            assert expanded_outcome(make, chunks) == outcome(make, [data]), (where, cut)
 
 
 @pytest.mark.parametrize("group", [1, 20])
@@ -193,11 +205,7 @@ def test_finding_runs_costs_in_proportion_to_the_input_not_its_square(monkeypatc
 def test_a_change_deep_in_a_long_run_ends_it_there(make, at):
     """The same as above where the run is checked a byte column at a time (its later, larger
     batches): a different byte anywhere in frame ``at`` ends the run before it."""
-    frame = b"PUB ab 3\r\nxyz\r\n" if make is ServerParser else b"RMSG $G ab 3\r\nxyz\r\n"
-    for offset in range(len(frame)):
-        for byte in (b"\r", b"\n", b" ", b"q", b"9"):
-            changed = frame[:offset] + byte + frame[offset + 1 :]
-            if changed == frame:
-                continue
-            data = frame * at + changed + frame * 40
-            assert expanded_outcome(make, [data]) == outcome(make, [data]), (offset, byte)
+    frame = run_frame(make)
+    for where, changed in changed_frames(frame):
+        data = frame * at + changed + frame * 40
+        assert expanded_outcome(make, [data]) == outcome(make, [data]), where
