@@ -350,7 +350,9 @@ class Stream:
         self.first_seq_set = await self.store.meta_get(FIRST_SEQ_SET_KEY) is not None
         now = time.time_ns()
         window = self.config.duplicate_window
-        if window > 0 and st.msgs and st.last_ts >= now - window:  # else none is in the window
+        # none is in the window, or a mirror (it stores what its upstream decided; nothing is
+        # deduplicated against its window)
+        if window > 0 and st.msgs and st.last_ts >= now - window and self.config.mirror is None:
             since = now - window
             rows = dedup_window.rows_per_read(st.msgs, st.bytes)
             first = await self.seq_for_time(since)

@@ -84,6 +84,8 @@ MAX_BATCH_OPS = 20_000
 # (``_rows``): a publish batch of a few messages, a live source's batch of a few, a KV put with
 # its purge, a consumer's state.
 INLINE_MAX_OPS = 16
+# ... and a source's batch committed inline holds at most this many payload bytes
+INLINE_MAX_BATCH_BYTES = 64 << 10
 OFFLOAD_DECODE_BYTES = 256 << 10
 # A range read by sequence runs on the loop's thread (see _point_fetch) when its rows are
 # expected to hold at most this much: the rows it can find (its limit, or fewer when the range
@@ -280,10 +282,20 @@ def _resolved(value: Any, exc: BaseException | None = None) -> asyncio.Future[An
 def _rows(ops: tuple[Op, ...]) -> int:
     """The rows a call writes, for the inline bound (``INLINE_MAX_OPS``): an ``AppendBatch``
     counts its messages, so a live source's batch of a few commits inline like a publish, and a
-    catch-up's thousands go to the writer."""
+    catch-up's thousands go to the writer. A batch of a few large messages (past
+    ``INLINE_MAX_BATCH_BYTES``) counts as past the bound too: its copy into SQLite is not a
+    publish's few microseconds on the loop."""
     if len(ops) > INLINE_MAX_OPS:
         return len(ops)
-    return sum(len(op.subjects) if isinstance(op, AppendBatch) else 1 for op in ops)
+    rows = 0
+    for op in ops:
+        if not isinstance(op, AppendBatch):
+            rows += 1
+        elif len(op.subjects) > INLINE_MAX_OPS or sum(map(len, op.data)) > INLINE_MAX_BATCH_BYTES:
+            return INLINE_MAX_OPS + 1
+        else:
+            rows += len(op.subjects)
+    return rows
 
 
 def _fsync_dir(path: Path) -> None:
