@@ -12,7 +12,6 @@ recovered after a restart, as on the reference.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -520,11 +519,11 @@ class JetStream:
                 if store is not None:
                     await self._abandon_create(ajs, cfg, store, d)
                 elif early:
-                    await anyio.to_thread.run_sync(functools.partial(config_file.unlink, missing_ok=True))
+                    await anyio.to_thread.run_sync(_remove_durably, config_file)
             raise
         if failed is not None:
             if early:  # a config file without its store would be recovered as a stream
-                await anyio.to_thread.run_sync(functools.partial(config_file.unlink, missing_ok=True))
+                await anyio.to_thread.run_sync(_remove_durably, config_file)
             raise api_error("JSStreamCreateErrF", err=str(failed)) from None
         try:
             if written and written[0] is not None:
@@ -674,6 +673,21 @@ async def _write_atomic_noting(path: Path, body: dict[str, Any], outcome: list[B
 TMP_GLOB = ".stream.json.*.tmp"
 
 
+def _remove_durably(path: Path) -> None:
+    """Remove ``path`` and fsync its folder: a crash right after must not bring it back (a
+    config file beside a store that failed would be recovered as a stream)."""
+    path.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    dfd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 def _write_atomic_sync(path: Path, text: str) -> None:
     # a temporary name of this writer's own, so two writers never share a half-written file;
     # one a crash left behind is removed when the stream is recovered (TMP_GLOB)
@@ -683,8 +697,4 @@ def _write_atomic_sync(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    _fsync_dir(path.parent)
