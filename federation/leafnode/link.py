@@ -45,6 +45,7 @@ from core.server.connection import aclose_quietly
 from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
 from core.server.output import BufferedOutput
 from core.server.peer import PeerPinger, read_first_info
+from core.server.tcp import TcpStream
 from core.subjects import has_wildcard, is_subset, overlaps
 from federation.domains import link_denies
 from federation.leafnode.credentials import redact_url, sign_nonce, url_credentials
@@ -599,6 +600,31 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
     def _ping_interval(self) -> float:
         return self.cfg.ping_interval
 
+    def _send_through(self, frame: bytes) -> bool:
+        """Hand a message that finds nothing buffered to a plain TCP transport now, when it takes
+        it without waiting; False leaves it to the buffer. A live source's frame (a read reply,
+        a consumer's delivery) otherwise waited for the writer task's turn behind whatever else
+        the loop had ready: 0.4 ms p50 on the leaf, with 1000 msgs/s, measured between the
+        read's reply and its write (bench sources-latency). A burst still goes out in few
+        writes: only its first message finds the buffer empty; the rest join the buffer, which
+        the writer sends as one (and compresses as one)."""
+        stream = self.stream
+        if type(stream) is not TcpStream or not stream.can_send():
+            return False
+        stream.try_send(self._prepare(frame))
+        return True
+
+    def _write_through(self) -> bool:
+        """The writer's shortcut (``BufferedOutput._write_through_tcp``), with this link's
+        compression: no write deadline to arm for a transport that takes the bytes now."""
+        out = self._out
+        if not out or not self._send_through(b"".join(out) if len(out) > 1 else out[0]):
+            return False
+        out.clear()
+        self._pending = 0
+        self._drained.set()
+        return True
+
     # ------------------------------------------------------------------ outbound
 
     def _send_now(self, data: bytes) -> None:
@@ -650,7 +676,9 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
             return
         if headers is not None and not self.headers:
             headers = None
-        if not self._buffer_delivery(encode_lmsg(subject, reply, queues, headers, payload)):
+        frame = encode_lmsg(subject, reply, queues, headers, payload)
+        sent = not self._out and self._send_through(frame)
+        if not sent and not self._buffer_delivery(frame):
             return
         self.out_msgs += 1
         self.out_bytes += len(payload) + (len(headers) if headers is not None else 0)
