@@ -634,11 +634,11 @@ class SqliteStore:
         microseconds for a few rows); with ``sync="always"`` only while the store's recent
         transactions, fsync included, took at most ``INLINE_DURABLE_COMMIT_S`` on average (a
         slow disk's commits stay on the writer, off the loop). Only while nothing is queued or
-        running on the writer (``_inflight == 0`` and ``_wlock`` free), so calls still apply in the order they
-        were made. A lone publish, KV put or consumer-state write then costs no thread hand-over:
-        the round trip to the writer thread and back (a futex wake, the GIL passing back and
-        forth, an eventfd wake of the loop) took longer than the commit itself. The loop waits
-        for the commit instead, as it does for the point reads.
+        running on the writer (``_inflight == 0`` and ``_wlock`` free), so calls still apply in
+        the order they were made. A lone publish, KV put or consumer-state write then costs no
+        thread hand-over: the round trip to the writer thread and back (a futex wake, the GIL
+        passing back and forth, an eventfd wake of the loop) took longer than the commit itself.
+        The loop waits for the commit instead, as it does for the point reads.
 
         At most one call per turn of the event loop commits inline: the others of a burst (many
         tasks appending at once) go to the writer and are group-committed together."""
