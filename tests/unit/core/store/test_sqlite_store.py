@@ -22,6 +22,7 @@ from core.store import (
     CipherSpec,
     DeleteOp,
     SetMetaOp,
+    SourcePosOp,
     SqliteStore,
     StoreClosed,
     StoreFull,
@@ -232,16 +233,25 @@ async def test_always_mode_commits_a_lone_call_on_the_loop_only_while_its_commit
         big = await store.submit([Append("a", None, b"3", 4)] * 17)
         assert not big.done(), "a large call still goes to the writer"
         await big
+        with anyio.fail_after(5):
+            while not store._wlock.acquire(blocking=False):
+                await anyio.sleep(0.001)
+            store._wlock.release()
+        await anyio.sleep(0)
+        store._commit_cost = INLINE_DURABLE_COMMIT_S / 2
+        sourced = await store.submit([Append("a", None, b"s", 5), SourcePosOp("src", 1)])
+        assert not sourced.done(), "a source's batch commits on the writer (the hub reads its link meanwhile)"
+        await sourced
         store._commit_cost = INLINE_DURABLE_COMMIT_S * 4
         await anyio.sleep(0)
-        slow = await store.submit([Append("a", None, b"4", 5)])
+        slow = await store.submit([Append("a", None, b"4", 6)])
         assert not slow.done(), "slow commits go back to the writer, off the loop"
         await slow
     finally:
         await store.close()
     reopened = await SqliteStore.open(tmp_path / "s.db", sync="always")
     try:
-        assert (await reopened.state()).msgs == 21
+        assert (await reopened.state()).msgs == 22
     finally:
         await reopened.close()
 
