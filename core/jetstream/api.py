@@ -613,7 +613,8 @@ async def consumer_names(
 ) -> dict[str, Any]:
     offset = parse_consumers_request(msg.payload)  # as the reference, before the lookup
     stream = _stream(ajs, args[0])
-    body = consumer_names_json(stream.consumers, offset)
+    # a damaged consumer exists (its name is held), as the reference names one held offline
+    body = consumer_names_json([*stream.consumers, *stream.damaged_consumers], offset)
     return api_response("consumer_names_response", body)
 
 
@@ -626,6 +627,10 @@ async def consumer_list(
     page = sorted(stream.consumers)[offset : offset + LIST_LIMIT]
     body = consumer_list_json([await stream.consumers[n].info() for n in page])
     body.update(total=len(stream.consumers), offset=min(offset, len(stream.consumers)))
+    if stream.damaged_consumers:  # as the reference's list: by name in missing and offline
+        damaged = stream.damaged_consumers
+        body["missing"] = sorted(damaged)
+        body["offline"] = {n: f"damaged at recovery ({r})" for n, r in sorted(damaged.items())}
     return api_response("consumer_list_response", body)
 
 

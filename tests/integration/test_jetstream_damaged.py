@@ -261,6 +261,11 @@ async def test_a_damaged_consumer_ends_only_that_consumer(tmp_path: Path) -> Non
             with pytest.raises(APIError) as err:
                 await js.add_consumer("T", durable_name="C")
             assert err.value.err_code == CONSUMER_OFFLINE
+            names = await _request(nc, "$JS.API.CONSUMER.NAMES.T")
+            assert names["consumers"] == ["C", "D"]
+            listed = await _request(nc, "$JS.API.CONSUMER.LIST.T")
+            assert [c["name"] for c in listed["consumers"]] == ["D"] and listed["missing"] == ["C"]
+            assert [c.name for c in await js.consumers_info("T")] == ["D"]
             assert await js.delete_consumer("T", "C")
             await js.add_consumer("T", durable_name="C")
             assert (await js.consumer_info("T", "C")).num_pending == 3
