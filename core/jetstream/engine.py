@@ -27,12 +27,13 @@ import anyio
 
 from core.api_errors import ApiError, api_error
 from core.config import JetStreamConfig
-from core.errors import StartupError, StoreError
+from core.errors import StartupError, StoreError, StoreKeyError
 from core.faults import fault_point
 from core.jetstream import api
 from core.jetstream.bulk_read import BulkReads
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
 from core.jetstream.consumer_models import ConsumerConfig, paused_config
+from core.jetstream.damaged import DamagedStream, is_set_aside, move_aside
 from core.jetstream.models import StreamConfig
 from core.jetstream.monitoring import JetStreamMonitor
 from core.jetstream.sourcing import Sourcing
@@ -65,6 +66,8 @@ class AccountJetStream:
     account: Account
     root: Path
     streams: dict[str, Stream] = field(default_factory=dict)
+    # streams that could not be recovered at start: their names stay taken (damaged.py)
+    damaged: dict[str, DamagedStream] = field(default_factory=dict)
     api_total: int = 0
     api_errors: int = 0
     # the bytes all its streams hold before storing them (jetstream.max_buffered_account_size)
@@ -220,29 +223,87 @@ class JetStream:
         return ajs
 
     async def _recover(self, ajs: AccountJetStream) -> None:
+        """Every stream on disk, each on its own: one that cannot be read or opened is held as
+        damaged (core/jetstream/damaged.py) and the others start. Only an encryption key that
+        does not fit (a configuration mistake every stream shares) stops the start."""
         if not ajs.root.is_dir():
             return
         for d in sorted(ajs.root.iterdir()):
-            meta = d / "stream.json"
-            if not meta.is_file():
+            if is_set_aside(d.name) or not (d / "stream.json").is_file():
                 continue
+            cfg: StreamConfig | None = None
             try:
-                saved = json.loads(meta.read_text())
-                cfg = StreamConfig.from_json(saved["config"], create=False)
-                created = int(saved["created"])
-            except (OSError, ValueError, KeyError, ApiError) as e:
-                raise StartupError(f"stream metadata {meta} is unreadable: {e}") from None
-            if cfg.storage == "memory":
-                shutil.rmtree(d, ignore_errors=True)
+                cfg, created = _read_stream_meta(d / "stream.json")
+                if cfg.storage == "memory":
+                    shutil.rmtree(d, ignore_errors=True)
+                    continue
+                for left in d.glob(TMP_GLOB):  # a config write that a crash cut short
+                    left.unlink(missing_ok=True)
+                await self._recover_stream(ajs, cfg, created, d)
+            except StoreKeyError as e:
+                raise StartupError(f"stream {d.name}: {e}") from None
+            except Exception as e:  # this stream's failure only
+                self._hold_damaged(ajs, d, e, cfg)
                 continue
-            for left in d.glob(TMP_GLOB):  # a config write that a crash cut short
-                left.unlink(missing_ok=True)
-            try:
-                store = await self._open_store(cfg, d)
-            except StoreError as e:
-                raise StartupError(f"stream {cfg.name}: {e}") from None
-            await self._start_stream(ajs, cfg, store, created)
             log.info("recovered stream %s (account %s)", cfg.name, ajs.account.name)
+
+    async def _recover_stream(self, ajs: AccountJetStream, cfg: StreamConfig, created: int, d: Path) -> None:
+        """Open and start one stream found on disk; on a failure nothing of it keeps running."""
+        store = await self._open_store(cfg, d)
+        try:
+            await self._start_stream(ajs, cfg, store, created)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._stop_recovered(ajs, cfg.name, store)
+            raise
+
+    async def _stop_recovered(self, ajs: AccountJetStream, name: str, store: Any) -> None:
+        """Undo a stream start that failed part way: its tasks, its subscriptions, its store."""
+        self._stop_sourcing(ajs, name)
+        stream = ajs.streams.pop(name, None)
+        if stream is not None:
+            await stream.close()
+        for key in [k for k in self._consumer_scopes if k[:2] == (ajs.account.name, name)]:
+            self._consumer_scopes.pop(key).cancel()
+        scope = self._stream_scopes.pop((ajs.account.name, name), None)
+        if scope is not None:
+            scope.cancel()
+        try:
+            with anyio.move_on_after(10):
+                await store.close()
+        except StoreError as e:
+            log.error("closing the store of stream %s after a failed recovery failed: %s", name, e)
+
+    def _hold_damaged(
+        self, ajs: AccountJetStream, folder: Path, error: Exception, cfg: StreamConfig | None
+    ) -> None:
+        """Log once (the folder and the cause, no traceback) and hold the stream's name."""
+        name = cfg.name if cfg is not None else folder.name
+        reason = str(error) or type(error).__name__
+        if not isinstance(error, StoreError | OSError | ValueError | KeyError | ApiError):
+            reason = describe_failure(error)  # a bug: say where, in one line
+            log.debug("recovering stream %s failed", name, exc_info=error)
+        ajs.damaged[name] = DamagedStream(name, folder, reason, cfg)
+        log.error(
+            "stream %s (account %s) could not be recovered and is held as damaged; the other "
+            "streams run, a delete of it moves %s aside: %s",
+            name,
+            ajs.account.name,
+            folder,
+            reason,
+        )
+
+    async def delete_damaged(self, ajs: AccountJetStream, damaged: DamagedStream) -> Path:
+        """Free a damaged stream's name: its folder moves aside, kept (logged with where)."""
+        target = await anyio.to_thread.run_sync(move_aside, damaged.folder)
+        ajs.damaged.pop(damaged.name, None)
+        log.warning(
+            "damaged stream %s (account %s) deleted: its data was moved to %s",
+            damaged.name,
+            ajs.account.name,
+            target,
+        )
+        return target
 
     def _stall(self, backlog: Backlog) -> None:
         """A backlog past its high-water mark: the publisher whose read chunk fed it pauses."""
@@ -347,24 +408,56 @@ class JetStream:
     # ------------------------------------------------------------------ consumers
 
     async def _recover_consumers(self, stream: Stream) -> None:
+        """The stream's recorded consumers, each on its own: one whose records cannot be read
+        is left out and its name held (``Stream.damaged_consumers``), its rows kept."""
         for key, raw in await stream.store.meta_items(STATE_PREFIX):
             if not key.endswith("/config"):
                 continue
-            saved = json.loads(raw)
-            cfg = ConsumerConfig.from_json(saved["config"])
-            if cfg.mem_storage:
-                # A memory-stored consumer is not recorded (Consumer.recorded); rows of one are
-                # left by earlier builds, which recorded them all: they go, as the consumer would.
-                name = saved["name"]
-                await stream.store.apply([DelMetaOp(config_key(name)), DelMetaOp(state_key(name))])
-                continue
-            consumer = Consumer(stream, saved["name"], cfg, int(saved["created"]))
-            state = await stream.store.meta_get(state_key(consumer.name))
-            if state is not None:
-                consumer.restore_state(state)
-            else:
-                await consumer.position_from_policy()
-            await self.start_consumer(stream, consumer)
+            name = key[len(STATE_PREFIX) : -len("/config")]
+            try:
+                await self._recover_consumer(stream, raw)
+            except StoreError:
+                raise  # the store itself failed: the stream's problem, not this consumer's
+            except Exception as e:
+                reason = str(e) or type(e).__name__
+                if not isinstance(e, ValueError | KeyError | TypeError | ApiError):
+                    reason = describe_failure(e)
+                scope = self._consumer_scopes.pop((stream.account.name, stream.name, name), None)
+                if scope is not None:  # it failed after its task started
+                    scope.cancel()
+                stream.consumers.pop(name, None)
+                stream.damaged_consumers[name] = reason
+                log.error(
+                    "consumer %s/%s/%s could not be recovered and is held as damaged (its records "
+                    "stay; a delete of it removes them): %s",
+                    stream.account.name,
+                    stream.name,
+                    name,
+                    reason,
+                )
+
+    async def _recover_consumer(self, stream: Stream, raw: bytes) -> None:
+        saved = json.loads(raw)
+        cfg = ConsumerConfig.from_json(saved["config"])
+        if cfg.mem_storage:
+            # A memory-stored consumer is not recorded (Consumer.recorded); rows of one are
+            # left by earlier builds, which recorded them all: they go, as the consumer would.
+            name = saved["name"]
+            await stream.store.apply([DelMetaOp(config_key(name)), DelMetaOp(state_key(name))])
+            return
+        consumer = Consumer(stream, saved["name"], cfg, int(saved["created"]))
+        state = await stream.store.meta_get(state_key(consumer.name))
+        if state is not None:
+            consumer.restore_state(state)
+        else:
+            await consumer.position_from_policy()
+        await self.start_consumer(stream, consumer)
+
+    async def delete_damaged_consumer(self, stream: Stream, name: str) -> None:
+        """Remove a damaged consumer's records; the caller holds ``stream.lock``."""
+        await stream.apply_consumer_ops([DelMetaOp(config_key(name)), DelMetaOp(state_key(name))])
+        stream.damaged_consumers.pop(name, None)
+        log.warning("damaged consumer %s/%s/%s deleted", stream.account.name, stream.name, name)
 
     async def start_consumer(self, stream: Stream, consumer: Consumer) -> None:
         assert self._tg is not None
@@ -487,6 +580,9 @@ class JetStream:
         self, ajs: AccountJetStream, cfg: StreamConfig, created: int | None = None
     ) -> Stream:
         """A new stream; ``created`` (wall ns) is the meta group's, when it assigned the stream."""
+        damaged = ajs.damaged.get(cfg.name)
+        if damaged is not None:  # its folder is never written to: the name frees with a delete
+            raise api_error("JSStreamOfflineReasonErrF", err=damaged.offline_reason)
         d = ajs.root / cfg.name
         d.mkdir(parents=True, exist_ok=True)
         created = created or time.time_ns()
@@ -671,6 +767,16 @@ async def _write_atomic_noting(path: Path, body: dict[str, Any], outcome: list[B
 
 
 TMP_GLOB = ".stream.json.*.tmp"
+
+
+def _read_stream_meta(meta: Path) -> tuple[StreamConfig, int]:
+    """A stream's config and creation time (wall ns) from its ``stream.json``."""
+    try:
+        saved = json.loads(meta.read_text())
+        cfg = StreamConfig.from_json(saved["config"], create=False)
+        return cfg, int(saved["created"])
+    except (OSError, ValueError, KeyError, TypeError, ApiError) as e:
+        raise StoreError(f"stream metadata {meta} is unreadable: {e}") from None
 
 
 def _remove_durably(path: Path) -> None:

@@ -41,7 +41,7 @@ from typing import Any, Literal, TypeGuard
 
 import anyio
 
-from core.errors import StoreError
+from core.errors import StoreError, StoreKeyError
 from core.store import columns, schema, sqlite_columns
 from core.store.api import (
     FILE_MSG_OVERHEAD,
@@ -1485,16 +1485,16 @@ class SqliteStore:
         algorithm = bytes(info.get("cipher", b"none")).decode("ascii", "replace")
         if algorithm == "none":
             if self._spec is not None:
-                raise StoreError(
+                raise StoreKeyError(
                     f"{self._path}: stream was created without encryption; refusing to open it with a key"
                 )
             return
         if self._spec is None:
-            raise StoreError(
+            raise StoreKeyError(
                 f"{self._path}: stream data is encrypted ({algorithm}) and no encryption key is configured"
             )
         if algorithm != self._spec.algorithm:
-            raise StoreError(
+            raise StoreKeyError(
                 f"{self._path}: stream data is encrypted with {algorithm}, "
                 f"the configuration says {self._spec.algorithm}"
             )
@@ -1505,7 +1505,7 @@ class SqliteStore:
             raise StoreError(f"{self._path}: encryption parameters missing ({e})") from None
         cipher = self._spec.derive(params, algorithm)
         if not key_matches(cipher, check):
-            raise StoreError(f"{self._path}: encryption key does not match the stream's data")
+            raise StoreKeyError(f"{self._path}: encryption key does not match the stream's data")
         self._codec = RowCodec(compression="zstd" if self._codec.compress else "none", cipher=cipher)
 
     def _w_load(self) -> None:

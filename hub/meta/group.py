@@ -402,7 +402,17 @@ class MetaGroup:
         account, name = key
         ajs = self.js.accounts.get(account)
         local = ajs.streams.get(name) if ajs is not None else None
-        if ajs is None or local is None:
+        if ajs is None:
+            return True
+        if local is None:
+            damaged = ajs.damaged.get(name)
+            if damaged is None:
+                return True
+            try:  # held as damaged here (core/jetstream/damaged.py): its folder moves aside
+                await self.js.delete_damaged(ajs, damaged)
+            except OSError as e:
+                log.error("stream %s/%s: cannot move the damaged stream aside: %s", account, name, e)
+                return False
             return True
         try:
             await self.js.delete_stream(ajs, local)
