@@ -217,9 +217,12 @@ async def test_a_message_ttl_runs_out_after_a_restart(tmp_path):
     async with agent(tmp_path) as (nc, js):
         await js.add_stream(name="T", subjects=["t.*"], allow_msg_ttl=True)
         await nc.request("t.short", b"x", headers={"Nats-TTL": "5s"}, timeout=5)
+        stored_at = time.monotonic()
         await nc.request("t.kept", b"y", timeout=5)
     async with agent(tmp_path) as (_nc, js):
-        assert (await js.stream_info("T")).state.messages == 2
+        messages = (await js.stream_info("T")).state.messages
+        if time.monotonic() - stored_at < 4:  # a loaded machine may restart past the TTL
+            assert messages == 2, "the message with a TTL survived the restart"
         with anyio.fail_after(15):
             while (await js.stream_info("T")).state.messages > 1:
                 await anyio.sleep(0.1)
