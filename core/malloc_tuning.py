@@ -38,7 +38,8 @@ def tune_malloc() -> bool:
         return False
     try:
         libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # only glibc has it (musl's mallopt is a stub)
+        if not hasattr(libc, "gnu_get_libc_version"):  # only glibc (musl's mallopt is a stub)
+            return False
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
