@@ -45,6 +45,7 @@ from core.server.connection import aclose_quietly
 from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
 from core.server.output import BufferedOutput
 from core.server.peer import PeerPinger, read_first_info
+from core.server.tcp import READ_SIZE
 from core.subjects import has_wildcard, is_subset, overlaps
 from federation.domains import link_denies
 from federation.leafnode.credentials import redact_url, sign_nonce, url_credentials
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leafjet.leafnode")
 
-_READ_SIZE = 65536
 CONNECT_INFO_TIMEOUT = 2.0  # the reference's "Stale Leaf Node Connection" wait for connect_info
 LOOP_DELAY = 30.0  # the reference's delay after a loop or a same-cluster refusal
 PROTOCOL_LEVEL = 1  # >= 3 would claim message-trace support (federation-wire.md §1.2)
@@ -429,7 +429,7 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
     async def _reader(self) -> None:
         while self.state is not LinkState.CLOSING:
             try:
-                data = await self.stream.receive(_READ_SIZE)
+                data = await self.stream.receive(READ_SIZE)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 self.close_reason = self.close_reason or "closed by the peer"
                 return
