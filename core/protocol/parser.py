@@ -198,13 +198,14 @@ def _run_length(data: bytes, at: int, line: int, size: int) -> int:
 
 def _same_frames(data: bytes, at: int, start: int, line: int, size: int, frames: int) -> int:
     """How many of the ``frames`` frames from ``start`` (a leading run) have the line of the frame
-    at ``at`` and a CRLF after their payload. With fewer frames than line bytes each frame's line
-    is compared whole; otherwise the k-th byte of every frame is one strided slice, and each byte
-    of the line and the CRLF is checked for all frames at once (a few C calls per batch, not a
-    Python loop per message: a run of 128 B messages, ~5x less CPU). Either way the Python loop
-    is no longer than the batch."""
+    at ``at`` and a CRLF after their payload. With up to four frames per line byte each frame's
+    line is compared whole, in place (one C call per frame); otherwise the k-th byte of every
+    frame is one strided slice, and each byte of the line and the CRLF is checked for all frames
+    at once (a few C calls per batch, not a Python loop per message: a run of 128 B messages, ~5x
+    less CPU; below four frames per line byte the strided slices cost more than the frames'
+    compares). Either way the Python loop is no longer than the batch."""
     step = line + size + 2
-    if frames <= line:
+    if frames <= 4 * line:
         # What separates one payload from the next: the CRLF ending the frame before, then the
         # line. ``startswith`` at an offset compares in place: slicing the line and the CRLF out
         # of every frame (two allocations each) cost more than the rest of a 1 KiB message's parse.

@@ -43,7 +43,7 @@ class BufferedOutput:
     writer_fault: str | None = None  # core.faults kind checked at each wake-up (tests only)
 
     def _init_output(self) -> None:
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []  # a view: a run encoded without a copy
         self._pending = 0
         self._high_water = self.cfg.max_pending * 3 // 4
         # asyncio's Events, set and cleared in place: the writer wakes once per outbound burst,
@@ -64,7 +64,7 @@ class BufferedOutput:
     def _begin_close(self) -> None:
         raise NotImplementedError
 
-    def _prepare(self, data: bytes) -> bytes:
+    def _prepare(self, data: bytes | memoryview) -> bytes | memoryview:
         """What goes on the wire for ``data`` (a link may compress it)."""
         return data
 
@@ -109,7 +109,7 @@ class BufferedOutput:
         if self._drained.is_set():
             self._drained.clear()
 
-    def _buffer_delivery(self, data: bytes) -> bool:
+    def _buffer_delivery(self, data: bytes | memoryview) -> bool:
         """Buffer a delivery (a message, or a run of them) for the writer; False, and the
         connection closed as a slow consumer, when it would take the buffer past max_pending. A
         receiver past its high-water mark joins ``server.stalled`` (back-pressure)."""
@@ -208,7 +208,11 @@ class BufferedOutput:
             data = self._prepare(data)
             guard.deadline = clock() + deadline
             try:
-                await self.stream.send(data)
+                stream = self.stream
+                if isinstance(stream, TcpStream):
+                    await stream.send(data)
+                else:  # anyio's streams (TLS) take bytes
+                    await stream.send(data if isinstance(data, bytes) else bytes(data))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 self.close_reason = self.close_reason or "write failed"
                 self._out.clear()

@@ -115,7 +115,7 @@ class TcpStream(ByteStream):
             or self._transport.is_closing()
         )
 
-    def try_send(self, item: bytes) -> bool:
+    def try_send(self, item: bytes | memoryview) -> bool:
         """Hand ``item`` to the transport now if that cannot block (the transport is not paused
         and the connection is healthy); False leaves it to ``send``, which waits or raises."""
         if not self.can_send():
@@ -123,7 +123,7 @@ class TcpStream(ByteStream):
         self._transport.write(item)
         return True
 
-    async def send(self, item: bytes) -> None:
+    async def send(self, item: bytes | memoryview) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
         if not self._writable.is_set():

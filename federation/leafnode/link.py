@@ -20,6 +20,7 @@ import functools
 import logging
 import secrets
 import time
+from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ from anyio.streams.tls import TLSStream
 from core.errors import AuthError, ProtocolError
 from core.protocol import encoder
 from core.protocol.compress import ZstdReader, ZstdWriter
+from core.protocol.encoder import encode_run
 from core.protocol.events import Connect, Err, Info, Ping, Pong
 from core.protocol.leaf import (
     LeafMsg,
@@ -587,7 +589,7 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
     def _is_closing(self) -> bool:
         return self.state is LinkState.CLOSING
 
-    def _prepare(self, data: bytes) -> bytes:
+    def _prepare(self, data: bytes | memoryview) -> bytes | memoryview:
         if self._zw is None:
             return data
         # One call for everything queued: a batch compresses far better than a frame at a time
@@ -654,6 +656,18 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
             return
         self.out_msgs += 1
         self.out_bytes += len(payload) + (len(headers) if headers is not None else 0)
+
+    def forward_run(self, subject: str, payloads: Sequence[bytes]) -> None:
+        """``forward(subject, None, None, p)`` for each of ``payloads`` (``Account.publish_run``):
+        the permission check once and the run encoded as one buffer entry, as a route does."""
+        if self.state is not LinkState.CONNECTED or not payloads:
+            return
+        if not self.outbound.can_publish(subject):
+            return
+        prefix = b"LMSG %b " % subject.encode("utf-8", "surrogateescape")
+        if self._buffer_delivery(encode_run(prefix, payloads)):
+            self.out_msgs += len(payloads)
+            self.out_bytes += sum(map(len, payloads))
 
     # ------------------------------------------------------------------ monitoring
 

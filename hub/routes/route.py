@@ -555,7 +555,7 @@ class Route(PeerPinger, BufferedOutput):
         self.out_msgs += 1
         self.out_bytes += len(payload) + (len(headers) if headers is not None else 0)
 
-    def forward_run_frame(self, subject: str, frames: bytes, payloads: Sequence[bytes]) -> None:
+    def forward_run_frame(self, subject: str, frames: bytes | memoryview, payloads: Sequence[bytes]) -> None:
         """``forward_frame`` of a run's frames already encoded, written through at once: one
         write per run instead of a writer wake-up."""
         if self.state is not RouteState.CONNECTED or subject.startswith(self._local):
