@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -123,7 +123,25 @@ class TcpStream(ByteStream):
         self._transport.write(item)
         return True
 
+    def try_send_all(self, items: Sequence[bytes | memoryview]) -> bool:
+        """``try_send`` of ``items`` in order, handed over as they are (``writelines``: uvloop
+        writes them with one ``writev`` and keeps what the socket did not take without copying
+        it), not joined into one buffer first: a copy of everything a burst buffered."""
+        if not self.can_send():
+            return False
+        self._transport.writelines(items)
+        return True
+
+    async def send_all(self, items: Sequence[bytes | memoryview]) -> None:
+        """``send`` of ``items`` in order, as ``try_send_all`` hands them over."""
+        await self._wait_writable()
+        self._transport.writelines(items)
+
     async def send(self, item: bytes | memoryview) -> None:
+        await self._wait_writable()
+        self._transport.write(item)
+
+    async def _wait_writable(self) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
         if not self._writable.is_set():
@@ -139,7 +157,6 @@ class TcpStream(ByteStream):
             raise anyio.BrokenResourceError from self._error
         if self._transport.is_closing():
             raise anyio.BrokenResourceError
-        self._transport.write(item)
 
     async def send_eof(self) -> None:
         if self._transport.can_write_eof():
