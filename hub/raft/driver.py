@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -111,6 +111,9 @@ class RaftDriver:
         self._rng = rng or random.Random()
         self.node: Node | None = None
         self.send: Send = lambda m: None
+        # told of the entries this node appends to its log, before they are persisted or
+        # committed (a hint: they may never commit); must not block
+        self.on_appended: Callable[[Sequence[Entry]], None] | None = None
         self.applied = 0
         self._applied_terms: dict[int, int] = {}  # index -> term, for waiters (pruned as they go)
         self._waiters: dict[int, list[anyio.Event]] = {}
@@ -381,6 +384,8 @@ class RaftDriver:
         while (rd := node.ready()) is not None:
             before = (self.leader, self.role)
             self._send_all(rd.early_messages)  # the leader's appends: the followers write meanwhile
+            if rd.entries and self.on_appended is not None:
+                self._tell_appended(rd.entries)
             if rd.must_sync:
                 await anyio.to_thread.run_sync(self._persist, rd)
             self._send_all(rd.messages)
@@ -402,6 +407,13 @@ class RaftDriver:
                 self._notify()
             if rd.soft_state.leader != NONE and soft.role is Role.LEADER and before[1] is not Role.LEADER:
                 log.info("raft %s: this server leads, term %d", self.group, node.term)
+
+    def _tell_appended(self, entries: Sequence[Entry]) -> None:
+        assert self.on_appended is not None
+        try:
+            self.on_appended(entries)
+        except Exception:  # a hint's bug must not stop the log
+            log.exception("raft %s: the appended-entries hook failed", self.group)
 
     def _send_all(self, messages: Iterable[Message]) -> None:
         for m in messages:
