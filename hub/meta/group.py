@@ -343,7 +343,17 @@ class MetaGroup:
 
     async def _reconcile_loop(self) -> None:
         while True:
-            await self._dirty.wait()
+            if self._prepared_at:
+                # an entry that changes no state (another leader's no-op took the place of the
+                # one prepared for) sets nothing: look again now and then
+                with anyio.move_on_after(REGISTER_RETRY):
+                    await self._dirty.wait()
+                if not self._dirty.is_set():
+                    if self.is_current():  # everything applied was reconciled: no change since
+                        await self._drop_unused_preparations(self.driver.applied)
+                    continue
+            else:
+                await self._dirty.wait()
             while not self.is_current():
                 with anyio.move_on_after(0.2):
                     await self.driver.changed()
