@@ -111,8 +111,8 @@ class RaftDriver:
         self._rng = rng or random.Random()
         self.node: Node | None = None
         self.send: Send = lambda m: None
-        # told of the entries this node appends to its log, before they are persisted or
-        # committed (a hint: they may never commit); must not block
+        # told of the entries this node appended to its log, once they are durable and before
+        # they are committed (a hint: they may never commit); must not block
         self.on_appended: Callable[[Sequence[Entry]], None] | None = None
         self.applied = 0
         self._applied_terms: dict[int, int] = {}  # index -> term, for waiters (pruned as they go)
@@ -384,11 +384,11 @@ class RaftDriver:
         while (rd := node.ready()) is not None:
             before = (self.leader, self.role)
             self._send_all(rd.early_messages)  # the leader's appends: the followers write meanwhile
-            if rd.entries and self.on_appended is not None:
-                self._tell_appended(rd.entries)
             if rd.must_sync:
                 await anyio.to_thread.run_sync(self._persist, rd)
             self._send_all(rd.messages)
+            if rd.entries and self.on_appended is not None:  # durable now, acknowledged first
+                self._tell_appended(rd.entries)
             # a leader's snapshot is decoded in a worker thread: only this task applies, and it
             # waits here, so nothing is applied meanwhile
             state = (
