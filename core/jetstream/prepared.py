@@ -1,8 +1,8 @@
 """Streams made ready ahead of their create: the store opened and the config file staged.
 
-A clustered server learns that a stream will be placed on it when the meta leader's append
-carrying the assignment arrives, a RAFT round (and, for a client of another server, a hop or
-two) before that entry is committed and the create may happen. ``PreparedStreams.prepare``
+A clustered server learns that a stream will be placed on it when the meta entry assigning it
+is durable in its own log: the rest of a RAFT round (and, for a client of another server, a hop
+or two) before that entry is committed and the create may happen. ``PreparedStreams.prepare``
 uses that time: it opens the new stream's store (a spare moved into place: core/store/spare.py)
 and writes its config file under a temporary name, fsynced. The create then finds both ready and
 only has to rename the config file into place (and fsync the folder).
