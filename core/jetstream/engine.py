@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import shutil
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from core.jetstream.consumer_models import ConsumerConfig, paused_config
 from core.jetstream.damaged import DamagedStream, is_set_aside, move_aside
 from core.jetstream.models import StreamConfig
 from core.jetstream.monitoring import JetStreamMonitor
+from core.jetstream.prepared import PreparedStreams, commit_staged, stage_atomic
 from core.jetstream.sourcing import Sourcing
 from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
 from core.server.accounts import Subscription
@@ -43,7 +43,8 @@ from core.server.failures import describe_failure
 from core.server.internal import Backlog, InboundMsg, InternalReceiver
 from core.store.api import DelMetaOp, PurgeOp, SetMetaOp
 from core.store.memory import MemoryStore
-from core.store.pool import set_max_open_stores
+from core.store.pool import POOL, set_max_open_stores
+from core.store.spare import SpareStores
 from core.store.sqlite import BULK_PAGE_SIZE, DEFAULT_PAGE_SIZE, SqliteStore
 
 if TYPE_CHECKING:
@@ -162,6 +163,8 @@ class JetStream:
         self.cluster: ClusterApi | None = None  # set by the hub's meta group (hub/meta/)
         self.recovered = False  # every stream on disk loaded (/healthz answers 503 until then)
         server.jetstream_monitor = JetStreamMonitor(self)
+        self.spares: SpareStores | None = None  # made by run(), in the store folder
+        self.prepared = PreparedStreams(self._open_store)  # streams made ready ahead of a create
         self.reads = BulkReads(self)  # the bulk read API's requests (core/jetstream/bulk_read.py)
         set_max_open_stores(config.max_open_stores or None)
 
@@ -172,6 +175,9 @@ class JetStream:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise StartupError(f"cannot create JetStream store {self.root}: {e.strerror}") from None
+        # a new file stream's store is a spare built ahead, moved into place (core/store/spare.py)
+        self.spares = SpareStores(self.root, self.server.store_cipher, POOL.submit)
+        self.spares.prepare(DEFAULT_PAGE_SIZE)
         receivers: list[tuple[AccountJetStream, InternalReceiver]] = []
         try:
             async with anyio.create_task_group() as tg:
@@ -204,6 +210,7 @@ class JetStream:
                     consumer.server_shutdown()
 
     async def close_stores(self) -> None:
+        await self.prepared.close_all()
         for ajs in self.accounts.values():
             for stream in list(ajs.streams.values()):
                 await stream.close()
@@ -353,6 +360,7 @@ class JetStream:
             cipher=self.server.store_cipher,
             # a stream fed by sources or a mirror stores in large batches (sqlite.py)
             page_size=BULK_PAGE_SIZE if cfg.sources or cfg.mirror else DEFAULT_PAGE_SIZE,
+            spare=self.spares,
         )
 
     async def _start_stream(
@@ -593,30 +601,48 @@ class JetStream:
         # at first_seq: its file must not exist before the store holds that start (a crash in
         # between would recover a stream starting at 1).
         early = cfg.storage != "memory" and cfg.first_seq == 0
-        # built empty by this create (no file was there): nothing to read back from it
-        fresh = cfg.first_seq == 0 and (cfg.storage == "memory" or not (d / "msgs.db").exists())
         written: list[BaseException | None] = []
         failed: StoreError | None = None
         store: Any = None
-        try:
-            async with anyio.create_task_group() as tg:
-                if early:
-                    tg.start_soon(_write_atomic_noting, config_file, config_body, written)
-                try:
-                    store = await self._open_store(cfg, d)
-                except StoreError as e:  # raised after the config file's writer has finished
-                    failed = e
-        except BaseException:
-            # Cancelled (or another error) while the store was built; the writer has finished
-            # (the task group waited for it). Neither the file nor an open store may stay: a
-            # restart would recover a stream never announced, and an open store holds its file
-            # against the same create later.
-            with anyio.CancelScope(shield=True):
-                if store is not None:
+        # made ready while the meta group committed this create (prepared.py): only the config
+        # file's rename is left
+        prepared = await self.prepared.take((ajs.account.name, cfg.name), cfg, created)
+        # built empty by this create (no file was there): nothing to read back from it
+        fresh = cfg.first_seq == 0 and (
+            cfg.storage == "memory" or prepared is not None or not (d / "msgs.db").exists()
+        )
+        if prepared is not None:
+            store = prepared.store
+            assert prepared.staged is not None
+            try:
+                await anyio.to_thread.run_sync(commit_staged, prepared.staged, config_file)
+                written.append(None)
+            except OSError as e:  # raised below, where the store is abandoned
+                written.append(e)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
                     await self._abandon_create(ajs, cfg, store, d)
-                elif early:
-                    await anyio.to_thread.run_sync(_remove_durably, config_file)
-            raise
+                raise
+        else:
+            try:
+                async with anyio.create_task_group() as tg:
+                    if early:
+                        tg.start_soon(_write_atomic_noting, config_file, config_body, written)
+                    try:
+                        store = await self._open_store(cfg, d)
+                    except StoreError as e:  # raised after the config file's writer has finished
+                        failed = e
+            except BaseException:
+                # Cancelled (or another error) while the store was built; the writer has finished
+                # (the task group waited for it). Neither the file nor an open store may stay: a
+                # restart would recover a stream never announced, and an open store holds its file
+                # against the same create later.
+                with anyio.CancelScope(shield=True):
+                    if store is not None:
+                        await self._abandon_create(ajs, cfg, store, d)
+                    elif early:
+                        await anyio.to_thread.run_sync(_remove_durably, config_file)
+                raise
         if failed is not None:
             if early:  # a config file without its store would be recovered as a stream
                 await anyio.to_thread.run_sync(_remove_durably, config_file)
@@ -641,6 +667,17 @@ class JetStream:
             raise
         self._action_advisory(stream, "create")
         return stream
+
+    async def prepare_stream(self, ajs: AccountJetStream, cfg: StreamConfig, created: int) -> None:
+        """Make the stream ``cfg`` ready for its create at ``created`` (prepared.py): the hub's
+        meta group calls this when an assignment to this server reaches its log, before it is
+        committed. A failure only logs."""
+        if cfg.name not in ajs.streams:
+            await self.prepared.prepare((ajs.account.name, cfg.name), ajs.root, cfg, created)
+
+    async def discard_prepared(self, ajs: AccountJetStream, name: str) -> None:
+        """Drop the preparation of stream ``name`` if its create did not use it."""
+        await self.prepared.discard((ajs.account.name, name), ajs.root, live=name in ajs.streams)
 
     async def _abandon_create(self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, d: Path) -> None:
         self._stop_sourcing(ajs, cfg.name)
@@ -795,12 +832,4 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def _write_atomic_sync(path: Path, text: str) -> None:
-    # a temporary name of this writer's own, so two writers never share a half-written file;
-    # one a crash left behind is removed when the stream is recovered (TMP_GLOB)
-    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    commit_staged(stage_atomic(path, text), path)
