@@ -300,6 +300,28 @@ def test_bulk_json_decoding_equals_the_per_row_rules_on_random_blocks() -> None:
             ]
 
 
+def test_null_headers_gives_null_for_a_message_without_headers(server: RunningServer) -> None:
+    """``nullHeaders=true``: null where the default gives an empty map, the same maps elsewhere; a
+    batch where no message has headers (the constant array) and one where some have (parsed)."""
+    url, stream = server.url, _unique(server, "nullhdr")
+    create_stream(url, stream, [f"{stream}.>"])
+    publish(url, [(f"{stream}.a", b"1"), (f"{stream}.a", b"2")])  # first batch: no headers at all
+    publish(url, [(f"{stream}.b", b"3", {"K": "v"}), (f"{stream}.b", b"4")])  # second: some
+    _bulk, default = read_table(url, stream, rowsPerArrowBatch=2)
+    _bulk, nulls = read_table(url, stream, rowsPerArrowBatch=2, nullHeaders="true")
+    assert [dict(h) for h in default.column("headers").to_pylist()] == [{}, {}, {"K": "v"}, {}]
+    assert [h if h is None else dict(h) for h in nulls.column("headers").to_pylist()] == [
+        None,
+        None,
+        {"K": "v"},
+        None,
+    ]
+    assert nulls.drop_columns(["headers"]).equals(default.drop_columns(["headers"]))
+    assert nulls.schema.equals(default.schema)
+    with pytest.raises(OptionError, match="nullheaders"):
+        parse_options(_options(url, stream, nullHeaders="maybe"))
+
+
 def test_gap_tracker_finds_the_lowest_missing_sequence() -> None:
     t = GapTracker(10)
     t.see(pa.array([10, 11, 12], pa.int64()))
