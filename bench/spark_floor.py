@@ -45,8 +45,9 @@ VARIANTS: dict[str, str] = {
     "headers-only": "headers MAP<STRING,STRING>",
     "json": f"{BASE}, temp DOUBLE, _corrupt BOOLEAN",
 }
-# A variant named "parquet-<variant>" scans the rows of <variant> written to a Parquet file; "leafjet" and
-# "leafjet-json" scan a real leafjet filled with as many messages (as ``python -m bench spark`` does).
+# A variant named "parquet-<variant>" scans the rows of <variant> written to a Parquet file; "leafjet",
+# "leafjet-json" and "leafjet-nullheaders" scan a real leafjet filled with as many messages (as
+# ``python -m bench spark`` does; the last with the source's ``nullHeaders`` option).
 
 
 def build_batch(variant: str, n: int, payload: int = 64) -> pa.RecordBatch:
@@ -148,6 +149,8 @@ def run(
                         asyncio.run(fill(srv.url, n, 64))
                     r = spark.read.format("leafjet").option("servers", srv.url).option("stream", STREAM)
                     r = r.option("numPartitions", str(partitions))
+                    if v == "leafjet-nullheaders":
+                        r = r.option("nullHeaders", "true")
                     dfs[v] = (r.option("jsonSchema", "temp DOUBLE") if v == "leafjet-json" else r).load()
                 elif v.startswith("parquet-"):  # the same rows as the fake variant, in a Parquet file
                     path = str(Path(tmp) / f"{v}.parquet")
