@@ -181,7 +181,7 @@ def run(
         f"conf={conf}"
     )
     print(
-        f"{'variant':14s} {'rows/s':>12s} {'JVM us/row':>11s} {'Python us/row':>14s} {'server us/row':>14s}"
+        f"{'variant':20s} {'rows/s':>12s} {'JVM us/row':>11s} {'Python us/row':>14s} {'server us/row':>14s}"
     )
     for v in variants:
         spark_s = sum(c[0] for c in cpu[v]) / runs
@@ -189,7 +189,7 @@ def run(
         server_s = sum(c[2] for c in cpu[v]) / runs
         rate = n / statistics.median(took[v])
         print(
-            f"{v:14s} {rate:>12,.0f} {jvm_s / n * 1e6:>11.3f} {(spark_s - jvm_s) / n * 1e6:>14.3f} "
+            f"{v:20s} {rate:>12,.0f} {jvm_s / n * 1e6:>11.3f} {(spark_s - jvm_s) / n * 1e6:>14.3f} "
             f"{server_s / n * 1e6:>14.3f}"
         )
 
