@@ -252,11 +252,12 @@ class InternalReceiver:
             for subject, reply, headers, payload in msgs:
                 self.deliver(sub, subject, reply, headers, payload)
             return
-        # No backlog to count against (a source's deliveries): ``deliver``'s queueing, inline
-        send = self.inbox.send_nowait
+        # No backlog to count against (a source's deliveries): ``deliver``'s queueing, inline,
+        # each InboundMsg made by tuple.__new__ (a NamedTuple's own __new__ is a Python frame)
+        send, new = self.inbox.send_nowait, tuple.__new__
         for subject, reply, headers, payload in msgs:
             try:
-                send(InboundMsg(subject, reply, headers, payload, sub))
+                send(new(InboundMsg, (subject, reply, headers, payload, sub)))
             except anyio.WouldBlock:
                 self._drop("queue full")
             except anyio.ClosedResourceError:
