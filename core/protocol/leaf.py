@@ -352,8 +352,8 @@ def encode_deliveries(
     joined into one buffer: a JetStream consumer's run of deliveries to one deliver subject.
     Each control line is made as text and the payloads are joined as they are, so a payload is
     copied once (formatting each into its frame first cost 1.6x as much for 1 KiB messages,
-    ``encode_lmsg`` per message 1.7-2x). With ``headers`` False the header blocks are dropped (a peer that did not
-    advertise headers)."""
+    ``encode_lmsg`` per message 1.7-2x). With ``headers`` False the header blocks are dropped
+    (a peer that did not advertise headers)."""
     lmsg, hmsg = f"LMSG {subject} ", f"HMSG {subject} "
     parts: list[bytes] = []
     add = parts.append
