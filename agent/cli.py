@@ -213,8 +213,10 @@ def _agent(args: argparse.Namespace) -> int:
     if not cfg.data_dir:
         return _fail(EXIT_USAGE, "a data directory is required (--data-dir, LEAFJET_DATA_DIR or data_dir)")
     from agent.app import run_agent, set_log_level
+    from core.malloc_tuning import tune_malloc
 
     set_log_level(cfg, fixed=args.log_level)
+    tune_malloc()
     try:
         run_agent(cfg, agent_cfg.mqtt, load, role=args.command)
     except StartupError as e:

@@ -45,5 +45,11 @@ class StoreError(LeafjetError):
     """A stream store failed (I/O error, full disk, corruption)."""
 
 
+class StoreKeyError(StoreError):
+    """The configured encryption does not fit a stream's stored data (a wrong key, a missing
+    one, another cipher): a mistake in the configuration, which every stream shares, so the
+    start stops on it rather than holding each stream as damaged."""
+
+
 class AuthError(LeafjetError):
     """Authentication failed; rendered as ``-ERR 'Authorization Violation'``."""

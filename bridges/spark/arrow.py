@@ -31,18 +31,20 @@ def _batch(
 
 
 def to_record_batch(
-    stream: str, records: Sequence[Record], fields: Fields, names: Sequence[str]
+    stream: str, records: Sequence[Record], fields: Fields, names: Sequence[str], null_headers: bool = False
 ) -> pa.RecordBatch:
-    """``names`` are the Spark schema's column names (base columns, JSON columns, then ``_corrupt``)."""
+    """``names`` are the Spark schema's column names (base columns, JSON columns, then ``_corrupt``).
+    ``null_headers``: a message without headers of its own gets null, not an empty map."""
     n = len(records)
     seqs, subjects, stamps, headers, data = (list(c) for c in zip(*records, strict=True)) if n else ([],) * 5
     payloads = pa.array(data, pa.binary())
+    none: list[tuple[str, str]] | None = None if null_headers else []
     arrays: list[pa.Array] = [
         pa.repeat(pa.scalar(stream, pa.string()), n),
         pa.array(seqs, pa.int64()),
         pa.array(subjects, pa.string()),
         pa.array(stamps, TS),
-        pa.array([list(h.items()) if h else [] for h in headers], HEADERS),
+        pa.array([list(h.items()) if h else none for h in headers], HEADERS),
         payloads,
     ]
     return _batch(arrays, payloads, fields, names)
@@ -65,19 +67,23 @@ def _subjects(n: int, offsets: bytes | memoryview, values: bytes | memoryview) -
     return arr
 
 
-def no_headers(n: int) -> pa.Array:
-    """``n`` empty maps: zero offsets, no entries (``pa.repeat`` of an empty map took ~5 ms/8192 rows)."""
+def no_headers(n: int, null: bool = False) -> pa.Array:
+    """``n`` empty maps: zero offsets, no entries (``pa.repeat`` of an empty map took ~5 ms/8192 rows);
+    with ``null``, ``n`` nulls (Spark's JVM then writes no map per row: 0.10-0.16 us/row less)."""
+    if null:
+        return pa.nulls(n, HEADERS)
     offsets = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(bytes(4 * (n + 1)))])
     return pa.MapArray.from_arrays(offsets, _NO_STRINGS, _NO_STRINGS)
 
 
-def _headers(blocks: pa.BinaryArray) -> pa.Array:
+def _headers(blocks: pa.BinaryArray, null: bool = False) -> pa.Array:
     """MAP<STRING,STRING> of the messages' own headers. No headers at all (the usual case) costs one
-    constant array; otherwise only the rows that have a header block are parsed."""
+    constant array; otherwise only the rows that have a header block are parsed. ``null``: a row
+    without headers of its own is null rather than an empty map."""
     n = len(blocks)
     mask = pc.greater(pc.binary_length(blocks), 0)
     if n == 0 or not pc.any(mask).as_py():
-        return no_headers(n)
+        return no_headers(n, null)
     keys: list[str] = []
     values: list[str] = []
     counts: list[int] = []
@@ -89,13 +95,17 @@ def _headers(blocks: pa.BinaryArray) -> pa.Array:
         values += [v for _k, v in own]
     per_row = pc.replace_with_mask(pa.repeat(pa.scalar(0, pa.int32()), n), mask, pa.array(counts, pa.int32()))
     offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(per_row)])
-    return pa.MapArray.from_arrays(offsets, pa.array(keys, pa.string()), pa.array(values, pa.string()))
+    nulls = pc.equal(per_row, 0) if null else None
+    return pa.MapArray.from_arrays(
+        offsets, pa.array(keys, pa.string()), pa.array(values, pa.string()), mask=nulls
+    )
 
 
 def frame_to_batch(
-    stream: str, frame: ReadFrame, rows: int, fields: Fields, names: Sequence[str]
+    stream: str, frame: ReadFrame, rows: int, fields: Fields, names: Sequence[str], null_headers: bool = False
 ) -> pa.RecordBatch:
-    """The first ``rows`` messages of a bulk read frame as a RecordBatch."""
+    """The first ``rows`` messages of a bulk read frame as a RecordBatch (``null_headers``: as in
+    ``to_record_batch``)."""
     n = len(frame)
     buf = frame.arrow_buffers()
     data = _binary(pa.binary(), n, *buf["data"])
@@ -104,7 +114,11 @@ def frame_to_batch(
         pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(buf["seq"][0])]),
         _subjects(n, *buf["subject"]),
         pa.Array.from_buffers(_TS_NS, n, [None, pa.py_buffer(buf["ts"][0])]).cast(TS, safe=False),
-        _headers(_binary(pa.binary(), n, *buf["headers"])) if frame.header_offsets[n] else no_headers(n),
+        (
+            _headers(_binary(pa.binary(), n, *buf["headers"]), null_headers)
+            if frame.header_offsets[n]
+            else no_headers(n, null_headers)
+        ),
         data,
     ]
     if rows < n:

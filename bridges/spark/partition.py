@@ -77,14 +77,16 @@ def _bulk_batches(
             for piece in s.iterate(read_pieces(s.nc, opts, pos, last, probing)):
                 probing = False
                 if piece.rows:
-                    yield frame_to_batch(opts.stream, piece.frame, piece.rows, fields, names)
+                    yield frame_to_batch(
+                        opts.stream, piece.frame, piece.rows, fields, names, opts.null_headers
+                    )
                 pos = piece.covered + 1
             return
         except TooLargeError as e:  # this one message by MSG.GET, then on in bulk
             rec = s.run(functools.partial(msg_get_next, opts=opts, seq=e.seq, subject=opts.subject))
             if rec is None or rec[0] > last:
                 return
-            yield to_record_batch(opts.stream, [rec], fields, names)
+            yield to_record_batch(opts.stream, [rec], fields, names, opts.null_headers)
             pos, probing = rec[0] + 1, False
 
 
@@ -96,10 +98,10 @@ def _direct_batches(
     for chunk in s.iterate(read_range(s.nc, opts, first, last, direct)):
         buf.extend(chunk)
         if len(buf) >= opts.rows_per_arrow_batch:
-            yield to_record_batch(opts.stream, buf, fields, names)
+            yield to_record_batch(opts.stream, buf, fields, names, opts.null_headers)
             buf = []
     if buf:
-        yield to_record_batch(opts.stream, buf, fields, names)
+        yield to_record_batch(opts.stream, buf, fields, names, opts.null_headers)
 
 
 def read_partition(

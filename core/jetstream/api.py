@@ -29,6 +29,7 @@ from core.jetstream.consumer_models import (
     pause_json,
     resolve_create,
 )
+from core.jetstream.damaged import DamagedStream
 from core.jetstream.gotime import parse_go_time, rfc3339_nano
 from core.jetstream.models import (
     StreamConfig,
@@ -78,8 +79,25 @@ def _request(msg: InboundMsg, kind: str, *, required: bool = False) -> dict[str,
 def _stream(ajs: AccountJetStream, name: str) -> Stream:
     stream = ajs.streams.get(name)
     if stream is None:
+        _refuse_damaged(ajs, name)
         raise api_error("JSStreamNotFoundErr")
     return stream
+
+
+def _refuse_damaged(ajs: AccountJetStream, name: str) -> None:
+    """A stream held as damaged (core/jetstream/damaged.py) is answered, for everything but a
+    delete, with the reference's error for a stream it holds offline (10194)."""
+    damaged = ajs.damaged.get(name)
+    if damaged is not None:
+        raise api_error("JSStreamOfflineReasonErrF", err=damaged.offline_reason)
+
+
+def _held_configs(ajs: AccountJetStream) -> list[StreamConfig]:
+    """Every config whose subjects are taken: the running streams' and the damaged ones' that
+    could be read (a damaged stream brought back by a restart must not find them taken)."""
+    held = [st.config for st in ajs.streams.values()]
+    held.extend(d.config for d in ajs.damaged.values() if d.config is not None)
+    return held
 
 
 async def _info(
@@ -139,7 +157,7 @@ async def account_info(
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         **await ajs.usage(),
-        "streams": len(ajs.streams),
+        "streams": len(ajs.streams) + len(ajs.damaged),  # as the reference counts offline ones
         "consumers": sum(s.consumer_count for s in ajs.streams.values()),
         "limits": {
             "max_memory": -1,
@@ -165,13 +183,14 @@ async def stream_create(
 ) -> dict[str, Any]:
     name = args[0]
     cfg = StreamConfig.from_json(decode_request(msg.payload), expected_name=name, lookup=_lookup_config(ajs))
+    _refuse_damaged(ajs, name)
     existing = ajs.streams.get(name)
     if existing is not None:
         if existing.config.to_json() != cfg.to_json():
             raise api_error("JSStreamNameExistErr")
         stream = existing
     else:
-        check_subject_overlap(cfg, (st.config for st in ajs.streams.values()))
+        check_subject_overlap(cfg, _held_configs(ajs))
         stream = await js.create_stream(ajs, cfg)
     info = await _info(js, stream, with_domain=False)
     return api_response("stream_create_response", {**info, "did_create": True})
@@ -204,7 +223,7 @@ async def stream_update(
     )  # first, as the reference
     stream = _stream(ajs, name)
     cfg = StreamConfig.check_update(stream.config, new)
-    check_subject_overlap(cfg, (st.config for st in ajs.streams.values()))
+    check_subject_overlap(cfg, _held_configs(ajs))
     await js.update_stream(ajs, stream, cfg)
     return api_response("stream_update_response", await _info(js, stream))
 
@@ -232,17 +251,34 @@ async def stream_delete(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
     _no_body(msg)
+    damaged = ajs.damaged.get(args[0])
+    if damaged is not None:
+        try:
+            await js.delete_damaged(ajs, damaged)
+        except OSError as e:
+            err = f"moving the damaged stream aside failed: {e}"
+            raise api_error("JSStreamDeleteErrF", err=err) from None
+        return api_response("stream_delete_response", {"success": True})
     stream = _stream(ajs, args[0])
     await js.delete_stream(ajs, stream)
     return api_response("stream_delete_response", {"success": True})
 
 
-def _matching_streams(ajs: AccountJetStream, body: dict[str, Any]) -> list[Stream]:
+def _matching_streams(ajs: AccountJetStream, body: dict[str, Any]) -> list[Stream | DamagedStream]:
+    """The account's streams, by name, the damaged ones among them (as the reference lists the
+    streams it holds offline); with a subject filter, those whose subjects collide with it (a
+    damaged stream whose config could not be read matches no filter)."""
     filt = body.get("subject")
-    streams = sorted(ajs.streams.values(), key=lambda s: s.name)
+    held: list[Stream | DamagedStream] = [*ajs.streams.values(), *ajs.damaged.values()]
+    streams = sorted(held, key=lambda s: s.name)
     if filt:
         collide = subjects.subjects_collide
-        streams = [s for s in streams if any(collide(filt, sub) for sub in s.config.subjects)]
+
+        def matches(s: Stream | DamagedStream) -> bool:
+            cfg = s.config
+            return cfg is not None and any(collide(filt, sub) for sub in cfg.subjects)
+
+        streams = [s for s in streams if matches(s)]
     return streams
 
 
@@ -271,15 +307,19 @@ async def stream_list(
     streams = _matching_streams(ajs, body)
     offset = min(max(body.get("offset", 0), 0), len(streams))
     page = streams[offset : offset + LIST_LIMIT]
-    return api_response(
-        "stream_list_response",
-        {
-            "total": len(streams),
-            "offset": offset,
-            "limit": LIST_LIMIT,
-            "streams": [await _info(js, s) for s in page],
-        },
-    )
+    out: dict[str, Any] = {
+        "total": len(streams),
+        "offset": offset,
+        "limit": LIST_LIMIT,
+        "streams": [await _info(js, s) for s in page if not isinstance(s, DamagedStream)],
+    }
+    # As the reference's list: a stream held offline is no StreamInfo (a client would read a
+    # made-up state), but a name in ``missing`` and its reason in ``offline``.
+    offline = {s.name: s.offline_reason for s in page if isinstance(s, DamagedStream)}
+    if offline:
+        out["missing"] = sorted(offline)
+        out["offline"] = offline
+    return api_response("stream_list_response", out)
 
 
 async def stream_purge(
@@ -387,8 +427,20 @@ def _store_refusal(e: ApiError) -> ApiError:
 def _consumer(stream: Stream, name: str) -> Consumer:
     consumer = stream.consumers.get(name)
     if consumer is None:
+        _refuse_damaged_consumer(stream, name)
         raise api_error("JSConsumerNotFoundErr")
     return consumer
+
+
+def _refuse_damaged_consumer(stream: Stream, name: str) -> None:
+    """A consumer whose records could not be read at recovery: the reference's error for a
+    consumer it holds offline (10195), for everything but a delete."""
+    reason = stream.damaged_consumers.get(name)
+    if reason is not None:
+        raise api_error(
+            "JSConsumerOfflineReasonErrF",
+            err=f"damaged at recovery ({reason}); delete the consumer to remove its records",
+        )
 
 
 async def _create_consumer(
@@ -413,6 +465,7 @@ async def _create_consumer(
                 consumers={name: c.config for name, c in stream.consumers.items()},
                 has_interest=lambda deliver: bool(ajs.account.sublist.match(deliver)),
             )
+            _refuse_damaged_consumer(stream, outcome.name)  # its records are never overwritten
             if outcome.config.priority_policy != "none":
                 # The config is checked as the reference checks it (above); the groups' delivery
                 # rules (overflow, pinning) are not built, so the consumer is refused, not half made.
@@ -535,6 +588,10 @@ async def consumer_delete(
 ) -> dict[str, Any]:
     _no_body(msg)
     stream = _stream(ajs, args[0])
+    if args[1] in stream.damaged_consumers:
+        async with stream.lock:
+            await js.delete_damaged_consumer(stream, args[1])
+        return api_response("consumer_delete_response", {"success": True})
     consumer = _consumer(stream, args[1])
     async with stream.lock:
         await js.delete_consumer(stream, consumer)
@@ -556,7 +613,8 @@ async def consumer_names(
 ) -> dict[str, Any]:
     offset = parse_consumers_request(msg.payload)  # as the reference, before the lookup
     stream = _stream(ajs, args[0])
-    body = consumer_names_json(stream.consumers, offset)
+    # a damaged consumer exists (its name is held), as the reference names one held offline
+    body = consumer_names_json([*stream.consumers, *stream.damaged_consumers], offset)
     return api_response("consumer_names_response", body)
 
 
@@ -569,6 +627,10 @@ async def consumer_list(
     page = sorted(stream.consumers)[offset : offset + LIST_LIMIT]
     body = consumer_list_json([await stream.consumers[n].info() for n in page])
     body.update(total=len(stream.consumers), offset=min(offset, len(stream.consumers)))
+    if stream.damaged_consumers:  # as the reference's list: by name in missing and offline
+        damaged = stream.damaged_consumers
+        body["missing"] = sorted(damaged)
+        body["offline"] = {n: f"damaged at recovery ({r})" for n, r in sorted(damaged.items())}
     return api_response("consumer_list_response", body)
 
 

@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import shutil
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,14 +26,16 @@ import anyio
 
 from core.api_errors import ApiError, api_error
 from core.config import JetStreamConfig
-from core.errors import StartupError, StoreError
+from core.errors import StartupError, StoreError, StoreKeyError
 from core.faults import fault_point
 from core.jetstream import api
 from core.jetstream.bulk_read import BulkReads
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
 from core.jetstream.consumer_models import ConsumerConfig, paused_config
+from core.jetstream.damaged import DamagedStream, is_set_aside, move_aside
 from core.jetstream.models import StreamConfig
 from core.jetstream.monitoring import JetStreamMonitor
+from core.jetstream.prepared import PreparedStreams, commit_staged, stage_atomic
 from core.jetstream.sourcing import Sourcing
 from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
 from core.server.accounts import Subscription
@@ -42,7 +43,8 @@ from core.server.failures import describe_failure
 from core.server.internal import Backlog, InboundMsg, InternalReceiver
 from core.store.api import DelMetaOp, PurgeOp, SetMetaOp
 from core.store.memory import MemoryStore
-from core.store.pool import set_max_open_stores
+from core.store.pool import POOL, set_max_open_stores
+from core.store.spare import SpareStores
 from core.store.sqlite import BULK_PAGE_SIZE, DEFAULT_PAGE_SIZE, SqliteStore
 
 if TYPE_CHECKING:
@@ -65,6 +67,8 @@ class AccountJetStream:
     account: Account
     root: Path
     streams: dict[str, Stream] = field(default_factory=dict)
+    # streams that could not be recovered at start: their names stay taken (damaged.py)
+    damaged: dict[str, DamagedStream] = field(default_factory=dict)
     api_total: int = 0
     api_errors: int = 0
     # the bytes all its streams hold before storing them (jetstream.max_buffered_account_size)
@@ -159,6 +163,8 @@ class JetStream:
         self.cluster: ClusterApi | None = None  # set by the hub's meta group (hub/meta/)
         self.recovered = False  # every stream on disk loaded (/healthz answers 503 until then)
         server.jetstream_monitor = JetStreamMonitor(self)
+        self.spares: SpareStores | None = None  # made by run(), in the store folder
+        self.prepared = PreparedStreams(self._open_store)  # streams made ready ahead of a create
         self.reads = BulkReads(self)  # the bulk read API's requests (core/jetstream/bulk_read.py)
         set_max_open_stores(config.max_open_stores or None)
 
@@ -169,6 +175,9 @@ class JetStream:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise StartupError(f"cannot create JetStream store {self.root}: {e.strerror}") from None
+        # a new file stream's store is a spare built ahead, moved into place (core/store/spare.py)
+        self.spares = SpareStores(self.root, self.server.store_cipher, POOL.submit)
+        self.spares.prepare(DEFAULT_PAGE_SIZE)
         receivers: list[tuple[AccountJetStream, InternalReceiver]] = []
         try:
             async with anyio.create_task_group() as tg:
@@ -201,6 +210,7 @@ class JetStream:
                     consumer.server_shutdown()
 
     async def close_stores(self) -> None:
+        await self.prepared.close_all()
         for ajs in self.accounts.values():
             for stream in list(ajs.streams.values()):
                 await stream.close()
@@ -220,29 +230,87 @@ class JetStream:
         return ajs
 
     async def _recover(self, ajs: AccountJetStream) -> None:
+        """Every stream on disk, each on its own: one that cannot be read or opened is held as
+        damaged (core/jetstream/damaged.py) and the others start. Only an encryption key that
+        does not fit (a configuration mistake every stream shares) stops the start."""
         if not ajs.root.is_dir():
             return
         for d in sorted(ajs.root.iterdir()):
-            meta = d / "stream.json"
-            if not meta.is_file():
+            if is_set_aside(d.name) or not (d / "stream.json").is_file():
                 continue
+            cfg: StreamConfig | None = None
             try:
-                saved = json.loads(meta.read_text())
-                cfg = StreamConfig.from_json(saved["config"], create=False)
-                created = int(saved["created"])
-            except (OSError, ValueError, KeyError, ApiError) as e:
-                raise StartupError(f"stream metadata {meta} is unreadable: {e}") from None
-            if cfg.storage == "memory":
-                shutil.rmtree(d, ignore_errors=True)
+                cfg, created = _read_stream_meta(d / "stream.json")
+                if cfg.storage == "memory":
+                    shutil.rmtree(d, ignore_errors=True)
+                    continue
+                for left in d.glob(TMP_GLOB):  # a config write that a crash cut short
+                    left.unlink(missing_ok=True)
+                await self._recover_stream(ajs, cfg, created, d)
+            except StoreKeyError as e:
+                raise StartupError(f"stream {d.name}: {e}") from None
+            except Exception as e:  # this stream's failure only
+                self._hold_damaged(ajs, d, e, cfg)
                 continue
-            for left in d.glob(TMP_GLOB):  # a config write that a crash cut short
-                left.unlink(missing_ok=True)
-            try:
-                store = await self._open_store(cfg, d)
-            except StoreError as e:
-                raise StartupError(f"stream {cfg.name}: {e}") from None
-            await self._start_stream(ajs, cfg, store, created)
             log.info("recovered stream %s (account %s)", cfg.name, ajs.account.name)
+
+    async def _recover_stream(self, ajs: AccountJetStream, cfg: StreamConfig, created: int, d: Path) -> None:
+        """Open and start one stream found on disk; on a failure nothing of it keeps running."""
+        store = await self._open_store(cfg, d)
+        try:
+            await self._start_stream(ajs, cfg, store, created)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._stop_recovered(ajs, cfg.name, store)
+            raise
+
+    async def _stop_recovered(self, ajs: AccountJetStream, name: str, store: Any) -> None:
+        """Undo a stream start that failed part way: its tasks, its subscriptions, its store."""
+        self._stop_sourcing(ajs, name)
+        stream = ajs.streams.pop(name, None)
+        if stream is not None:
+            await stream.close()
+        for key in [k for k in self._consumer_scopes if k[:2] == (ajs.account.name, name)]:
+            self._consumer_scopes.pop(key).cancel()
+        scope = self._stream_scopes.pop((ajs.account.name, name), None)
+        if scope is not None:
+            scope.cancel()
+        try:
+            with anyio.move_on_after(10):
+                await store.close()
+        except StoreError as e:
+            log.error("closing the store of stream %s after a failed recovery failed: %s", name, e)
+
+    def _hold_damaged(
+        self, ajs: AccountJetStream, folder: Path, error: Exception, cfg: StreamConfig | None
+    ) -> None:
+        """Log once (the folder and the cause, no traceback) and hold the stream's name."""
+        name = cfg.name if cfg is not None else folder.name
+        reason = str(error) or type(error).__name__
+        if not isinstance(error, StoreError | OSError | ValueError | KeyError | ApiError):
+            reason = describe_failure(error)  # a bug: say where, in one line
+            log.debug("recovering stream %s failed", name, exc_info=error)
+        ajs.damaged[name] = DamagedStream(name, folder, reason, cfg)
+        log.error(
+            "stream %s (account %s) could not be recovered and is held as damaged; the other "
+            "streams run, a delete of it moves %s aside: %s",
+            name,
+            ajs.account.name,
+            folder,
+            reason,
+        )
+
+    async def delete_damaged(self, ajs: AccountJetStream, damaged: DamagedStream) -> Path:
+        """Free a damaged stream's name: its folder moves aside, kept (logged with where)."""
+        target = await anyio.to_thread.run_sync(move_aside, damaged.folder)
+        ajs.damaged.pop(damaged.name, None)
+        log.warning(
+            "damaged stream %s (account %s) deleted: its data was moved to %s",
+            damaged.name,
+            ajs.account.name,
+            target,
+        )
+        return target
 
     def _stall(self, backlog: Backlog) -> None:
         """A backlog past its high-water mark: the publisher whose read chunk fed it pauses."""
@@ -292,6 +360,7 @@ class JetStream:
             cipher=self.server.store_cipher,
             # a stream fed by sources or a mirror stores in large batches (sqlite.py)
             page_size=BULK_PAGE_SIZE if cfg.sources or cfg.mirror else DEFAULT_PAGE_SIZE,
+            spare=self.spares,
         )
 
     async def _start_stream(
@@ -347,24 +416,56 @@ class JetStream:
     # ------------------------------------------------------------------ consumers
 
     async def _recover_consumers(self, stream: Stream) -> None:
+        """The stream's recorded consumers, each on its own: one whose records cannot be read
+        is left out and its name held (``Stream.damaged_consumers``), its rows kept."""
         for key, raw in await stream.store.meta_items(STATE_PREFIX):
             if not key.endswith("/config"):
                 continue
-            saved = json.loads(raw)
-            cfg = ConsumerConfig.from_json(saved["config"])
-            if cfg.mem_storage:
-                # A memory-stored consumer is not recorded (Consumer.recorded); rows of one are
-                # left by earlier builds, which recorded them all: they go, as the consumer would.
-                name = saved["name"]
-                await stream.store.apply([DelMetaOp(config_key(name)), DelMetaOp(state_key(name))])
-                continue
-            consumer = Consumer(stream, saved["name"], cfg, int(saved["created"]))
-            state = await stream.store.meta_get(state_key(consumer.name))
-            if state is not None:
-                consumer.restore_state(state)
-            else:
-                await consumer.position_from_policy()
-            await self.start_consumer(stream, consumer)
+            name = key[len(STATE_PREFIX) : -len("/config")]
+            try:
+                await self._recover_consumer(stream, raw)
+            except StoreError:
+                raise  # the store itself failed: the stream's problem, not this consumer's
+            except Exception as e:
+                reason = str(e) or type(e).__name__
+                if not isinstance(e, ValueError | KeyError | TypeError | ApiError):
+                    reason = describe_failure(e)
+                scope = self._consumer_scopes.pop((stream.account.name, stream.name, name), None)
+                if scope is not None:  # it failed after its task started
+                    scope.cancel()
+                stream.consumers.pop(name, None)
+                stream.damaged_consumers[name] = reason
+                log.error(
+                    "consumer %s/%s/%s could not be recovered and is held as damaged (its records "
+                    "stay; a delete of it removes them): %s",
+                    stream.account.name,
+                    stream.name,
+                    name,
+                    reason,
+                )
+
+    async def _recover_consumer(self, stream: Stream, raw: bytes) -> None:
+        saved = json.loads(raw)
+        cfg = ConsumerConfig.from_json(saved["config"])
+        if cfg.mem_storage:
+            # A memory-stored consumer is not recorded (Consumer.recorded); rows of one are
+            # left by earlier builds, which recorded them all: they go, as the consumer would.
+            name = saved["name"]
+            await stream.store.apply([DelMetaOp(config_key(name)), DelMetaOp(state_key(name))])
+            return
+        consumer = Consumer(stream, saved["name"], cfg, int(saved["created"]))
+        state = await stream.store.meta_get(state_key(consumer.name))
+        if state is not None:
+            consumer.restore_state(state)
+        else:
+            await consumer.position_from_policy()
+        await self.start_consumer(stream, consumer)
+
+    async def delete_damaged_consumer(self, stream: Stream, name: str) -> None:
+        """Remove a damaged consumer's records; the caller holds ``stream.lock``."""
+        await stream.apply_consumer_ops([DelMetaOp(config_key(name)), DelMetaOp(state_key(name))])
+        stream.damaged_consumers.pop(name, None)
+        log.warning("damaged consumer %s/%s/%s deleted", stream.account.name, stream.name, name)
 
     async def start_consumer(self, stream: Stream, consumer: Consumer) -> None:
         assert self._tg is not None
@@ -487,6 +588,9 @@ class JetStream:
         self, ajs: AccountJetStream, cfg: StreamConfig, created: int | None = None
     ) -> Stream:
         """A new stream; ``created`` (wall ns) is the meta group's, when it assigned the stream."""
+        damaged = ajs.damaged.get(cfg.name)
+        if damaged is not None:  # its folder is never written to: the name frees with a delete
+            raise api_error("JSStreamOfflineReasonErrF", err=damaged.offline_reason)
         d = ajs.root / cfg.name
         d.mkdir(parents=True, exist_ok=True)
         created = created or time.time_ns()
@@ -497,30 +601,48 @@ class JetStream:
         # at first_seq: its file must not exist before the store holds that start (a crash in
         # between would recover a stream starting at 1).
         early = cfg.storage != "memory" and cfg.first_seq == 0
-        # built empty by this create (no file was there): nothing to read back from it
-        fresh = cfg.first_seq == 0 and (cfg.storage == "memory" or not (d / "msgs.db").exists())
         written: list[BaseException | None] = []
         failed: StoreError | None = None
         store: Any = None
-        try:
-            async with anyio.create_task_group() as tg:
-                if early:
-                    tg.start_soon(_write_atomic_noting, config_file, config_body, written)
-                try:
-                    store = await self._open_store(cfg, d)
-                except StoreError as e:  # raised after the config file's writer has finished
-                    failed = e
-        except BaseException:
-            # Cancelled (or another error) while the store was built; the writer has finished
-            # (the task group waited for it). Neither the file nor an open store may stay: a
-            # restart would recover a stream never announced, and an open store holds its file
-            # against the same create later.
-            with anyio.CancelScope(shield=True):
-                if store is not None:
+        # made ready while the meta group committed this create (prepared.py): only the config
+        # file's rename is left
+        prepared = await self.prepared.take((ajs.account.name, cfg.name), cfg, created)
+        # built empty by this create (no file was there): nothing to read back from it
+        fresh = cfg.first_seq == 0 and (
+            cfg.storage == "memory" or prepared is not None or not (d / "msgs.db").exists()
+        )
+        if prepared is not None:
+            store = prepared.store
+            assert prepared.staged is not None
+            try:
+                await anyio.to_thread.run_sync(commit_staged, prepared.staged, config_file)
+                written.append(None)
+            except OSError as e:  # raised below, where the store is abandoned
+                written.append(e)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
                     await self._abandon_create(ajs, cfg, store, d)
-                elif early:
-                    await anyio.to_thread.run_sync(_remove_durably, config_file)
-            raise
+                raise
+        else:
+            try:
+                async with anyio.create_task_group() as tg:
+                    if early:
+                        tg.start_soon(_write_atomic_noting, config_file, config_body, written)
+                    try:
+                        store = await self._open_store(cfg, d)
+                    except StoreError as e:  # raised after the config file's writer has finished
+                        failed = e
+            except BaseException:
+                # Cancelled (or another error) while the store was built; the writer has finished
+                # (the task group waited for it). Neither the file nor an open store may stay: a
+                # restart would recover a stream never announced, and an open store holds its file
+                # against the same create later.
+                with anyio.CancelScope(shield=True):
+                    if store is not None:
+                        await self._abandon_create(ajs, cfg, store, d)
+                    elif early:
+                        await anyio.to_thread.run_sync(_remove_durably, config_file)
+                raise
         if failed is not None:
             if early:  # a config file without its store would be recovered as a stream
                 await anyio.to_thread.run_sync(_remove_durably, config_file)
@@ -545,6 +667,17 @@ class JetStream:
             raise
         self._action_advisory(stream, "create")
         return stream
+
+    async def prepare_stream(self, ajs: AccountJetStream, cfg: StreamConfig, created: int) -> None:
+        """Make the stream ``cfg`` ready for its create at ``created`` (prepared.py): the hub's
+        meta group calls this when an assignment to this server reaches its log, before it is
+        committed. A failure only logs."""
+        if cfg.name not in ajs.streams:
+            await self.prepared.prepare((ajs.account.name, cfg.name), ajs.root, cfg, created)
+
+    async def discard_prepared(self, ajs: AccountJetStream, name: str) -> None:
+        """Drop the preparation of stream ``name`` if its create did not use it."""
+        await self.prepared.discard((ajs.account.name, name), ajs.root, live=name in ajs.streams)
 
     async def _abandon_create(self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, d: Path) -> None:
         self._stop_sourcing(ajs, cfg.name)
@@ -673,6 +806,16 @@ async def _write_atomic_noting(path: Path, body: dict[str, Any], outcome: list[B
 TMP_GLOB = ".stream.json.*.tmp"
 
 
+def _read_stream_meta(meta: Path) -> tuple[StreamConfig, int]:
+    """A stream's config and creation time (wall ns) from its ``stream.json``."""
+    try:
+        saved = json.loads(meta.read_text())
+        cfg = StreamConfig.from_json(saved["config"], create=False)
+        return cfg, int(saved["created"])
+    except (OSError, ValueError, KeyError, TypeError, ApiError) as e:
+        raise StoreError(f"stream metadata {meta} is unreadable: {e}") from None
+
+
 def _remove_durably(path: Path) -> None:
     """Remove ``path`` and fsync its folder: a crash right after must not bring it back (a
     config file beside a store that failed would be recovered as a stream)."""
@@ -689,12 +832,4 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def _write_atomic_sync(path: Path, text: str) -> None:
-    # a temporary name of this writer's own, so two writers never share a half-written file;
-    # one a crash left behind is removed when the stream is recovered (TMP_GLOB)
-    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    commit_staged(stage_atomic(path, text), path)

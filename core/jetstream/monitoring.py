@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from core.errors import StoreError
+from core.jetstream.damaged import DamagedStream, is_set_aside
 from core.jetstream.models import stream_info_json
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class JetStreamMonitor:
     def _active_accounts(self) -> list[AccountJetStream]:
         # The reference counts the accounts JetStream is enabled for; every account has it here,
         # but the reference lists only accounts that used it. Those with streams, or API calls.
-        return [a for a in self.js.accounts.values() if a.streams or a.api_total]
+        return [a for a in self.js.accounts.values() if a.streams or a.damaged or a.api_total]
 
     async def stats_json(self) -> dict[str, Any]:
         """``/varz``'s ``jetstream.stats`` and the head of ``/jsz``."""
@@ -124,6 +125,7 @@ class JetStreamMonitor:
                 consumers += s.consumer_count
                 messages += st.msgs
                 nbytes += st.bytes
+            streams += len(ajs.damaged)  # held, as the reference counts the streams it holds offline
         out.update(streams=streams, consumers=consumers, messages=messages, bytes=nbytes)
         if opts.accounts or opts.streams or opts.consumers or opts.account:
             details = []
@@ -141,6 +143,7 @@ class JetStreamMonitor:
         d["api"] = {"level": 0, "total": ajs.api_total, "errors": ajs.api_errors}
         if opts.streams or opts.consumers:
             d["stream_detail"] = [await self._stream_detail(s, opts) for s in list(ajs.streams.values())]
+            d["stream_detail"].extend(_damaged_detail(dmg, opts) for dmg in list(ajs.damaged.values()))
         return d
 
     async def _stream_detail(self, stream: Stream, opts: JszOptions) -> dict[str, Any]:
@@ -227,8 +230,15 @@ class JetStreamMonitor:
         for ajs in list(self.js.accounts.values()):
             acc = ajs.account.name
             root = ajs.root
+            for damaged in sorted(ajs.damaged.values(), key=lambda d: d.name):
+                # the reference's words, and why (it says nothing more)
+                return f"JetStream stream '{acc} > {damaged.name}' could not be recovered: {damaged.reason}"
             on_disk = (
-                sorted(d.name for d in root.iterdir() if (d / "stream.json").is_file())
+                sorted(
+                    d.name
+                    for d in root.iterdir()
+                    if not is_set_aside(d.name) and (d / "stream.json").is_file()
+                )
                 if root.is_dir()
                 else []
             )
@@ -245,3 +255,14 @@ class JetStreamMonitor:
                     reason = "store read timed out" if isinstance(e, TimeoutError) else str(e)
                     return f"JetStream stream '{acc} > {s.name}' is not current: {reason}"
         return None
+
+
+def _damaged_detail(damaged: DamagedStream, opts: JszOptions) -> dict[str, Any]:
+    """A stream held as damaged in ``/jsz``: the reference's ``StreamDetail`` fields a reader
+    expects (an empty state), and leafjet's ``leafjet`` object saying why and where it is."""
+    d: dict[str, Any] = {"name": damaged.name}
+    if opts.config and damaged.config is not None:
+        d["config"] = damaged.config.to_json()
+    d["state"] = {"messages": 0, "bytes": 0, "first_seq": 0, "last_seq": 0, "consumer_count": 0}
+    d["leafjet"] = {"damaged": damaged.reason, "folder": str(damaged.folder)}
+    return d

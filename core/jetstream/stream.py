@@ -250,6 +250,8 @@ class Stream:
         self._sdm_pending: dict[int, int] = {}  # seq -> when its delete marker was published
         self._next_expiry_ns = 0  # when the housekeeper looks next (wall ns)
         self.failed: str | None = None  # why the pipeline was given up (see fail)
+        # consumers whose records could not be read at recovery, by name: why (engine.py)
+        self.damaged_consumers: dict[str, str] = {}
         self.sourcing: Sourcing | None = None  # its sources' workers (core/jetstream/sourcing.py)
         self._appended: anyio.Event | None = None  # see appended()
         self.transforms = StreamTransforms.of(config.subject_transform, config.republish)

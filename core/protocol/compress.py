@@ -63,7 +63,7 @@ class ZstdWriter:
             params = zstandard.ZstdCompressionParameters.from_level(level, window_log=WINDOW_LOG_MAX)
         self._obj = zstandard.ZstdCompressor(compression_params=params).compressobj()
 
-    def compress(self, data: bytes) -> bytes:
+    def compress(self, data: bytes | memoryview) -> bytes:
         if not data:
             return b""
         obj = self._obj

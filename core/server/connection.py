@@ -43,14 +43,13 @@ from core.server.auth import (
 )
 from core.server.output import BufferedOutput
 from core.server.reload import secret_unchanged
+from core.server.tcp import READ_SIZE
 
 if TYPE_CHECKING:
     from core.config import ServerConfig
     from core.server.server import Server
 
 log = logging.getLogger("leafjet.client")
-
-_READ_SIZE = 65536
 
 
 class State(Enum):
@@ -179,7 +178,7 @@ class ClientConnection(BufferedOutput):
         handle = self._handle
         while self.state is not State.CLOSING:
             try:
-                data = await stream.receive(_READ_SIZE)
+                data = await stream.receive(READ_SIZE)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 self.close_reason = self.close_reason or "client closed the connection"
                 return

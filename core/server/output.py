@@ -43,7 +43,7 @@ class BufferedOutput:
     writer_fault: str | None = None  # core.faults kind checked at each wake-up (tests only)
 
     def _init_output(self) -> None:
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []  # a view: a run encoded without a copy
         self._pending = 0
         self._high_water = self.cfg.max_pending * 3 // 4
         # asyncio's Events, set and cleared in place: the writer wakes once per outbound burst,
@@ -64,7 +64,7 @@ class BufferedOutput:
     def _begin_close(self) -> None:
         raise NotImplementedError
 
-    def _prepare(self, data: bytes) -> bytes:
+    def _prepare(self, data: bytes | memoryview) -> bytes | memoryview:
         """What goes on the wire for ``data`` (a link may compress it)."""
         return data
 
@@ -81,7 +81,10 @@ class BufferedOutput:
         # Asked before the join: while the peer is not reading (the transport paused), every
         # delivery would otherwise join the whole growing buffer again only to keep it.
         if type(stream) is TcpStream and out and stream.can_send():
-            stream.try_send(b"".join(out) if len(out) > 1 else out[0])
+            if len(out) == 1:
+                stream.try_send(out[0])
+            else:
+                stream.try_send_all(out)  # not joined: the transport takes them as they are
             out.clear()
             self._pending = 0
             self._drained.set()
@@ -109,7 +112,7 @@ class BufferedOutput:
         if self._drained.is_set():
             self._drained.clear()
 
-    def _buffer_delivery(self, data: bytes) -> bool:
+    def _buffer_delivery(self, data: bytes | memoryview) -> bool:
         """Buffer a delivery (a message, or a run of them) for the writer; False, and the
         connection closed as a slow consumer, when it would take the buffer past max_pending. A
         receiver past its high-water mark joins ``server.stalled`` (back-pressure)."""
@@ -202,13 +205,28 @@ class BufferedOutput:
             # arming and disarming one (a timer on the loop) cost a tenth of a request's CPU.
             if self._write_through():
                 continue
-            data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
-            self._out.clear()
+            stream = self.stream
+            out = self._out
+            parts: list[bytes | memoryview] | None = None
+            if len(out) > 1 and type(stream) is TcpStream and type(self)._prepare is BufferedOutput._prepare:
+                # sent as they are (``TcpStream.send_all``): a consumer slower than its
+                # deliveries (the transport paused) had every burst joined into one more copy
+                parts, self._out = out, []
+                data: bytes | memoryview = b""
+            else:
+                data = b"".join(out) if len(out) > 1 else out[0]
+                out.clear()
+                data = self._prepare(data)
             self._pending = 0
-            data = self._prepare(data)
             guard.deadline = clock() + deadline
             try:
-                await self.stream.send(data)
+                if isinstance(stream, TcpStream):
+                    if parts is not None:
+                        await stream.send_all(parts)
+                    else:
+                        await stream.send(data)
+                else:  # anyio's streams (TLS) take bytes
+                    await stream.send(data if isinstance(data, bytes) else bytes(data))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 self.close_reason = self.close_reason or "write failed"
                 self._out.clear()

@@ -41,7 +41,7 @@ from typing import Any, Literal, TypeGuard
 
 import anyio
 
-from core.errors import StoreError
+from core.errors import StoreError, StoreKeyError
 from core.store import columns, schema, sqlite_columns
 from core.store.api import (
     FILE_MSG_OVERHEAD,
@@ -70,10 +70,11 @@ from core.store.api import (
     make_state,
     normalize_filter,
 )
-from core.store.crypto import CipherSpec, KdfParams, key_matches, make_key_check
+from core.store.crypto import CipherSpec, KdfParams, key_matches
 from core.store.pool import POOL, SLOTS
 from core.store.rowcodec import RowCodec
 from core.store.snapshot import SnapshotEncoder, SnapshotHeader, restore_into
+from core.store.spare import SpareStores, build_store_file
 from core.subjects import has_wildcard, match, tokens_match
 
 SMALL_FANOUT = 256
@@ -334,8 +335,10 @@ class SqliteStore:
         quick_check: bool,
         wall_clock: Callable[[], int],
         page_size: int = DEFAULT_PAGE_SIZE,
+        spare: SpareStores | None = None,
     ) -> None:
         self._path = path
+        self._spare = spare
         self._wal = Path(f"{path}-wal")
         self._sync = sync
         self._sync_interval = sync_interval
@@ -443,6 +446,7 @@ class SqliteStore:
         quick_check: bool = True,
         wall_clock: Callable[[], int] = time.time_ns,
         page_size: int = DEFAULT_PAGE_SIZE,
+        spare: SpareStores | None = None,
     ) -> SqliteStore:
         """Open (creating if absent) the stream database at ``path``; fails with StoreError naming the
         file if it is not a leafjet stream database, is corrupt or truncated, has a newer schema, or the
@@ -472,6 +476,7 @@ class SqliteStore:
             quick_check=quick_check,
             wall_clock=wall_clock,
             page_size=page_size,
+            spare=spare,
         )
         await store._start(open_timeout)
         return store
@@ -1466,63 +1471,28 @@ class SqliteStore:
             raise StoreError(f"{path}: cannot open the stream database: {e}") from e
 
     def _w_create(self) -> None:
-        """Create the file atomically (build it under a temporary name, fsync, rename), so an existing
-        file is always a finished store -- and an empty or short one is corruption, never "new"."""
-        path = self._path
-        tmp = path.with_name(f".{path.name}.creating")
-        for p in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
-            p.unlink(missing_ok=True)
-        info: dict[str, bytes] = {"cipher": b"none"}
-        if self._spec is not None:
-            params = self._spec.new_params()
-            cipher = self._spec.derive(params)
-            info = {
-                "cipher": self._spec.algorithm.encode(),
-                "kdf": params.encode(),
-                "salt": params.salt,
-                "keycheck": make_key_check(cipher),
-            }
-        conn = sqlite3.connect(tmp, isolation_level=None)
-        try:
-            # The file is nobody's until the rename below, and the fsync before it makes it whole:
-            # so it is built without a journal and without syncs (a WAL commit here cost ~30 ms of
-            # a ~40 ms stream create), and switched to WAL (kept in the file's header) at the end.
-            conn.execute("PRAGMA journal_mode = OFF")
-            conn.execute("PRAGMA synchronous = OFF")
-            conn.execute(f"PRAGMA page_size = {self._page_size}")  # before the first table
-            conn.execute("BEGIN IMMEDIATE")
-            schema.create(conn, info)
-            conn.execute("COMMIT")
-            if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
-                raise StoreError(f"{tmp}: SQLite refused the WAL journal mode")
-        finally:
-            conn.close()
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        # A -wal/-shm left behind by a database that is gone must not be replayed onto the new one.
-        for stale in (Path(f"{path}-wal"), Path(f"{path}-shm")):
-            stale.unlink(missing_ok=True)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        """Create the file atomically (spare.py: a spare built ahead, moved into place, or one
+        built here), so an existing file is always a finished store -- and an empty or short one
+        is corruption, never "new"."""
+        spare = self._spare
+        if spare is None or not spare.take(self._path, self._page_size, self._spec):
+            build_store_file(self._path, self._page_size, self._spec)
 
     def _w_setup_cipher(self, conn: sqlite3.Connection) -> None:
         info = dict(conn.execute("SELECT key, value FROM info").fetchall())
         algorithm = bytes(info.get("cipher", b"none")).decode("ascii", "replace")
         if algorithm == "none":
             if self._spec is not None:
-                raise StoreError(
+                raise StoreKeyError(
                     f"{self._path}: stream was created without encryption; refusing to open it with a key"
                 )
             return
         if self._spec is None:
-            raise StoreError(
+            raise StoreKeyError(
                 f"{self._path}: stream data is encrypted ({algorithm}) and no encryption key is configured"
             )
         if algorithm != self._spec.algorithm:
-            raise StoreError(
+            raise StoreKeyError(
                 f"{self._path}: stream data is encrypted with {algorithm}, "
                 f"the configuration says {self._spec.algorithm}"
             )
@@ -1533,7 +1503,7 @@ class SqliteStore:
             raise StoreError(f"{self._path}: encryption parameters missing ({e})") from None
         cipher = self._spec.derive(params, algorithm)
         if not key_matches(cipher, check):
-            raise StoreError(f"{self._path}: encryption key does not match the stream's data")
+            raise StoreKeyError(f"{self._path}: encryption key does not match the stream's data")
         self._codec = RowCodec(compression="zstd" if self._codec.compress else "none", cipher=cipher)
 
     def _w_load(self) -> None:

@@ -20,6 +20,7 @@ import functools
 import logging
 import secrets
 import time
+from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -30,12 +31,15 @@ from anyio.streams.tls import TLSStream
 from core.errors import AuthError, ProtocolError
 from core.protocol import encoder
 from core.protocol.compress import ZstdReader, ZstdWriter
+from core.protocol.encoder import encode_run
 from core.protocol.events import Connect, Err, Info, Ping, Pong
 from core.protocol.leaf import (
     LeafMsg,
+    LeafMsgRun,
     LeafParser,
     LeafSub,
     LeafUnsub,
+    encode_deliveries,
     encode_lmsg,
 )
 from core.protocol.parser import UNKNOWN_OP
@@ -45,7 +49,7 @@ from core.server.connection import aclose_quietly
 from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
 from core.server.output import BufferedOutput
 from core.server.peer import PeerPinger, read_first_info
-from core.server.tcp import TcpStream
+from core.server.tcp import READ_SIZE, TcpStream
 from core.subjects import has_wildcard, is_subset, overlaps
 from federation.domains import link_denies
 from federation.leafnode.credentials import redact_url, sign_nonce, url_credentials
@@ -58,7 +62,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leafjet.leafnode")
 
-_READ_SIZE = 65536
 CONNECT_INFO_TIMEOUT = 2.0  # the reference's "Stale Leaf Node Connection" wait for connect_info
 LOOP_DELAY = 30.0  # the reference's delay after a loop or a same-cluster refusal
 PROTOCOL_LEVEL = 1  # >= 3 would claim message-trace support (federation-wire.md §1.2)
@@ -113,6 +116,7 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
         self.parser = LeafParser(
             max_control_line=self.cfg.max_control_line * 16, max_payload=self.cfg.max_payload
         )
+        self.parser.runs = True  # a consumer's deliveries to one deliver subject: LeafMsgRun
         self.account: Account | None = None
         self.peer: dict[str, Any] = {}  # the peer's INFO (solicited) or CONNECT (accepted)
         self.peer_name = ""
@@ -430,7 +434,7 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
     async def _reader(self) -> None:
         while self.state is not LinkState.CLOSING:
             try:
-                data = await self.stream.receive(_READ_SIZE)
+                data = await self.stream.receive(READ_SIZE)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 self.close_reason = self.close_reason or "closed by the peer"
                 return
@@ -470,6 +474,8 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
             for ev in events:
                 if type(ev) is LeafMsg:  # the hot path, without a coroutine per message
                     on_msg(ev)
+                elif type(ev) is LeafMsgRun:  # a consumer's deliveries, read in one pass
+                    self._on_msg_run(ev)
                 else:
                     await self._handle(ev)
                 if self.state is LinkState.CLOSING:
@@ -581,6 +587,39 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
                 delivered, reply, ev.headers, ev.payload, self, route=subject, queues=ev.queues
             )
 
+    def _on_msg_run(self, ev: LeafMsgRun) -> None:
+        """``_on_msg`` for each message of the run, with the state and the permission checked
+        once. The JetStream deliveries in it (an ack reply carrying the stored message's subject)
+        are routed by their deliver subject together (``Account.publish_many``: one match, one
+        call per receiver); any other message on its own, in order."""
+        if self.state is not LinkState.CONNECTED:
+            if self.kind is LinkKind.LEAF_ACCEPTED:
+                self.close("operation before CONNECT", "Authorization Violation")
+            return
+        subject, replies, payloads = ev.subject, ev.replies, ev.payloads
+        self.in_msgs += len(payloads)
+        self.in_bytes += sum(map(len, payloads))
+        if not self.inbound.can_publish(subject) and not subject.startswith(ALWAYS_ALLOWED_INBOUND):
+            if self.kind is LinkKind.LEAF_ACCEPTED:
+                self.close(
+                    "permissions violation for publish", f'Permissions Violation for Publish to "{subject}"'
+                )
+            return
+        account = self.account
+        assert account is not None
+        deliveries: list[tuple[str, str | None, bytes | None, bytes]] = []
+        for reply, payload in zip(replies, payloads, strict=True):
+            ack, delivered = split_ack_subject(reply) if reply.startswith("$JS.ACK.") else (reply, None)
+            if delivered is not None:
+                deliveries.append((delivered, ack, None, payload))
+                continue
+            if deliveries:
+                account.publish_many(subject, deliveries, self)
+                deliveries = []
+            account.publish(subject, reply, None, payload, self)
+        if deliveries:
+            account.publish_many(subject, deliveries, self)
+
     # BufferedOutput's questions (core/server/output.py)
     def _is_open(self) -> bool:
         return self.state is LinkState.CONNECTED
@@ -588,7 +627,7 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
     def _is_closing(self) -> bool:
         return self.state is LinkState.CLOSING
 
-    def _prepare(self, data: bytes) -> bytes:
+    def _prepare(self, data: bytes | memoryview) -> bytes | memoryview:
         if self._zw is None:
             return data
         # One call for everything queued: a batch compresses far better than a frame at a time
@@ -600,7 +639,7 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
     def _ping_interval(self) -> float:
         return self.cfg.ping_interval
 
-    def _send_through(self, frame: bytes) -> bool:
+    def _send_through(self, frame: bytes | memoryview) -> bool:
         """Hand a message that finds nothing buffered to a plain TCP transport now, when it takes
         it without waiting; False leaves it to the buffer. A live source's frame (a read reply,
         a consumer's delivery) otherwise waited for the writer task's turn behind whatever else
@@ -614,12 +653,23 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
         stream.try_send(self._prepare(frame))
         return True
 
+    def _deliver_frames(self, frames: bytes | memoryview) -> bool:
+        """Send a message (or a run of them) now when nothing is buffered (``_send_through``),
+        else buffer it for the writer; False when the buffer overflowed (the link is closed as
+        a slow consumer)."""
+        if not self._out and self._send_through(frames):
+            return True
+        return self._buffer_delivery(frames)
+
     def _write_through(self) -> bool:
         """The writer's shortcut (``BufferedOutput._write_through_tcp``), with this link's
         compression: no write deadline to arm for a transport that takes the bytes now."""
         out = self._out
-        if not out or not self._send_through(b"".join(out) if len(out) > 1 else out[0]):
+        stream = self.stream
+        # asked before the join, as a client's write-through asks (core/server/output.py)
+        if not out or type(stream) is not TcpStream or not stream.can_send():
             return False
+        stream.try_send(self._prepare(b"".join(out) if len(out) > 1 else out[0]))
         out.clear()
         self._pending = 0
         self._drained.set()
@@ -676,12 +726,38 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
             return
         if headers is not None and not self.headers:
             headers = None
-        frame = encode_lmsg(subject, reply, queues, headers, payload)
-        sent = not self._out and self._send_through(frame)
-        if not sent and not self._buffer_delivery(frame):
+        if not self._deliver_frames(encode_lmsg(subject, reply, queues, headers, payload)):
             return
         self.out_msgs += 1
         self.out_bytes += len(payload) + (len(headers) if headers is not None else 0)
+
+    def forward_run(self, subject: str, payloads: Sequence[bytes]) -> None:
+        """``forward(subject, None, None, p)`` for each of ``payloads`` (``Account.publish_run``):
+        the permission check once and the run encoded as one buffer entry, as a route does."""
+        if self.state is not LinkState.CONNECTED or not payloads:
+            return
+        if not self.outbound.can_publish(subject):
+            return
+        prefix = b"LMSG %b " % subject.encode("utf-8", "surrogateescape")
+        if self._deliver_frames(encode_run(prefix, payloads)):
+            self.out_msgs += len(payloads)
+            self.out_bytes += sum(map(len, payloads))
+
+    def forward_many(self, subject: str, msgs: Sequence[tuple[str | None, bytes | None, bytes]]) -> None:
+        """(The account) ``forward(subject, reply, headers, payload)`` for each of ``msgs``, in
+        order: the frames encoded into one buffer (a consumer's run of deliveries), one buffer
+        entry and one back-pressure check for the run instead of one per message."""
+        if self.state is not LinkState.CONNECTED or not msgs:
+            return
+        if not self.outbound.can_publish(subject):
+            return
+        with_headers = self.headers
+        if not self._deliver_frames(encode_deliveries(subject, msgs, with_headers)):
+            return
+        self.out_msgs += len(msgs)
+        self.out_bytes += sum(
+            len(body) + (len(hdrs) if hdrs is not None and with_headers else 0) for _r, hdrs, body in msgs
+        )
 
     # ------------------------------------------------------------------ monitoring
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,7 @@ from hub.meta.state import MetaState, StreamAssignment, decode_op
 from hub.raft.driver import RaftDriver, SnapshotPolicy
 from hub.raft.files import OsFiles
 from hub.raft.log_store import LogStore
-from hub.raft.types import NONE, Entry, Role, Snapshot
+from hub.raft.types import NONE, Entry, EntryKind, Role, Snapshot
 from hub.routes.mesh import SYSTEM_ACCOUNT  # made by the routes before any route is up
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ log = logging.getLogger("leafjet.meta")
 FOUNDING_POLL = 0.1
 FOUNDING_ASK = 2.0  # seconds a founding server waits for a peer to say whether it has a log
 REGISTER_RETRY = 1.0
+MAX_PREPARED = 16  # streams made ready ahead of their create at once (see _entries_appended)
 
 
 class MetaMachine:
@@ -119,6 +120,10 @@ class MetaGroup:
         self._reconciled_event = anyio.Event()
         self._unanswered = 0  # founding: peers that did not answer whether they have a log
         self._digest: tuple[tuple[int, int], str] = ((-1, 0), "")
+        self._tg: anyio.abc.TaskGroup | None = None
+        # streams being made ready ahead of their create (core/jetstream/prepared.py), with the
+        # index of the entry that assigned them here: unused ones are dropped once applied past it
+        self._prepared_at: dict[tuple[str, str], int] = {}
 
     @property
     def state(self) -> MetaState:
@@ -217,6 +222,8 @@ class MetaGroup:
                         self.peer,
                     )
                 self.driver.send = lambda m: bus.send_raft(peer_hex(m.dst), m)
+                self._tg = tg
+                self.driver.on_appended = self._entries_appended
                 await tg.start(self.driver.run)
                 self.ready = True
                 log.info("meta group: running with %d voter(s)", len(self.driver.voters))
@@ -336,7 +343,17 @@ class MetaGroup:
 
     async def _reconcile_loop(self) -> None:
         while True:
-            await self._dirty.wait()
+            if self._prepared_at:
+                # an entry that changes no state (another leader's no-op took the place of the
+                # one prepared for) sets nothing: look again now and then
+                with anyio.move_on_after(REGISTER_RETRY):
+                    await self._dirty.wait()
+                if not self._dirty.is_set():
+                    if self.is_current():  # everything applied was reconciled: no change since
+                        await self._drop_unused_preparations(self.driver.applied)
+                    continue
+            else:
+                await self._dirty.wait()
             while not self.is_current():
                 with anyio.move_on_after(0.2):
                     await self.driver.changed()
@@ -348,6 +365,7 @@ class MetaGroup:
             self._reconciled_event = anyio.Event()
             # after the waiters are released: asking the leader may take a while
             retry |= await self._forget_tombstones(done)
+            await self._drop_unused_preparations(index)
             if retry:  # a failed stream or an unacknowledged tombstone: again a little later
                 self.machine.touch(retry)
                 with anyio.move_on_after(REGISTER_RETRY):
@@ -397,12 +415,70 @@ class MetaGroup:
             return False
         return True
 
+    # ------------------------------------------------------------------ preparing creates
+
+    def _entries_appended(self, entries: Sequence[Entry]) -> None:
+        """Entries just appended to this server's log (not yet committed): a stream assigned
+        here is made ready meanwhile (its store opened, its config file staged), so that its
+        create, once committed, has little left to do. Never blocks: the work is a task."""
+        tg = self._tg
+        for e in entries:
+            if tg is None or len(self._prepared_at) >= MAX_PREPARED:
+                return  # a follower catching up on a long log: creates do their own work
+            if e.kind is not EntryKind.NORMAL or b'"op":"assign"' not in e.data:
+                continue
+            try:
+                op = decode_op(e.data)
+                servers = op["servers"]
+                if op.get("op") != "assign" or not servers or servers[0] != self.me:
+                    continue
+                key = (str(op["account"]), str(op["name"]))
+                config, created = op["config"], int(op["created"])
+            except (ValueError, KeyError, TypeError, IndexError):
+                continue  # applying it logs why
+            if key in self._prepared_at:
+                continue
+            self._prepared_at[key] = e.index
+            tg.start_soon(self._prepare, key, config, created)
+
+    async def _prepare(self, key: tuple[str, str], config: dict[str, Any], created: int) -> None:
+        ajs = self.js.accounts.get(key[0])
+        if ajs is None:
+            return
+        try:
+            cfg = StreamConfig.from_json(config, create=False, clustered=True)
+        except Exception:  # applying the assignment logs why
+            return
+        await self.js.prepare_stream(ajs, cfg, created)
+
+    async def _drop_unused_preparations(self, applied: int) -> None:
+        """Preparations whose entry this server has applied and brought its streams in line
+        with: a create used them, or the entry was not committed (or not for this server);
+        either way they are done with."""
+        for key, index in list(self._prepared_at.items()):
+            if index > applied:
+                continue
+            del self._prepared_at[key]
+            ajs = self.js.accounts.get(key[0])
+            if ajs is not None:
+                await self.js.discard_prepared(ajs, key[1])
+
     async def _apply_tombstone(self, key: tuple[str, str]) -> bool:
         """Delete the removed stream here (if it is here); False: to be tried again."""
         account, name = key
         ajs = self.js.accounts.get(account)
         local = ajs.streams.get(name) if ajs is not None else None
-        if ajs is None or local is None:
+        if ajs is None:
+            return True
+        if local is None:
+            damaged = ajs.damaged.get(name)
+            if damaged is None:
+                return True
+            try:  # held as damaged here (core/jetstream/damaged.py): its folder moves aside
+                await self.js.delete_damaged(ajs, damaged)
+            except OSError as e:
+                log.error("stream %s/%s: cannot move the damaged stream aside: %s", account, name, e)
+                return False
             return True
         try:
             await self.js.delete_stream(ajs, local)

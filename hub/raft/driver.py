@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -111,6 +111,9 @@ class RaftDriver:
         self._rng = rng or random.Random()
         self.node: Node | None = None
         self.send: Send = lambda m: None
+        # told of the entries this node appended to its log, once they are durable and before
+        # they are committed (a hint: they may never commit); must not block
+        self.on_appended: Callable[[Sequence[Entry]], None] | None = None
         self.applied = 0
         self._applied_terms: dict[int, int] = {}  # index -> term, for waiters (pruned as they go)
         self._waiters: dict[int, list[anyio.Event]] = {}
@@ -384,6 +387,8 @@ class RaftDriver:
             if rd.must_sync:
                 await anyio.to_thread.run_sync(self._persist, rd)
             self._send_all(rd.messages)
+            if rd.entries and self.on_appended is not None:  # durable now, acknowledged first
+                self._tell_appended(rd.entries)
             # a leader's snapshot is decoded in a worker thread: only this task applies, and it
             # waits here, so nothing is applied meanwhile
             state = (
@@ -402,6 +407,13 @@ class RaftDriver:
                 self._notify()
             if rd.soft_state.leader != NONE and soft.role is Role.LEADER and before[1] is not Role.LEADER:
                 log.info("raft %s: this server leads, term %d", self.group, node.term)
+
+    def _tell_appended(self, entries: Sequence[Entry]) -> None:
+        assert self.on_appended is not None
+        try:
+            self.on_appended(entries)
+        except Exception:  # a hint's bug must not stop the log
+            log.exception("raft %s: the appended-entries hook failed", self.group)
 
     def _send_all(self, messages: Iterable[Message]) -> None:
         for m in messages:

@@ -54,6 +54,7 @@ from core.server.connection import aclose_quietly
 from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
 from core.server.output import BufferedOutput
 from core.server.peer import PeerPinger, read_first_info
+from core.server.tcp import READ_SIZE
 from hub.routes.mesh import ROUTE_PROTOCOL, RouteEnds, RouteURL, local_prefixes
 
 if TYPE_CHECKING:
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("leafjet.route")
 
-_READ_SIZE = 65536
 _HEADS_MAX = 4096  # encoded RMSG heads kept per route and account
 ROUTE_FIELD = "leafjet_route"  # INFO/CONNECT: the route protocol version (a leafjet peer)
 PEERS_FIELD = "leafjet_peers"  # INFO: the routes the sender has, for gossip
@@ -395,7 +395,7 @@ class Route(PeerPinger, BufferedOutput):
     async def _reader(self) -> None:
         while self.state is not RouteState.CLOSING:
             try:
-                data = await self.stream.receive(_READ_SIZE)
+                data = await self.stream.receive(READ_SIZE)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 self.close_reason = self.close_reason or "closed by the peer"
                 return
@@ -555,7 +555,7 @@ class Route(PeerPinger, BufferedOutput):
         self.out_msgs += 1
         self.out_bytes += len(payload) + (len(headers) if headers is not None else 0)
 
-    def forward_run_frame(self, subject: str, frames: bytes, payloads: Sequence[bytes]) -> None:
+    def forward_run_frame(self, subject: str, frames: bytes | memoryview, payloads: Sequence[bytes]) -> None:
         """``forward_frame`` of a run's frames already encoded, written through at once: one
         write per run instead of a writer wake-up."""
         if self.state is not RouteState.CONNECTED or subject.startswith(self._local):

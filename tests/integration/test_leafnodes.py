@@ -336,6 +336,31 @@ async def test_one_mebibyte_message_crosses_both_ways(net: Net) -> None:
         assert down.data == [payload] and up.data == [payload]
 
 
+async def test_a_burst_of_one_subject_crosses_both_ways_once_in_order(net: Net) -> None:
+    """A publisher's burst of one subject, one size: leafjet routes it a run at a time and a leaf
+    link forwards a run as one buffer entry (core/server/DESIGN.md "Runs"). Each side gets every
+    message once, in order, and a burst to a subject the leaf may not export stays on the leaf."""
+    burst = [b"%06d" % i for i in range(3000)]
+    async with connected(net.hub_a, net.leaf_a) as (hub, leaf):
+        down = await subscribe(leaf, "burst.down")
+        up = await subscribe(hub, "burst.up")
+        # a wildcard: the leaf keeps this interest and checks each message it would forward
+        private = await subscribe(hub, "*.burst")
+        await interest_crossed(leaf, hub)
+        await interest_crossed(hub, leaf)
+        for nc, subject in ((hub, "burst.down"), (leaf, "burst.up"), (leaf, "private.burst")):
+            for p in burst:  # one subject at a time: consecutive PUBs of one subject make runs
+                await nc.publish(subject, p)
+        await hub.flush()
+        await leaf.flush()
+        await until(lambda: len(down.msgs) >= len(burst) and len(up.msgs) >= len(burst), 60, "the bursts")
+        await fence(hub, [leaf])
+        await fence(leaf, [hub])
+        assert down.data == burst
+        assert up.data == burst
+        assert not private.msgs, "deny_exports: private.burst must not reach the hub"
+
+
 async def test_interest_churn_leaves_exact_interest(net: Net) -> None:
     """The leaf adds and removes ~300 subscriptions in rounds while the hub publishes: each live
     subscription gets every round's marker published after it became visible, exactly once, and

@@ -10,6 +10,10 @@ its direct route) and 2 alone."""
 
 from __future__ import annotations
 
+import json
+import urllib.request
+from pathlib import Path
+
 import anyio
 import nats
 import pytest
@@ -150,3 +154,87 @@ async def test_a_server_restarted_under_another_name_is_refused_clearly_and_the_
         await nc2.close()
     finally:
         c.close()
+
+
+def _stream_folder(c: Cluster, i: int, name: str) -> Path:
+    return c.workdir / c.nodes[i].name / "data" / "jetstream" / "$G" / "streams" / name
+
+
+def _num_routes(c: Cluster, i: int) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{c.nodes[i].http_port}/routez", timeout=2) as r:
+            return int(json.loads(r.read())["num_routes"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+async def test_a_create_prepared_on_a_cut_off_leader_that_never_commits_leaves_nothing(tmp_path):
+    """A server prepares a stream assigned to it as soon as the entry reaches its log
+    (core/jetstream/prepared.py). A leader cut off from the others places a create on itself and
+    prepares it, but the entry never commits; once it has rejoined and applied past it, the
+    preparation is gone: no folder, no stream."""
+    c = Cluster(tmp_path, "leafjet", size=3)
+    proxies = [Proxy(("127.0.0.1", c.nodes[i].cluster_port)) for i in range(3)]
+    try:
+        configs = _through_proxies(c, proxies)
+        for i in range(3):
+            c.start_node(i, configs[i])
+        await anyio.to_thread.run_sync(c.wait_for_mesh)
+        lonely = c.nodes[2].name
+        nc0 = await nats.connect(c.url(0))
+        nc2 = await nats.connect(c.url(2))
+        r = await api_until(nc2, "$JS.API.STREAM.CREATE.BEFORE", {"name": "BEFORE", "subjects": ["before"]})
+        assert "error" not in r, r
+        # server 2 (the one the proxies cut off) must lead: step the leader down until it does
+        deadline = anyio.current_time() + 120
+        while (leader := await anyio.to_thread.run_sync(meta_leader, c, [0, 1, 2])) != lonely:
+            assert anyio.current_time() < deadline, "server 2 never became the meta leader"
+            if leader is not None:
+                await api(nc0, "$JS.API.META.LEADER.STEPDOWN")
+            await anyio.sleep(0.5)
+
+        for p in proxies:
+            p.cut()
+        await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: _num_routes(c, 2) == 0, 10, interval=0.02, what="server 2 alone")
+        )
+        answer: dict[str, dict] = {}
+
+        async def create_lonely() -> None:
+            body = {"name": "LONELY", "subjects": ["lonely"]}
+            answer["r"] = await api(nc2, "$JS.API.STREAM.CREATE.LONELY", body, timeout=30)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(create_lonely)
+            # it places the create on itself (no route left) and prepares it; no quorum commits it
+            await until_true(
+                lambda: anyio.to_thread.run_sync(_stream_folder(c, 2, "LONELY").exists),
+                20,
+                "the cut-off leader to prepare LONELY",
+            )
+        assert err_code(answer["r"]) == 10008, answer["r"]
+        # the majority goes on: its entries take the place of the cut-off leader's
+        r = await api_until(nc0, "$JS.API.STREAM.CREATE.DURING", {"name": "DURING", "subjects": ["during"]})
+        assert "error" not in r, r
+        for p in proxies:
+            p.restore()
+
+        async def healed() -> bool:
+            zs = [await anyio.to_thread.run_sync(raftz, c, i) or {} for i in range(3)]
+            if any(not z.get("state_digest") or not z.get("leader") for z in zs):
+                return False
+            return len({(z["leader"], z["applied"], z["state_digest"]) for z in zs}) == 1
+
+        await until_true(healed, 90, "server 2 to rejoin with the same state")
+        await until_true(
+            lambda: anyio.to_thread.run_sync(lambda: not _stream_folder(c, 2, "LONELY").exists()),
+            30,
+            "the unused preparation to be removed",
+        )
+        assert sorted(await _names(c, 2)) == ["BEFORE", "DURING"]
+        await nc0.close()
+        await nc2.close()
+    finally:
+        c.close()
+        for p in proxies:
+            p.close()

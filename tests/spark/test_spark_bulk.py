@@ -300,6 +300,28 @@ def test_bulk_json_decoding_equals_the_per_row_rules_on_random_blocks() -> None:
             ]
 
 
+def test_null_headers_gives_null_for_a_message_without_headers(server: RunningServer) -> None:
+    """``nullHeaders=true``: null where the default gives an empty map, the same maps elsewhere; a
+    batch where no message has headers (the constant array) and one where some have (parsed)."""
+    url, stream = server.url, _unique(server, "nullhdr")
+    create_stream(url, stream, [f"{stream}.>"])
+    publish(url, [(f"{stream}.a", b"1"), (f"{stream}.a", b"2")])  # first batch: no headers at all
+    publish(url, [(f"{stream}.b", b"3", {"K": "v"}), (f"{stream}.b", b"4")])  # second: some
+    _bulk, default = read_table(url, stream, rowsPerArrowBatch=2)
+    _bulk, nulls = read_table(url, stream, rowsPerArrowBatch=2, nullHeaders="true")
+    assert [dict(h) for h in default.column("headers").to_pylist()] == [{}, {}, {"K": "v"}, {}]
+    assert [h if h is None else dict(h) for h in nulls.column("headers").to_pylist()] == [
+        None,
+        None,
+        {"K": "v"},
+        None,
+    ]
+    assert nulls.drop_columns(["headers"]).equals(default.drop_columns(["headers"]))
+    assert nulls.schema.equals(default.schema)
+    with pytest.raises(OptionError, match="nullheaders"):
+        parse_options(_options(url, stream, nullHeaders="maybe"))
+
+
 def test_gap_tracker_finds_the_lowest_missing_sequence() -> None:
     t = GapTracker(10)
     t.see(pa.array([10, 11, 12], pa.int64()))
@@ -314,6 +336,10 @@ def test_gap_tracker_finds_the_lowest_missing_sequence() -> None:
     assert t.finish(3) == 1
 
 
+def df_options(url: str, stream: str) -> dict[str, str]:
+    return {"servers": url, "stream": stream, "numPartitions": "2", "minPartitionSize": "100"}
+
+
 def test_spark_reads_the_same_rows_from_both_servers(spark: Any, server: RunningServer) -> None:
     """Through Spark: leafjet in bulk, the reference by direct get (the fallback), same answer."""
     url, stream = server.url, _unique(server, "spark")
@@ -321,18 +347,15 @@ def test_spark_reads_the_same_rows_from_both_servers(spark: Any, server: Running
     payloads = [json.dumps({"temp": i / 4}).encode() if i % 50 else b"broken" for i in range(1, 901)]
     publish(url, [(f"{stream}.d{i % 2}", p, {"K": "v"} if i % 9 == 0 else None)[: 3 if i % 9 == 0 else 2]
                   for i, p in enumerate(payloads, 1)])  # fmt: skip
-    df = (
-        spark.read.format("leafjet")
-        .option("servers", url)
-        .option("stream", stream)
-        .option("jsonSchema", "temp DOUBLE")
-        .option("numPartitions", "2")
-        .option("minPartitionSize", "100")
-        .load()
-    )
+    df = spark.read.format("leafjet").options(**df_options(url, stream), jsonSchema="temp DOUBLE").load()
     rows = sorted(df.collect(), key=lambda r: r.seq)
     assert [r.seq for r in rows] == list(range(1, 901))
     assert [bytes(r.data) for r in rows] == payloads
     assert [r.temp for r in rows] == [None if i % 50 == 0 else i / 4 for i in range(1, 901)]
     assert [r._corrupt for r in rows] == [i % 50 == 0 for i in range(1, 901)]
     assert [r.headers for r in rows] == [{"K": "v"} if i % 9 == 0 else {} for i in range(1, 901)]
+    nulls = (
+        df.sparkSession.read.format("leafjet").options(**df_options(url, stream), nullHeaders="true").load()
+    )
+    got = sorted(nulls.select("seq", "headers").collect(), key=lambda r: r.seq)
+    assert [r.headers for r in got] == [{"K": "v"} if i % 9 == 0 else None for i in range(1, 901)]

@@ -146,3 +146,18 @@ def test_sub_and_unsub_wire_forms_round_trip():
         Unsub("1", None),
         Unsub("2", 5),
     ]
+
+
+@pytest.mark.parametrize(
+    "payloads",
+    [[b"a", b"b"], [b"xyz"] * 5, [b"a", b"bc", b""], [b""], [b"", b""], [b"\r\nMSG a 1 1\r\n"] * 3],
+)
+def test_a_run_encodes_as_each_message_would(payloads: list[bytes]) -> None:
+    """``encode_msg_run``: what ``encode_msg`` of each payload gives, joined (one size comes back
+    as a view of one join: compared by its bytes)."""
+    from core.protocol.encoder import encode_msg_run
+
+    got = encode_msg_run("a.b", "7", payloads)
+    assert bytes(got) == b"".join(encode_msg("a.b", "7", None, p) for p in payloads)
+    assert len(got) == len(bytes(got))
+    assert ClientParser().feed(bytes(got)) == [Msg("a.b", "7", None, p, None) for p in payloads]

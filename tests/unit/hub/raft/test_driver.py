@@ -252,3 +252,31 @@ async def test_a_state_machine_that_cannot_snapshot_leaves_the_log_uncompacted_a
     assert "cannot snapshot" in caplog.text and "cannot encode (injected)" in caplog.text
     assert driver.snapshots_taken == 0 and driver.node is not None and driver.node.log.snapshot.index == 1
     assert len(machine.state.streams) == 10
+
+
+async def test_the_appended_hook_hears_of_durable_entries_and_its_failure_stops_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    driver, machine = _driver(tmp_path, every=1000)
+    heard: list[tuple[int, bool]] = []  # (index, already in the log store on disk)
+
+    def on_appended(entries: list) -> None:
+        for e in entries:
+            stored = max((x.index for x in driver.store.entries()), default=0)
+            heard.append((e.index, stored >= e.index))
+        if len(heard) == 2:
+            raise RuntimeError("a broken hook")
+
+    driver.on_appended = on_appended
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        await _until_leader(driver)
+        with caplog.at_level(logging.ERROR, logger="leafjet.raft"):
+            for i in range(3):
+                await _create(driver, i)
+        tg.cancel_scope.cancel()
+    assert len(machine.state.streams) == 3  # the hook's failure stopped no entry
+    indexes = [i for i, _ in heard]
+    assert indexes == sorted(indexes) and len(indexes) >= 3  # the leader's no-op and the three
+    assert all(durable for _, durable in heard)  # told only once persisted
+    assert "appended-entries hook failed" in caplog.text

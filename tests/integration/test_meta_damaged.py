@@ -1,0 +1,66 @@
+"""Clustered JetStream (leafjet hubs): a stream whose store is corrupt on the server it is placed
+on is held there as damaged; the other servers answer about it with that server's 10194, a
+delete through any server moves its data aside there, and the name can be created again."""
+
+from __future__ import annotations
+
+import nats
+import pytest
+
+from tests.integration.test_meta_group import TAGS, _connect, _placed_on_all_servers
+from tests.support.cluster import Cluster
+from tests.support.jscluster import (
+    api,
+    api_until,
+    publish_until,
+    restart_js_node,
+    start_js_cluster,
+    until_true,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.anyio, pytest.mark.timeout(240)]
+
+
+async def test_a_damaged_stream_in_a_cluster_is_held_then_deleted_everywhere(tmp_path):
+    c = Cluster(tmp_path, "leafjet", size=3)
+    ncs: list[nats.NATS] = []
+    try:
+        start_js_cluster(c, TAGS)
+        c.wait_for_mesh()
+        ncs = [await _connect(c, i) for i in range(3)]
+        await _placed_on_all_servers(ncs)
+        on_n3 = {"name": "FAR", "subjects": ["far.>"], "placement": {"tags": ["az:3"]}}
+        far = await api_until(ncs[0], "$JS.API.STREAM.CREATE.FAR", on_n3, retry_on=(10008, 10005))
+        assert "error" not in far, far
+        await publish_until(ncs[0].jetstream(), "far.1", b"kept")
+        await ncs[2].close()
+        c.stop(2)
+        folder = tmp_path / c.nodes[2].name / "data" / "jetstream" / "$G" / "streams" / "FAR"
+        with open(folder / "msgs.db", "r+b") as f:
+            f.write(b"not a database" * 20)
+        restart_js_node(c, 2, TAGS)
+        c.wait_for_mesh()
+
+        async def offline() -> bool:
+            r = await api(ncs[0], "$JS.API.STREAM.INFO.FAR")
+            return r.get("error", {}).get("err_code") == 10194
+
+        await until_true(offline, 60, what="the damaged stream reported from another server")
+        r = await api_until(ncs[1], "$JS.API.STREAM.DELETE.FAR")
+        assert r.get("success") is True, r
+
+        async def moved_aside() -> bool:
+            return not folder.exists() and any(
+                p.name.startswith("FAR.damaged-") for p in folder.parent.iterdir()
+            )
+
+        await until_true(moved_aside, 60, what="the damaged folder moved aside on its server")
+        again = await api_until(ncs[0], "$JS.API.STREAM.CREATE.FAR", on_n3, retry_on=(10008, 10005))
+        assert "error" not in again, again
+        ack = await publish_until(ncs[0].jetstream(), "far.1", b"fresh")
+        assert ack.seq == 1
+    finally:
+        for nc in ncs:
+            if not nc.is_closed:
+                await nc.close()
+        c.close()
