@@ -49,7 +49,7 @@ from core.server.connection import aclose_quietly
 from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
 from core.server.output import BufferedOutput
 from core.server.peer import PeerPinger, read_first_info
-from core.server.tcp import READ_SIZE
+from core.server.tcp import READ_SIZE, TcpStream
 from core.subjects import has_wildcard, is_subset, overlaps
 from federation.domains import link_denies
 from federation.leafnode.credentials import redact_url, sign_nonce, url_credentials
@@ -639,6 +639,42 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
     def _ping_interval(self) -> float:
         return self.cfg.ping_interval
 
+    def _send_through(self, frame: bytes | memoryview) -> bool:
+        """Hand a message that finds nothing buffered to a plain TCP transport now, when it takes
+        it without waiting; False leaves it to the buffer. A live source's frame (a read reply,
+        a consumer's delivery) otherwise waited for the writer task's turn behind whatever else
+        the loop had ready: 0.4 ms p50 on the leaf, with 1000 msgs/s, measured between the
+        read's reply and its write (bench sources-latency). A burst still goes out in few
+        writes: only its first message finds the buffer empty; the rest join the buffer, which
+        the writer sends as one (and compresses as one)."""
+        stream = self.stream
+        if type(stream) is not TcpStream or not stream.can_send():
+            return False
+        stream.try_send(self._prepare(frame))
+        return True
+
+    def _deliver_frames(self, frames: bytes | memoryview) -> bool:
+        """Send a message (or a run of them) now when nothing is buffered (``_send_through``),
+        else buffer it for the writer; False when the buffer overflowed (the link is closed as
+        a slow consumer)."""
+        if not self._out and self._send_through(frames):
+            return True
+        return self._buffer_delivery(frames)
+
+    def _write_through(self) -> bool:
+        """The writer's shortcut (``BufferedOutput._write_through_tcp``), with this link's
+        compression: no write deadline to arm for a transport that takes the bytes now."""
+        out = self._out
+        stream = self.stream
+        # asked before the join, as a client's write-through asks (core/server/output.py)
+        if not out or type(stream) is not TcpStream or not stream.can_send():
+            return False
+        stream.try_send(self._prepare(b"".join(out) if len(out) > 1 else out[0]))
+        out.clear()
+        self._pending = 0
+        self._drained.set()
+        return True
+
     # ------------------------------------------------------------------ outbound
 
     def _send_now(self, data: bytes) -> None:
@@ -690,7 +726,7 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
             return
         if headers is not None and not self.headers:
             headers = None
-        if not self._buffer_delivery(encode_lmsg(subject, reply, queues, headers, payload)):
+        if not self._deliver_frames(encode_lmsg(subject, reply, queues, headers, payload)):
             return
         self.out_msgs += 1
         self.out_bytes += len(payload) + (len(headers) if headers is not None else 0)
@@ -703,7 +739,7 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
         if not self.outbound.can_publish(subject):
             return
         prefix = b"LMSG %b " % subject.encode("utf-8", "surrogateescape")
-        if self._buffer_delivery(encode_run(prefix, payloads)):
+        if self._deliver_frames(encode_run(prefix, payloads)):
             self.out_msgs += len(payloads)
             self.out_bytes += sum(map(len, payloads))
 
@@ -716,7 +752,7 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
         if not self.outbound.can_publish(subject):
             return
         with_headers = self.headers
-        if not self._buffer_delivery(encode_deliveries(subject, msgs, with_headers)):
+        if not self._deliver_frames(encode_deliveries(subject, msgs, with_headers)):
             return
         self.out_msgs += len(msgs)
         self.out_bytes += sum(
