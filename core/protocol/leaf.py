@@ -20,6 +20,7 @@ from core.errors import ProtocolError
 from core.protocol.events import Connect, Err, Info, Ping, Pong
 from core.protocol.parser import (
     MAX_PAYLOAD,
+    MAX_RUN_FRAMES,
     UNKNOWN_OP,
     _link_control,
     _Parser,
@@ -221,7 +222,7 @@ class LeafParser(_Parser):
         limit, max_payload = self.max_control_line, self.max_payload
         find, startswith = data.find, data.startswith
         p = end + 2
-        while startswith(prefix, p):
+        while len(payloads) < MAX_RUN_FRAMES and startswith(prefix, p):
             nl = find(b"\n", p + plen)
             if nl < 0 or nl - p > limit:
                 break

@@ -169,6 +169,11 @@ def _link_control(op: bytes, line: bytes) -> Any:
 
 # Frames a run's first check takes after the first frame; each further check takes twice as many.
 _RUN_BATCH = 4
+# The most frames one run event holds. A reader checks back-pressure (``server.stalled``) between
+# events, so a run must stay well below a receiver's limit: a whole 256 KiB read of small
+# messages as one run (thousands of frames) overflowed a stream queue of a few thousand before
+# the publisher could be paused. Past a few hundred frames a longer run saves nothing measurable.
+MAX_RUN_FRAMES = 256
 
 
 def _run_length(data: bytes, at: int, line: int, size: int) -> int:
@@ -181,7 +186,7 @@ def _run_length(data: bytes, at: int, line: int, size: int) -> int:
     of the read, quadratic in the read (a 64 KiB read of small messages: ~15x the CPU of runs
     off)."""
     step = line + size + 2
-    avail = (len(data) - at) // step
+    avail = min((len(data) - at) // step, MAX_RUN_FRAMES)
     if avail < 2:
         return avail
     frames = 1

@@ -193,6 +193,10 @@ class ClientConnection(BufferedOutput):
                         await self._verify_connect(pending)
                     if self.state is State.CLOSING:
                         return
+                    if self.server.stalled:
+                        # Back-pressure between events, not only between reads: a 256 KiB read
+                        # of small publishes holds more messages than a small stream queue.
+                        await self._wait_for_stalled()
             except ProtocolError as e:
                 # Ops parsed before the bad one in this chunk still count, as on the reference.
                 for event in e.events:

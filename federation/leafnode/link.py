@@ -480,6 +480,8 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
                     await self._handle(ev)
                 if self.state is LinkState.CLOSING:
                     return
+                if self.server.stalled:  # between events: a read holds more than a queue may
+                    await self._wait_for_stalled()
             if stop is None or not events or type(events[-1]) is not stop:
                 return
             if self._zr is not None:  # compression just started: the rest was compressed

@@ -420,8 +420,8 @@ class Route(PeerPinger, BufferedOutput):
                     self._handle(ev)
                 if self.state is RouteState.CLOSING:
                     return
-            if self.server.stalled:
-                await self._wait_for_stalled()
+                if self.server.stalled:  # between events: a read holds more than a queue may
+                    await self._wait_for_stalled()
 
     def _handle(self, ev: Any) -> None:
         t = type(ev)

@@ -281,3 +281,23 @@ def test_a_change_deep_in_a_long_run_ends_it_there(make, at):
     for where, changed in changed_frames(frame):
         data = frame * at + changed + frame * 40
         assert expanded_outcome(make, [data]) == outcome(make, [data]), where
+
+
+def test_a_run_holds_at_most_max_run_frames_so_back_pressure_is_checked_between_runs():
+    """A reader checks ``server.stalled`` between events: a read of thousands of identical small
+    messages must come as several runs, none past MAX_RUN_FRAMES, all messages kept in order."""
+    from core.protocol.parser import MAX_RUN_FRAMES
+
+    n = MAX_RUN_FRAMES * 3 + 5
+    cases = [
+        (ServerParser, b"".join(encode_pub("s", None, b"%04d" % i) for i in range(n))),
+        (RouteParser, b"".join(encode_rmsg("$G", "s", None, (), None, b"%04d" % i) for i in range(n))),
+        (LeafParser, b"".join(encode_lmsg("d", f"r.{i}", (), None, b"%04d" % i) for i in range(n))),
+    ]
+    for make, data in cases:
+        parser = make()
+        parser.runs = True
+        events = parser.feed(data)
+        assert all(len(getattr(ev, "payloads", ())) <= MAX_RUN_FRAMES for ev in events), make
+        assert len(events) >= 4, make
+        assert [getattr(ev, "payload", None) for ev in expand(events)] == [b"%04d" % i for i in range(n)]
