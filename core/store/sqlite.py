@@ -990,7 +990,21 @@ class SqliteStore:
             return []
         params: tuple[Any, ...]
         with self._lock:
-            p = self._pub
+            p, tail = self._pub, self._tail
+        if (
+            tail is not None
+            and tail.pub is p
+            and tail.after < start <= p.last_seq
+            and (filt is None or not has_wildcard(filt))
+        ):
+            # a live reader of the newest commit (a consumer's read-ahead): its rows (see _Tail)
+            self._check_open()
+            top = min(end, p.last_seq)
+            return [
+                StoredMsg(seq, subject, hdr, data, ts)
+                for seq, subject, hdr, data, ts, _size, _flags in tail.rows
+                if start <= seq <= top and (filt is None or subject == filt)
+            ][:limit]
         by_index = True  # one index range: no wildcard to match row by row
         if filt is None:
             sql, params = "WHERE seq >= ? AND seq <= ?", (start, end)

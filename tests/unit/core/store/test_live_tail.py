@@ -70,6 +70,19 @@ async def test_a_live_reader_reads_each_commit_without_a_query(
         assert list(cols.seqs) == [pos] and covered == pos
         assert rows_of(cols) == expected(await store.range(pos, pos, 10))
         pos = covered + 1
+    # a consumer's read-ahead (``range``) of the newest commit: the same, unfiltered or by subject
+    await store.apply([Append("orders.0", None, b"a", T0 + 50), Append("orders.1", b"", b"b", T0 + 51)])
+    before = queries.n
+    got = await store.range(pos, None, 100)
+    by_subject = await store.range(pos, None, 100, "orders.1")
+    first_only = await store.range(pos, None, 1)
+    assert queries.n == before
+    assert [(m.seq, m.subject, m.headers, m.data, m.ts) for m in got] == [
+        (pos, "orders.0", None, b"a", T0 + 50),
+        (pos + 1, "orders.1", b"", b"b", T0 + 51),
+    ]
+    assert by_subject == got[1:] and first_only == got[:1]
+    pos += 2
     # a batch of several: read whole, from its middle, and cut by the limit
     await store.apply([AppendBatch(["a.b", "c.d", "e.f"], [None, b"", None], [b"1", b"22", b"333"], T0 + 99)])
     last = (await store.state()).last_seq
