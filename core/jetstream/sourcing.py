@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -107,9 +108,12 @@ def get_hash(name: str, size: int = 8) -> str:
     return "".join(_BASE62[x % 62] for x in b[:size])
 
 
+@functools.lru_cache(maxsize=1024)
 def stream_identity(created_ns: int) -> str:
     """A stream's ``Nats-Stream-Identity``: the hash of its creation time (the reference's
-    ``stream.identity``), so a stream deleted and created again under its name is told apart."""
+    ``stream.identity``), so a stream deleted and created again under its name is told apart.
+    Cached: a live bulk reply carries it (bulk_read.py), once per commit a source reads, and
+    formatting the time and hashing it was a tenth of that reply's cost."""
     return get_hash(rfc3339_nano(created_ns))
 
 

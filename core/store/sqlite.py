@@ -95,6 +95,10 @@ INLINE_DURABLE_COMMIT_S = 0.0005
 # The weight of the newest transaction in ``_commit_cost``
 COMMIT_COST_WEIGHT = 0.25
 OFFLOAD_DECODE_BYTES = 256 << 10
+# The rows of the newest transaction are kept for a live reader (see ``_Tail``) when it appended at
+# most this many messages of at most this many payload bytes: a live commit's few, never a catch-up's.
+TAIL_MAX_ROWS = 64
+TAIL_MAX_BYTES = 256 << 10
 # A range read by sequence runs on the loop's thread (see _point_fetch) when its rows are
 # expected to hold at most this much: the rows it can find (its limit, or fewer when the range
 # ends near the last sequence) x the stream's mean stored message size.
@@ -192,6 +196,37 @@ class _Counters:
 
     def copy(self) -> _Counters:
         return _Counters(self.first_seq, self.first_ts, self.last_seq, self.last_ts, self.msgs, self.nbytes)
+
+
+class _Tail:
+    """The newest transaction's messages, when all it did was append a few (``TAIL_MAX_ROWS``).
+
+    A live bulk reader (a source following this stream, core/jetstream/bulk_read.py) asks, after
+    each commit, for exactly the messages that commit added: without this, each time an aggregate
+    query on the reading connection and the parse of its columns, a fixed cost per commit larger
+    than the commit's own Python work. ``pub`` is the committed counters object published with
+    these rows: every change of the stored messages (a commit, a reload after a failure or a
+    restore) publishes a new one, so the tail is valid exactly while ``store._pub is pub``.
+    ``after`` is the last sequence before the transaction: every message with a sequence in
+    ``(after, pub.last_seq]`` is one of ``rows`` (an appending transaction only adds above it)."""
+
+    __slots__ = ("after", "pub", "rows")
+
+    def __init__(self, pub: _Counters, after: int, rows: list[tuple[Any, ...]]):
+        self.pub, self.after, self.rows = pub, after, rows
+
+
+def _tail_columns(
+    rows: list[tuple[Any, ...]], start: int, last: int, end: int
+) -> tuple[columns.MsgColumns, int]:
+    """``read_columns`` of ``[start, last]`` from a ``_Tail``'s rows (which hold every message
+    from ``start`` on): the columns and the last sequence covered -- as the query's way, up to
+    the next message (at most ``end``) when there is none in the range (a gap of an explicit
+    sequence)."""
+    got = [r[:5] for r in rows if start <= r[0] <= last]
+    if not got:
+        last = min(end, next((r[0] for r in rows if r[0] > last), end + 1) - 1)
+    return columns.columns_of(got), last
 
 
 class _Req:
@@ -359,6 +394,8 @@ class SqliteStore:
         self._lock = threading.Lock()  # guards _subj, _pub, _subj_ver, _last, _last_bytes, _last_ver
         self._subj: dict[str, int] = {}  # committed per-subject counts (mutated by the writer only)
         self._pub = _Counters(1, 0, 0, 0, 0, 0)  # committed counters (replaced, never mutated)
+        self._tail: _Tail | None = None  # the newest transaction's rows, for live reads (guarded too)
+        self._w_appends_only = False  # (writer) the open transaction only appended so far
         self._subj_ver = 0  # bumped when the set of subjects changes
         # The newest message of recently asked literal subjects (a KV get asks for one key again and
         # again): filled by reads, emptied of a subject by any commit that adds or removes one of
@@ -953,7 +990,21 @@ class SqliteStore:
             return []
         params: tuple[Any, ...]
         with self._lock:
-            p = self._pub
+            p, tail = self._pub, self._tail
+        if (
+            tail is not None
+            and tail.pub is p
+            and tail.after < start <= p.last_seq
+            and (filt is None or not has_wildcard(filt))
+        ):
+            # a live reader of the newest commit (a consumer's read-ahead): its rows (see _Tail)
+            self._check_open()
+            top = min(end, p.last_seq)
+            return [
+                StoredMsg(seq, subject, hdr, data, ts)
+                for seq, subject, hdr, data, ts, _size, _flags in tail.rows
+                if start <= seq <= top and (filt is None or subject == filt)
+            ][:limit]
         by_index = True  # one index range: no wildcard to match row by row
         if filt is None:
             sql, params = "WHERE seq >= ? AND seq <= ?", (start, end)
@@ -1004,7 +1055,10 @@ class SqliteStore:
             self._check_open()
             return columns.EMPTY, start - 1
         with self._lock:
-            p = self._pub
+            p, tail = self._pub, self._tail
+        if filt is None and tail is not None and tail.pub is p and tail.after < start <= p.last_seq:
+            self._check_open()
+            return _tail_columns(tail.rows, start, min(end, start + limit - 1, p.last_seq), end)
         # a store that compresses or seals its rows decodes them one by one anyway: no aggregate
         if self._codec.plain and (filt is None or not has_wildcard(filt)):
             last = end if filt is not None else min(end, start + limit - 1)
@@ -1682,10 +1736,13 @@ class SqliteStore:
         self._rows = []
         self._first_dirty = False
         w = self._w
+        after = w.last_seq
+        self._w_appends_only = True  # until _w_run applies anything but an append
         began = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
             out, nops = self._w_run(reqs)
+            appended = self._rows  # _w_flush_rows starts a new list; this one stays as it was
             self._w_flush_rows()
             if self._first_dirty:
                 row = conn.execute("SELECT seq, ts FROM msgs ORDER BY seq LIMIT 1").fetchone()
@@ -1698,7 +1755,7 @@ class SqliteStore:
             return self._w_fail(reqs, e)
         took = time.perf_counter() - began
         self._commit_cost += (took - self._commit_cost) * COMMIT_COST_WEIGHT
-        self._w_publish()
+        self._w_publish(self._w_tail_rows(appended), after)
         s = self._stats
         s.commits += 1
         s.requests += len(reqs)
@@ -1707,7 +1764,17 @@ class SqliteStore:
         self._bg_due(time.monotonic())
         return out
 
-    def _w_publish(self) -> None:
+    def _w_tail_rows(self, appended: list[tuple[Any, ...]]) -> list[tuple[Any, ...]] | None:
+        """The committed transaction's rows if they may serve live reads (``_Tail``): it only
+        appended, a few small plain rows (a store that compresses or seals its rows keeps them
+        encoded in ``_rows``, and its reads decode row by row anyway)."""
+        if not (self._w_appends_only and appended and self._codec.plain and len(appended) <= TAIL_MAX_ROWS):
+            return None
+        if sum(len(r[3]) for r in appended) > TAIL_MAX_BYTES:
+            return None
+        return appended
+
+    def _w_publish(self, tail_rows: list[tuple[Any, ...]] | None = None, after: int = 0) -> None:
         changed = False
         with self._lock:
             subj, last = self._subj, self._last
@@ -1731,6 +1798,7 @@ class SqliteStore:
             if changed:
                 self._subj_ver += 1
             self._pub = self._w.copy()
+            self._tail = _Tail(self._pub, after, tail_rows) if tail_rows else None
         self._delta = {}
 
     def _w_fail(self, reqs: list[_Req], e: Exception) -> list[tuple[_Req, Any, BaseException | None]]:
@@ -1855,6 +1923,7 @@ class SqliteStore:
                     last_ts = op.ts
                     res.append(last)
                 else:
+                    self._w_appends_only = False
                     w.last_seq, w.last_ts, w.msgs, w.nbytes = last, last_ts, msgs, nbytes
                     self._w_flush_rows()
                     rows = self._rows
