@@ -592,7 +592,6 @@ class JetStream:
         if damaged is not None:  # its folder is never written to: the name frees with a delete
             raise api_error("JSStreamOfflineReasonErrF", err=damaged.offline_reason)
         d = ajs.root / cfg.name
-        d.mkdir(parents=True, exist_ok=True)
         created = created or time.time_ns()
         config_file = d / "stream.json"
         config_body = {"config": cfg.to_json(), "created": created}
@@ -607,6 +606,8 @@ class JetStream:
         # made ready while the meta group committed this create (prepared.py): only the config
         # file's rename is left
         prepared = await self.prepared.take((ajs.account.name, cfg.name), cfg, created)
+        if prepared is None:  # a preparation made the folder
+            d.mkdir(parents=True, exist_ok=True)
         # built empty by this create (no file was there): nothing to read back from it
         fresh = cfg.first_seq == 0 and (
             cfg.storage == "memory" or prepared is not None or not (d / "msgs.db").exists()
