@@ -12,6 +12,7 @@ recovered after a restart, as on the reference.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -164,7 +165,9 @@ class JetStream:
         self.recovered = False  # every stream on disk loaded (/healthz answers 503 until then)
         server.jetstream_monitor = JetStreamMonitor(self)
         self.spares: SpareStores | None = None  # made by run(), in the store folder
-        self.prepared = PreparedStreams(self._open_store)  # streams made ready ahead of a create
+        # streams made ready ahead of a create; a prepared store's folder is fsynced by the
+        # create's config commit (prepared.py)
+        self.prepared = PreparedStreams(functools.partial(self._open_store, sync_new_folder=False))
         self.reads = BulkReads(self)  # the bulk read API's requests (core/jetstream/bulk_read.py)
         set_max_open_stores(config.max_open_stores or None)
 
@@ -349,7 +352,7 @@ class JetStream:
                 restart()
             await anyio.sleep(0.05 * len(failures))
 
-    async def _open_store(self, cfg: StreamConfig, d: Path) -> Any:
+    async def _open_store(self, cfg: StreamConfig, d: Path, *, sync_new_folder: bool = True) -> Any:
         if cfg.storage == "memory":
             return MemoryStore()
         return await SqliteStore.open(
@@ -361,6 +364,7 @@ class JetStream:
             # a stream fed by sources or a mirror stores in large batches (sqlite.py)
             page_size=BULK_PAGE_SIZE if cfg.sources or cfg.mirror else DEFAULT_PAGE_SIZE,
             spare=self.spares,
+            sync_new_folder=sync_new_folder,
         )
 
     async def _start_stream(

@@ -50,10 +50,13 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def build_store_file(path: Path, page_size: int, spec: CipherSpec | None) -> None:
+def build_store_file(
+    path: Path, page_size: int, spec: CipherSpec | None, *, sync_folder: bool = True
+) -> None:
     """Create the empty store file ``path`` atomically: built under a temporary name, fsynced,
     renamed, its folder fsynced; so an existing file is always a finished store (an empty or
-    short one is corruption, never "new")."""
+    short one is corruption, never "new"). ``sync_folder=False``: the caller fsyncs the folder
+    later, before anything depends on the name (a spare's name never survives a restart)."""
     tmp = path.with_name(f".{path.name}.creating")
     for p in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
         p.unlink(missing_ok=True)
@@ -89,12 +92,15 @@ def build_store_file(path: Path, page_size: int, spec: CipherSpec | None) -> Non
         os.close(fd)
     _drop_stale_wal(path)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync_folder:
+        fsync_dir(path.parent)
 
 
 def write_store_copy(path: Path, image: bytes) -> None:
-    """Create the store file ``path`` as a copy of ``image`` (an empty store's bytes), as
-    atomically as ``build_store_file``: temporary name, fsync, rename, folder fsync."""
+    """Create the spare store file ``path`` as a copy of ``image`` (an empty store's bytes), as
+    atomically as ``build_store_file``: temporary name, fsync, rename. Its folder is not fsynced:
+    a spare's name never survives a restart (``SpareStores._clear``); the folder a take moves it
+    to is."""
     tmp = path.with_name(f".{path.name}.creating")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -106,7 +112,6 @@ def write_store_copy(path: Path, image: bytes) -> None:
         os.close(fd)
     _drop_stale_wal(path)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def _empty_store_image(path: Path, page_size: int) -> bytes | None:
@@ -184,7 +189,8 @@ class SpareStores:
             if image is not None:
                 write_store_copy(path, image)
             else:
-                build_store_file(path, page_size, self.spec)
+                # no folder fsync: a spare's name is never trusted across a restart
+                build_store_file(path, page_size, self.spec, sync_folder=False)
                 if self.spec is None:
                     image = _empty_store_image(path, page_size)
                     if image is not None:
@@ -199,9 +205,10 @@ class SpareStores:
             if ok:
                 self._ready.add(page_size)
 
-    def take(self, dest: Path, page_size: int, spec: CipherSpec | None) -> bool:
+    def take(self, dest: Path, page_size: int, spec: CipherSpec | None, *, sync_folder: bool = True) -> bool:
         """Move a spare into place as the new store file ``dest`` (durably: ``dest``'s folder is
-        fsynced); False when none fits (the caller builds the file itself). A new spare is
+        fsynced, unless ``sync_folder`` is False: the caller fsyncs it before anything depends on
+        the file); False when none fits (the caller builds the file itself). A new spare is
         built afterwards either way."""
         if spec is not self.spec:
             return False
@@ -219,7 +226,8 @@ class SpareStores:
                 if worth_logging(self.failures):
                     log.warning("cannot move a spare stream store to %s: %s", dest, e)
                 return False
-            fsync_dir(dest.parent)
+            if sync_folder:
+                fsync_dir(dest.parent)
             self.taken += 1
             return True
         finally:

@@ -120,9 +120,9 @@ def test_unencrypted_spares_after_the_first_are_copies_that_open_and_reopen(
     builds: list[Path] = []
     real_build = spare_module.build_store_file
 
-    def counted(path: Path, page_size: int, spec: CipherSpec | None) -> None:
+    def counted(path: Path, page_size: int, spec: CipherSpec | None, **kw: bool) -> None:
         builds.append(path)
-        real_build(path, page_size, spec)
+        real_build(path, page_size, spec, **kw)
 
     monkeypatch.setattr(spare_module, "build_store_file", counted)
     spares = SpareStores(tmp_path, None, _inline)
@@ -155,7 +155,9 @@ def test_encrypted_spares_are_each_built(tmp_path: Path, monkeypatch: pytest.Mon
     builds: list[Path] = []
     real_build = spare_module.build_store_file
     monkeypatch.setattr(
-        spare_module, "build_store_file", lambda p, size, spec: (builds.append(p), real_build(p, size, spec))
+        spare_module,
+        "build_store_file",
+        lambda p, size, spec, **kw: (builds.append(p), real_build(p, size, spec, **kw)),
     )
     spec = CipherSpec(b"k" * 32, kdf="hkdf")
     spares = SpareStores(tmp_path, spec, _inline)
