@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -102,6 +103,7 @@ class MetaGroup:
         self.me = server.name
         self.node = node_id(self.me)
         self.peer = peer_hex(self.node)
+        self._me_json = json.dumps(self.me).encode()  # this server's name as an entry spells it
         self.dir = store_dir / "jetstream" / SYSTEM_ACCOUNT / "_js_" / "_meta_"
         self.machine = MetaMachine(self._state_changed)
         cluster = server.config.cluster
@@ -438,7 +440,10 @@ class MetaGroup:
         for e in entries:
             if tg is None or len(self._prepared_at) >= MAX_PREPARED:
                 return  # a follower catching up on a long log: creates do their own work
-            if e.kind is not EntryKind.NORMAL or b'"op":"assign"' not in e.data:
+            # most entries place a stream elsewhere: a byte search, not a JSON decode, tells
+            # (a name that appears for another reason only costs the decode)
+            data = e.data
+            if e.kind is not EntryKind.NORMAL or b'"op":"assign"' not in data or self._me_json not in data:
                 continue
             try:
                 op = decode_op(e.data)
