@@ -47,6 +47,7 @@ from core.store.memory import MemoryStore
 from core.store.pool import POOL, set_max_open_stores
 from core.store.spare import SpareStores
 from core.store.sqlite import BULK_PAGE_SIZE, DEFAULT_PAGE_SIZE, SqliteStore
+from core.threads import run_job
 
 if TYPE_CHECKING:
     from core.server.accounts import Account
@@ -620,7 +621,7 @@ class JetStream:
             store = prepared.store
             assert prepared.staged is not None
             try:
-                await anyio.to_thread.run_sync(commit_staged, prepared.staged, config_file)
+                await run_job(POOL.submit, functools.partial(commit_staged, prepared.staged, config_file))
                 written.append(None)
             except OSError as e:  # raised below, where the store is abandoned
                 written.append(e)
@@ -792,9 +793,9 @@ def _api_path(subject: str, domain: str | None) -> list[str]:
 
 
 async def _write_atomic(path: Path, body: dict[str, Any]) -> None:
-    """``body`` as ``path``, whole or not at all, durably; the two fsyncs run in a worker thread
+    """``body`` as ``path``, whole or not at all, durably; the two fsyncs run on a store pool thread
     (on a busy disk they take milliseconds, which the event loop's other clients must not wait)."""
-    await anyio.to_thread.run_sync(_write_atomic_sync, path, json.dumps(body))
+    await run_job(POOL.submit, functools.partial(_write_atomic_sync, path, json.dumps(body)))
 
 
 async def _write_atomic_noting(path: Path, body: dict[str, Any], outcome: list[BaseException | None]) -> None:

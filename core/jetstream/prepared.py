@@ -26,6 +26,7 @@ What a preparation may leave, and why that is safe:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -40,7 +41,9 @@ import anyio
 
 from core.errors import StoreError
 from core.jetstream.models import StreamConfig
+from core.store.pool import POOL
 from core.store.spare import fsync_dir
+from core.threads import run_job
 
 log = logging.getLogger("leafjet.jetstream")
 
@@ -104,7 +107,8 @@ class PreparedStreams:
             async with anyio.create_task_group() as tg:
 
                 async def stage() -> None:
-                    p.staged = await anyio.to_thread.run_sync(stage_atomic, d / CONFIG_FILE, body)
+                    staging = functools.partial(stage_atomic, d / CONFIG_FILE, body)
+                    p.staged = await run_job(POOL.submit, staging)
 
                 tg.start_soon(stage)
                 p.store = await self._open_store(cfg, d)

@@ -4,7 +4,7 @@ in, and each ``Ready`` done in the contract's order (hub/raft/DESIGN.md "The dri
 One task owns the node: every tick, received message and proposal is an event on one bounded
 queue, so nothing touches the node between ``ready()`` and ``advance()``. For each Ready:
 persist (the snapshot, the entries with one fsync, the hard state; on the group's own disk
-thread, disk_thread.py, so the event loop never waits on a disk), then send, apply, advance.
+thread, core/threads.py, so the event loop never waits on a disk), then send, apply, advance.
 
 A proposal returns the (index, term) the leader gave it; ``wait_applied(index)`` returns the term
 of the entry applied at that index, so the proposer can tell its entry from another leader's
@@ -26,7 +26,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from core.lograte import worth_logging
-from hub.raft.disk_thread import DiskThread
+from core.threads import SerialThread
 from hub.raft.log_store import CorruptLog, Loaded, LogStore
 from hub.raft.node import Config, Node, NotLeader, ProposalError, bootstrap_snapshot
 from hub.raft.types import NONE, ConfChange, Entry, EntryKind, Message, NodeId, Ready, Role, Snapshot
@@ -108,7 +108,7 @@ class RaftDriver:
         self.id = node_id
         self.store = store
         self.machine = machine
-        self._disk = DiskThread(f"leafjet-raft-{group}")  # the log's writes, in order
+        self._disk = SerialThread(f"leafjet-raft-{group}")  # the log's writes, in order
         self.tick_interval = tick_interval
         self._config = Config(id=node_id, election_ticks=election_ticks, heartbeat_ticks=heartbeat_ticks)
         self._rng = rng or random.Random()

@@ -1,5 +1,6 @@
-"""The RAFT driver's disk thread (hub/raft/disk_thread.py): results and exceptions come back,
-calls run in order on one thread, and a cancelled caller still waits for its call to finish."""
+"""Blocking calls handed to threads (core/threads.py): results and exceptions come back, a
+``SerialThread`` runs calls in order on one thread, and a cancelled caller still waits for its
+call to finish."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 import anyio
 import pytest
 
-from hub.raft.disk_thread import DiskThread
+from core.threads import SerialThread
 
 pytestmark = pytest.mark.anyio
 
@@ -20,7 +21,7 @@ def anyio_backend() -> str:
 
 
 async def test_results_exceptions_and_order_on_one_thread() -> None:
-    disk = DiskThread("test-disk")
+    disk = SerialThread("test-disk")
     seen: list[tuple[int, int]] = []
     try:
         for k in range(20):
@@ -35,7 +36,7 @@ async def test_results_exceptions_and_order_on_one_thread() -> None:
 
 
 async def test_a_cancelled_caller_waits_until_the_call_has_run() -> None:
-    disk = DiskThread("test-disk")
+    disk = SerialThread("test-disk")
     started, finished = threading.Event(), threading.Event()
 
     def slow_write() -> None:
