@@ -12,6 +12,7 @@ recovered after a restart, as on the reference.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ from core.store.memory import MemoryStore
 from core.store.pool import POOL, set_max_open_stores
 from core.store.spare import SpareStores
 from core.store.sqlite import BULK_PAGE_SIZE, DEFAULT_PAGE_SIZE, SqliteStore
+from core.threads import run_job
 
 if TYPE_CHECKING:
     from core.server.accounts import Account
@@ -164,7 +166,9 @@ class JetStream:
         self.recovered = False  # every stream on disk loaded (/healthz answers 503 until then)
         server.jetstream_monitor = JetStreamMonitor(self)
         self.spares: SpareStores | None = None  # made by run(), in the store folder
-        self.prepared = PreparedStreams(self._open_store)  # streams made ready ahead of a create
+        # streams made ready ahead of a create; a prepared store's folder is fsynced by the
+        # create's config commit (prepared.py)
+        self.prepared = PreparedStreams(functools.partial(self._open_store, sync_new_folder=False))
         self.reads = BulkReads(self)  # the bulk read API's requests (core/jetstream/bulk_read.py)
         set_max_open_stores(config.max_open_stores or None)
 
@@ -349,7 +353,7 @@ class JetStream:
                 restart()
             await anyio.sleep(0.05 * len(failures))
 
-    async def _open_store(self, cfg: StreamConfig, d: Path) -> Any:
+    async def _open_store(self, cfg: StreamConfig, d: Path, *, sync_new_folder: bool = True) -> Any:
         if cfg.storage == "memory":
             return MemoryStore()
         return await SqliteStore.open(
@@ -361,6 +365,7 @@ class JetStream:
             # a stream fed by sources or a mirror stores in large batches (sqlite.py)
             page_size=BULK_PAGE_SIZE if cfg.sources or cfg.mirror else DEFAULT_PAGE_SIZE,
             spare=self.spares,
+            sync_new_folder=sync_new_folder,
         )
 
     async def _start_stream(
@@ -592,7 +597,6 @@ class JetStream:
         if damaged is not None:  # its folder is never written to: the name frees with a delete
             raise api_error("JSStreamOfflineReasonErrF", err=damaged.offline_reason)
         d = ajs.root / cfg.name
-        d.mkdir(parents=True, exist_ok=True)
         created = created or time.time_ns()
         config_file = d / "stream.json"
         config_body = {"config": cfg.to_json(), "created": created}
@@ -607,6 +611,8 @@ class JetStream:
         # made ready while the meta group committed this create (prepared.py): only the config
         # file's rename is left
         prepared = await self.prepared.take((ajs.account.name, cfg.name), cfg, created)
+        if prepared is None:  # a preparation made the folder
+            d.mkdir(parents=True, exist_ok=True)
         # built empty by this create (no file was there): nothing to read back from it
         fresh = cfg.first_seq == 0 and (
             cfg.storage == "memory" or prepared is not None or not (d / "msgs.db").exists()
@@ -615,7 +621,7 @@ class JetStream:
             store = prepared.store
             assert prepared.staged is not None
             try:
-                await anyio.to_thread.run_sync(commit_staged, prepared.staged, config_file)
+                await run_job(POOL.submit, functools.partial(commit_staged, prepared.staged, config_file))
                 written.append(None)
             except OSError as e:  # raised below, where the store is abandoned
                 written.append(e)
@@ -787,9 +793,9 @@ def _api_path(subject: str, domain: str | None) -> list[str]:
 
 
 async def _write_atomic(path: Path, body: dict[str, Any]) -> None:
-    """``body`` as ``path``, whole or not at all, durably; the two fsyncs run in a worker thread
+    """``body`` as ``path``, whole or not at all, durably; the two fsyncs run on a store pool thread
     (on a busy disk they take milliseconds, which the event loop's other clients must not wait)."""
-    await anyio.to_thread.run_sync(_write_atomic_sync, path, json.dumps(body))
+    await run_job(POOL.submit, functools.partial(_write_atomic_sync, path, json.dumps(body)))
 
 
 async def _write_atomic_noting(path: Path, body: dict[str, Any], outcome: list[BaseException | None]) -> None:

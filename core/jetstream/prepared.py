@@ -12,6 +12,11 @@ What a preparation may leave, and why that is safe:
   loads a stream only from ``stream.json``, so a preparation never brings back a stream that was
   not created (a crash before the create leaves an empty store and a temporary file that a
   later create of that name reuses or replaces);
+- the store file is whole (fsynced) when its preparation is done, but the folder holding its
+  name is not fsynced then: the create's ``commit_staged`` fsyncs that folder once, for the
+  config file and the store alike, before the stream exists (one directory fsync per create
+  fewer). A crash before it may lose the store's name in a folder without ``stream.json``,
+  which nothing loads (a later create builds or takes a store again);
 - a preparation is used only by a create of the same config and creation time; any other create
   of that name closes it first (its store is then an existing, empty file, opened normally);
 - one that is not used (its entry was never committed) is discarded by its owner (the hub's
@@ -21,6 +26,7 @@ What a preparation may leave, and why that is safe:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -35,7 +41,9 @@ import anyio
 
 from core.errors import StoreError
 from core.jetstream.models import StreamConfig
+from core.store.pool import POOL
 from core.store.spare import fsync_dir
+from core.threads import run_job
 
 log = logging.getLogger("leafjet.jetstream")
 
@@ -99,7 +107,8 @@ class PreparedStreams:
             async with anyio.create_task_group() as tg:
 
                 async def stage() -> None:
-                    p.staged = await anyio.to_thread.run_sync(stage_atomic, d / CONFIG_FILE, body)
+                    staging = functools.partial(stage_atomic, d / CONFIG_FILE, body)
+                    p.staged = await run_job(POOL.submit, staging)
 
                 tg.start_soon(stage)
                 p.store = await self._open_store(cfg, d)

@@ -14,7 +14,11 @@ Why this is safe:
   names when made (a crash between a take's rename and its folder fsync must not leave one
   file at two names), and builds afresh;
 - a spare is made for one cipher and its key (the server's); a store opened with another
-  cipher object, or another page size, builds its own file.
+  cipher object, or another page size, builds its own file;
+- without a cipher every empty store is the same bytes, so after the first build (through
+  SQLite) a spare is a copy of those bytes, written under a temporary name, fsynced and renamed
+  as a build is (~0.3 ms of CPU instead of ~1.5 ms on a create's server); an encrypted store
+  has a salt and key check of its own, so each is built.
 """
 
 from __future__ import annotations
@@ -46,10 +50,13 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def build_store_file(path: Path, page_size: int, spec: CipherSpec | None) -> None:
+def build_store_file(
+    path: Path, page_size: int, spec: CipherSpec | None, *, sync_folder: bool = True
+) -> None:
     """Create the empty store file ``path`` atomically: built under a temporary name, fsynced,
     renamed, its folder fsynced; so an existing file is always a finished store (an empty or
-    short one is corruption, never "new")."""
+    short one is corruption, never "new"). ``sync_folder=False``: the caller fsyncs the folder
+    later, before anything depends on the name (a spare's name never survives a restart)."""
     tmp = path.with_name(f".{path.name}.creating")
     for p in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
         p.unlink(missing_ok=True)
@@ -85,7 +92,37 @@ def build_store_file(path: Path, page_size: int, spec: CipherSpec | None) -> Non
         os.close(fd)
     _drop_stale_wal(path)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync_folder:
+        fsync_dir(path.parent)
+
+
+def write_store_copy(path: Path, image: bytes) -> None:
+    """Create the spare store file ``path`` as a copy of ``image`` (an empty store's bytes), as
+    atomically as ``build_store_file``: temporary name, fsync, rename. Its folder is not fsynced:
+    a spare's name never survives a restart (``SpareStores._clear``); the folder a take moves it
+    to is."""
+    tmp = path.with_name(f".{path.name}.creating")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(image)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _drop_stale_wal(path)
+    os.replace(tmp, path)
+
+
+def _empty_store_image(path: Path, page_size: int) -> bytes | None:
+    """The bytes of the empty store just built at ``path``, to copy for the next spares; None
+    when they are not what a closed, empty WAL store of ``page_size`` is (then each is built)."""
+    if Path(f"{path}-wal").exists():
+        return None  # not all in the main file
+    image = path.read_bytes()
+    if not image.startswith(schema.SQLITE_MAGIC) or len(image) % page_size or len(image) > 64 * page_size:
+        return None
+    return image
 
 
 def _drop_stale_wal(path: Path) -> None:
@@ -109,6 +146,8 @@ class SpareStores:
         self._lock = threading.Lock()
         self._ready: set[int] = set()  # page sizes whose spare is built
         self._building: set[int] = set()
+        # an empty unencrypted store's bytes per page size (written by one build, then copied)
+        self._images: dict[int, bytes] = {}
         self.taken = 0
         self.failures = 0
         self._clear()
@@ -145,7 +184,17 @@ class SpareStores:
         ok = False
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            build_store_file(self._path(page_size), page_size, self.spec)
+            path = self._path(page_size)
+            image = self._images.get(page_size)
+            if image is not None:
+                write_store_copy(path, image)
+            else:
+                # no folder fsync: a spare's name is never trusted across a restart
+                build_store_file(path, page_size, self.spec, sync_folder=False)
+                if self.spec is None:
+                    image = _empty_store_image(path, page_size)
+                    if image is not None:
+                        self._images[page_size] = image
             ok = True
         except (OSError, sqlite3.Error, StoreError) as e:  # no spare: creates build their own
             self.failures += 1
@@ -156,9 +205,10 @@ class SpareStores:
             if ok:
                 self._ready.add(page_size)
 
-    def take(self, dest: Path, page_size: int, spec: CipherSpec | None) -> bool:
+    def take(self, dest: Path, page_size: int, spec: CipherSpec | None, *, sync_folder: bool = True) -> bool:
         """Move a spare into place as the new store file ``dest`` (durably: ``dest``'s folder is
-        fsynced); False when none fits (the caller builds the file itself). A new spare is
+        fsynced, unless ``sync_folder`` is False: the caller fsyncs it before anything depends on
+        the file); False when none fits (the caller builds the file itself). A new spare is
         built afterwards either way."""
         if spec is not self.spec:
             return False
@@ -176,7 +226,8 @@ class SpareStores:
                 if worth_logging(self.failures):
                     log.warning("cannot move a spare stream store to %s: %s", dest, e)
                 return False
-            fsync_dir(dest.parent)
+            if sync_folder:
+                fsync_dir(dest.parent)
             self.taken += 1
             return True
         finally:

@@ -371,9 +371,11 @@ class SqliteStore:
         wall_clock: Callable[[], int],
         page_size: int = DEFAULT_PAGE_SIZE,
         spare: SpareStores | None = None,
+        sync_new_folder: bool = True,
     ) -> None:
         self._path = path
         self._spare = spare
+        self._sync_new_folder = sync_new_folder
         self._wal = Path(f"{path}-wal")
         self._sync = sync
         self._sync_interval = sync_interval
@@ -484,10 +486,13 @@ class SqliteStore:
         wall_clock: Callable[[], int] = time.time_ns,
         page_size: int = DEFAULT_PAGE_SIZE,
         spare: SpareStores | None = None,
+        sync_new_folder: bool = True,
     ) -> SqliteStore:
         """Open (creating if absent) the stream database at ``path``; fails with StoreError naming the
         file if it is not a leafjet stream database, is corrupt or truncated, has a newer schema, or the
-        encryption key does not match."""
+        encryption key does not match. ``sync_new_folder=False``: a file created here is whole
+        (fsynced) but its name is not yet durable: the caller fsyncs ``path``'s folder before
+        anything depends on the store (a prepared stream's config commit does)."""
         if sync not in ("always", "interval"):
             raise ValueError(f"sync must be 'always' or 'interval', not {sync!r}")
         if sync_interval <= 0 or checkpoint_interval <= 0:
@@ -514,6 +519,7 @@ class SqliteStore:
             wall_clock=wall_clock,
             page_size=page_size,
             spare=spare,
+            sync_new_folder=sync_new_folder,
         )
         await store._start(open_timeout)
         return store
@@ -1528,9 +1534,9 @@ class SqliteStore:
         """Create the file atomically (spare.py: a spare built ahead, moved into place, or one
         built here), so an existing file is always a finished store -- and an empty or short one
         is corruption, never "new"."""
-        spare = self._spare
-        if spare is None or not spare.take(self._path, self._page_size, self._spec):
-            build_store_file(self._path, self._page_size, self._spec)
+        spare, sync = self._spare, self._sync_new_folder
+        if spare is None or not spare.take(self._path, self._page_size, self._spec, sync_folder=sync):
+            build_store_file(self._path, self._page_size, self._spec, sync_folder=sync)
 
     def _w_setup_cipher(self, conn: sqlite3.Connection) -> None:
         info = dict(conn.execute("SELECT key, value FROM info").fetchall())

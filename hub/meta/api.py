@@ -441,6 +441,10 @@ class MetaApi:
                 raise _r1_only()
             fields = {"account": account, "name": name, "config": cfg.to_json(), "created": time.time_ns()}
             index = await self._commit(encode_op("assign", **fields, servers=servers))
+            # the next create's overlap check looks at this one: parsed already, not again
+            a = group.state.streams.get((account, name))
+            if a is not None and a.config == fields["config"]:
+                self._remember_parsed(a, cfg)
             return {"server": servers[0], "index": index}
         if kind == "update":
             new = StreamConfig.from_json(
@@ -466,11 +470,14 @@ class MetaApi:
         if hit is not None and hit[0] is a:
             return hit[1]
         cfg = StreamConfig.from_json(a.config, create=False, clustered=True)
+        self._remember_parsed(a, cfg)
+        return cfg
+
+    def _remember_parsed(self, a: StreamAssignment, cfg: StreamConfig) -> None:
         if len(self._parsed) >= 2 * len(self.group.state.streams) + 64:  # drop removed streams' parses
             live = self.group.state.streams
             self._parsed = {k: v for k, v in self._parsed.items() if live.get(k) is v[0]}
         self._parsed[a.key] = (a, cfg)
-        return cfg
 
     async def _remove_server(self, body: dict[str, Any]) -> dict[str, Any]:
         group, state = self.group, self.group.state

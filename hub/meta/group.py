@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -102,6 +103,7 @@ class MetaGroup:
         self.me = server.name
         self.node = node_id(self.me)
         self.peer = peer_hex(self.node)
+        self._me_json = json.dumps(self.me).encode()  # this server's name as an entry spells it
         self.dir = store_dir / "jetstream" / SYSTEM_ACCOUNT / "_js_" / "_meta_"
         self.machine = MetaMachine(self._state_changed)
         cluster = server.config.cluster
@@ -124,6 +126,8 @@ class MetaGroup:
         # streams being made ready ahead of their create (core/jetstream/prepared.py), with the
         # index of the entry that assigned them here: unused ones are dropped once applied past it
         self._prepared_at: dict[tuple[str, str], int] = {}
+        # their configs as parsed then, for the create to use (dropped with the preparation)
+        self._prepared_configs: dict[tuple[str, str], tuple[dict[str, Any], StreamConfig]] = {}
 
     @property
     def state(self) -> MetaState:
@@ -403,17 +407,28 @@ class MetaGroup:
             log.error("stream %s/%s is assigned here, but this server has no such account", a.account, a.name)
             return True  # a config matter: looking again will not help
         try:
-            cfg = StreamConfig.from_json(a.config, create=False, clustered=True)
             local = ajs.streams.get(a.name)
+            if local is not None and local.config.to_json() == a.config:
+                return True  # the leader wrote a.config from a parsed config: already in line
+            cfg = self._parsed_config(a.key, a.config)
             if local is None:
                 await self.js.create_stream(ajs, cfg, created=a.created)
-                log.info("stream %s/%s: created here (meta assignment)", a.account, a.name)
+                # debug, as the reference: a busy cluster creates streams all the time
+                log.debug("stream %s/%s: created here (meta assignment)", a.account, a.name)
             elif local.config.to_json() != cfg.to_json():
                 await self.js.update_stream(ajs, local, cfg)
         except Exception as e:  # that stream's failure only
             log.error("stream %s/%s: cannot apply its assignment: %s", a.account, a.name, describe_failure(e))
             return False
         return True
+
+    def _parsed_config(self, key: tuple[str, str], raw: dict[str, Any]) -> StreamConfig:
+        """``raw`` as a StreamConfig; the parse made when the stream was prepared is used again
+        when it was of the same config (a parse is ~0.1 ms: two per create otherwise)."""
+        hit = self._prepared_configs.pop(key, None)
+        if hit is not None and hit[0] == raw:
+            return hit[1]
+        return StreamConfig.from_json(raw, create=False, clustered=True)
 
     # ------------------------------------------------------------------ preparing creates
 
@@ -425,7 +440,10 @@ class MetaGroup:
         for e in entries:
             if tg is None or len(self._prepared_at) >= MAX_PREPARED:
                 return  # a follower catching up on a long log: creates do their own work
-            if e.kind is not EntryKind.NORMAL or b'"op":"assign"' not in e.data:
+            # most entries place a stream elsewhere: a byte search, not a JSON decode, tells
+            # (a name that appears for another reason only costs the decode)
+            data = e.data
+            if e.kind is not EntryKind.NORMAL or b'"op":"assign"' not in data or self._me_json not in data:
                 continue
             try:
                 op = decode_op(e.data)
@@ -449,6 +467,8 @@ class MetaGroup:
             cfg = StreamConfig.from_json(config, create=False, clustered=True)
         except Exception:  # applying the assignment logs why
             return
+        if key in self._prepared_at:  # not already dropped
+            self._prepared_configs[key] = (config, cfg)
         await self.js.prepare_stream(ajs, cfg, created)
 
     async def _drop_unused_preparations(self, applied: int) -> None:
@@ -459,6 +479,7 @@ class MetaGroup:
             if index > applied:
                 continue
             del self._prepared_at[key]
+            self._prepared_configs.pop(key, None)
             ajs = self.js.accounts.get(key[0])
             if ajs is not None:
                 await self.js.discard_prepared(ajs, key[1])

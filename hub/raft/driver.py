@@ -3,8 +3,8 @@ in, and each ``Ready`` done in the contract's order (hub/raft/DESIGN.md "The dri
 
 One task owns the node: every tick, received message and proposal is an event on one bounded
 queue, so nothing touches the node between ``ready()`` and ``advance()``. For each Ready:
-persist (the snapshot, the entries with one fsync, the hard state; in a worker thread, so the
-event loop never waits on a disk), then send, then apply, then advance.
+persist (the snapshot, the entries with one fsync, the hard state; on the group's own disk
+thread, core/threads.py, so the event loop never waits on a disk), then send, apply, advance.
 
 A proposal returns the (index, term) the leader gave it; ``wait_applied(index)`` returns the term
 of the entry applied at that index, so the proposer can tell its entry from another leader's
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -25,6 +26,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from core.lograte import worth_logging
+from core.threads import SerialThread
 from hub.raft.log_store import CorruptLog, Loaded, LogStore
 from hub.raft.node import Config, Node, NotLeader, ProposalError, bootstrap_snapshot
 from hub.raft.types import NONE, ConfChange, Entry, EntryKind, Message, NodeId, Ready, Role, Snapshot
@@ -106,6 +108,7 @@ class RaftDriver:
         self.id = node_id
         self.store = store
         self.machine = machine
+        self._disk = SerialThread(f"leafjet-raft-{group}")  # the log's writes, in order
         self.tick_interval = tick_interval
         self._config = Config(id=node_id, election_ticks=election_ticks, heartbeat_ticks=heartbeat_ticks)
         self._rng = rng or random.Random()
@@ -170,7 +173,9 @@ class RaftDriver:
             )
 
     def close(self) -> None:
-        """After ``run`` has ended: release the event queue and the log's open files."""
+        """After ``run`` has ended: release the event queue, the disk thread and the log's open
+        files."""
+        self._disk.close()
         self._send_events.close()
         self._events.close()
         close_files = getattr(self.store.files, "close", None)
@@ -385,7 +390,7 @@ class RaftDriver:
             before = (self.leader, self.role)
             self._send_all(rd.early_messages)  # the leader's appends: the followers write meanwhile
             if rd.must_sync:
-                await anyio.to_thread.run_sync(self._persist, rd)
+                await self._disk.run(functools.partial(self._persist, rd))
             self._send_all(rd.messages)
             if rd.entries and self.on_appended is not None:  # durable now, acknowledged first
                 self._tell_appended(rd.entries)

@@ -119,3 +119,31 @@ async def test_a_restart_ignores_a_preparation_and_a_create_of_that_name_works(t
     async with _jetstream(tmp_path) as (js, ajs):
         assert ajs.streams["S"].created_ns == 12
         assert _temporaries(ajs) == []  # the staged file of the old preparation is gone
+
+
+async def test_a_prepared_create_fsyncs_its_folder_once_with_both_names_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's name (moved in by the preparation) and the config file's (the create) are
+    made durable by one folder fsync, at the create, before the stream exists."""
+    from core.jetstream import prepared as prepared_module
+    from core.store import spare as spare_module
+
+    real = spare_module.fsync_dir
+    synced: list[tuple[Path, set[str]]] = []
+
+    def recording(path: Path) -> None:
+        synced.append((Path(path), {p.name for p in Path(path).iterdir()}))
+        real(path)
+
+    monkeypatch.setattr(prepared_module, "fsync_dir", recording)
+    monkeypatch.setattr(spare_module, "fsync_dir", recording)
+    async with _jetstream(tmp_path) as (js, ajs):
+        folder = ajs.root / "S"
+        await js.prepare_stream(ajs, _cfg(), 1234)
+        assert [names for path, names in synced if path == folder] == []
+        await js.create_stream(ajs, _cfg(), created=1234)
+        assert js.prepared.used == 1
+        at_create = [names for path, names in synced if path == folder]
+        assert len(at_create) == 1
+        assert {"msgs.db", "stream.json"} <= at_create[0]

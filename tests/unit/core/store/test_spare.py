@@ -110,3 +110,59 @@ def test_two_takes_at_once_never_get_one_file(tmp_path: Path) -> None:
     # each take either moved a spare of its own or none; never the same file twice
     assert sum(results) >= 1
     assert sum(d.exists() for d in dests) == sum(results)
+
+
+def test_unencrypted_spares_after_the_first_are_copies_that_open_and_reopen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.store import spare as spare_module
+
+    builds: list[Path] = []
+    real_build = spare_module.build_store_file
+
+    def counted(path: Path, page_size: int, spec: CipherSpec | None, **kw: bool) -> None:
+        builds.append(path)
+        real_build(path, page_size, spec, **kw)
+
+    monkeypatch.setattr(spare_module, "build_store_file", counted)
+    spares = SpareStores(tmp_path, None, _inline)
+    spares.prepare(DEFAULT_PAGE_SIZE)
+    dests = [tmp_path / f"S{i}" / "msgs.db" for i in range(3)]
+    for dest in dests:
+        dest.parent.mkdir()
+        assert spares.take(dest, DEFAULT_PAGE_SIZE, None)
+    assert len(builds) == 1  # one build through SQLite; the next spares are copies of its bytes
+    assert not list(tmp_path.glob(".*.creating"))
+
+    async def main() -> None:
+        for k, dest in enumerate(dests):
+            store = await SqliteStore.open(dest)
+            await store.apply([Append(f"s.{k}", None, b"m%d" % k, 1)])
+            await store.close()
+            again = await SqliteStore.open(dest)  # the open-time checks pass on a copy
+            try:
+                assert (await again.state()).msgs == 1
+                assert (await again.get(1)).data == b"m%d" % k
+            finally:
+                await again.close()
+
+    asyncio.run(main())
+
+
+def test_encrypted_spares_are_each_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.store import spare as spare_module
+
+    builds: list[Path] = []
+    real_build = spare_module.build_store_file
+    monkeypatch.setattr(
+        spare_module,
+        "build_store_file",
+        lambda p, size, spec, **kw: (builds.append(p), real_build(p, size, spec, **kw)),
+    )
+    spec = CipherSpec(b"k" * 32, kdf="hkdf")
+    spares = SpareStores(tmp_path, spec, _inline)
+    spares.prepare(DEFAULT_PAGE_SIZE)
+    for i in range(2):
+        assert spares.take(tmp_path / f"d{i}.db", DEFAULT_PAGE_SIZE, spec)
+    assert len(builds) == 3  # a salt and key check of its own each: never copied
+    assert (tmp_path / "d0.db").read_bytes() != (tmp_path / "d1.db").read_bytes()
