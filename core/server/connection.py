@@ -43,7 +43,7 @@ from core.server.auth import (
 )
 from core.server.output import BufferedOutput
 from core.server.reload import secret_unchanged
-from core.server.tcp import READ_SIZE
+from core.server.tcp import READ_SIZE, feed_slices
 
 if TYPE_CHECKING:
     from core.config import ServerConfig
@@ -184,32 +184,34 @@ class ClientConnection(BufferedOutput):
                 return
             if faults.ARMED:
                 faults.fault_point("client_reader", self.name)
-            try:
-                for event in self.parser.feed(data):
-                    # Only a CONNECT whose password must be hashed gives a Verification: the ops
-                    # after it wait, in order, until it is decided.
-                    pending = handle(event)
-                    if pending is not None:
-                        await self._verify_connect(pending)
-                    if self.state is State.CLOSING:
+            # Back-pressure is checked after each FEED_SIZE of input, as when reads were that size:
+            # a stream queue's limit then bounds what one publisher adds before it pauses, and
+            # publishes past it are refused (429) as the reference refuses them. Checking after
+            # every event would pause before any refusal; after a whole 256 KiB read, too late
+            # (plain publishes, which hear no refusal, were dropped).
+            for piece in feed_slices(data):
+                try:
+                    for event in self.parser.feed(piece):
+                        # Only a CONNECT whose password must be hashed gives a Verification: the
+                        # ops after it wait, in order, until it is decided.
+                        pending = handle(event)
+                        if pending is not None:
+                            await self._verify_connect(pending)
+                        if self.state is State.CLOSING:
+                            return
+                except ProtocolError as e:
+                    # Ops parsed before the bad one in this chunk still count, as on the reference.
+                    for event in e.events:
+                        pending = handle(event)
+                        if pending is not None:
+                            await self._verify_connect(pending)
+                        if self.state is State.CLOSING:
+                            return
+                    self._protocol_error(e)
+                    if e.close:
                         return
-                    if self.server.stalled:
-                        # Back-pressure between events, not only between reads: a 256 KiB read
-                        # of small publishes holds more messages than a small stream queue.
-                        await self._wait_for_stalled()
-            except ProtocolError as e:
-                # Ops parsed before the bad one in this chunk still count, as on the reference.
-                for event in e.events:
-                    pending = handle(event)
-                    if pending is not None:
-                        await self._verify_connect(pending)
-                    if self.state is State.CLOSING:
-                        return
-                self._protocol_error(e)
-                if e.close:
-                    return
-            if self.server.stalled:
-                await self._wait_for_stalled()
+                if self.server.stalled:
+                    await self._wait_for_stalled()
 
     async def _pinger(self) -> None:
         while True:
