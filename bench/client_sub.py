@@ -5,7 +5,8 @@
 Run by ``bench cluster --parts clientcpu`` (bench/cluster_client.py). It subscribes to SUBJECT,
 answers requests on PROBE (so the publisher knows its interest has crossed the route), prints
 ``READY``, and after N messages prints one JSON line: the CPU it spent from READY to the last
-message (user and system seconds), the reads nats-py's read loop made and the bytes they held.
+message (user and system seconds), how much of that time it ran, waited for a CPU (runnable,
+not running) and slept (waited for bytes), the reads nats-py's read loop made and the bytes they held.
 Every 1000 messages it publishes its count on ``PROGRESS`` so that the publisher keeps a bounded
 window in flight (a server closes a subscriber that falls 64 MB behind).
 
@@ -19,6 +20,7 @@ import asyncio
 import json
 import resource
 import sys
+import time
 from typing import Any
 
 import nats
@@ -27,6 +29,14 @@ from tests.support.cluster import answer_probes
 
 PROGRESS = "bench.progress"
 READ_SIZE = 32768  # nats-py's DEFAULT_BUFFER_SIZE: what its read loop asks for per read
+
+
+def _schedstat() -> tuple[float, float]:
+    """Seconds this process has run and has waited runnable on a run queue (Linux schedstat):
+    what is left of the wall time it slept, waiting for bytes."""
+    with open("/proc/self/schedstat") as f:
+        run_ns, wait_ns, _slices = f.read().split()
+    return int(run_ns) / 1e9, int(wait_ns) / 1e9
 
 
 def _cpu() -> tuple[float, float]:
@@ -63,9 +73,16 @@ async def subscribe(url: str, subject: str, probe: str, n: int) -> dict[str, Any
         reads.clear()
         print("READY", flush=True)
         user0, sys0 = _cpu()
+        run0, wait0 = _schedstat()
+        t0 = time.perf_counter()
         await asyncio.wait_for(done.wait(), timeout=600)
+        wall = time.perf_counter() - t0
         user1, sys1 = _cpu()
+        run1, wait1 = _schedstat()
         return {
+            "wall_s": wall,
+            "run_s": run1 - run0,
+            "runnable_wait_s": wait1 - wait0,
             "user_s": user1 - user0,
             "sys_s": sys1 - sys0,
             "reads": len(reads),

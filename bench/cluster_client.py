@@ -8,7 +8,10 @@ servers each, joined by a route) run side by side, the subscriber is a process o
 kinds take turns run after run (the order rotates) so that both meet the same load. Per kind and
 size, medians over ``--runs``: the subscriber's CPU per message (user + system), its reads (how
 many of nats-py's 32 KiB reads came full) and the bytes per message it read, the publisher's
-CPU, each server's CPU, and msgs/s. Nothing asserts.
+CPU, each server's CPU, msgs/s, and the subscriber's wall time split into running, waiting
+for a CPU (runnable) and asleep (no bytes): a client that spends the same CPU per message but
+gets through fewer per second is either starved of CPU or waiting for the servers. Nothing
+asserts.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ class ClientRun:
     wire_bytes_per_msg: float  # what the subscriber read, per message
     pub_us: float  # this process (the publisher) per message
     servers_us: tuple[float, float]  # server 1, server 2 per message
+    sub_ran: float  # shares of the subscriber's wall time: running,
+    sub_starved: float  # runnable but waiting for a CPU,
+    sub_slept: float  # and asleep (no bytes to read)
 
 
 async def _publish(url: str, probe: str, n: int, size: int) -> None:
@@ -107,6 +113,9 @@ def _one_run(cluster: Cluster, n: int, size: int) -> ClientRun:
         wire_bytes_per_msg=figures["bytes"] / n,
         pub_us=pub_cpu / n * 1e6,
         servers_us=((after[0] - before[0]) / n * 1e6, (after[1] - before[1]) / n * 1e6),
+        sub_ran=figures["run_s"] / figures["wall_s"],
+        sub_starved=figures["runnable_wait_s"] / figures["wall_s"],
+        sub_slept=max(0.0, 1 - (figures["run_s"] + figures["runnable_wait_s"]) / figures["wall_s"]),
     )
 
 
@@ -131,13 +140,20 @@ def client_cpu_matrix(args: argparse.Namespace) -> None:
     _print(args, sizes, runs)
 
 
+def _time_split(runs: list[ClientRun]) -> str:
+    med = statistics.median
+    ran, starved, slept = (med(getattr(r, f) for r in runs) for f in ("sub_ran", "sub_starved", "sub_slept"))
+    return f"{ran:.0%}/{starved:.0%}/{slept:.0%}"
+
+
 def _print(args: argparse.Namespace, sizes: list[int], runs: dict[tuple[str, int], list[ClientRun]]) -> None:
     med = statistics.median
     print(f"\ncluster clientcpu N={args.msgs},runs={args.runs} (kinds alternate; medians)")
     print("  publisher on server 1 -> route -> subscriber on server 2, each client a process of its own.")
     print(
         f"{'kind':10s} {'size':>5s} {'msgs/s':>9s} {'sub us/msg':>11s} {'(user+sys)':>12s} "
-        f"{'full reads':>10s} {'B/msg':>7s} {'pub us':>7s} {'srv1 us':>8s} {'srv2 us':>8s}"
+        f"{'full reads':>10s} {'B/msg':>7s} {'pub us':>7s} {'srv1 us':>8s} {'srv2 us':>8s} "
+        f"{'sub ran/starved/slept':>22s}"
     )
     for size in sizes:
         for kind in KINDS:
@@ -148,7 +164,7 @@ def _print(args: argparse.Namespace, sizes: list[int], runs: dict[tuple[str, int
                 f"{med(r.sub_user_us + r.sub_sys_us for r in rs):>11.2f} {f'{user:.2f}+{sys_:.2f}':>12s} "
                 f"{med(r.full_read_share for r in rs):>10.0%} {med(r.wire_bytes_per_msg for r in rs):>7.1f} "
                 f"{med(r.pub_us for r in rs):>7.2f} {med(r.servers_us[0] for r in rs):>8.2f} "
-                f"{med(r.servers_us[1] for r in rs):>8.2f}"
+                f"{med(r.servers_us[1] for r in rs):>8.2f} {_time_split(rs):>22s}"
             )
         ref = med(r.sub_user_us + r.sub_sys_us for r in runs["reference", size])
         lj = med(r.sub_user_us + r.sub_sys_us for r in runs["leafjet", size])
