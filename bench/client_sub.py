@@ -25,6 +25,7 @@ from typing import Any
 
 import nats
 
+from bench.procstat import context_switches
 from tests.support.cluster import answer_probes
 
 PROGRESS = "bench.progress"
@@ -74,12 +75,16 @@ async def subscribe(url: str, subject: str, probe: str, n: int) -> dict[str, Any
         print("READY", flush=True)
         user0, sys0 = _cpu()
         run0, wait0 = _schedstat()
+        switches0 = context_switches("self")
         t0 = time.perf_counter()
         await asyncio.wait_for(done.wait(), timeout=600)
         wall = time.perf_counter() - t0
         user1, sys1 = _cpu()
         run1, wait1 = _schedstat()
+        switches1 = context_switches("self")
         return {
+            "voluntary_switches": switches1[0] - switches0[0],
+            "involuntary_switches": switches1[1] - switches0[1],
             "wall_s": wall,
             "run_s": run1 - run0,
             "runnable_wait_s": wait1 - wait0,

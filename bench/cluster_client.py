@@ -32,7 +32,7 @@ from typing import Any
 import nats
 
 from bench.client_sub import PROGRESS
-from bench.procstat import cpu_seconds
+from bench.procstat import context_switches, cpu_seconds
 from tests.support.cluster import Cluster, probe_subject, wait_for_interest
 
 KINDS = ("reference", "leafjet")
@@ -52,6 +52,8 @@ class ClientRun:
     sub_ran: float  # shares of the subscriber's wall time: running,
     sub_starved: float  # runnable but waiting for a CPU,
     sub_slept: float  # and asleep (no bytes to read)
+    sub_preempted_per_k: float  # the subscriber's involuntary context switches per 1000 messages
+    server2_wakeups_per_k: float  # server 2's voluntary context switches (all threads) per 1000
 
 
 async def _publish(url: str, probe: str, n: int, size: int) -> None:
@@ -97,11 +99,13 @@ def _one_run(cluster: Cluster, n: int, size: int) -> ClientRun:
             raise RuntimeError("the subscriber process did not start")
         pids = (cluster.server(0).pid, cluster.server(1).pid)
         before = [cpu_seconds(p) for p in pids]
+        switches_before = context_switches(pids[1])[0]
         t0, c0 = time.perf_counter(), time.process_time()
         asyncio.run(_publish(cluster.url(0), probe, n, size))
         line = sub.stdout.readline()
         wall, pub_cpu = time.perf_counter() - t0, time.process_time() - c0
         after = [cpu_seconds(p) for p in pids]
+        server2_wakeups = context_switches(pids[1])[0] - switches_before
         figures = json.loads(line)
     finally:
         sub.wait(timeout=60)
@@ -115,6 +119,8 @@ def _one_run(cluster: Cluster, n: int, size: int) -> ClientRun:
         servers_us=((after[0] - before[0]) / n * 1e6, (after[1] - before[1]) / n * 1e6),
         sub_ran=figures["run_s"] / figures["wall_s"],
         sub_starved=figures["runnable_wait_s"] / figures["wall_s"],
+        sub_preempted_per_k=figures["involuntary_switches"] / n * 1000,
+        server2_wakeups_per_k=server2_wakeups / n * 1000,
         sub_slept=max(0.0, 1 - (figures["run_s"] + figures["runnable_wait_s"]) / figures["wall_s"]),
     )
 
@@ -165,6 +171,13 @@ def _print(args: argparse.Namespace, sizes: list[int], runs: dict[tuple[str, int
                 f"{med(r.full_read_share for r in rs):>10.0%} {med(r.wire_bytes_per_msg for r in rs):>7.1f} "
                 f"{med(r.pub_us for r in rs):>7.2f} {med(r.servers_us[0] for r in rs):>8.2f} "
                 f"{med(r.servers_us[1] for r in rs):>8.2f} {_time_split(rs):>22s}"
+            )
+        for kind in KINDS:
+            rs = runs[kind, size]
+            print(
+                f"  {kind} {size} B per 1000 msgs: subscriber preempted "
+                f"{med(r.sub_preempted_per_k for r in rs):.1f}x, server 2 woke "
+                f"{med(r.server2_wakeups_per_k for r in rs):.1f}x"
             )
         ref = med(r.sub_user_us + r.sub_sys_us for r in runs["reference", size])
         lj = med(r.sub_user_us + r.sub_sys_us for r in runs["leafjet", size])
