@@ -626,7 +626,7 @@ class Consumer:
             return False
         ack_none = self.ack_none
         fc = self.config.flow_control and not self.is_pull
-        deliver = self.config.deliver_subject or ""
+        deliver_len = len(self.config.deliver_subject or "")
         now_wall = time.time_ns()
         due = now_wall + (0 if ack_none else self._ack_wait(1))
         pending = self.pending
@@ -644,13 +644,16 @@ class Consumer:
                 self._arm_at(m.seq, p, due)
             elif done_on_delivery is not None:
                 done_on_delivery.append(m.seq)  # delivered is done, without an ack
-            ack = _ack_subject(prefix, 1, m.seq, dseq, m.ts, remaining)
-            out.append((m.subject, ack, m.headers, m.data))
+            # _ack_subject and _wire_size inline: this runs per delivered message
+            ack = f"{prefix}1.{m.seq}.{dseq}.{m.ts}.{remaining}"
+            headers, data = m.headers, m.data
+            out.append((m.subject, ack, headers, data))
             if fc:
-                if self._fc_account(_wire_size(deliver, ack, m.headers, m.data)):
+                size = deliver_len + len(ack) + (len(headers) if headers else 0) + len(data)
+                if self._fc_account(size):
                     request_due = True
                     break
-                if self._fc_stalled():
+                if self._fc_pending_bytes > self._fc_window:  # _fc_stalled (fc: flow control on)
                     break
         self.dseq, self._remaining = dseq, remaining
         self.next_sseq = m.seq + 1

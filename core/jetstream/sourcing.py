@@ -226,6 +226,11 @@ def flow_control_reply(dseq: int, sseq: int) -> bytes:
     return f"NATS/1.0\r\nNats-Last-Consumer: {dseq}\r\nNats-Last-Stream: {sseq}\r\n\r\n".encode()
 
 
+def _appends(cols: SourcedColumns) -> tuple[Any, Any, Any, Any, Any]:
+    """The ``append`` of each of a batch's columns (sseqs, subjects, headers, payloads, ts)."""
+    return cols.sseqs.append, cols.subjects.append, cols.headers.append, cols.payloads.append, cols.ts.append
+
+
 def _header_int(headers: bytes, name: str) -> int:
     v = slice_header(headers, name)
     return int(v) if v and v.isascii() and v.isdigit() else -1
@@ -768,10 +773,18 @@ class SourceWorker:
         ident_tail = f" {self.ident}" if self.ident else ""
         transforms = self.transforms
         cols = batch if isinstance(batch, SourcedColumns) else None
+        if cols is None:
+            fast = ""
+        else:  # the columns' appends, bound once (this loop runs per delivery)
+            add_sseq, add_subject, add_headers, add_payload, add_ts = _appends(cols)
+        # a delivery without headers (the common one) stores this block with its two fields filled
+        bare_head = f"NATS/1.0\r\n{STREAM_SOURCE}: {name} "
+        bare_tail = f" {flt} {dest} "
+        bare_end = f"{ident_tail}\r\n\r\n"
         pending = ""  # the last fast delivery's pending count (the lag), as its reply spells it
         for m in msgs:
             reply = m.reply
-            if fast and reply is not None and reply.startswith(fast) and cols is not None:
+            if fast and reply is not None and reply.startswith(fast):
                 nums = reply[fast_len:].split(".")
                 if len(nums) == 5 if fast_v1 else len(nums) > 5:
                     dc, sseq_text, dseq_text, ts_text, pending_text = nums[:5]
@@ -784,12 +797,16 @@ class SourceWorker:
                                 self._gap(self.sseq, sseq, GAP_SKIPPED)
                             self.dseq, self.sseq = dseq, sseq
                             subject = m.subject  # the header names the upstream's subject
-                            value = f"{name} {sseq_text} {flt} {dest} {subject}{ident_tail}"
-                            cols.sseqs.append(sseq)
-                            cols.subjects.append(first_match(transforms, subject) if transforms else subject)
-                            cols.headers.append(sourced_headers(m.headers, value))
-                            cols.payloads.append(m.payload)
-                            cols.ts.append(int(ts_text))
+                            add_sseq(sseq)
+                            add_subject(first_match(transforms, subject) if transforms else subject)
+                            if m.headers is None:  # sourced_headers(None, value), in one formatting
+                                hdr = f"{bare_head}{sseq_text}{bare_tail}{subject}{bare_end}"
+                                add_headers(hdr.encode("utf-8", "surrogateescape"))
+                            else:
+                                value = f"{name} {sseq_text} {flt} {dest} {subject}{ident_tail}"
+                                add_headers(sourced_headers(m.headers, value))
+                            add_payload(m.payload)
+                            add_ts(int(ts_text))
                             pending = pending_text
                             continue
             if m.sub.subject.startswith("$JSC.R."):
@@ -802,6 +819,8 @@ class SourceWorker:
                     await self._settle()
                     batch = self._new_batch()
                     cols = batch if isinstance(batch, SourcedColumns) else None
+                    if cols is not None:  # the appends of the new batch's columns
+                        add_sseq, add_subject, add_headers, add_payload, add_ts = _appends(cols)
                     account.publish(m.reply, None, flow_control_reply(self.dseq, self.sseq), b"")
                 else:
                     last = _header_int(headers, "Nats-Last-Consumer")

@@ -69,7 +69,19 @@ class LeafMsg:
     payload: bytes
 
 
-LeafOp = Info | Connect | Ping | Pong | Err | LeafSub | LeafUnsub | LeafMsg
+@dataclass(frozen=True, slots=True)
+class LeafMsgRun:
+    """Consecutive ``LMSG <subject> <reply> <size>`` frames of one subject from one read, each
+    with its own reply (a JetStream consumer's deliveries to a deliver subject: the reply is the
+    ack subject): ``LeafMsg(subject, r, (), None, p)`` for each ``r, p`` of ``replies`` and
+    ``payloads``, in order. Only with the parser's ``runs`` on."""
+
+    subject: str
+    replies: list[str]
+    payloads: list[bytes]
+
+
+LeafOp = Info | Connect | Ping | Pong | Err | LeafSub | LeafUnsub | LeafMsg | LeafMsgRun
 
 _NO_QUEUES: tuple[str, ...] = ()
 
@@ -78,6 +90,12 @@ _new = object.__new__
 _lm_subject, _lm_reply, _lm_queues, _lm_headers, _lm_payload = (
     LeafMsg.__dict__[name].__set__ for name in ("subject", "reply", "queues", "headers", "payload")
 )
+
+
+_run_subject, _run_replies, _run_payloads = (
+    LeafMsgRun.__dict__[name].__set__ for name in ("subject", "replies", "payloads")
+)
+_LMSG = b"LMSG "
 
 
 def _queues(args: list[bytes]) -> tuple[str, ...]:
@@ -181,6 +199,57 @@ class LeafParser(_Parser):
             return None
         return _link_control(op, line)
 
+    def _gathers(self, head: Any) -> bool:
+        return head[2] is not None and not head[3] and not head[4]  # a reply, no queues, no headers
+
+    def _gather(self, head: Any, data: bytes, at: int, start: int, end: int) -> tuple[Any, int]:
+        """An LMSG with a reply and the LMSGs right after it that have the same ``LMSG <subject> ``
+        start, as one ``LeafMsgRun``. Each further frame's line is read here with the checks
+        ``_on_line`` makes (its two arguments, the size's digits and limit, the CRLF after the
+        payload); a frame that is anything else (another subject, no reply, a queue list, a
+        vertical tab or form feed, an overlong line, a partial frame) ends the run and is left to
+        the usual loop, which parses it or refuses it as it would have."""
+        sp = data.find(b" ", at + 5)
+        if not data.startswith(_LMSG, at) or sp < 0:
+            return None, 0
+        prefix = data[at : sp + 1]
+        if _text(prefix[5:-1]) != head[1]:  # blanks or tabs between the op and the subject
+            return None, 0
+        replies: list[str] = [head[2]]
+        payloads = [data[start:end]]
+        n, plen = len(data), len(prefix)
+        limit, max_payload = self.max_control_line, self.max_payload
+        find, startswith = data.find, data.startswith
+        p = end + 2
+        while startswith(prefix, p):
+            nl = find(b"\n", p + plen)
+            if nl < 0 or nl - p > limit:
+                break
+            rest = data[p + plen : nl]
+            args = rest.split()
+            if len(args) != 2 or 11 in rest or 12 in rest:
+                break
+            reply, digits = args
+            if len(digits) > 9 or not digits.isdigit():
+                break
+            size = int(digits)
+            if size > max_payload:
+                break
+            first = nl + 1
+            last = first + size
+            if last + 2 > n or data[last] != 13 or data[last + 1] != 10:
+                break
+            replies.append(reply.decode("utf-8", "surrogateescape"))
+            payloads.append(data[first:last])
+            p = last + 2
+        if len(payloads) == 1:
+            return None, 0
+        run = _new(LeafMsgRun)
+        _run_subject(run, head[1])
+        _run_replies(run, replies)
+        _run_payloads(run, payloads)
+        return run, p
+
     def _finish(self, head: Any, data: bytes, start: int, end: int) -> LeafMsg:
         _, subject, reply, queues, hdr = head
         msg = _new(LeafMsg)
@@ -274,6 +343,31 @@ def encode_lmsg(
     return b"".join(
         (lmsg_head(subject, reply, queues, len(payload), len(headers)), headers, payload, b"\r\n")
     )
+
+
+def encode_deliveries(
+    subject: str, msgs: Iterable[tuple[str | None, bytes | None, bytes]], headers: bool = True
+) -> bytes:
+    """``encode_lmsg(subject, reply, (), hdrs, payload)`` of each ``(reply, hdrs, payload)``,
+    joined into one buffer: a JetStream consumer's run of deliveries to one deliver subject.
+    Each control line is made as text and the payloads are joined as they are, so a payload is
+    copied once (formatting each into its frame first cost 1.6x as much for 1 KiB messages,
+    ``encode_lmsg`` per message 1.7-2x). With ``headers`` False the header blocks are dropped
+    (a peer that did not advertise headers)."""
+    lmsg, hmsg = f"LMSG {subject} ", f"HMSG {subject} "
+    parts: list[bytes] = []
+    add = parts.append
+    for reply, hdrs, payload in msgs:
+        rep = "" if reply is None else reply + " "
+        if hdrs is None or not headers:
+            add(f"{lmsg}{rep}{len(payload)}\r\n".encode("utf-8", "surrogateescape"))
+        else:
+            hdr = len(hdrs)
+            add(f"{hmsg}{rep}{hdr} {hdr + len(payload)}\r\n".encode("utf-8", "surrogateescape"))
+            add(hdrs)
+        add(payload)
+        add(b"\r\n")
+    return b"".join(parts)
 
 
 def encode_lmsgs(

@@ -373,6 +373,14 @@ class _Parser:
                         append(self._run(event, _payloads_of_run(data, line_at, line_len, event[0], frames)))
                         pos = line_at + frames * (line_len + event[0] + 2)
                         continue
+                elif runs and self._gathers(event):
+                    # Frames that differ only in their reply and size (a consumer's deliveries
+                    # over a link): the subclass reads the ones that follow in one pass.
+                    gathered, after = self._gather(event, data, line_at, pos, end)
+                    if gathered is not None:
+                        append(gathered)
+                        pos = after
+                        continue
                 append(finish(event, data, pos, end))
                 pos = end + 2
                 if stop_after is not None and isinstance(events[-1], stop_after):
@@ -436,6 +444,16 @@ class _Parser:
     def _run(self, head: Any, payloads: list[bytes]) -> Any:
         """The run event for consecutive messages with ``head`` and these payloads."""
         raise NotImplementedError
+
+    def _gathers(self, head: Any) -> bool:
+        """Whether a message with ``head`` may start a gathered run (``_gather``; ``runs``)."""
+        return False
+
+    def _gather(self, head: Any, data: bytes, at: int, start: int, end: int) -> tuple[Any, int]:
+        """The frame at ``at`` (control line parsed into ``head``, payload ``data[start:end]``) and
+        the like frames right after it in ``data`` as one event, and where parsing goes on; or
+        ``(None, 0)`` for no run (the frame is then parsed as usual)."""
+        return None, 0
 
 
 class ServerParser(_Parser):

@@ -222,13 +222,17 @@ class Account:
         if run_sub is not None:
             run_sub.receiver.deliver_many(run_sub, run)
 
-    def publish_many(self, route: str, msgs: Sequence[tuple[str, str | None, bytes | None, bytes]]) -> None:
-        """``publish(subject, reply, headers, payload, route=route)`` for each of ``msgs``, in order,
-        with ``route`` matched once: JetStream hands a pull request a run of messages at a time."""
+    def publish_many(
+        self,
+        route: str,
+        msgs: Sequence[tuple[str, str | None, bytes | None, bytes]],
+        origin: Receiver | Link | None = None,
+    ) -> None:
+        """``publish(subject, reply, headers, payload, origin, route=route)`` for each of ``msgs``,
+        in order, with ``route`` matched once: JetStream hands a pull request or a deliver subject
+        a run of messages at a time, and a leaf link a run of deliveries it read."""
         if self.links:
-            # a link takes one LMSG per message, and its queue choice is made per message
-            for subject, reply, headers, payload in msgs:
-                self.publish(subject, reply, headers, payload, route=route)
+            self._publish_many_linked(route, msgs, origin)
             return
         result = self.sublist.match(route)
         if any(s.max_msgs is not None for s in result.plain) or any(
@@ -236,16 +240,71 @@ class Account:
         ):
             # a subscription that ends after N messages must see the run one message at a time
             for subject, reply, headers, payload in msgs:
-                self.publish(subject, reply, headers, payload, route=route)
+                self.publish(subject, reply, headers, payload, origin, route=route)
             return
+        skip_self = origin is not None and not origin.echo
         for sub in result.plain:
+            if skip_self and sub.receiver is origin:
+                continue
             if sub.deny_filter is not None and not sub.deny_filter(route):
                 continue
             sub.receiver.deliver_many(sub, msgs)
         for _queue, members in result.queues:
+            if skip_self:
+                members = tuple(m for m in members if m.receiver is not origin)
+                if not members:
+                    continue
             for subject, reply, headers, payload in msgs:
                 sub = members[0] if len(members) == 1 else random.choice(members)
                 sub.receiver.deliver(sub, subject, reply, headers, payload)
+
+    def _publish_many_linked(
+        self,
+        route: str,
+        msgs: Sequence[tuple[str, str | None, bytes | None, bytes]],
+        origin: Receiver | Link | None,
+    ) -> None:
+        """``publish_many`` with links attached: what ``_publish_linked`` does per message,
+        routed once. Each local subscriber takes the run in one call; each link the message may
+        go on to takes it in one call too (``forward_many`` where it has it: one buffer of
+        frames, not one per message), every frame on ``route`` with the message's own subject
+        after "@" in its ack reply. A queue group chooses per message (from a link no group is
+        served: it names none), and a subscription with a message limit must see the messages
+        one at a time: such a run goes message by message."""
+        result = self.sublist.match(route)
+        came_on = None if origin is None else self._attached.get(id(origin))
+        okind = None if came_on is None else came_on.link.kind  # None: a local publisher
+        plan = self._plans.get(id(result))
+        if plan is None or plan[0] is not result:
+            plan = self._plan(result)
+        local = plan[1]
+        if (result.queues and okind is None) or any(s.max_msgs is not None for s in local):
+            for subject, reply, headers, payload in msgs:
+                self.publish(subject, reply, headers, payload, origin, route=route)
+            return
+        skip_self = origin is not None and not origin.echo
+        for sub in local:
+            if skip_self and sub.receiver is origin:
+                continue
+            if sub.deny_filter is not None and not sub.deny_filter(route):
+                continue
+            sub.receiver.deliver_many(sub, msgs)
+        links = [
+            link for link in plan[2] if link is not origin and (okind is None or propagates(link.kind, okind))
+        ]
+        if not links:
+            return
+        frames = [
+            (reply if reply is None or subject == route else with_ack_subject(reply, subject), hdrs, payload)
+            for subject, reply, hdrs, payload in msgs
+        ]
+        for link in links:
+            forward_many = getattr(link, "forward_many", None)
+            if forward_many is not None:
+                forward_many(route, frames)
+            else:
+                for reply, headers, payload in frames:
+                    link.forward(route, reply, headers, payload, ())
 
     def publish_run(
         self, subject: str, payloads: Sequence[bytes], origin: Receiver | Link | None = None

@@ -248,8 +248,20 @@ class InternalReceiver:
     def deliver_many(
         self, sub: Subscription, msgs: Sequence[tuple[str, str | None, bytes | None, bytes]]
     ) -> None:
+        if self.backlog is not None:
+            for subject, reply, headers, payload in msgs:
+                self.deliver(sub, subject, reply, headers, payload)
+            return
+        # No backlog to count against (a source's deliveries): ``deliver``'s queueing, inline,
+        # each InboundMsg made by tuple.__new__ (a NamedTuple's own __new__ is a Python frame)
+        send, new = self.inbox.send_nowait, tuple.__new__
         for subject, reply, headers, payload in msgs:
-            self.deliver(sub, subject, reply, headers, payload)
+            try:
+                send(new(InboundMsg, (subject, reply, headers, payload, sub)))
+            except anyio.WouldBlock:
+                self._drop("queue full")
+            except anyio.ClosedResourceError:
+                return
 
     def close(self) -> None:
         self.unsubscribe_all()

@@ -87,6 +87,13 @@ MAX_BATCH_OPS = 20_000
 INLINE_MAX_OPS = 16
 # ... and a source's batch committed inline holds at most this many payload bytes
 INLINE_MAX_BATCH_BYTES = 64 << 10
+# With sync="always" a COMMIT fsyncs, so a small call commits inline only while the store's recent
+# transactions took at most this long (``_commit_cost``, a moving average): a fast disk's fsync
+# (about 0.1 ms) costs the loop less than the hand-over to the writer thread and back; a slow
+# one's (an SD card, a busy disk: milliseconds) goes to the writer, where the loop goes on.
+INLINE_DURABLE_COMMIT_S = 0.0005
+# The weight of the newest transaction in ``_commit_cost``
+COMMIT_COST_WEIGHT = 0.25
 OFFLOAD_DECODE_BYTES = 256 << 10
 # A range read by sequence runs on the loop's thread (see _point_fetch) when its rows are
 # expected to hold at most this much: the rows it can find (its limit, or fewer when the range
@@ -377,6 +384,11 @@ class SqliteStore:
         # Small batches commit on the loop's thread when the writer is idle and a COMMIT does
         # not fsync (see submit).
         self._inline = sync == "interval"
+        # ... and with "always" while fsyncs are fast (see INLINE_DURABLE_COMMIT_S)
+        self._inline_durable = sync == "always"
+        # A moving average of the transactions' wall time, seconds, in whichever thread they ran.
+        # It starts above the bound: the first commits go to the writer and measure the disk.
+        self._commit_cost = 2 * INLINE_DURABLE_COMMIT_S
         self._inline_spent = False  # an inline commit ran in this turn of the event loop
         self._dead = False
         self._fatal: StoreError | None = None
@@ -610,22 +622,38 @@ class SqliteStore:
             self._check_open()
             return _resolved([])
         SLOTS.touch(self)
-        if self._inline and self._inflight == 0 and _rows(ops) <= INLINE_MAX_OPS:
+        if (
+            self._inflight == 0
+            and _rows(ops) <= INLINE_MAX_OPS
+            and (self._inline or (self._inline_durable and self._durable_inline_ok(ops)))
+        ):
             done = self._commit_inline(ops)
             if done is not None:
                 return done
         return await self._enqueue(_APPLY, ops)
 
+    def _durable_inline_ok(self, ops: tuple[Op, ...]) -> bool:
+        """(``sync="always"``) May this small call commit on the loop? While commits are fast,
+        and not a source's batch (a ``SourcePosOp`` with it). A hub's source reads its link
+        and commits in one pipeline: with the commit on the writer, the loop reads and decodes
+        the next reply meanwhile. Traced per message (bench sources-latency, lj -> lj, load
+        9-12), the leaf's send -> the hub's source has it took 2.3-4.9 ms p50 with the hub's
+        batches inline against 0.7-1.6 ms without, in alternating runs; the leaf gains from
+        inline commits (its publishes), the hub lost more here."""
+        return self._commit_cost <= INLINE_DURABLE_COMMIT_S and not any(type(op) is SourcePosOp for op in ops)
+
     def _commit_inline(self, ops: tuple[Op, ...]) -> asyncio.Future[Any] | None:
         """Commit a small call on the loop's thread; its resolved future, or None (use the queue).
 
-        Only with ``sync="interval"``, where a COMMIT writes to the OS and does not fsync (tens
-        of microseconds for a few rows), and only while nothing is queued or running on the
-        writer (``_inflight == 0`` and ``_wlock`` free), so calls still apply in the order they
-        were made. A lone publish, KV put or consumer-state write then costs no thread hand-over:
-        the round trip to the writer thread and back (a futex wake, the GIL passing back and
-        forth, an eventfd wake of the loop) took longer than the commit itself. The loop waits
-        for the commit instead, as it does for the point reads.
+        With ``sync="interval"``, where a COMMIT writes to the OS and does not fsync (tens of
+        microseconds for a few rows); with ``sync="always"`` only while the store's recent
+        transactions, fsync included, took at most ``INLINE_DURABLE_COMMIT_S`` on average (a
+        slow disk's commits stay on the writer, off the loop). Only while nothing is queued or
+        running on the writer (``_inflight == 0`` and ``_wlock`` free), so calls still apply in
+        the order they were made. A lone publish, KV put or consumer-state write then costs no
+        thread hand-over: the round trip to the writer thread and back (a futex wake, the GIL
+        passing back and forth, an eventfd wake of the loop) took longer than the commit itself.
+        The loop waits for the commit instead, as it does for the point reads.
 
         At most one call per turn of the event loop commits inline: the others of a burst (many
         tasks appending at once) go to the writer and are group-committed together."""
@@ -1654,6 +1682,7 @@ class SqliteStore:
         self._rows = []
         self._first_dirty = False
         w = self._w
+        began = time.perf_counter()
         try:
             conn.execute("BEGIN IMMEDIATE")
             out, nops = self._w_run(reqs)
@@ -1667,6 +1696,8 @@ class SqliteStore:
             conn.execute("COMMIT")
         except Exception as e:
             return self._w_fail(reqs, e)
+        took = time.perf_counter() - began
+        self._commit_cost += (took - self._commit_cost) * COMMIT_COST_WEIGHT
         self._w_publish()
         s = self._stats
         s.commits += 1

@@ -35,9 +35,11 @@ from core.protocol.encoder import encode_run
 from core.protocol.events import Connect, Err, Info, Ping, Pong
 from core.protocol.leaf import (
     LeafMsg,
+    LeafMsgRun,
     LeafParser,
     LeafSub,
     LeafUnsub,
+    encode_deliveries,
     encode_lmsg,
 )
 from core.protocol.parser import UNKNOWN_OP
@@ -47,7 +49,7 @@ from core.server.connection import aclose_quietly
 from core.server.interest import LinkDelivery, LinkKind, split_ack_subject
 from core.server.output import BufferedOutput
 from core.server.peer import PeerPinger, read_first_info
-from core.server.tcp import READ_SIZE
+from core.server.tcp import READ_SIZE, TcpStream
 from core.subjects import has_wildcard, is_subset, overlaps
 from federation.domains import link_denies
 from federation.leafnode.credentials import redact_url, sign_nonce, url_credentials
@@ -114,6 +116,7 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
         self.parser = LeafParser(
             max_control_line=self.cfg.max_control_line * 16, max_payload=self.cfg.max_payload
         )
+        self.parser.runs = True  # a consumer's deliveries to one deliver subject: LeafMsgRun
         self.account: Account | None = None
         self.peer: dict[str, Any] = {}  # the peer's INFO (solicited) or CONNECT (accepted)
         self.peer_name = ""
@@ -471,6 +474,8 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
             for ev in events:
                 if type(ev) is LeafMsg:  # the hot path, without a coroutine per message
                     on_msg(ev)
+                elif type(ev) is LeafMsgRun:  # a consumer's deliveries, read in one pass
+                    self._on_msg_run(ev)
                 else:
                     await self._handle(ev)
                 if self.state is LinkState.CLOSING:
@@ -582,6 +587,39 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
                 delivered, reply, ev.headers, ev.payload, self, route=subject, queues=ev.queues
             )
 
+    def _on_msg_run(self, ev: LeafMsgRun) -> None:
+        """``_on_msg`` for each message of the run, with the state and the permission checked
+        once. The JetStream deliveries in it (an ack reply carrying the stored message's subject)
+        are routed by their deliver subject together (``Account.publish_many``: one match, one
+        call per receiver); any other message on its own, in order."""
+        if self.state is not LinkState.CONNECTED:
+            if self.kind is LinkKind.LEAF_ACCEPTED:
+                self.close("operation before CONNECT", "Authorization Violation")
+            return
+        subject, replies, payloads = ev.subject, ev.replies, ev.payloads
+        self.in_msgs += len(payloads)
+        self.in_bytes += sum(map(len, payloads))
+        if not self.inbound.can_publish(subject) and not subject.startswith(ALWAYS_ALLOWED_INBOUND):
+            if self.kind is LinkKind.LEAF_ACCEPTED:
+                self.close(
+                    "permissions violation for publish", f'Permissions Violation for Publish to "{subject}"'
+                )
+            return
+        account = self.account
+        assert account is not None
+        deliveries: list[tuple[str, str | None, bytes | None, bytes]] = []
+        for reply, payload in zip(replies, payloads, strict=True):
+            ack, delivered = split_ack_subject(reply) if reply.startswith("$JS.ACK.") else (reply, None)
+            if delivered is not None:
+                deliveries.append((delivered, ack, None, payload))
+                continue
+            if deliveries:
+                account.publish_many(subject, deliveries, self)
+                deliveries = []
+            account.publish(subject, reply, None, payload, self)
+        if deliveries:
+            account.publish_many(subject, deliveries, self)
+
     # BufferedOutput's questions (core/server/output.py)
     def _is_open(self) -> bool:
         return self.state is LinkState.CONNECTED
@@ -600,6 +638,42 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
 
     def _ping_interval(self) -> float:
         return self.cfg.ping_interval
+
+    def _send_through(self, frame: bytes | memoryview) -> bool:
+        """Hand a message that finds nothing buffered to a plain TCP transport now, when it takes
+        it without waiting; False leaves it to the buffer. A live source's frame (a read reply,
+        a consumer's delivery) otherwise waited for the writer task's turn behind whatever else
+        the loop had ready: 0.4 ms p50 on the leaf, with 1000 msgs/s, measured between the
+        read's reply and its write (bench sources-latency). A burst still goes out in few
+        writes: only its first message finds the buffer empty; the rest join the buffer, which
+        the writer sends as one (and compresses as one)."""
+        stream = self.stream
+        if type(stream) is not TcpStream or not stream.can_send():
+            return False
+        stream.try_send(self._prepare(frame))
+        return True
+
+    def _deliver_frames(self, frames: bytes | memoryview) -> bool:
+        """Send a message (or a run of them) now when nothing is buffered (``_send_through``),
+        else buffer it for the writer; False when the buffer overflowed (the link is closed as
+        a slow consumer)."""
+        if not self._out and self._send_through(frames):
+            return True
+        return self._buffer_delivery(frames)
+
+    def _write_through(self) -> bool:
+        """The writer's shortcut (``BufferedOutput._write_through_tcp``), with this link's
+        compression: no write deadline to arm for a transport that takes the bytes now."""
+        out = self._out
+        stream = self.stream
+        # asked before the join, as a client's write-through asks (core/server/output.py)
+        if not out or type(stream) is not TcpStream or not stream.can_send():
+            return False
+        stream.try_send(self._prepare(b"".join(out) if len(out) > 1 else out[0]))
+        out.clear()
+        self._pending = 0
+        self._drained.set()
+        return True
 
     # ------------------------------------------------------------------ outbound
 
@@ -652,7 +726,7 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
             return
         if headers is not None and not self.headers:
             headers = None
-        if not self._buffer_delivery(encode_lmsg(subject, reply, queues, headers, payload)):
+        if not self._deliver_frames(encode_lmsg(subject, reply, queues, headers, payload)):
             return
         self.out_msgs += 1
         self.out_bytes += len(payload) + (len(headers) if headers is not None else 0)
@@ -665,9 +739,25 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
         if not self.outbound.can_publish(subject):
             return
         prefix = b"LMSG %b " % subject.encode("utf-8", "surrogateescape")
-        if self._buffer_delivery(encode_run(prefix, payloads)):
+        if self._deliver_frames(encode_run(prefix, payloads)):
             self.out_msgs += len(payloads)
             self.out_bytes += sum(map(len, payloads))
+
+    def forward_many(self, subject: str, msgs: Sequence[tuple[str | None, bytes | None, bytes]]) -> None:
+        """(The account) ``forward(subject, reply, headers, payload)`` for each of ``msgs``, in
+        order: the frames encoded into one buffer (a consumer's run of deliveries), one buffer
+        entry and one back-pressure check for the run instead of one per message."""
+        if self.state is not LinkState.CONNECTED or not msgs:
+            return
+        if not self.outbound.can_publish(subject):
+            return
+        with_headers = self.headers
+        if not self._deliver_frames(encode_deliveries(subject, msgs, with_headers)):
+            return
+        self.out_msgs += len(msgs)
+        self.out_bytes += sum(
+            len(body) + (len(hdrs) if hdrs is not None and with_headers else 0) for _r, hdrs, body in msgs
+        )
 
     # ------------------------------------------------------------------ monitoring
 

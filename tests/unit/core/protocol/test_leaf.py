@@ -504,3 +504,21 @@ def test_lmsgs_batch_and_stripping_headers():
     assert encode_lmsgs(msgs) == b"".join(encode_lmsg(*m) for m in msgs)
     # for a peer without headers: LMSG with the payload alone (the reference's size - hdr)
     assert encode_lmsgs(msgs, headers=False) == b"LMSG a 1\r\n1\r\nLMSG b + r q 2\r\n22\r\n"
+
+
+def test_encode_deliveries_is_the_frames_of_encode_lmsg_joined():
+    from core.protocol.leaf import encode_deliveries
+
+    msgs = [
+        ("$JS.ACK.S.C.1.1.1.1.0@orders.1", None, b"one"),
+        (None, b"NATS/1.0\r\nA: b\r\n\r\n", b"two"),
+        ("r.x", b"NATS/1.0\r\n\r\n", b""),
+        ("$JS.ACK.S.C.1.4.4.1.0@\u00e9.x", None, b""),
+    ]
+    for with_headers in (True, False):
+        want = b"".join(encode_lmsg("$JS.S.abc", r, (), h if with_headers else None, p) for r, h, p in msgs)
+        assert encode_deliveries("$JS.S.abc", msgs, with_headers) == want
+        # and the leaf parser reads them back as those messages
+        parser = LeafParser()
+        got = [(m.subject, m.reply, m.headers, m.payload) for m in parser.feed(want)]
+        assert got == [("$JS.S.abc", r, h if with_headers else None, p) for r, h, p in msgs]

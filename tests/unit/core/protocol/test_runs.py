@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from core.errors import ProtocolError
 from core.protocol import Pub, ServerParser, encode_pub
 from core.protocol.events import PubRun
+from core.protocol.leaf import LeafMsg, LeafMsgRun, LeafParser, encode_lmsg
 from core.protocol.route import RouteMsg, RouteMsgRun, RouteParser, encode_rmsg
+from tests.unit.core.protocol.test_leaf_properties import any_input as any_leaf_input
 from tests.unit.core.protocol.test_parser_properties import (
     PROPERTY,
     any_input,
@@ -33,6 +35,11 @@ def expand(events: list[Any]) -> list[Any]:
         elif type(ev) is RouteMsgRun:
             assert len(ev.payloads) >= 2
             out.extend(RouteMsg(ev.account, ev.subject, None, (), None, p) for p in ev.payloads)
+        elif type(ev) is LeafMsgRun:
+            assert len(ev.payloads) >= 2 and len(ev.replies) == len(ev.payloads)
+            out.extend(
+                LeafMsg(ev.subject, r, (), None, p) for r, p in zip(ev.replies, ev.payloads, strict=True)
+            )
         else:
             out.append(ev)
     return out
@@ -92,6 +99,40 @@ rmsg_stream = st.lists(
     max_size=8,
 ).map(b"".join)
 cuts = st.lists(st.integers(min_value=0), max_size=8)
+# Frames a delivery run must end before (each parses, or fails, as without runs)
+ODD_LMSG_FRAMES = [
+    b"PING\r\n",
+    b"LMSG $JS.S.abc r 1\r\nxy\r\n",
+    b"LMSG $JS.S.abc r\t1\r\nx\r\n",
+    b"LMSG $JS.S.abc  r 1\r\nx\r\n",
+    b"LMSG $JS.S.abc r \x0b 1\r\nx\r\n",
+    b"LMSG $JS.S.abc r 0001\r\nx\r\n",
+    b"LMSG $JS.S.abc r 99\r\n",
+    b"LMSG $JS.S.abc r 1\r\n",
+    b"LMSG $JS.S.abc r x 1\r\nx\r\n",
+    b"LMSG $JS.S.abcd r 1\r\nx\r\n",
+    b"LS+ a\r\n",
+    b"\x00",
+]
+# A consumer's deliveries over a leaf link: one deliver subject, an ack reply each (of varying
+# length), now and then another subject, a frame with headers or queues, odd blanks, junk.
+ack_replies = st.builds(
+    lambda sseq, subject: f"$JS.ACK.S.C.1.{sseq}.{sseq}.17.0@{subject}",
+    st.integers(min_value=0, max_value=10**12),
+    subjects,
+)
+lmsg_frames = st.builds(
+    lambda subject, reply, queues, headers, payload: encode_lmsg(subject, reply, queues, headers, payload),
+    st.sampled_from(["$JS.S.abc", "$JS.S.abc", "a"]),
+    ack_replies | ack_replies | st.none() | st.just("r"),
+    st.just(()) | st.just(()) | st.just(("q",)),
+    st.none() | st.none() | st.none() | st.just(b"NATS/1.0\r\n\r\n"),
+    payloads,
+)
+lmsg_stream = st.lists(
+    lmsg_frames | st.sampled_from(ODD_LMSG_FRAMES),
+    max_size=10,
+).map(b"".join)
 
 
 @PROPERTY
@@ -106,6 +147,37 @@ def test_client_runs_expand_to_the_events_without_runs(data: bytes, cut: list[in
 def test_route_runs_expand_to_the_events_without_runs(data: bytes, cut: list[int]):
     for make in (RouteParser, small_route_parser):
         assert expanded_outcome(make, chunked(data, cut)) == outcome(make, [data])
+
+
+def small_leaf_parser() -> LeafParser:
+    return LeafParser(max_control_line=64, max_payload=32)
+
+
+@PROPERTY
+@given(data=lmsg_stream | any_leaf_input, cut=cuts)
+def test_leaf_delivery_runs_expand_to_the_events_without_runs(data: bytes, cut: list[int]):
+    for make in (LeafParser, small_leaf_parser):
+        assert expanded_outcome(make, chunked(data, cut)) == outcome(make, [data])
+
+
+def test_deliveries_to_one_deliver_subject_are_one_leaf_run_per_read():
+    replies = [f"$JS.ACK.S.C.1.{i}.{i}.17.{9 - i}@orders.{i % 3}" for i in range(1, 10)]
+    data = b"".join(encode_lmsg("$JS.S.abc", r, (), None, b"m%d" % i) for i, r in enumerate(replies))
+    data += encode_lmsg("$JS.S.abc", None, (), None, b"no reply") + b"PING\r\n"
+    parser = LeafParser()
+    parser.runs = True
+    events = parser.feed(data)
+    assert type(events[0]) is LeafMsgRun and events[0].replies == replies
+    assert events[0].payloads == [b"m%d" % i for i in range(9)]
+    assert events[1] == LeafMsg("$JS.S.abc", None, (), None, b"no reply") and len(events) == 3
+
+
+@pytest.mark.parametrize("odd", ODD_LMSG_FRAMES)
+def test_an_odd_frame_after_deliveries_parses_as_without_runs(odd: bytes):
+    first = encode_lmsg("$JS.S.abc", "$JS.ACK.S.C.1.1.1.17.0@a", (), None, b"x")
+    for data in (first * 2 + odd + first, first + odd):
+        for make in (LeafParser, small_leaf_parser):
+            assert expanded_outcome(make, [data]) == outcome(make, [data]), (data, make)
 
 
 def test_a_stream_of_one_subject_is_one_run_per_read():

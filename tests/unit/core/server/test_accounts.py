@@ -310,3 +310,65 @@ def test_publish_replies_matches_one_publish_per_reply():
     ]
     assert [m for m in many if m[0] != "run"] == one
     assert [m[4] for m in one if m[0] == "3"] == [b"m0", b"m1"], "the max still ends the subscription"
+
+
+class _ManyLink(_Link):
+    """A link with ``forward_many`` (a leaf link's), recording each frame's reply as well."""
+
+    def forward(self, subject, reply, headers, payload, queues) -> None:
+        self.forwarded.append((subject, reply, headers, payload, queues))
+
+    def forward_many(self, subject, msgs) -> None:
+        self.forwarded.append(("many", len(msgs)))
+        for reply, headers, payload in msgs:
+            self.forward(subject, reply, headers, payload, ())
+
+
+def _delivery_account(log: list, links: dict, *, queue: bool = False, max_msgs: int | None = None):
+    """An account with a local subscriber on the deliver subject ``inbox.x`` and two links holding
+    interest on it: one with ``forward_many``, one without."""
+    from core.server.interest import LinkKind
+
+    acc = Account("A")
+    sub = Subscription(Recorder(acc, log), "inbox.x", None, "local")
+    sub.max_msgs = max_msgs
+    acc.subscribe(sub)
+    for kind, cls in ((LinkKind.LEAF_ACCEPTED, _ManyLink), (LinkKind.LEAF_SOLICITED, _RecordingLink)):
+        link = links[kind] = cls(kind)
+        acc.attach_link(link)
+        acc.link_subscribe(link, "inbox.x", "q" if queue else None, 1)
+    return acc
+
+
+class _RecordingLink(_Link):
+    def forward(self, subject, reply, headers, payload, queues) -> None:
+        self.forwarded.append((subject, reply, headers, payload, queues))
+
+
+def test_publish_many_across_links_sends_what_one_publish_per_message_would():
+    """A consumer's run to a deliver subject with links attached: each link gets every frame on
+    the deliver subject, the message's own subject after "@" in its ack reply, in order; a link
+    with forward_many takes the run in one call, a queue group or a message limit goes message by
+    message."""
+    import random
+
+    for queue, max_msgs in ((False, None), (True, None), (False, 2)):
+        one_log, one_links, many_log, many_links = [], {}, [], {}
+        random.seed(5)
+        acc = _delivery_account(one_log, one_links, queue=queue, max_msgs=max_msgs)
+        for subject, reply, headers, payload in MSGS:
+            acc.publish(subject, reply, headers, payload, route="inbox.x")
+        random.seed(5)
+        _delivery_account(many_log, many_links, queue=queue, max_msgs=max_msgs).publish_many("inbox.x", MSGS)
+        case = (queue, max_msgs)
+        assert [e for e in many_log if e[0] != "run"] == one_log, case
+        for kind, link in many_links.items():
+            frames = [f for f in link.forwarded if f[0] != "many"]
+            assert frames == one_links[kind].forwarded, case
+        if not queue and max_msgs is None:
+            from core.server.interest import LinkKind
+
+            many = many_links[LinkKind.LEAF_ACCEPTED].forwarded
+            assert many[0] == ("many", len(MSGS)), "forward_many: one call for the run"
+            assert [f[1] for f in many[1:]] == [f"{r}@{s}" for s, r, _h, _p in MSGS], "subject after @"
+            assert all(f[0] == "inbox.x" for f in many[1:]), "on the deliver subject"

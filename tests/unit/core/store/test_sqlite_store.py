@@ -22,12 +22,14 @@ from core.store import (
     CipherSpec,
     DeleteOp,
     SetMetaOp,
+    SourcePosOp,
     SqliteStore,
     StoreClosed,
     StoreFull,
     schema,
 )
 from core.store.rowcodec import F_DATA_ZSTD, F_SEALED
+from core.store.sqlite import INLINE_DURABLE_COMMIT_S
 from tests.unit.core.store.conftest import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -200,11 +202,58 @@ async def test_interval_mode_commits_a_lone_call_on_the_loop_and_keeps_the_order
     store = await SqliteStore.open(tmp_path / "s.db", sync="always")
     try:
         assert [m.data for m in await store.range(1, limit=5)] == [b"1", b"2", b"3", b"4", b"5"]
+        store._commit_cost = 0.01  # a slow disk's fsync: 10 ms
         lone = await store.submit([Append("a", None, b"x", 6)])
-        assert not lone.done(), "with sync=always every commit (an fsync) runs on the writer"
+        assert not lone.done(), "with sync=always and slow commits, a commit (an fsync) runs on the writer"
         assert await lone == [22]
     finally:
         await store.close()
+
+
+async def test_always_mode_commits_a_lone_call_on_the_loop_only_while_its_commits_are_fast(
+    tmp_path: Path,
+) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db", sync="always")
+    try:
+        fresh = await store.submit([Append("a", None, b"0", 1)])
+        assert not fresh.done(), "a store that has not measured its disk yet commits on the writer"
+        assert await fresh == [1]
+        store._commit_cost = 10.0  # measured slow...
+        await store.apply([Append("a", None, b"1", 2)])
+        assert store._commit_cost < 10.0, "each transaction's wall time moves the average"
+        await anyio.sleep(0)  # the next turn of the loop (one inline commit per turn)
+        store._commit_cost = INLINE_DURABLE_COMMIT_S / 2  # ...then fast
+        with anyio.fail_after(5):  # the writer posts its results before it lets go of the connection
+            while not store._wlock.acquire(blocking=False):
+                await anyio.sleep(0.001)
+            store._wlock.release()
+        fast = await store.submit([Append("a", None, b"2", 3)])
+        assert fast.done(), "a lone call, with fast commits and the writer idle, is committed on the loop"
+        assert await fast == [3]
+        big = await store.submit([Append("a", None, b"3", 4)] * 17)
+        assert not big.done(), "a large call still goes to the writer"
+        await big
+        with anyio.fail_after(5):
+            while not store._wlock.acquire(blocking=False):
+                await anyio.sleep(0.001)
+            store._wlock.release()
+        await anyio.sleep(0)
+        store._commit_cost = INLINE_DURABLE_COMMIT_S / 2
+        sourced = await store.submit([Append("a", None, b"s", 5), SourcePosOp("src", 1)])
+        assert not sourced.done(), "a source's batch commits on the writer (the hub reads its link meanwhile)"
+        await sourced
+        store._commit_cost = INLINE_DURABLE_COMMIT_S * 4
+        await anyio.sleep(0)
+        slow = await store.submit([Append("a", None, b"4", 6)])
+        assert not slow.done(), "slow commits go back to the writer, off the loop"
+        await slow
+    finally:
+        await store.close()
+    reopened = await SqliteStore.open(tmp_path / "s.db", sync="always")
+    try:
+        assert (await reopened.state()).msgs == 22
+    finally:
+        await reopened.close()
 
 
 async def test_a_newest_message_read_across_a_commit_is_not_remembered(tmp_path: Path) -> None:
