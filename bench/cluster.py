@@ -1,7 +1,7 @@
 """Cluster matrix: messages from a publisher on one server to a subscriber on another, over a route.
 
     python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--requests 2000] [--runs 1]
-                            [--parts pubsub,meta] [--creates 50] [--failover-runs 3]
+                            [--parts pubsub,meta,clientcpu] [--creates 50] [--failover-runs 3]
 
 For each implementation, two servers joined by a route (tests/support/cluster.py: three
 ``nats-server`` or three ``leafjet hub`` processes, the first two used): the stock nats-py
@@ -9,6 +9,9 @@ client publishes ``--msgs`` messages of each size on server 1 while a client of 
 subscribes; the figure is messages/s until the subscriber has them all, and each server's CPU per
 message. Then ``--requests`` sequential requests from server 1 answered on server 2: the median
 round trip. Ratios are leafjet to the reference in the same run; nothing asserts.
+
+``clientcpu``: the subscribing client's own CPU per message behind each server, the subscriber a
+process of its own and the kinds alternating run after run (bench/cluster_client.py).
 
 ``meta``: on three servers of each kind with JetStream, stream create latency through a non-leader
 and through the meta leader, and the meta leader's failover after kill -9 (bench/cluster_meta.py).
@@ -27,6 +30,7 @@ from typing import Any
 
 import nats
 
+from bench.cluster_client import client_cpu_matrix
 from bench.cluster_meta import run_meta
 from bench.leaf import pub_sub_throughput
 from bench.procstat import cpu_seconds
@@ -40,6 +44,7 @@ KINDS = ("reference", "leafjet")
 class ClusterFigures:
     msgs_per_s: dict[int, float]  # size -> msgs/s
     cpu_us: dict[int, tuple[float, float]]  # size -> (publisher's server, subscriber's server) us/msg
+    client_us: dict[int, float]  # size -> this process (publisher and subscriber clients) us/msg
     request_us: float  # median round trip, server 1 -> server 2 -> back
 
 
@@ -80,10 +85,11 @@ def _run_kind(tmp: Path, kind: str, args: argparse.Namespace) -> ClusterFigures:
         pub_pid, sub_pid = cluster.server(0).pid, cluster.server(1).pid
         figs: dict[int, float] = {}
         cpu: dict[int, tuple[float, float]] = {}
+        client: dict[int, float] = {}
         for size in args.sizes:
-            runs, pub_cpu, sub_cpu = [], [], []
+            runs, pub_cpu, sub_cpu, client_cpu = [], [], [], []
             for _ in range(args.runs):
-                p0, s0 = cpu_seconds(pub_pid), cpu_seconds(sub_pid)
+                p0, s0, c0 = cpu_seconds(pub_pid), cpu_seconds(sub_pid), time.process_time()
                 runs.append(
                     asyncio.run(
                         pub_sub_throughput(pub_url, sub_url, args.msgs, size, "bench.route", _route_interest)
@@ -91,10 +97,12 @@ def _run_kind(tmp: Path, kind: str, args: argparse.Namespace) -> ClusterFigures:
                 )
                 pub_cpu.append((cpu_seconds(pub_pid) - p0) / args.msgs * 1e6)
                 sub_cpu.append((cpu_seconds(sub_pid) - s0) / args.msgs * 1e6)
+                client_cpu.append((time.process_time() - c0) / args.msgs * 1e6)
             figs[size] = statistics.median(runs)
             cpu[size] = (statistics.median(pub_cpu), statistics.median(sub_cpu))
+            client[size] = statistics.median(client_cpu)
         rr = asyncio.run(_requests(pub_url, sub_url, args.requests))
-        return ClusterFigures(figs, cpu, rr)
+        return ClusterFigures(figs, cpu, client, rr)
     finally:
         cluster.close()
 
@@ -106,11 +114,13 @@ def _ratio(a: float, b: float) -> float:
 
 def cluster_matrix(args: argparse.Namespace) -> int:
     parts = {p for p in str(args.parts).split(",") if p}
-    if unknown := parts - {"pubsub", "meta"}:
-        print(f"unknown --parts {sorted(unknown)}; choose from pubsub,meta")
+    if unknown := parts - {"pubsub", "meta", "clientcpu"}:
+        print(f"unknown --parts {sorted(unknown)}; choose from pubsub,meta,clientcpu")
         return 2
     if "pubsub" in parts:
         _pubsub_matrix(args)
+    if "clientcpu" in parts:
+        client_cpu_matrix(args)
     if "meta" in parts:
         _meta_matrix(args)
     return 0
@@ -171,6 +181,9 @@ def _pubsub_matrix(args: argparse.Namespace) -> None:
             f"{f'{s}B server CPU us/msg (pub + sub side)':40s} {rc:>12.2f} {vc:>12.2f} {_ratio(vc, rc):7.2f}"
             f"   (leafjet {lj.cpu_us[s][0]:.2f} + {lj.cpu_us[s][1]:.2f})"
         )
+        rc, vc = ref.client_us[s], lj.client_us[s]
+        label = f"{s}B client CPU us/msg (pub + sub process)"
+        print(f"{label:40s} {rc:>12.2f} {vc:>12.2f} {_ratio(vc, rc):7.2f}")
     r, v = ref.request_us, lj.request_us
     print(f"{'request/reply across the route, median us':40s} {r:>12,.0f} {v:>12,.0f} {_ratio(v, r):7.2f}")
 
@@ -181,7 +194,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--sizes", default="128,1024", help="comma list of message sizes in bytes")
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--runs", type=int, default=1)
-    p.add_argument("--parts", default="pubsub,meta", help="pubsub (over a route), meta (creates, failover)")
+    p.add_argument(
+        "--parts",
+        default="pubsub,meta",
+        help="pubsub (over a route), meta (creates, failover), clientcpu (the subscriber's CPU, alternating)",
+    )
     p.add_argument("--creates", type=int, default=50, help="sequential creates per server measured")
     p.add_argument(
         "--failover-runs", type=int, default=3, help="kill -9 of the meta leader, fresh cluster each"

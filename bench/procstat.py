@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -24,3 +25,20 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def context_switches(pid: int | str) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of all of ``pid``'s threads so far: a thread that
+    blocks (waits for bytes) switches voluntarily; one preempted while runnable, involuntarily."""
+    voluntary = involuntary = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        for line in text.splitlines():
+            if line.startswith("voluntary_ctxt_switches"):
+                voluntary += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches"):
+                involuntary += int(line.split()[1])
+    return voluntary, involuntary

@@ -8,6 +8,7 @@ limit exactly its limit, and the server with no interest nothing.
 
 from __future__ import annotations
 
+import socket
 from collections import Counter
 
 import anyio
@@ -86,3 +87,66 @@ async def test_a_burst_of_one_subject_reaches_each_subscriber_once_in_order(clus
     finally:
         for nc in ncs:
             await nc.close()
+
+
+WARM_UP = b"MSG burst.raw 1 1\r\nw\r\n"
+
+
+def _raw_subscriber(port: int) -> socket.socket:
+    """A raw socket subscribed to ``burst.raw`` (sid 1) on ``port``, its handshake read."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    buf = b""
+    while not buf.endswith(b"\r\n"):
+        buf += s.recv(4096)
+    s.sendall(b'CONNECT {"verbose":false,"pedantic":false}\r\nSUB burst.raw 1\r\nPING\r\n')
+    buf = b""
+    while not buf.endswith(b"PONG\r\n"):
+        chunk = s.recv(4096)
+        assert chunk, "the server closed the raw subscriber"
+        buf += chunk
+    return s
+
+
+async def test_a_burst_reaches_a_subscriber_as_the_reference_frames_it(cluster):  # noqa: F811
+    """Issue 22: what a subscriber's client parses per message. Across a route a burst reaches
+    the subscriber as plain ``MSG <subject> <sid> <size>`` frames, back to back, with nothing
+    between them (no reply field, no headers, no PING or INFO): the bytes the reference sends."""
+    sub = _raw_subscriber(cluster.nodes[1].client_port)
+    pub = await nats.connect(cluster.url(0), allow_reconnect=False)
+    received = bytearray()
+    try:
+        sub.setblocking(False)
+
+        def drain() -> None:
+            try:
+                while chunk := sub.recv(1 << 20):
+                    received.extend(chunk)
+            except BlockingIOError:
+                pass
+
+        with anyio.fail_after(60):  # until the subscription has crossed the route
+            while not received:
+                await pub.publish("burst.raw", b"w")
+                await pub.flush()
+                await anyio.sleep(0.05)
+                drain()
+        payloads = [b"%06d" % i for i in range(BURST)]
+        for p in payloads:
+            await pub.publish("burst.raw", p)
+        await pub.flush()
+        expected = b"".join(b"MSG burst.raw 1 6\r\n" + p + b"\r\n" for p in payloads)
+
+        def burst_arrived() -> bool:
+            drain()
+            return len(received) >= len(expected) + received.count(WARM_UP) * len(WARM_UP)
+
+        await wait_until_async(burst_arrived, 60, what="the burst")
+        await anyio.sleep(0.3)  # nothing more may come
+        drain()
+        warm_ups = 0
+        while received.startswith(WARM_UP, warm_ups * len(WARM_UP)):
+            warm_ups += 1
+        assert bytes(received[warm_ups * len(WARM_UP) :]) == expected
+    finally:
+        await pub.close()
+        sub.close()
