@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.fsync import fsync_dir
 from core.jetstream.models import StreamConfig
 
 # A stream name never holds a '.' (the reference forbids it), so a folder named with one is no
@@ -54,9 +55,5 @@ def move_aside(folder: Path, now_ns: int | None = None) -> Path:
         n += 1
         target = folder.with_name(f"{folder.name}{ASIDE_MARK}{stamp}-{n}")
     os.rename(folder, target)
-    dfd = os.open(folder.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(folder.parent)
     return target

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +28,7 @@ from core.api_errors import ApiError, api_error
 from core.config import JetStreamConfig
 from core.errors import StartupError, StoreError, StoreKeyError
 from core.faults import fault_point
+from core.fsync import fsync_dir
 from core.jetstream import api
 from core.jetstream.bulk_read import BulkReads
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
@@ -265,14 +265,16 @@ class JetStream:
             await self._start_stream(ajs, cfg, store, created)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await self._stop_recovered(ajs, cfg.name, store)
+                await self._undo_start(ajs, cfg.name, store, "recovery")
             raise
 
-    async def _stop_recovered(self, ajs: AccountJetStream, name: str, store: Any) -> None:
-        """Undo a stream start that failed part way: its tasks, its subscriptions, its store."""
+    async def _undo_start(self, ajs: AccountJetStream, name: str, store: Any, after: str) -> None:
+        """Undo a stream start (a recovery or a create) that failed ``after`` some point: its
+        tasks, its subscriptions, its entry and its store, whichever had started."""
         self._stop_sourcing(ajs, name)
-        stream = ajs.streams.pop(name, None)
-        if stream is not None:
+        stream = ajs.streams.get(name)
+        if stream is not None and stream.store is store:  # only the one this start made
+            del ajs.streams[name]
             await stream.close()
         for key in [k for k in self._consumer_scopes if k[:2] == (ajs.account.name, name)]:
             self._consumer_scopes.pop(key).cancel()
@@ -283,7 +285,7 @@ class JetStream:
             with anyio.move_on_after(10):
                 await store.close()
         except StoreError as e:
-            log.error("closing the store of stream %s after a failed recovery failed: %s", name, e)
+            log.error("closing the store of stream %s after a failed %s failed: %s", name, after, e)
 
     def _hold_damaged(
         self, ajs: AccountJetStream, folder: Path, error: Exception, cfg: StreamConfig | None
@@ -686,15 +688,7 @@ class JetStream:
         await self.prepared.discard((ajs.account.name, name), ajs.root, live=name in ajs.streams)
 
     async def _abandon_create(self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, d: Path) -> None:
-        self._stop_sourcing(ajs, cfg.name)
-        scope = self._stream_scopes.pop((ajs.account.name, cfg.name), None)
-        if scope is not None:
-            scope.cancel()
-        try:
-            with anyio.move_on_after(10):
-                await store.close()
-        except StoreError as e:
-            log.error("closing the store of stream %s after a failed create failed: %s", cfg.name, e)
+        await self._undo_start(ajs, cfg.name, store, "create")
         shutil.rmtree(d, ignore_errors=True)
 
     async def update_stream(self, ajs: AccountJetStream, stream: Stream, cfg: StreamConfig) -> None:
@@ -826,15 +820,7 @@ def _remove_durably(path: Path) -> None:
     """Remove ``path`` and fsync its folder: a crash right after must not bring it back (a
     config file beside a store that failed would be recovered as a stream)."""
     path.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    dfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(path.parent)
 
 
 def _write_atomic_sync(path: Path, text: str) -> None:

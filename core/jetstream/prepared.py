@@ -40,9 +40,9 @@ from typing import Any
 import anyio
 
 from core.errors import StoreError
+from core.fsync import fsync_dir
 from core.jetstream.models import StreamConfig
 from core.store.pool import POOL
-from core.store.spare import fsync_dir
 from core.threads import run_job
 
 log = logging.getLogger("leafjet.jetstream")

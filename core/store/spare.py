@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.errors import StoreError
+from core.fsync import fsync_dir
 from core.lograte import worth_logging
 from core.store import schema
 from core.store.crypto import CipherSpec, make_key_check
@@ -40,14 +41,6 @@ log = logging.getLogger("leafjet.store")
 PREFIX = ".spare-store-"
 """A spare's file name: ``.spare-store-<page size>.db``. It starts with a dot: no stream or
 account folder of JetStream's store has such a name; only files with it are ever deleted."""
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def build_store_file(

@@ -42,6 +42,7 @@ from typing import Any, Literal, TypeGuard
 import anyio
 
 from core.errors import StoreError, StoreKeyError
+from core.fsync import fsync_dir
 from core.store import columns, schema, sqlite_columns
 from core.store.api import (
     FILE_MSG_OVERHEAD,
@@ -339,14 +340,6 @@ def _rows(ops: tuple[Op, ...]) -> int:
         else:
             rows += len(op.subjects)
     return rows
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SqliteStore:
@@ -1698,7 +1691,7 @@ class SqliteStore:
         finally:
             os.close(fd)
         if not self._dir_synced:
-            _fsync_dir(self._path.parent)
+            fsync_dir(self._path.parent)
             self._dir_synced = True
         self._stats.syncs += 1
 
