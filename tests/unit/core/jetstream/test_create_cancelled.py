@@ -82,3 +82,30 @@ async def test_a_create_cancelled_after_its_store_opened_closes_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await _run(tmp_path, monkeypatch, store_opens=True)
+
+
+async def test_a_create_whose_sources_fail_to_start_leaves_no_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream is registered in its account before its sourcing starts: a failure there must
+    take it out again (its entry, its subscription), not leave a stream on a closed store."""
+    server = Server(ServerConfig(port=0, http_port=0))
+    js = JetStream(server, JetStreamConfig(store_dir=str(tmp_path)), tmp_path)
+
+    async def failing_sourcing(*_args: Any) -> None:
+        raise OSError("sourcing could not start")
+
+    monkeypatch.setattr(js, "_start_sourcing", failing_sourcing)
+    cfg = StreamConfig.from_json({"name": "S", "subjects": ["s.>"], "sources": [{"name": "UP"}]})
+    async with anyio.create_task_group() as tg:
+        await tg.start(js.run)
+        try:
+            ajs = js.accounts["$G"]
+            subs_before = len(ajs.account.sublist)
+            with pytest.raises(Exception, match="sourcing could not start"):
+                await js.create_stream(ajs, cfg)
+            assert "S" not in ajs.streams
+            assert not (ajs.root / "S").exists()
+            assert len(ajs.account.sublist) == subs_before, "its subject subscription stays"
+        finally:
+            tg.cancel_scope.cancel()
