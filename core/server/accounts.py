@@ -242,13 +242,7 @@ class Account:
             for subject, reply, headers, payload in msgs:
                 self.publish(subject, reply, headers, payload, origin, route=route)
             return
-        skip_self = origin is not None and not origin.echo
-        for sub in result.plain:
-            if skip_self and sub.receiver is origin:
-                continue
-            if sub.deny_filter is not None and not sub.deny_filter(route):
-                continue
-            sub.receiver.deliver_many(sub, msgs)
+        skip_self = _deliver_run_locally(result.plain, route, msgs, origin)
         for _queue, members in result.queues:
             if skip_self:
                 members = tuple(m for m in members if m.receiver is not origin)
@@ -282,13 +276,7 @@ class Account:
             for subject, reply, headers, payload in msgs:
                 self.publish(subject, reply, headers, payload, origin, route=route)
             return
-        skip_self = origin is not None and not origin.echo
-        for sub in local:
-            if skip_self and sub.receiver is origin:
-                continue
-            if sub.deny_filter is not None and not sub.deny_filter(route):
-                continue
-            sub.receiver.deliver_many(sub, msgs)
+        _deliver_run_locally(local, route, msgs, origin)
         links = [
             link for link in plan[2] if link is not origin and (okind is None or propagates(link.kind, okind))
         ]
@@ -614,3 +602,22 @@ class AccountRegistry:
 
     def __iter__(self) -> Iterator[Account]:
         return iter(self._accounts.values())
+
+
+def _deliver_run_locally(
+    subs: Sequence[Subscription],
+    route: str,
+    msgs: Sequence[tuple[str, str | None, bytes | None, bytes]],
+    origin: Receiver | Link | None,
+) -> bool:
+    """``publish_many``'s run to each local plain subscription in one call (not the publisher's
+    own without echo, not one whose deny filter refuses ``route``); whether the publisher's own
+    are skipped."""
+    skip_self = origin is not None and not origin.echo
+    for sub in subs:
+        if skip_self and sub.receiver is origin:
+            continue
+        if sub.deny_filter is not None and not sub.deny_filter(route):
+            continue
+        sub.receiver.deliver_many(sub, msgs)
+    return skip_self
