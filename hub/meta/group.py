@@ -469,7 +469,11 @@ class MetaGroup:
             return
         if key in self._prepared_at:  # not already dropped
             self._prepared_configs[key] = (config, cfg)
-        await self.js.prepare_stream(ajs, cfg, created)
+        try:
+            await self.js.prepare_stream(ajs, cfg, created)
+        except Exception as e:  # a task of the meta group's: a preparation only ever logs
+            why = describe_failure(e)
+            log.warning("stream %s/%s: preparing it ahead of its create failed: %s", *key, why)
 
     async def _drop_unused_preparations(self, applied: int) -> None:
         """Preparations whose entry this server has applied and brought its streams in line
