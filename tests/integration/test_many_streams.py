@@ -7,9 +7,7 @@ limit far below the number of streams neither fails a create nor locks new clien
 
 from __future__ import annotations
 
-import contextlib
 import os
-import resource
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,17 +19,6 @@ import pytest
 from tests.support.servers import RunningServer, start_leafjet
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-
-@contextlib.contextmanager
-def _nofile(soft: int) -> Iterator[None]:
-    """Children started inside inherit a soft RLIMIT_NOFILE of ``soft``."""
-    old = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, old[1]))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, old)
 
 
 def _proc(pid: int) -> tuple[int, int]:
@@ -61,8 +48,7 @@ async def _create_streams(url: str, names: list[str], timeout: float = 10) -> No
 
 @pytest.fixture
 def low_limit_agent(tmp_path: Path) -> Iterator[RunningServer]:
-    with _nofile(256):
-        srv = start_leafjet(tmp_path)
+    srv = start_leafjet(tmp_path, nofile_soft=256)
     try:
         yield srv
     finally:
@@ -184,8 +170,7 @@ async def test_a_config_write_cut_short_by_a_crash_leaves_no_file_behind(tmp_pat
 @pytest.mark.timeout(2400)
 async def test_ten_thousand_streams_under_a_soft_limit_of_1024_files(tmp_path: Path) -> None:
     """systemd's default soft limit; minutes (each create fsyncs a new file and its folder)."""
-    with _nofile(1024):
-        srv = start_leafjet(tmp_path)
+    srv = start_leafjet(tmp_path, nofile_soft=1024)
     try:
         names = [f"S{i}" for i in range(10_000)]
         with anyio.fail_after(1800):

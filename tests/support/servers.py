@@ -7,9 +7,11 @@ TOML for leafjet and as JSON (which the reference's config parser accepts) for n
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -162,7 +164,10 @@ def start_leafjet(
     timeout: float = 60.0,
     extra_args: tuple[str, ...] = (),
     role: str = "agent",
+    nofile_soft: int | None = None,
 ) -> RunningServer:
+    """Start a leafjet server in ``workdir``; ``nofile_soft`` lowers the child's soft
+    RLIMIT_NOFILE only (the test process may hold more descriptors than that)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = dict(config or {})
     args = [
@@ -185,7 +190,14 @@ def start_leafjet(
     log_path = workdir / "leafjet.log"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, cwd=REPO, env=env)
+        proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            cwd=REPO,
+            env=env,
+            preexec_fn=None if nofile_soft is None else functools.partial(_lower_nofile, nofile_soft),
+        )
     try:
         ready = wait_for_output(
             proc,
@@ -198,6 +210,11 @@ def start_leafjet(
         proc.kill()
         raise
     return RunningServer("leafjet", int(ready.group(1)), proc, workdir, log_path, config)
+
+
+def _lower_nofile(soft: int) -> None:
+    """Run in the child between fork and exec: only setrlimit, nothing that takes a lock."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
 def wait_for_output(
