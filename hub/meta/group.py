@@ -19,7 +19,9 @@ import functools
 import json
 import logging
 import re
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +51,19 @@ log = logging.getLogger("leafjet.meta")
 FOUNDING_POLL = 0.1
 FOUNDING_ASK = 2.0  # seconds a founding server waits for a peer to say whether it has a log
 REGISTER_RETRY = 1.0
+# A stream whose assignment (or removal) cannot be carried out here is tried again after 1, 2,
+# 4... seconds, at most this many apart; a new assignment of it is tried at once.
+LOCAL_RETRY_MAX = 30.0
 MAX_PREPARED = 16  # streams made ready ahead of their create at once (see _entries_appended)
+
+
+@dataclass
+class _Failing:
+    """A stream whose local effect (``what``: its assignment or its removal) failed here."""
+
+    what: tuple[Any, ...]
+    attempts: int
+    next_try: float  # time.monotonic()
 
 
 class MetaMachine:
@@ -128,6 +142,8 @@ class MetaGroup:
         self._prepared_at: dict[tuple[str, str], int] = {}
         # their configs as parsed then, for the create to use (dropped with the preparation)
         self._prepared_configs: dict[tuple[str, str], tuple[dict[str, Any], StreamConfig]] = {}
+        # streams whose local effect keeps failing: what failed, how often, when to try again
+        self._failing: dict[tuple[str, str], _Failing] = {}
 
     @property
     def state(self) -> MetaState:
@@ -386,19 +402,54 @@ class MetaGroup:
         keys = set(state.streams) | set(state.tombstones) if touched is None else touched
         retry: set[tuple[str, str]] = set()
         done: dict[tuple[str, str], int] = {}
+        now = time.monotonic()
         for key in keys:
             a = state.streams.get(key)
-            if a is not None:
-                if self.me in a.servers and not await self._apply_assignment(a):
-                    retry.add(key)
+            tomb = state.tombstones.get(key) if a is None else None
+            # what is to be done here, to tell a new assignment from the one that kept failing
+            what: tuple[Any, ...] | None = None
+            if a is not None and self.me in a.servers:
+                what = ("assign", a.created, a.config)
+            elif tomb is not None and tomb[0] == self.me:
+                what = ("remove", tomb[1])
+            failing = self._failing.get(key)
+            if failing is not None:
+                if failing.what != what:
+                    del self._failing[key]  # changed since: tried at once
+                elif now < failing.next_try:
+                    retry.add(key)  # not yet: looked at again on a later pass
+                    continue
+            if what is None:
                 continue
-            tomb = state.tombstones.get(key)
-            if tomb is not None and tomb[0] == self.me:
-                if await self._apply_tombstone(key):
+            if a is not None:
+                ok = await self._apply_assignment(a)
+            else:
+                ok = await self._apply_tombstone(key)
+                if ok and tomb is not None:
                     done[key] = tomb[1]
-                else:
-                    retry.add(key)
+            if ok:
+                self._recovered(key)
+            else:
+                self._failed(key, what)
+                retry.add(key)
         return retry, done
+
+    def _failed(self, key: tuple[str, str], what: tuple[Any, ...]) -> None:
+        """One more failed attempt at ``key``'s local effect: the next one later (1, 2, 4... s)."""
+        f = self._failing.get(key)
+        attempts = f.attempts + 1 if f is not None else 1
+        delay = min(LOCAL_RETRY_MAX, 2.0 ** (attempts - 1))
+        self._failing[key] = _Failing(what, attempts, time.monotonic() + delay)
+
+    def _recovered(self, key: tuple[str, str]) -> None:
+        f = self._failing.pop(key, None)
+        if f is not None:
+            log.info("stream %s/%s: in line with its assignment after %d failed attempt(s)", *key, f.attempts)
+
+    def _failures_so_far(self, key: tuple[str, str]) -> int:
+        """Failed attempts at ``key`` before this one (the log shows the 1st, 2nd, 4th...)."""
+        f = self._failing.get(key)
+        return f.attempts if f is not None else 0
 
     async def _apply_assignment(self, a: StreamAssignment) -> bool:
         """Create or update the stream placed here; False: to be tried again."""
@@ -418,7 +469,16 @@ class MetaGroup:
             elif local.config.to_json() != cfg.to_json():
                 await self.js.update_stream(ajs, local, cfg)
         except Exception as e:  # that stream's failure only
-            log.error("stream %s/%s: cannot apply its assignment: %s", a.account, a.name, describe_failure(e))
+            attempt = self._failures_so_far(a.key) + 1
+            if worth_logging(attempt):
+                log.error(
+                    "stream %s/%s: cannot apply its assignment (attempt %d; tried again after %.0f s): %s",
+                    a.account,
+                    a.name,
+                    attempt,
+                    min(LOCAL_RETRY_MAX, 2.0 ** (attempt - 1)),
+                    describe_failure(e),
+                )
             return False
         return True
 
@@ -502,13 +562,17 @@ class MetaGroup:
             try:  # held as damaged here (core/jetstream/damaged.py): its folder moves aside
                 await self.js.delete_damaged(ajs, damaged)
             except OSError as e:
-                log.error("stream %s/%s: cannot move the damaged stream aside: %s", account, name, e)
+                if worth_logging(self._failures_so_far(key) + 1):
+                    log.error("stream %s/%s: cannot move the damaged stream aside: %s", account, name, e)
                 return False
             return True
         try:
             await self.js.delete_stream(ajs, local)
         except Exception as e:
-            log.error("stream %s/%s: cannot delete: %s", account, name, describe_failure(e))
+            attempt = self._failures_so_far(key) + 1
+            if worth_logging(attempt):
+                why = describe_failure(e)
+                log.error("stream %s/%s: cannot delete (attempt %d): %s", account, name, attempt, why)
             return False
         log.info("stream %s/%s: deleted here (meta removal)", account, name)
         return True

@@ -4,6 +4,8 @@ delete through any server moves its data aside there, and the name can be create
 
 from __future__ import annotations
 
+import re
+
 import nats
 import pytest
 
@@ -46,6 +48,18 @@ async def test_a_damaged_stream_in_a_cluster_is_held_then_deleted_everywhere(tmp
             return r.get("error", {}).get("err_code") == 10194
 
         await until_true(offline, 60, what="the damaged stream reported from another server")
+
+        # its server tries the assignment again and again, but logs it at the 1st, 2nd, 4th...
+        # attempt only, each line with its count (the retries back off: 1, 2, 4 s...)
+        def attempts_logged() -> list[int]:
+            return [int(n) for n in re.findall(r"FAR: cannot apply its assignment \(attempt (\d+)", c.log(2))]
+
+        async def two_attempts() -> bool:
+            return len(attempts_logged()) >= 2
+
+        await until_true(two_attempts, 60, what="the failing assignment logged twice")
+        logged = attempts_logged()
+        assert logged == [2**k for k in range(len(logged))], logged
         r = await api_until(ncs[1], "$JS.API.STREAM.DELETE.FAR")
         assert r.get("success") is True, r
 
