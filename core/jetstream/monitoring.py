@@ -16,6 +16,7 @@ import anyio
 from core.errors import StoreError
 from core.jetstream.damaged import DamagedStream, is_set_aside
 from core.jetstream.models import stream_info_json
+from core.server.health import ACCOUNT, CONSUMER, STREAM, Health, HealthOptions, Problem
 
 if TYPE_CHECKING:
     from core.jetstream.consumer import Consumer
@@ -224,37 +225,92 @@ class JetStreamMonitor:
 
     # ------------------------------------------------------------------ /healthz
 
-    async def health_error(self) -> str | None:
-        """None when every stream on disk was recovered and its store answers a point read; else
-        the reference's wording for the first problem found."""
+    async def health(self, opts: HealthOptions, health: Health) -> None:
+        """The streams' part of ``/healthz`` (the reference's checks of a server without a
+        cluster): every stream folder on disk was recovered (one held as damaged, or not loaded,
+        "could not be recovered") and each loaded stream's store answers a point read; then,
+        for an ``account``/``stream``/``consumer`` asked about, that it exists here (404 if not).
+        Without ``details`` it stops at the first problem."""
+        first_only = not opts.details
+        account_found = stream_found = consumer_found = False
         for ajs in list(self.js.accounts.values()):
             acc = ajs.account.name
-            root = ajs.root
-            for damaged in sorted(ajs.damaged.values(), key=lambda d: d.name):
-                # the reference's words, and why (it says nothing more)
-                return f"JetStream stream '{acc} > {damaged.name}' could not be recovered: {damaged.reason}"
-            on_disk = (
-                sorted(
-                    d.name
-                    for d in root.iterdir()
-                    if not is_set_aside(d.name) and (d / "stream.json").is_file()
-                )
-                if root.is_dir()
-                else []
+            if opts.account:
+                if acc != opts.account:
+                    continue
+                account_found = ajs.root.is_dir()  # as the reference: its folder in the store
+            for name, problem in await self._stream_problems(ajs, opts.stream):
+                if opts.stream:
+                    stream_found = True
+                if problem is not None:
+                    health.fail(Problem(STREAM, problem, account=acc, stream=name))
+                    if first_only:
+                        return
+                    continue
+                stream = ajs.streams.get(name)
+                if opts.consumer and stream is not None:
+                    consumer_found = opts.consumer in stream.consumers
+                    why = stream.damaged_consumers.get(opts.consumer)
+                    if why is not None:  # held: its records could not be read (engine.py)
+                        what = f"'{acc} > {name} > {opts.consumer}'"
+                        error = f"JetStream consumer {what} could not be recovered: {why}"
+                        consumer_found = True
+                        health.fail(Problem(CONSUMER, error, acc, name, opts.consumer))
+                        if first_only:
+                            return
+        if opts.account and not account_found:
+            health.only(Problem(ACCOUNT, f'JetStream account "{opts.account}" not found', opts.account), 404)
+        elif opts.stream and not stream_found:
+            error = f'JetStream stream "{opts.stream}" not found on account "{opts.account}"'
+            health.only(Problem(STREAM, error, opts.account, opts.stream), 404)
+        elif opts.consumer and not consumer_found:
+            error = (
+                f'JetStream consumer "{opts.consumer}" not found for stream "{opts.stream}" '
+                f'on account "{opts.account}"'
             )
-            for name in on_disk:
-                if name not in ajs.streams:
-                    return f"JetStream stream '{acc} > {name}' could not be recovered"
-            for s in list(ajs.streams.values()):
-                if getattr(s.store, "resting", False):
-                    continue  # closed while idle (the open-files cap): probing would reopen it
-                try:
-                    with anyio.fail_after(_PROBE_TIMEOUT):
-                        await s.store.meta_get("healthz-probe")
-                except (StoreError, OSError, TimeoutError) as e:
-                    reason = "store read timed out" if isinstance(e, TimeoutError) else str(e)
-                    return f"JetStream stream '{acc} > {s.name}' is not current: {reason}"
+            health.only(Problem(CONSUMER, error, opts.account, opts.stream, opts.consumer), 404)
+
+    async def _stream_problems(self, ajs: AccountJetStream, only: str) -> list[tuple[str, str | None]]:
+        """(name, the reference's wording of its problem or None) for each stream of ``ajs`` on
+        disk or running (``only``: that one alone), in name order."""
+        acc = ajs.account.name
+        root = ajs.root
+        on_disk = (
+            {d.name for d in root.iterdir() if not is_set_aside(d.name) and (d / "stream.json").is_file()}
+            if root.is_dir()
+            else set()
+        )
+        names = sorted(on_disk | set(ajs.streams) | set(ajs.damaged))
+        out: list[tuple[str, str | None]] = []
+        for name in names:
+            if only and name != only:
+                continue
+            damaged = ajs.damaged.get(name)
+            if damaged is not None:  # the reference's words, and why (it says nothing more)
+                out.append(
+                    (name, f"JetStream stream '{acc} > {name}' could not be recovered: {damaged.reason}")
+                )
+                continue
+            s = ajs.streams.get(name)
+            if s is None:
+                out.append((name, f"JetStream stream '{acc} > {name}' could not be recovered"))
+                continue
+            out.append((name, await _probe(acc, s)))
+        return out
+
+
+async def _probe(acc: str, s: Stream) -> str | None:
+    """None when the stream's store answers a point read in time (one closed while idle, under
+    the open-files cap, is not reopened for it)."""
+    if getattr(s.store, "resting", False):
         return None
+    try:
+        with anyio.fail_after(_PROBE_TIMEOUT):
+            await s.store.meta_get("healthz-probe")
+    except (StoreError, OSError, TimeoutError) as e:
+        reason = "store read timed out" if isinstance(e, TimeoutError) else str(e)
+        return f"JetStream stream '{acc} > {s.name}' is not current: {reason}"
+    return None
 
 
 def _damaged_detail(damaged: DamagedStream, opts: JszOptions) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from anyio.abc import SocketAttribute
 from core.jetstream.gotime import format_go_time
 from core.server import metrics
 from core.server.connection import ClientConnection, State
+from core.server.health import BAD_REQUEST, JETSTREAM, Health, HealthOptions, Problem
 from core.server.http import HttpServer, Request, Response, text
 
 if TYPE_CHECKING:
@@ -453,18 +454,47 @@ class Monitor:
         return _json(body)
 
     async def healthz(self, req: Request) -> Response:
-        """The reference's probe: 200 ``{"status":"ok"}``, or 503 ``{"status":"unavailable",
-        "error":...}`` while JetStream is recovering or a stream's store cannot be read.
-        ``js-enabled-only`` checks only that JetStream is up; ``js-server-only`` skips JetStream."""
+        """The reference's probe (core/server/health.py has the answer's shape): 200 ``{"status":
+        "ok"}``, or 503 naming the problem: JetStream not running yet, in a hub cluster no meta
+        leader known or this server behind it, a stream on disk that is not running, a store
+        that cannot answer. ``js-server-only`` skips JetStream; ``js-enabled-only`` checks only
+        that it runs; ``js-meta-only`` stops after the meta group; ``account``, ``stream`` and
+        ``consumer`` check that one (404 when it is not here); ``details=true`` lists every
+        problem."""
         q = req.query
-        js_enabled_only = _flag(q, "js-enabled-only") or _flag(q, "js-enabled")
-        if _flag(q, "js-server-only") or self.js is None:
-            return _health(None)
+        opts = HealthOptions(
+            details=_flag(q, "details"),
+            js_enabled_only=_flag(q, "js-enabled-only") or _flag(q, "js-enabled"),
+            js_server_only=_flag(q, "js-server-only"),
+            js_meta_only=_flag(q, "js-meta-only"),
+            account=q.get("account", ""),
+            stream=q.get("stream", ""),
+            consumer=q.get("consumer", ""),
+        )
+        health = Health()
+        refused = opts.bad_request()
+        if refused is not None:
+            health.fail(Problem(BAD_REQUEST, refused), status=400, word="error")
+        elif not opts.js_server_only and self.js is not None:
+            await self._jetstream_health(opts, health)
+        status, body = health.render(opts.details)
+        return Response(status, body)
+
+    async def _jetstream_health(self, opts: HealthOptions, health: Health) -> None:
+        assert self.js is not None
         if not self.js.ready:
-            return _health("JetStream not enabled (10076)")
-        if js_enabled_only:
-            return _health(None)
-        return _health(await self.js.health_error())
+            health.fail(Problem(JETSTREAM, "JetStream not enabled (10076)"))
+            return
+        if opts.js_enabled_only:
+            return
+        meta = self.server.meta_health
+        problem = meta() if meta is not None else None
+        if problem is not None:
+            health.fail(Problem(JETSTREAM, problem))
+            return
+        if opts.js_meta_only:
+            return
+        await self.js.health(opts, health)
 
     async def metrics(self, _req: Request) -> Response:
         snapshot = await metrics.take_snapshot(self)
@@ -485,13 +515,6 @@ def _sub_detail(c: ClientConnection, s: Subscription, with_account: bool) -> dic
 def _num(x: float) -> float | int:
     """A whole number of seconds as an integer, as the reference's JSON shows it."""
     return int(x) if float(x).is_integer() else x
-
-
-def _health(error: str | None) -> Response:
-    if error is None:
-        return Response(200, b'{"status":"ok"}')
-    body = json.dumps({"status": "unavailable", "error": error}, separators=(",", ":"))
-    return Response(503, body.encode())
 
 
 def _matches(subject: str, test: str) -> bool:

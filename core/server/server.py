@@ -101,6 +101,9 @@ class Server:
         self.routez_source: Callable[[], dict[str, Any]] | None = None
         # /raftz's body (the RAFT groups: leader, term, peers); set by the meta group (hub/meta/)
         self.raftz_source: Callable[[], dict[str, Any]] | None = None
+        # a hub's meta group: why this server's JetStream is not healthy in the cluster (no
+        # leader known, behind it...), or None (/healthz; core/server/health.py)
+        self.meta_health: Callable[[], str | None] | None = None
 
     # ------------------------------------------------------------------ run
 

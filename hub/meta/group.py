@@ -173,6 +173,20 @@ class MetaGroup:
         d = self.driver
         return self.ready and d.leader != NONE and d.applied >= d.committed
 
+    def health_problem(self) -> str | None:
+        """Why this server's JetStream is not healthy as a member of the cluster (/healthz, in
+        the reference's words), or None."""
+        d = self.driver
+        if not self.ready or self.node not in d.voters:
+            return "JetStream meta layer is not running"  # not open yet, or takes no part
+        if d.recovering:
+            return "JetStream is still recovering meta layer"
+        if d.leader == NONE:
+            return "JetStream has not established contact with a meta leader"
+        if d.applied < d.committed:
+            return "JetStream is not current with the meta leader"
+        return None
+
     def describe(self) -> dict[str, Any]:
         """/raftz: the meta group as this server sees it."""
         d = self.driver
@@ -224,6 +238,7 @@ class MetaGroup:
         bus.on_rpc = self.api.on_rpc
         bus.start()
         self.server.raftz_source = self.describe
+        self.server.meta_health = self.health_problem
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(bus.serve, tg)

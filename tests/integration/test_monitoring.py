@@ -369,3 +369,35 @@ async def test_http_port_flag_and_env_and_off_by_default(tmp_path: Path, monkeyp
         assert get_json(host_port, "/varz")["http_host"] == "127.0.0.1"
     finally:
         srv.stop()
+
+
+HEALTHZ_QUERIES = (
+    "",
+    "?details=true",
+    "?js-meta-only=true",
+    "?account=$G",
+    "?account=$G&stream=S",
+    "?account=$G&stream=S&consumer=D&details=true",
+    "?account=$G&stream=NOPE",
+    "?account=$G&stream=NOPE&details=true",
+    "?account=$G&stream=S&consumer=NOPE",
+    "?account=NOPE",
+    "?account=NOPE&details=true",
+    "?stream=S",
+    "?stream=S&details=true",
+    "?account=$G&consumer=D",
+)
+
+
+async def test_healthz_options_answer_as_the_reference(both):
+    """Status and body of /healthz for each option the reference takes: details, the
+    account/stream/consumer checks (404 when absent, 400 when asked without their parent)."""
+    answers = {}
+    for kind, port in both.items():
+        answers[kind] = [(q, *get(port, "/healthz" + q)[:2]) for q in HEALTHZ_QUERIES]
+    differ = [
+        (q, ours[1:], ref[1:])
+        for q, ours, ref in zip(HEALTHZ_QUERIES, answers["leafjet"], answers["reference"], strict=True)
+        if (ours[1], json.loads(ours[2])) != (ref[1], json.loads(ref[2]))
+    ]
+    assert not differ, differ

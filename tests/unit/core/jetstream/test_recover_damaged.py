@@ -15,6 +15,7 @@ from core.jetstream import damaged as damaged_mod
 from core.jetstream.engine import JetStream
 from core.jetstream.models import StreamConfig
 from core.jetstream.stream import Stream
+from core.server.health import Health, HealthOptions
 from core.server.server import Server
 from core.store.sqlite import SqliteStore
 
@@ -63,14 +64,13 @@ async def test_a_stream_whose_start_fails_is_held_and_leaves_nothing_running(
             # its store was closed: the file can be opened again in this process
             store = await SqliteStore.open(ajs.root / "S" / "msgs.db")
             await store.close()
-            health = await js.server.jetstream_monitor.health_error()  # type: ignore[union-attr]
-            assert health is not None and health.startswith(
-                "JetStream stream '$G > S' could not be recovered"
-            )
+            health = await _health(js)
+            assert [(p.type, p.stream) for p in health.problems] == [("STREAM", "S")], health
+            assert health.problems[0].error.startswith("JetStream stream '$G > S' could not be recovered")
             aside = await js.delete_damaged(ajs, held)
             assert aside.name.startswith("S.damaged-") and (aside / "msgs.db").is_file()
             assert "S" not in ajs.damaged
-            assert await js.server.jetstream_monitor.health_error() is None  # type: ignore[union-attr]
+            assert (await _health(js)).problems == []
         finally:
             tg.cancel_scope.cancel()
 
@@ -85,3 +85,12 @@ def test_moving_aside_twice_in_a_second_keeps_both(tmp_path: Path) -> None:
     assert a != b and a.is_dir() and b.is_dir() and not first.exists()
     assert all(damaged_mod.is_set_aside(p.name) for p in (a, b))
     assert not damaged_mod.is_set_aside("S")
+
+
+async def _health(js: JetStream) -> Health:
+    """What /healthz?details=true finds in the streams."""
+    health = Health()
+    monitor = js.server.jetstream_monitor
+    assert monitor is not None
+    await monitor.health(HealthOptions(details=True), health)
+    return health
