@@ -100,6 +100,10 @@ OFFLOAD_DECODE_BYTES = 256 << 10
 # most this many messages of at most this many payload bytes: a live commit's few, never a catch-up's.
 TAIL_MAX_ROWS = 64
 TAIL_MAX_BYTES = 256 << 10
+# What the tails of all the stores of this process may hold together: past it a commit keeps no
+# tail (its live reader queries, as before tails existed), so ten thousand streams that each
+# last committed a large batch cannot hold 256 KiB apiece.
+TAIL_BUDGET_BYTES = 16 << 20
 # A range read by sequence runs on the loop's thread (see _point_fetch) when its rows are
 # expected to hold at most this much: the rows it can find (its limit, or fewer when the range
 # ends near the last sequence) x the stream's mean stored message size.
@@ -211,10 +215,32 @@ class _Tail:
     ``after`` is the last sequence before the transaction: every message with a sequence in
     ``(after, pub.last_seq]`` is one of ``rows`` (an appending transaction only adds above it)."""
 
-    __slots__ = ("after", "pub", "rows")
+    __slots__ = ("after", "nbytes", "pub", "rows")
 
-    def __init__(self, pub: _Counters, after: int, rows: list[tuple[Any, ...]]):
-        self.pub, self.after, self.rows = pub, after, rows
+    def __init__(self, pub: _Counters, after: int, rows: list[tuple[Any, ...]], nbytes: int):
+        self.pub, self.after, self.rows, self.nbytes = pub, after, rows, nbytes
+
+
+class _TailBudget:
+    """The bytes every store's ``_Tail`` holds, against TAIL_BUDGET_BYTES (writer threads)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def swap(self, old: int, new: int) -> bool:
+        """Release ``old`` bytes and take ``new``; False (only ``old`` released) when ``new``
+        does not fit."""
+        with self._lock:
+            self.held -= old
+            if self.held + new > self.limit:
+                return False
+            self.held += new
+            return True
+
+
+TAILS = _TailBudget(TAIL_BUDGET_BYTES)
 
 
 def _tail_columns(
@@ -1446,6 +1472,7 @@ class SqliteStore:
         with self._wlock:
             self._shut = True
         self._w_close_conns()
+        self._w_drop_tail()
         self._w_exit()
 
     def _writer_failed(self, e: BaseException) -> StoreError:
@@ -1773,6 +1800,21 @@ class SqliteStore:
             return None
         return appended
 
+    def _w_new_tail(self, rows: list[tuple[Any, ...]] | None, after: int) -> _Tail | None:
+        """With ``_lock`` held: the tail replacing the current one, if the process's budget
+        holds it (the current one's bytes are released either way)."""
+        old = self._tail.nbytes if self._tail is not None else 0
+        nbytes = sum(len(r[3]) + len(r[2] or b"") for r in rows) if rows else 0
+        if not TAILS.swap(old, nbytes) or not rows:
+            return None
+        return _Tail(self._pub, after, rows, nbytes)
+
+    def _w_drop_tail(self) -> None:
+        with self._lock:
+            if self._tail is not None:
+                TAILS.swap(self._tail.nbytes, 0)
+                self._tail = None
+
     def _w_publish(self, tail_rows: list[tuple[Any, ...]] | None = None, after: int = 0) -> None:
         changed = False
         with self._lock:
@@ -1797,7 +1839,7 @@ class SqliteStore:
             if changed:
                 self._subj_ver += 1
             self._pub = self._w.copy()
-            self._tail = _Tail(self._pub, after, tail_rows) if tail_rows else None
+            self._tail = self._w_new_tail(tail_rows, after)
         self._delta = {}
 
     def _w_fail(self, reqs: list[_Req], e: Exception) -> list[tuple[_Req, Any, BaseException | None]]:

@@ -118,3 +118,27 @@ async def test_a_large_commit_is_not_kept(store: SqliteStore, monkeypatch: pytes
     """A catch-up's batch is read by SQLite as before: the store keeps only a live commit's few rows."""
     await store.apply([Append("a", None, b"x", T0 + i) for i in range(100)])
     assert await same_as_range(store, 1, 100, 1000, QueryCounter(store, monkeypatch))
+
+
+async def test_the_tails_of_all_stores_share_one_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the process's budget a commit keeps no tail (its live read queries, and is still
+    right); a store's close gives its tail's bytes back."""
+    from core.store import sqlite
+
+    monkeypatch.setattr(sqlite.TAILS, "limit", sqlite.TAILS.held + 1500)
+    a = await SqliteStore.open(tmp_path / "a.db", wall_clock=FakeClock())
+    b = await SqliteStore.open(tmp_path / "b.db", wall_clock=FakeClock())
+    try:
+        qa, qb = QueryCounter(a, monkeypatch), QueryCounter(b, monkeypatch)
+        await a.apply([Append("a.1", None, b"x" * 1000, T0)])
+        assert not await same_as_range(a, 1, 1, 10, qa)  # a's tail fits
+        await b.apply([Append("b.1", None, b"y" * 1000, T0)])
+        assert await same_as_range(b, 1, 1, 10, qb)  # b's would not: queried
+        await a.close()
+        await b.apply([Append("b.2", None, b"z" * 1000, T0 + 1)])
+        assert not await same_as_range(b, 2, 2, 10, qb)  # a's bytes were given back
+    finally:
+        await b.close()
+        await a.close()  # idempotent
