@@ -30,7 +30,7 @@ from core.jetstream.models import StreamConfig, api_response, check_subject_over
 from core.lograte import worth_logging
 from core.server.internal import InboundMsg
 from hub.meta.bus import Unreachable
-from hub.meta.peers import node_id
+from hub.meta.peers import node_id, peer_hex
 from hub.meta.placement import NoPeers, place
 from hub.meta.state import StreamAssignment, encode_op
 from hub.raft.node import ProposalError
@@ -391,6 +391,8 @@ class MetaApi:
             return {}
         if kind == "remove_server":
             return await self._remove_server(body)
+        if kind == "join":
+            return await self._join(str(body["name"]))
         if kind == "forget_tombstone":
             account, name, created = str(body["account"]), str(body["name"]), int(body["created"])
             if state.tombstones.get((account, name), ("", 0))[1] != created:
@@ -479,6 +481,26 @@ class MetaApi:
             self._parsed = {k: v for k, v in self._parsed.items() if live.get(k) is v[0]}
         self._parsed[a.key] = (a, cfg)
 
+    async def _join(self, name: str) -> dict[str, Any]:
+        """Add the server ``name`` to the group as a voter (it has no log: new, or wiped and
+        renamed). One server at a time (RAFT's single-server change), and only while every
+        current voter is online: the new member counts towards the quorum at once, so a group
+        missing one of its voters could stall on a member still catching up."""
+        group, driver = self.group, self.group.driver
+        if not name:
+            raise api_error("JSBadRequestErr")
+        node = node_id(name)
+        if node in driver.voters:
+            return {"index": driver.applied}
+        peers_online = {e.peer for n, e in group.state.servers.items() if n in group.online()}
+        offline = [v for v in driver.voters if v != group.node and peer_hex(v) not in peers_online]
+        if offline:
+            raise api_error("JSClusterNotAvailErr")
+        index, _term = await driver.propose_conf_change(ConfChange(ConfChangeKind.ADD, node))
+        await driver.wait_applied(index)
+        log.info("meta group: %s added as a voter (%d voters)", name, len(driver.voters))
+        return {"index": index}
+
     async def _remove_server(self, body: dict[str, Any]) -> dict[str, Any]:
         group, state = self.group, self.group.state
         peer = body.get("peer_id") or ""
@@ -504,6 +526,11 @@ class MetaApi:
         if method == "FWD":
             await self._on_forward(body, msg)
             return None
+        if method == "JOIN":  # a new server asks to be added (through whichever server it reached)
+            try:
+                return await self.ask_leader({"kind": "join", "name": str(body.get("name") or "")})
+            except ApiError as e:
+                return {"error": e.to_json()}
         if method == "LOG":  # a founding server asks whether the group already exists
             return self.group.log_facts()
         if method == "SI":

@@ -50,6 +50,7 @@ log = logging.getLogger("leafjet.meta")
 
 FOUNDING_POLL = 0.1
 FOUNDING_ASK = 2.0  # seconds a founding server waits for a peer to say whether it has a log
+JOIN_ASK = 15.0  # seconds a new server waits for the group to add it (a committed conf change)
 REGISTER_RETRY = 1.0
 # A stream whose assignment (or removal) cannot be carried out here is tried again after 1, 2,
 # 4... seconds, at most this many apart; a new assignment of it is tried at once.
@@ -291,17 +292,41 @@ class MetaGroup:
                         "with no vote until the leader has caught it up"
                     )
                     return sorted(int(v, 16) for v in voters), True
+                # a new server (or one wiped and renamed): the leader adds it to the group, one
+                # server at a time, then the next pass finds it among the voters and it joins
+                # as a recovering member
+                why = await self._ask_to_join(names, len(voters))
+                if why is None:
+                    continue
                 refused += 1
                 if worth_logging(refused):
-                    log.error(
-                        "meta group: server_name %s (peer %s) is not a member of the meta group its "
-                        "peers run (%d members): a renamed or new server cannot join it yet; this "
-                        "server takes no part in the meta group (the API answers 10008)",
+                    log.warning(
+                        "meta group: server_name %s (peer %s) is not yet a member of the meta group "
+                        "its peers run (%d members); asked to be added: %s (asking again; meanwhile "
+                        "the API answers 10008)",
                         self.me,
                         self.peer,
                         len(voters),
+                        why,
                     )
             await anyio.sleep(FOUNDING_POLL if refused == 0 else REGISTER_RETRY)
+
+    async def _ask_to_join(self, names: set[str], members: int) -> str | None:
+        """Ask the group, through the first peer that answers, to add this server as a voter
+        (``MetaApi.join`` on the leader); None once it has, else why not."""
+        assert self.bus is not None
+        why = "no peer answered"
+        for name in sorted(names - {self.me}):
+            try:
+                answer = await self.bus.request(peer_hex(node_id(name)), "JOIN", {"name": self.me}, JOIN_ASK)
+            except (Unreachable, TimeoutError):
+                continue
+            if isinstance(answer, dict) and "error" not in answer:
+                log.info("meta group: added to the group of %d members; catching up", members)
+                return None
+            err = answer.get("error") if isinstance(answer, dict) else None
+            why = str(err.get("description")) if isinstance(err, dict) else f"{answer!r:.200}"
+        return why
 
     async def _peer_logs(self, names: set[str]) -> dict[str, dict[str, Any]] | None:
         """What every other member says of its meta log (``log_facts``); None while one of them
