@@ -287,19 +287,14 @@ class Account:
             for subject, reply, hdrs, payload in msgs
         ]
         for link in links:
-            forward_many = getattr(link, "forward_many", None)
-            if forward_many is not None:
-                forward_many(route, frames)
-            else:
-                for reply, headers, payload in frames:
-                    link.forward(route, reply, headers, payload, ())
+            link.forward_many(route, frames)
 
     def publish_run(
         self, subject: str, payloads: Sequence[bytes], origin: Receiver | Link | None = None
     ) -> None:
         """``publish(subject, None, None, p, origin)`` for each of ``payloads``, in order, routed
         once: one match, and each receiver and link gets the whole run in one call
-        (``deliver_run``/``forward_run`` where it has them), so a publisher's stream of one
+        (``deliver_run`` where it has it, ``forward_run``), so a publisher's stream of one
         subject costs one routing per read, not one per message.
 
         A queue group picks a member per message, and a subscription with a message limit must
@@ -347,12 +342,7 @@ class Account:
                 msgs = [(subject, None, None, p) for p in payloads]
             sub.receiver.deliver_many(sub, msgs)
         for link in targets:
-            forward_run = getattr(link, "forward_run", None)
-            if forward_run is not None:
-                forward_run(subject, payloads)
-            else:
-                for payload in payloads:
-                    link.forward(subject, None, None, payload, ())
+            link.forward_run(subject, payloads)
 
     def _publish_each(self, subject: str, payloads: Sequence[bytes], origin: Receiver | Link | None) -> None:
         for payload in payloads:

@@ -261,6 +261,16 @@ class Link(Protocol):
         (empty: its plain subscribers only)."""
         ...
 
+    def forward_many(self, subject: str, msgs: Sequence[tuple[str | None, bytes | None, bytes]]) -> None:
+        """``forward(subject, reply, headers, payload, ())`` for each of ``msgs``, in order (a
+        consumer's run of deliveries); a link may send them as one buffer."""
+        ...
+
+    def forward_run(self, subject: str, payloads: Sequence[bytes]) -> None:
+        """``forward(subject, None, None, p, ())`` for each of ``payloads``, in order (a
+        publisher's run of one subject); a link may send them as one buffer."""
+        ...
+
     # A link is the ``receiver`` of the Subscriptions that hold its interest, so it is a
     # ``core.server.accounts.Receiver`` too. The account never calls these two on a link (it
     # routes link subscriptions through ``forward``); ``LinkDelivery`` implements them as a
@@ -275,7 +285,8 @@ class Link(Protocol):
 
 
 class LinkDelivery:
-    """Mixin for a link class: ``deliver``/``deliver_many`` as ``forward`` with no queue list.
+    """Mixin for a link class: ``deliver``/``deliver_many`` as ``forward`` with no queue list,
+    and ``forward_many``/``forward_run`` as one ``forward`` per message.
 
     ``Account`` never calls them on a link; they make a link a complete ``Receiver``, so code
     that holds a link subscription and delivers to it directly still sends a correct frame."""
@@ -294,6 +305,15 @@ class LinkDelivery:
     ) -> None:
         for subject, reply, headers, payload in msgs:
             self.forward(subject, reply, headers, payload, ())
+
+    # a link that can send a run as one buffer overrides these two
+    def forward_many(self, subject: str, msgs: Sequence[tuple[str | None, bytes | None, bytes]]) -> None:
+        for reply, headers, payload in msgs:
+            self.forward(subject, reply, headers, payload, ())
+
+    def forward_run(self, subject: str, payloads: Sequence[bytes]) -> None:
+        for payload in payloads:
+            self.forward(subject, None, None, payload, ())
 
 
 # ---------------------------------------------------------------------------------------------

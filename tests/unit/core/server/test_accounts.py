@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.server.accounts import Account, Subscription
+from core.server.interest import LinkDelivery
 
 
 class Recorder:
@@ -67,8 +68,9 @@ def test_publish_many_stops_a_subscription_at_its_max_msgs():
     assert [m[4] for m in many if m[0] == "1"] == [b"0", b"1"]
 
 
-class _Link:
-    """The least a link needs to be: it records what it is told."""
+class _Link(LinkDelivery):
+    """The least a link needs to be: it records what it is told (runs as one ``forward`` per
+    message, ``LinkDelivery``'s default, unless a subclass sends them as one)."""
 
     echo = True
 
