@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from core import trace
 from core.api_errors import ApiError, api_error
 from core.config import JetStreamConfig
 from core.errors import StartupError, StoreError, StoreKeyError
@@ -613,6 +614,7 @@ class JetStream:
         # made ready while the meta group committed this create (prepared.py): only the config
         # file's rename is left
         prepared = await self.prepared.take((ajs.account.name, cfg.name), cfg, created)
+        trace.point("create.prepared_taken", cfg.name)
         if prepared is None:  # a preparation made the folder
             d.mkdir(parents=True, exist_ok=True)
         # built empty by this create (no file was there): nothing to read back from it
@@ -624,6 +626,7 @@ class JetStream:
             assert prepared.staged is not None
             try:
                 await run_job(POOL.submit, functools.partial(commit_staged, prepared.staged, config_file))
+                trace.point("create.config_committed", cfg.name)
                 written.append(None)
             except OSError as e:  # raised below, where the store is abandoned
                 written.append(e)
@@ -665,6 +668,7 @@ class JetStream:
             if cfg.storage != "memory" and not early:
                 await _write_atomic(config_file, config_body)
             stream = await self._start_stream(ajs, cfg, store, created, fresh=fresh)
+            trace.point("create.started", cfg.name)
         except BaseException as e:
             # The stream was never announced: nothing of it may stay behind (its store's
             # connections, its task, its folder, which a restart would recover).

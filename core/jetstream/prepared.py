@@ -39,6 +39,7 @@ from typing import Any
 
 import anyio
 
+from core import trace
 from core.errors import StoreError
 from core.fsync import fsync_dir
 from core.jetstream.models import StreamConfig
@@ -111,7 +112,9 @@ class PreparedStreams:
                     p.staged = await run_job(POOL.submit, staging)
 
                 tg.start_soon(stage)
+                trace.point("prepare.open_store", cfg.name)
                 p.store = await self._open_store(cfg, d)
+                trace.point("prepare.store_open", cfg.name)
         except (OSError, StoreError) as e:
             log.info("stream %s: preparing it ahead of its create failed: %s", cfg.name, e)
         finally:

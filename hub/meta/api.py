@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from core import trace
 from core.api_errors import API_ERRORS, ApiError, api_error
 from core.jetstream import api
 from core.jetstream.models import StreamConfig, api_response, check_subject_overlap, decode_request
@@ -154,11 +155,15 @@ class MetaApi:
         self, kind: str, ajs: AccountJetStream, name: str, msg: InboundMsg
     ) -> None:
         self._need_leader()
+        trace.point("api.change", name)
         body = {"kind": kind, "account": ajs.account.name, "name": name, "data": _b64(msg.payload)}
         answer = await self.ask_leader(body)
         index = int(answer["index"])
+        trace.point("api.leader_answered", name)
         await self._caught_up(index)
+        trace.point("api.caught_up", name)
         await self._forward(str(answer["server"]), ajs, msg, index)
+        trace.point("api.forwarded", name)
 
     async def _caught_up(self, index: int) -> None:
         """Until this server has applied ``index`` too (bounded): a client that hears of its
@@ -292,9 +297,11 @@ class MetaApi:
     async def _answer_here(self, ajs: AccountJetStream, msg: InboundMsg, index: int) -> None:
         with anyio.move_on_after(FORWARD_WAIT):
             await self.group.wait_reconciled(index)
+        trace.point("api.reconciled", msg.subject)
         path = _api_path(msg.subject, self.js.domain)
         with contextlib.suppress(ApiError):  # answered with the error, and counted
             await api.dispatch(self.js, ajs, path, msg, forwarded=True)
+        trace.point("api.answered", msg.subject)
 
     async def _infos_from(self, server: str, account: str, names: list[str]) -> dict[str, dict[str, Any]]:
         group = self.group
@@ -348,9 +355,13 @@ class MetaApi:
     async def lead(self, body: dict[str, Any]) -> dict[str, Any]:
         """The leader's side of a change: decide, propose, wait until applied here."""
         try:
+            trace.point("leader.request", body.get("name"))
             with anyio.fail_after(LEADER_TIMEOUT):
                 async with self._op_lock:
-                    return await self._decide(body)
+                    try:
+                        return await self._decide(body)
+                    finally:
+                        trace.point("leader.decided", body.get("name"))
         except ApiError as e:
             return {"error": e.to_json()}
         except (ProposalError, TimeoutError):
@@ -369,6 +380,7 @@ class MetaApi:
 
     async def _commit(self, data: bytes) -> int:
         driver = self.group.driver
+        trace.point("leader.propose")
         index, term = await driver.propose([data])
         if await driver.wait_applied(index) != term:
             raise api_error("JSClusterNotAvailErr")  # another leader's entry took its place
@@ -539,6 +551,7 @@ class MetaApi:
         return {"error": api_error("JSBadRequestErr").to_json()}
 
     async def _on_forward(self, body: dict[str, Any], via: InboundMsg) -> None:
+        trace.point("api.forward_in", body.get("subject"))
         ajs = self.js.accounts.get(str(body.get("account")))
         if ajs is None:
             return

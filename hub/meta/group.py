@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
+from core import trace
 from core.jetstream.models import StreamConfig
 from core.lograte import worth_logging
 from core.server.failures import describe_failure
@@ -420,6 +421,7 @@ class MetaGroup:
             self._dirty = anyio.Event()
             index = self.driver.applied
             retry, done = await self._reconcile(self.machine.take_touched())
+            trace.point("meta.reconciled", index)
             self.reconciled = index
             self._reconciled_event.set()
             self._reconciled_event = anyio.Event()
@@ -503,7 +505,9 @@ class MetaGroup:
                 return True  # the leader wrote a.config from a parsed config: already in line
             cfg = self._parsed_config(a.key, a.config)
             if local is None:
+                trace.point("meta.create", a.name)
                 await self.js.create_stream(ajs, cfg, created=a.created)
+                trace.point("meta.created", a.name)
                 # debug, as the reference: a busy cluster creates streams all the time
                 log.debug("stream %s/%s: created here (meta assignment)", a.account, a.name)
             elif local.config.to_json() != cfg.to_json():
@@ -570,7 +574,9 @@ class MetaGroup:
         if key in self._prepared_at:  # not already dropped
             self._prepared_configs[key] = (config, cfg)
         try:
+            trace.point("meta.prepare", key[1])
             await self.js.prepare_stream(ajs, cfg, created)
+            trace.point("meta.prepared", key[1])
         except Exception as e:  # a task of the meta group's: a preparation only ever logs
             why = describe_failure(e)
             log.warning("stream %s/%s: preparing it ahead of its create failed: %s", *key, why)

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import TaskStatus
 
+from core import trace
 from core.lograte import worth_logging
 from core.threads import SerialThread
 from hub.raft.log_store import CorruptLog, Loaded, LogStore
@@ -225,6 +226,8 @@ class RaftDriver:
 
     def step(self, m: Message) -> None:
         """A message from a peer (the transport calls this; never blocks)."""
+        if trace.ENABLED:
+            trace.point("raft.received", f"{m.type.name} from {m.src:x}")
         try:
             self._send_events.send_nowait(m)
         except anyio.WouldBlock:
@@ -388,9 +391,12 @@ class RaftDriver:
         self._propose_queued()
         while (rd := node.ready()) is not None:
             before = (self.leader, self.role)
+            if trace.ENABLED:
+                trace.point("raft.ready", f"{len(rd.entries)} new, {len(rd.committed)} committed")
             self._send_all(rd.early_messages)  # the leader's appends: the followers write meanwhile
             if rd.must_sync:
                 await self._disk.run(functools.partial(self._persist, rd))
+                trace.point("raft.persisted")
             self._send_all(rd.messages)
             if rd.entries and self.on_appended is not None:  # durable now, acknowledged first
                 self._tell_appended(rd.entries)
@@ -402,6 +408,7 @@ class RaftDriver:
                 else await anyio.to_thread.run_sync(self._read_snapshot, rd.snapshot)
             )
             self._apply(rd, state)
+            trace.point("raft.applied", self.applied)
             node.advance(rd)
             if self.store.recovering and not node.recovering:
                 await anyio.to_thread.run_sync(self.store.mark_recovering, False)

@@ -1,0 +1,149 @@
+"""Where a hub cluster's stream create spends its time: a timeline of the trace points.
+
+    python -m bench.create_trace [--creates 40] [--via follower|leader]
+
+Three leafjet hubs run with ``LEAFJET_TRACE=1`` (core/trace.py: each server logs named points
+with CLOCK_MONOTONIC, one clock for the machine); ``--creates`` sequential R1 creates are sent
+to a server that is not the meta leader (or to the leader), each placed by tag on the third
+server, so that each server keeps one role: ``A`` the server the client asked, ``L`` the meta
+leader (``AL`` when asked directly), ``P`` the server the stream is placed on. For every create
+the points of the three servers between the request's send and its answer are put on one
+timeline; a point seen more than once in one create is numbered (``raft.received#2``).
+Printed: each point's median time from the send, its median gap from the point before it, and
+the median CPU its server's thread spent since that server's previous point (a gap with little
+CPU was a wait: a hop, a disk, the loop busy with another task).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import nats
+
+from bench.cluster_meta import _agreed_leader
+from bench.create_cpu import _creates as _placed_creates
+from tests.support.cluster import Cluster
+from tests.support.jscluster import start_js_cluster
+from tests.support.servers import wait_until
+
+LINE = re.compile(r"^TRACE (\d+) (\d+) (\S+) ?(.*)$")
+
+
+def _points(log: str) -> list[tuple[int, int, str, str]]:
+    out = []
+    for line in log.splitlines():
+        m = LINE.match(line)
+        if m:
+            out.append((int(m[1]), int(m[2]), m[3], m[4]))
+    return out
+
+
+async def _creates(url: str, n: int, tag: str) -> list[tuple[str, int, int]]:
+    """(name, send ns, answer ns) per create, each placed by ``tag``."""
+    nc = await nats.connect(url)
+    try:
+        out = []
+        for k in range(n):
+            name = f"T{k}"
+            body = {"name": name, "subjects": [f"trace.{name}"], "placement": {"tags": [tag]}}
+            t0 = time.monotonic_ns()
+            msg = await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(body).encode(), timeout=30)
+            t1 = time.monotonic_ns()
+            if b'"error"' in msg.data:
+                raise RuntimeError(f"create {name}: {msg.data[:300]!r}")
+            out.append((name, t0, t1))
+        return out
+    finally:
+        await nc.close()
+
+
+def run(workdir: Path, creates: int, via_leader: bool) -> None:
+    os.environ["LEAFJET_TRACE"] = "1"  # the servers inherit it
+    c = Cluster(workdir, "leafjet", size=3)
+    try:
+        start_js_cluster(c, [["n0"], ["n1"], ["n2"]])
+        c.wait_for_mesh(timeout=60)
+        agreed = wait_until(lambda: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader")
+        assert agreed is not None
+        leader = agreed[0]
+        via = leader if via_leader else (leader + 1) % 3
+        placed = next(i for i in range(3) if i not in (leader, via))
+        deadline = time.monotonic() + 60
+        while True:  # until every server has registered its tags (placement needs them)
+            try:
+                asyncio.run(_placed_creates(c.url(via), 3, f"W{time.monotonic_ns()}x", f"n{placed}"))
+                break
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        done = asyncio.run(_creates(c.url(via), creates, f"n{placed}"))
+        time.sleep(0.5)  # the last points reach the logs
+        logs = {i: _points(c.log(i)) for i in range(3)}
+    finally:
+        c.close()
+        os.environ.pop("LEAFJET_TRACE", None)
+
+    at: dict[str, list[float]] = defaultdict(list)  # label -> ms from the send, per create
+    cpu: dict[str, list[float]] = defaultdict(list)  # label -> us of CPU since that server's last point
+    totals = []
+    role = {i: "".join(r for r, j in (("A", via), ("L", leader), ("P", placed)) if j == i) for i in range(3)}
+    for name, t0, t1 in done:
+        events = []
+        for i, pts in logs.items():
+            last_cpu = None
+            for t, thread_cpu, point, key in pts:
+                if t < t0 or t > t1:
+                    last_cpu = thread_cpu
+                    continue
+                key_name = key.rsplit(".", 1)[-1] if key else ""
+                if key_name and key_name.startswith("T") and key_name != name and key_name[1:].isdigit():
+                    last_cpu = thread_cpu
+                    continue  # another create's point (a late one of the previous)
+                used = (thread_cpu - last_cpu) / 1e3 if last_cpu is not None else 0.0
+                last_cpu = thread_cpu
+                events.append((t, f"{role[i]} {point}", used))
+        events.sort()
+        seen: dict[str, int] = defaultdict(int)
+        for t, label, used in events:
+            seen[label] += 1
+            full = label if seen[label] == 1 else f"{label}#{seen[label]}"
+            at[full].append((t - t0) / 1e6)
+            cpu[full].append(used)
+        totals.append((t1 - t0) / 1e6)
+    # labels seen in at least half of the creates, in order of their median time
+    rows = sorted(
+        ((statistics.median(v), k) for k, v in at.items() if len(v) >= len(done) / 2), key=lambda r: r[0]
+    )
+    print(
+        f"stream create via the {'leader' if via_leader else 'follower'}: {len(done)} creates, "
+        f"p50 {statistics.median(totals):.2f} ms (A = asked, L = meta leader, P = placed)"
+    )
+    print(f"{'point':<34}{'at ms':>8}{'gap ms':>8}{'cpu us':>8}")
+    prev = 0.0
+    for median_at, label in rows:
+        print(f"{label:<34}{median_at:>8.2f}{median_at - prev:>8.2f}{statistics.median(cpu[label]):>8.0f}")
+        prev = median_at
+    print(f"{'answer received':<34}{statistics.median(totals):>8.2f}{statistics.median(totals) - prev:>8.2f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.create_trace", description=__doc__.split("\n\n")[0])
+    p.add_argument("--creates", type=int, default=40)
+    p.add_argument("--via", choices=("follower", "leader"), default="follower")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="leafjet-create-trace-") as tmp:
+        run(Path(tmp), args.creates, args.via == "leader")
+
+
+if __name__ == "__main__":
+    main()
