@@ -66,25 +66,32 @@ async def _creates(url: str, n: int, prefix: str, tag: str) -> list[float]:
         await nc.close()
 
 
+def start_roles(c: Cluster, via_leader: bool) -> tuple[int, int, int]:
+    """Start ``c`` (3 servers tagged n0, n1, n2) and wait until a create placed by tag works;
+    (meta leader, the server to send creates to, the server to place them on): each server
+    keeps one role (the leader is also the arrival with ``via_leader``)."""
+    start_js_cluster(c, [["n0"], ["n1"], ["n2"]])
+    c.wait_for_mesh(timeout=60)
+    agreed = wait_until(lambda: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader")
+    assert agreed is not None
+    leader = agreed[0]
+    via = leader if via_leader else (leader + 1) % 3
+    placed = next(i for i in range(3) if i not in (leader, via))
+    deadline = time.monotonic() + 60
+    while True:  # until every server has registered (placement by tag needs it)
+        try:
+            asyncio.run(_creates(c.url(via), 3, f"WARM{time.monotonic_ns()}x", f"n{placed}"))
+            return leader, via, placed
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def run(kind: str, workdir: Path, n: int, via_leader: bool) -> None:
     c = Cluster(workdir, kind, size=3)
     try:
-        start_js_cluster(c, [["n0"], ["n1"], ["n2"]])
-        c.wait_for_mesh(timeout=60)
-        agreed = wait_until(lambda: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader")
-        assert agreed is not None
-        leader = agreed[0]
-        via = leader if via_leader else (leader + 1) % 3
-        placed = (leader + 1) % 3 if via_leader else (leader + 2) % 3
-        deadline = time.monotonic() + 60
-        while True:  # until every server has registered (placement by tag needs it)
-            try:
-                asyncio.run(_creates(c.url(via), 3, f"WARM{int(time.monotonic() * 1000)}x", f"n{placed}"))
-                break
-            except RuntimeError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        leader, via, placed = start_roles(c, via_leader)
         pids = [c.server(i).pid for i in range(3)]
         before = [_cpu_by_thread(p) for p in pids]
         lat = asyncio.run(_creates(c.url(via), n, "S", f"n{placed}"))

@@ -29,11 +29,8 @@ from pathlib import Path
 
 import nats
 
-from bench.cluster_meta import _agreed_leader
-from bench.create_cpu import _creates as _placed_creates
+from bench.create_cpu import start_roles
 from tests.support.cluster import Cluster
-from tests.support.jscluster import start_js_cluster
-from tests.support.servers import wait_until
 
 LINE = re.compile(r"^TRACE (\d+) (\d+) (\S+) ?(.*)$")
 
@@ -70,22 +67,7 @@ def run(workdir: Path, creates: int, via_leader: bool) -> None:
     os.environ["LEAFJET_TRACE"] = "1"  # the servers inherit it
     c = Cluster(workdir, "leafjet", size=3)
     try:
-        start_js_cluster(c, [["n0"], ["n1"], ["n2"]])
-        c.wait_for_mesh(timeout=60)
-        agreed = wait_until(lambda: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader")
-        assert agreed is not None
-        leader = agreed[0]
-        via = leader if via_leader else (leader + 1) % 3
-        placed = next(i for i in range(3) if i not in (leader, via))
-        deadline = time.monotonic() + 60
-        while True:  # until every server has registered its tags (placement needs them)
-            try:
-                asyncio.run(_placed_creates(c.url(via), 3, f"W{time.monotonic_ns()}x", f"n{placed}"))
-                break
-            except RuntimeError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        leader, via, placed = start_roles(c, via_leader)
         done = asyncio.run(_creates(c.url(via), creates, f"n{placed}"))
         time.sleep(0.5)  # the last points reach the logs
         logs = {i: _points(c.log(i)) for i in range(3)}
