@@ -114,21 +114,13 @@ async def _run(hub: Any, leaf: Any, rate: float, seconds: float) -> None:
             print(f"  {name} us/msg by thread: {busy}")
             if c1:
                 commits = {k: round((v - c0.get(k, 0)) / total, 3) for k, v in c1.items()}
-                pool = sum(v for k, v in per.items() if k != f"{pid}:{_main_name(after, pid)}")
+                # every thread but the main one (whose id is the pid): the store pool's, mostly
+                pool = sum(v for k, v in per.items() if k.partition(":")[0] != str(pid))
                 per_commit = pool / sum(commits.values()) if sum(commits.values()) else 0.0
                 print(f"  {name} commits/msg {commits}; other threads' CPU per commit {per_commit:.0f} us")
     finally:
         await leaf_nc.close()
         await hub_nc.close()
-
-
-def _main_name(ticks: dict[str, int], pid: int) -> str:
-    """The name of the process's main thread (its tid is the pid) in ``thread_ticks``' keys."""
-    for key in ticks:
-        tid, _, name = key.partition(":")
-        if tid == str(pid):
-            return name
-    return ""
 
 
 def main(argv: list[str]) -> None:
