@@ -1,6 +1,9 @@
 """Each server's CPU per message, per thread, at a live rate: a leaf and a hub as ``bench
 sources-latency`` starts them (the hub's ``AGG`` sourcing the leaf's ``ORDERS``), a steady
-publisher on the leaf, and /proc's CPU of every thread of both servers over the run.
+publisher on the leaf, and /proc's CPU of every thread of both servers over the run. For a
+leafjet server it also prints its stores' commits per message (``leafjet_store_commits`` from
+/metrics) and the store threads' CPU per commit: at a live rate a message's cost follows how
+many messages share a commit (an fsync), which moves with every shift of timing and load.
 
     python -m bench.live_cpu_threads [RATE] [SECONDS] [LEAF_KIND] [HUB_KIND]
 
@@ -14,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +29,23 @@ import nats
 
 from bench.procstat import cpu_seconds
 from bench.sources import SOURCE, _api, pair_nodes
-from tests.support.leafnodes import Topology, client_url, wait_for_leaf_connected
+from tests.support.leafnodes import Topology, client_url, http_port, wait_for_leaf_connected
 
 _TICKS = os.sysconf("SC_CLK_TCK")
+_COMMITS = re.compile(r'^leafjet_store_commits\{[^}]*stream_name="([^"]+)"[^}]*\} (\S+)$', re.M)
+
+
+def store_commits(server: Any) -> dict[str, float]:
+    """Stream name -> its store's commits so far (a leafjet server's /metrics); {} for the
+    reference, or when the server does not answer."""
+    if server.kind != "leafjet":
+        return {}
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port(server)}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    return {name: float(value) for name, value in _COMMITS.findall(text)}
 
 
 def thread_ticks(pid: int) -> dict[str, int]:
@@ -45,6 +64,7 @@ def thread_ticks(pid: int) -> dict[str, int]:
 
 
 async def _run(hub: Any, leaf: Any, rate: float, seconds: float) -> None:
+    servers = (leaf, hub)
     hub_nc = await nats.connect(client_url(hub, "app", "app-pw"))
     leaf_nc = await nats.connect(client_url(leaf, "app", "app-pw"))
     try:
@@ -68,6 +88,7 @@ async def _run(hub: Any, leaf: Any, rate: float, seconds: float) -> None:
         total = int(rate * seconds)
         cpu0 = [cpu_seconds(p) for p in pids]
         ticks0 = [thread_ticks(p) for p in pids]
+        commits0 = [store_commits(s) for s in servers]
         start = time.perf_counter()
         for i in range(total):
             delay = start + i / rate - time.perf_counter()
@@ -85,11 +106,18 @@ async def _run(hub: Any, leaf: Any, rate: float, seconds: float) -> None:
         print(
             f"rate={rate:g}/s msgs={total} hub stored={stored} leaf us/msg={us[0]:.1f} hub us/msg={us[1]:.1f}"
         )
-        for name, pid, before in zip(("leaf", "hub"), pids, ticks0, strict=True):
+        commits1 = [store_commits(s) for s in servers]
+        for name, pid, before, c0, c1 in zip(("leaf", "hub"), pids, ticks0, commits0, commits1, strict=True):
             after = thread_ticks(pid)
             per = {k: (v - before.get(k, 0)) / _TICKS / total * 1e6 for k, v in after.items()}
             busy = {k: round(v, 1) for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v > 0}
             print(f"  {name} us/msg by thread: {busy}")
+            if c1:
+                commits = {k: round((v - c0.get(k, 0)) / total, 3) for k, v in c1.items()}
+                # every thread but the main one (whose id is the pid): the store pool's, mostly
+                pool = sum(v for k, v in per.items() if k.partition(":")[0] != str(pid))
+                per_commit = pool / sum(commits.values()) if sum(commits.values()) else 0.0
+                print(f"  {name} commits/msg {commits}; other threads' CPU per commit {per_commit:.0f} us")
     finally:
         await leaf_nc.close()
         await hub_nc.close()
