@@ -31,6 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.leaf import pub_sub_throughput
 from bench.procstat import run_seconds
@@ -50,10 +51,10 @@ class Round:
 
 
 def _natspy_pair(pub_url: str, sub_url: str, n: int, size: int) -> PairRun:
-    async def interest(sub_nc: object, pub_nc: object) -> None:
+    async def interest(sub_nc: Any, pub_nc: Any) -> None:
         probe = probe_subject()
         await answer_probes(sub_nc, probe)
-        await wait_for_interest(pub_nc, probe, timeout=60)  # type: ignore[arg-type]
+        await wait_for_interest(pub_nc, probe, timeout=60)
 
     c0 = time.process_time()
     rate = asyncio.run(pub_sub_throughput(pub_url, sub_url, n, size, "bench.route", interest))
