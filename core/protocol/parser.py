@@ -176,7 +176,7 @@ _RUN_BATCH = 4
 MAX_RUN_FRAMES = 1024
 
 
-def _run_length(data: bytes, at: int, line: int, size: int) -> int:
+def _run_length(data: bytes, at: int, line: int, size: int, most: int = MAX_RUN_FRAMES) -> int:
     """How many whole frames, from the one at ``at`` (a checked control line of ``line`` bytes
     with ``\n``, a ``size``-byte payload, CRLF), repeat it: the same line again, a payload, CRLF.
 
@@ -184,9 +184,9 @@ def _run_length(data: bytes, at: int, line: int, size: int) -> int:
     in proportion to the run it finds, not to the rest of the input: checking all the rest at
     once made every message that starts no run (two subjects in turn) cost a pass over the rest
     of the read, quadratic in the read (a 64 KiB read of small messages: ~15x the CPU of runs
-    off)."""
+    off). At most ``most`` frames."""
     step = line + size + 2
-    avail = min((len(data) - at) // step, MAX_RUN_FRAMES)
+    avail = min((len(data) - at) // step, most)
     if avail < 2:
         return avail
     frames = 1
@@ -262,7 +262,7 @@ class _Parser:
     only between ops, when ``_rest`` is empty and ``_need`` is 0.
     """
 
-    __slots__ = ("_head", "_held", "_need", "_rest", "max_control_line", "runs")
+    __slots__ = ("_head", "_held", "_need", "_rest", "max_control_line", "max_run_input", "runs")
 
     # Upper-cased starts of every op this side accepts ("PUB " needs its separator, "PING" does
     # not); a buffered partial line that cannot become one of them is rejected at once.
@@ -279,6 +279,10 @@ class _Parser:
         # for all of them (``_run``); expanding each run gives exactly the events ``runs`` off
         # gives. How many messages a run holds depends on how the input was chunked.
         self.runs = False
+        # The most input bytes one run event covers (None: only MAX_RUN_FRAMES bounds it). A client
+        # connection's reader checks back-pressure after about this much input, so a run must not
+        # cover more (core/server/connection.py).
+        self.max_run_input: int | None = None
 
     def feed(self, data: bytes, *, stop_after: type | tuple[type, ...] | None = None) -> list[Any]:
         """Every complete op in ``data`` (plus what was buffered before), in order.
@@ -373,7 +377,10 @@ class _Parser:
                     # a whole payload and its CRLF: one run. A partial or different message
                     # after it is left to this loop.
                     line_len = pos - line_at
-                    frames = _run_length(data, line_at, line_len, event[0])
+                    most = MAX_RUN_FRAMES
+                    if self.max_run_input is not None:
+                        most = min(most, max(1, self.max_run_input // (line_len + event[0] + 2)))
+                    frames = _run_length(data, line_at, line_len, event[0], most)
                     if frames > 1:
                         append(self._run(event, _payloads_of_run(data, line_at, line_len, event[0], frames)))
                         pos = line_at + frames * (line_len + event[0] + 2)

@@ -43,7 +43,7 @@ from core.server.auth import (
 )
 from core.server.output import BufferedOutput
 from core.server.reload import secret_unchanged
-from core.server.tcp import READ_SIZE, feed_slices
+from core.server.tcp import FEED_SIZE, READ_SIZE
 
 if TYPE_CHECKING:
     from core.config import ServerConfig
@@ -73,6 +73,7 @@ class ClientConnection(BufferedOutput):
         self.state = State.HANDSHAKE
         self.parser = ServerParser(self.cfg.max_control_line, self.cfg.max_payload)
         self.parser.runs = True  # a publisher's stream of one subject is routed a run at a time
+        self.parser.max_run_input = FEED_SIZE  # the reader's back-pressure granularity (_handle_events)
         self.account: Account | None = None
         self.principal: Principal | None = None
         self._credentials: dict[str, Any] = {}
@@ -175,7 +176,6 @@ class ClientConnection(BufferedOutput):
 
     async def _reader(self) -> None:
         stream = self.stream
-        handle = self._handle
         while self.state is not State.CLOSING:
             try:
                 data = await stream.receive(READ_SIZE)
@@ -184,34 +184,47 @@ class ClientConnection(BufferedOutput):
                 return
             if faults.ARMED:
                 faults.fault_point("client_reader", self.name)
-            # Back-pressure is checked after each FEED_SIZE of input, as when reads were that size:
-            # a stream queue's limit then bounds what one publisher adds before it pauses, and
-            # publishes past it are refused (429) as the reference refuses them. Checking after
-            # every event would pause before any refusal; after a whole 256 KiB read, too late
-            # (plain publishes, which hear no refusal, were dropped).
-            for piece in feed_slices(data):
-                try:
-                    for event in self.parser.feed(piece):
-                        # Only a CONNECT whose password must be hashed gives a Verification: the
-                        # ops after it wait, in order, until it is decided.
-                        pending = handle(event)
-                        if pending is not None:
-                            await self._verify_connect(pending)
-                        if self.state is State.CLOSING:
-                            return
-                except ProtocolError as e:
-                    # Ops parsed before the bad one in this chunk still count, as on the reference.
-                    for event in e.events:
-                        pending = handle(event)
-                        if pending is not None:
-                            await self._verify_connect(pending)
-                        if self.state is State.CLOSING:
-                            return
-                    self._protocol_error(e)
-                    if e.close:
-                        return
+            try:
+                events = self.parser.feed(data)
+            except ProtocolError as e:
+                # Ops parsed before the bad one in this read still count, as on the reference.
+                if not await self._handle_events(e.events):
+                    return
+                self._protocol_error(e)
+                if e.close:
+                    return
+                continue
+            if not await self._handle_events(events):
+                return
+
+    async def _handle_events(self, events: list[Any]) -> bool:
+        """Handle a read's events in order; False once the connection is closing.
+
+        Back-pressure is checked after each FEED_SIZE of input (a run covers at most that much:
+        ``parser.max_run_input``), as when reads were that size: a stream queue's limit then
+        bounds what one publisher adds before it pauses, and publishes past it are refused (429)
+        as the reference refuses them. Checking after every event would pause before any
+        refusal; after a whole 256 KiB read, too late (plain publishes, which hear no refusal,
+        were dropped). The read is parsed whole, not in FEED_SIZE slices: slicing copied every
+        read, and each slice's last message, cut in two, was routed alone."""
+        handle = self._handle
+        fed = 0
+        for event in events:
+            # Only a CONNECT whose password must be hashed gives a Verification: the ops after
+            # it wait, in order, until it is decided.
+            pending = handle(event)
+            if pending is not None:
+                await self._verify_connect(pending)
+            if self.state is State.CLOSING:
+                return False
+            fed += _input_size(event)
+            if fed >= FEED_SIZE:
+                fed = 0
                 if self.server.stalled:
                     await self._wait_for_stalled()
+        if self.server.stalled:
+            await self._wait_for_stalled()
+        return True
 
     async def _pinger(self) -> None:
         while True:
@@ -574,6 +587,19 @@ class ClientConnection(BufferedOutput):
     def _unsubscribe(self, sub: Subscription) -> None:
         if self.subs.pop(sub.sid, None) is not None and self.account is not None:
             self.account.unsubscribe(sub)
+
+
+def _input_size(event: Any) -> int:
+    """About how many input bytes ``event`` was parsed from (its control line counted roughly):
+    what the reader counts towards its next back-pressure check."""
+    t = type(event)
+    if t is PubRun:
+        payloads = event.payloads
+        return len(payloads) * (len(payloads[0]) + len(event.subject) + 16)
+    if t is Pub:
+        headers = event.headers
+        return len(event.payload) + len(event.subject) + 16 + (len(headers) if headers is not None else 0)
+    return 16
 
 
 def _run_bytes(msgs: Sequence[tuple[str, str | None, bytes | None, bytes]], with_headers: bool) -> int:
