@@ -16,7 +16,7 @@ from typing import Any
 
 from core import jsonsafe
 from core.errors import ProtocolError
-from core.protocol.events import OK, PING, PONG, Connect, Err, Info, Msg, Pub, PubRun, Sub, Unsub
+from core.protocol.events import OK, PING, PONG, Connect, Err, Info, Msg, OneSize, Pub, PubRun, Sub, Unsub
 
 UNKNOWN_OP = "Unknown Protocol Operation"
 MAX_CONTROL_LINE = "maximum control line exceeded"
@@ -243,7 +243,7 @@ def _payloads_of_run(data: bytes, at: int, line: int, size: int, most: int) -> l
             frames -= 1  # the last frame's own CRLF
     if frames < 2:
         return None
-    payloads: list[bytes] = []
+    payloads = OneSize(size)
     done = 0
     while done < frames:
         take = _pow2_at_most(frames - done)

@@ -30,7 +30,7 @@ from core import faults, subjects
 from core.errors import AuthError, ProtocolError
 from core.protocol import encoder
 from core.protocol import headers as hdrs
-from core.protocol.events import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
+from core.protocol.events import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub, payload_bytes
 from core.protocol.parser import ServerParser
 from core.server.accounts import Account, Subscription
 from core.server.auth import (
@@ -301,7 +301,7 @@ class ClientConnection(BufferedOutput):
             n = len(payloads)
             sub.delivered += n
             self.out_msgs += n
-            self.out_bytes += sum(map(len, payloads))
+            self.out_bytes += payload_bytes(payloads)
             self._write_through()
 
     _write_through = BufferedOutput._write_through_tcp
@@ -534,7 +534,7 @@ class ClientConnection(BufferedOutput):
             return
         payloads = ev.payloads
         self.in_msgs += len(payloads)
-        self.in_bytes += sum(map(len, payloads))
+        self.in_bytes += payload_bytes(payloads)
         subject = ev.subject
         if self.pedantic and not subjects.is_valid_literal_subject(subject):
             err = encoder.encode_err("Invalid Publish Subject")
