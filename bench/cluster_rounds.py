@@ -58,7 +58,7 @@ def _natspy_pair(pub_url: str, sub_url: str, n: int, size: int) -> PairRun:
 
     c0 = time.process_time()
     rate = asyncio.run(pub_sub_throughput(pub_url, sub_url, n, size, "bench.route", interest))
-    return PairRun(rate, 0.0, (time.process_time() - c0) / n * 1e6)
+    return PairRun(rate, 0.0, (time.process_time() - c0) / n * 1e6, n)
 
 
 def _one_round(cluster: Cluster, n: int, size: int, clients: str) -> Round:

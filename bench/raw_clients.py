@@ -40,6 +40,7 @@ class PairRun:
     msgs_per_s: float
     pub_cpu_us: float  # the publisher's CPU per message
     sub_cpu_us: float  # the subscriber's CPU per message
+    counted: int  # messages the subscriber counted (the last read may hold more than asked for)
 
 
 def _dial(url: str) -> socket.socket:
@@ -85,23 +86,30 @@ def _subscriber(url: str, subject: str, probe: str, n: int, shared: Any, result:
             raise ConnectionError("the server closed the subscriber")
         # Counted in place (no copy of the read): the markers within it, then any that straddle
         # the previous read's end (``tail`` and this read's start are each too short to hold one).
-        seam = tail + buf[: min(got, keep)]
-        count += buf.count(marker, 0, got) + seam.count(marker)
+        count += buf.count(marker, 0, got) + _seam(tail, buf, got, marker).count(marker)
         if (
             cpu0 is None
             and not shared[_READY]
-            and (buf.find(probe_marker, 0, got) >= 0 or probe_marker in seam)
+            and (buf.find(probe_marker, 0, got) >= 0 or probe_marker in _seam(tail, buf, got, probe_marker))
         ):
             shared[_READY] = 1
             cpu0 = time.process_time()
-        pings = buf.count(b"PING\r\n", 0, got) + seam.count(b"PING\r\n")
+        pings = buf.count(b"PING\r\n", 0, got) + _seam(tail, buf, got, b"PING\r\n").count(b"PING\r\n")
         if pings:
             sock.sendall(b"PONG\r\n" * pings)
         shared[_COUNT] = count
         tail = bytes(buf[max(0, got - keep) : got]) if got >= keep else (tail + buf[:got])[-keep:]
     shared[_END] = time.monotonic_ns()
-    result.send(time.process_time() - (cpu0 or 0.0))
+    result.send((time.process_time() - (cpu0 or 0.0), count))
     sock.close()
+
+
+def _seam(tail: bytes, buf: bytearray, got: int, marker: bytes) -> bytes:
+    """The bytes around the boundary between the previous reads (``tail``) and this one where
+    ``marker`` could straddle it: too short on either side to hold a whole one, so counting it
+    here counts only those that straddle."""
+    keep = len(marker) - 1
+    return tail[-keep:] + buf[: min(got, keep)] if keep else b""
 
 
 def _publisher(
@@ -166,7 +174,7 @@ def run_pair(pub_url: str, sub_url: str, subject: str, probe: str, n: int, size:
             failed = [p.name for p in (pub, sub) if p.exitcode not in (None, 0)]
             if failed or time.monotonic() > deadline:
                 raise RuntimeError(f"raw clients failed ({failed}): {shared[_COUNT]} of {n} counted")
-        sub_cpu, pub_cpu = sub_get.recv(), pub_get.recv()
+        (sub_cpu, counted), pub_cpu = sub_get.recv(), pub_get.recv()
     finally:
         for p in (pub, sub):
             p.join(timeout=10)
@@ -174,4 +182,4 @@ def run_pair(pub_url: str, sub_url: str, subject: str, probe: str, n: int, size:
                 p.kill()
                 p.join()
     wall = (shared[_END] - shared[_START]) / 1e9
-    return PairRun(n / wall, pub_cpu / n * 1e6, sub_cpu / n * 1e6)
+    return PairRun(n / wall, pub_cpu / n * 1e6, sub_cpu / n * 1e6, counted)
