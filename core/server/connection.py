@@ -200,8 +200,9 @@ class ClientConnection(BufferedOutput):
     async def _handle_events(self, events: list[Any]) -> bool:
         """Handle a read's events in order; False once the connection is closing.
 
-        Back-pressure is checked after each FEED_SIZE of input (a run covers at most that much:
-        ``parser.max_run_input``), as when reads were that size: a stream queue's limit then
+        Back-pressure is checked before the input handled since the last check would pass
+        FEED_SIZE (a run covers at most that much: ``parser.max_run_input``), as when reads were
+        that size: a stream queue's limit then
         bounds what one publisher adds before it pauses, and publishes past it are refused (429)
         as the reference refuses them. Checking after every event would pause before any
         refusal; after a whole 256 KiB read, too late (plain publishes, which hear no refusal,
@@ -210,6 +211,13 @@ class ClientConnection(BufferedOutput):
         handle = self._handle
         fed = 0
         for event in events:
+            size = _input_size(event)
+            if fed and fed + size > FEED_SIZE:
+                # this event would take the input handled since the last check past FEED_SIZE
+                fed = 0
+                if self.server.stalled:
+                    await self._wait_for_stalled()
+            fed += size
             # Only a CONNECT whose password must be hashed gives a Verification: the ops after
             # it wait, in order, until it is decided.
             pending = handle(event)
@@ -217,11 +225,6 @@ class ClientConnection(BufferedOutput):
                 await self._verify_connect(pending)
             if self.state is State.CLOSING:
                 return False
-            fed += _input_size(event)
-            if fed >= FEED_SIZE:
-                fed = 0
-                if self.server.stalled:
-                    await self._wait_for_stalled()
         if self.server.stalled:
             await self._wait_for_stalled()
         return True
