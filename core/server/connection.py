@@ -289,23 +289,21 @@ class ClientConnection(BufferedOutput):
         ``deliver`` would: that drops everything buffered, the run's first messages included."""
         if self.state is not State.CONNECTED or not msgs:
             return
-        if self._buffer_delivery(encoder.encode_msgs(sub.sid, msgs, self.headers)):
+        if self._deliver_through(encoder.encode_msgs(sub.sid, msgs, self.headers)):
             sub.delivered += len(msgs)
             self.out_msgs += len(msgs)
             self.out_bytes += _run_bytes(msgs, self.headers)
-            self._write_through()
 
     def deliver_run(self, sub: Subscription, subject: str, payloads: Sequence[bytes]) -> None:
         """``deliver(sub, subject, None, None, p)`` for each of ``payloads``, as one buffer entry
         (the router calls it only for a subscription without a message limit)."""
         if self.state is not State.CONNECTED or not payloads:
             return
-        if self._buffer_delivery(encoder.encode_msg_run(subject, sub.sid, payloads)):
+        if self._deliver_through(encoder.encode_msg_run(subject, sub.sid, payloads)):
             n = len(payloads)
             sub.delivered += n
             self.out_msgs += n
             self.out_bytes += payload_bytes(payloads)
-            self._write_through()
 
     _write_through = BufferedOutput._write_through_tcp
 

@@ -560,10 +560,9 @@ class Route(PeerPinger, BufferedOutput):
         write per run instead of a writer wake-up."""
         if self.state is not RouteState.CONNECTED or subject.startswith(self._local):
             return
-        if self._buffer_delivery(frames):
+        if self._deliver_through(frames):
             self.out_msgs += len(payloads)
             self.out_bytes += payload_bytes(payloads)
-            self._write_through()
 
     def forward_frame(self, subject: str, frame: bytes, size: int) -> None:
         """``forward`` of a frame already encoded (``size``: its message bytes, for /routez)."""
