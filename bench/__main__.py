@@ -11,7 +11,7 @@
     python -m bench leaf [--msgs 100000] [--sizes 128,1024] [--seconds 5] [--rate 1000000] [--runs 1]
     python -m bench sources [--msgs 50000] [--size 128] [--runs 1] [--pairs ref-ref,lj-ref,ref-lj,lj-lj]
     python -m bench sources-latency [--rate 1000] [--seconds 5] [--size 128] [--runs 1] [--pairs ...]
-    python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--requests 2000] [--parts ...]
+    python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--rounds 5] [--clients raw] [--parts ...]
     python -m bench raft [--entries 20000] [--window 256] [--sequential 1000] [--size 128] [--runs 1]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 

@@ -1,10 +1,18 @@
 """Cluster matrix: messages from a publisher on one server to a subscriber on another, over a route.
 
     python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--requests 2000] [--runs 1]
-                            [--parts pubsub,meta,clientcpu] [--creates 50] [--failover-runs 3]
+                            [--rounds 5] [--clients raw|natspy]
+                            [--parts pubsub,pubsub-once,meta,clientcpu] [--creates 50]
+                            [--failover-runs 3]
 
-For each implementation, two servers joined by a route (tests/support/cluster.py: three
-``nats-server`` or three ``leafjet hub`` processes, the first two used): the stock nats-py
+``pubsub`` (since 2026-11-27): bench/cluster_rounds.py -- both clusters side by side, a warm-up,
+then ``--rounds`` rounds with the kinds interleaved, raw-socket clients that cost well under a
+microsecond per message (bench/raw_clients.py), medians with their spread and every process's
+CPU per message. Its docstring says why: the one-run figure below swung 0.6-1.5x on a quiet
+machine, decided by how two nats-py clients were scheduled.
+
+``pubsub-once``: the figure ``pubsub`` gave before, kept for comparison. For each
+implementation, two servers joined by a route (tests/support/cluster.py), the stock nats-py
 client publishes ``--msgs`` messages of each size on server 1 while a client of server 2
 subscribes; the figure is messages/s until the subscriber has them all, and each server's CPU per
 message. Then ``--requests`` sequential requests from server 1 answered on server 2: the median
@@ -32,6 +40,7 @@ import nats
 
 from bench.cluster_client import client_cpu_matrix
 from bench.cluster_meta import run_meta
+from bench.cluster_rounds import pubsub_rounds
 from bench.leaf import pub_sub_throughput
 from bench.procstat import cpu_seconds
 from bench.stats import median_or_nan
@@ -114,10 +123,12 @@ def _ratio(a: float, b: float) -> float:
 
 def cluster_matrix(args: argparse.Namespace) -> int:
     parts = {p for p in str(args.parts).split(",") if p}
-    if unknown := parts - {"pubsub", "meta", "clientcpu"}:
-        print(f"unknown --parts {sorted(unknown)}; choose from pubsub,meta,clientcpu")
+    if unknown := parts - {"pubsub", "pubsub-once", "meta", "clientcpu"}:
+        print(f"unknown --parts {sorted(unknown)}; choose from pubsub,pubsub-once,meta,clientcpu")
         return 2
     if "pubsub" in parts:
+        pubsub_rounds(args)
+    if "pubsub-once" in parts:
         _pubsub_matrix(args)
     if "clientcpu" in parts:
         client_cpu_matrix(args)
@@ -164,7 +175,8 @@ def _meta_matrix(args: argparse.Namespace) -> None:
 
 
 def _pubsub_matrix(args: argparse.Namespace) -> None:
-    args.sizes = [int(s) for s in str(args.sizes).split(",") if s]
+    # a copy: the parts after this one parse ``--sizes`` from the text again
+    args = argparse.Namespace(**{**vars(args), "sizes": [int(s) for s in str(args.sizes).split(",") if s]})
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-cluster-") as tmp:
         results = {kind: _run_kind(Path(tmp), kind, args) for kind in KINDS}
     ref, lj = results["reference"], results["leafjet"]
@@ -193,11 +205,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--msgs", type=int, default=100_000)
     p.add_argument("--sizes", default="128,1024", help="comma list of message sizes in bytes")
     p.add_argument("--requests", type=int, default=2000)
-    p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--runs", type=int, default=1, help="pubsub-once and clientcpu: runs per kind")
+    p.add_argument("--rounds", type=int, default=5, help="pubsub: interleaved rounds per kind and size")
+    p.add_argument(
+        "--clients",
+        choices=("raw", "natspy"),
+        default="raw",
+        help="pubsub: raw-socket publisher and counting subscriber, or the stock nats-py client",
+    )
     p.add_argument(
         "--parts",
         default="pubsub,meta",
-        help="pubsub (over a route), meta (creates, failover), clientcpu (the subscriber's CPU, alternating)",
+        help="pubsub (over a route, interleaved rounds), pubsub-once (the old one-run figure), "
+        "meta (creates, failover), clientcpu (the subscriber's CPU, alternating)",
     )
     p.add_argument("--creates", type=int, default=50, help="sequential creates per server measured")
     p.add_argument(

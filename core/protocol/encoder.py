@@ -12,6 +12,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from core.protocol.events import OneSize
+
 PING = b"PING\r\n"
 PONG = b"PONG\r\n"
 OK = b"+OK\r\n"
@@ -99,7 +101,7 @@ def encode_run(prefix: bytes, payloads: Sequence[bytes]) -> bytes | memoryview:
     one size, the common case, is joined in one go with no per-message Python work, and comes
     back as a view of the joined bytes (write it, join it, take its ``len``; do not keep it as
     ``bytes``)."""
-    if len(set(map(len, payloads))) == 1:
+    if type(payloads) is OneSize or len(set(map(len, payloads))) == 1:
         line = b"%b%d\r\n" % (prefix, len(payloads[0]))
         # ``CRLF line`` between ["", *payloads, ""] gives ``CRLF line p1 CRLF line p2 ... pn CRLF
         # line``: the frames are all of it but the first CRLF and the last line, a view of them.

@@ -10,6 +10,7 @@ parsers return, so a keep-alive allocates nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,25 @@ class Pub:
     reply: str | None
     payload: bytes
     headers: bytes | None
+
+
+class OneSize(list[bytes]):
+    """Payloads that are all ``size`` bytes long: a parsed run's (its frames share one control
+    line, so one size). Whoever encodes or counts them takes ``size`` instead of measuring each
+    one (``payload_bytes``; ``encoder.encode_run``). Never changed after the parse."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+
+def payload_bytes(payloads: Sequence[bytes]) -> int:
+    """The payload bytes of a run, without measuring each payload when they are ``OneSize``."""
+    if type(payloads) is OneSize:
+        return len(payloads) * payloads.size
+    return sum(map(len, payloads))
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,12 @@ the few places where leafjet is deliberately stricter.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from core import jsonsafe
 from core.errors import ProtocolError
-from core.protocol.events import OK, PING, PONG, Connect, Err, Info, Msg, Pub, PubRun, Sub, Unsub
+from core.protocol.events import OK, PING, PONG, Connect, Err, Info, Msg, OneSize, Pub, PubRun, Sub, Unsub
 
 UNKNOWN_OP = "Unknown Protocol Operation"
 MAX_CONTROL_LINE = "maximum control line exceeded"
@@ -167,89 +168,88 @@ def _link_control(op: bytes, line: bytes) -> Any:
     raise ProtocolError(UNKNOWN_OP)
 
 
-# Frames a run's first check takes after the first frame; each further check takes twice as many.
-_RUN_BATCH = 4
 # The most frames one run event holds. A route or leaf reader checks back-pressure
 # (``server.stalled``) between events, so a run must stay below a receiver's limit: a whole
 # 256 KiB read of small messages as one run is thousands of frames. 256 cost measurable CPU at
 # 128 B (a client's 64 KiB piece holds ~425 such frames: two runs instead of one).
 MAX_RUN_FRAMES = 1024
+# Frames the first batch check takes (after the second frame, checked alone); each further batch
+# takes twice as many.
+_RUN_BATCH = 4
+_CRLF = b"\r\n"
+# (line, size, frames, take) -> the Struct that reads ``frames`` frames in one C call (``_frames``)
+_RUN_STRUCTS: dict[tuple[int, int, int, bool], struct.Struct] = {}
+_RUN_STRUCTS_MAX = 128
 
 
-def _run_length(data: bytes, at: int, line: int, size: int) -> int:
-    """How many whole frames, from the one at ``at`` (a checked control line of ``line`` bytes
-    with ``\n``, a ``size``-byte payload, CRLF), repeat it: the same line again, a payload, CRLF.
+def _frames(line: int, size: int, frames: int, payloads: bool) -> struct.Struct:
+    """A Struct that reads ``frames`` consecutive frames of ``line`` + ``size`` + 2 bytes: with
+    ``payloads``, from a frame's start, each payload (line and CRLF skipped); without, from a
+    payload's start, what follows each payload (its CRLF and the next frame's line).
 
-    The frames are checked a batch at a time, each batch twice the one before, so a call costs
-    in proportion to the run it finds, not to the rest of the input: checking all the rest at
-    once made every message that starts no run (two subjects in turn) cost a pass over the rest
-    of the read, quadratic in the read (a 64 KiB read of small messages: ~15x the CPU of runs
-    off)."""
+    One ``unpack_from`` does in C what a Python loop did per frame (a compare, or a slice): the
+    loop's cost per frame was most of a 1 KiB message's parse. The frame counts asked for are
+    powers of two (``_payloads_of_run``), so a few Structs per line and size serve every run."""
+    key = (line, size, frames, payloads)
+    st = _RUN_STRUCTS.get(key)
+    if st is None:
+        if len(_RUN_STRUCTS) >= _RUN_STRUCTS_MAX:
+            _RUN_STRUCTS.clear()
+        unit = f"{line}x{size}s2x" if payloads else f"{size}x{line + 2}s"
+        st = _RUN_STRUCTS[key] = struct.Struct("<" + unit * frames)
+    return st
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
+
+
+def _payloads_of_run(data: bytes, at: int, line: int, size: int, most: int) -> list[bytes] | None:
+    """The payloads of the run that starts with the frame at ``at`` (a checked control line of
+    ``line`` bytes with ``\n``, a ``size``-byte payload, CRLF), if at least one more whole frame
+    repeats it -- the same line, a payload, CRLF -- up to ``most`` frames; else None.
+
+    The second frame is checked alone (a message that starts no run costs one compare); then
+    batches, each twice the one before, so a call costs in proportion to the run it finds, not
+    to the rest of the input: checking all the rest at once made every message that starts no
+    run (two subjects in turn) cost a pass over the rest of the read, quadratic in the read.
+    A batch reads the CRLF and line after each of its payloads in one ``unpack_from``."""
     step = line + size + 2
-    avail = min((len(data) - at) // step, MAX_RUN_FRAMES)
+    avail = min((len(data) - at) // step, most)
     if avail < 2:
-        return avail
-    frames = 1
+        return None
+    sep = _CRLF + data[at : at + line]  # what separates two payloads of the run
+    first = at + line  # frame 0's payload
+    if not data.startswith(sep, first + size):
+        return None
+    frames = 2  # frames 0 and 1 have the line; every CRLF but the last frame's is checked
     batch = _RUN_BATCH
     while frames < avail:
-        want = min(batch, avail - frames)
-        same = _same_frames(data, at, at + frames * step, line, size, want)
-        frames += same
-        if same < want:
-            break
-        batch *= 2
-    return frames
-
-
-def _same_frames(data: bytes, at: int, start: int, line: int, size: int, frames: int) -> int:
-    """How many of the ``frames`` frames from ``start`` (a leading run) have the line of the frame
-    at ``at`` and a CRLF after their payload. With up to four frames per line byte each frame's
-    line is compared whole, in place (one C call per frame); otherwise the k-th byte of every
-    frame is one strided slice, and each byte of the line and the CRLF is checked for all frames
-    at once (a few C calls per batch, not a Python loop per message: a run of 128 B messages, ~5x
-    less CPU; below four frames per line byte the strided slices cost more than the frames'
-    compares). Either way the Python loop is no longer than the batch."""
-    step = line + size + 2
-    if frames <= 4 * line:
-        # What separates one payload from the next: the CRLF ending the frame before, then the
-        # line. ``startswith`` at an offset compares in place: slicing the line and the CRLF out
-        # of every frame (two allocations each) cost more than the rest of a 1 KiB message's parse.
-        sep = b"\r\n" + data[at : at + line]
-        startswith = data.startswith
-        s = start
-        crlf = b"\r\n"
-        for k in range(frames):
-            # the CRLF of the frame before frame k (for k == 0 a frame already in the run), then
-            # frame k's line: a bad CRLF ends the run before that frame, a bad line before k
-            if not startswith(sep, s - 2):
-                return k if startswith(crlf, s - 2) else k - 1
-            s += step
-        # each frame's CRLF was checked with the next frame's line, but the last one's
-        return frames if startswith(crlf, s - 2) else frames - 1
-    end = start + frames * step
-    for offset in range(line):
-        frames = _same_at(data, start + offset, end, step, data[at + offset], frames)
-        if not frames:
-            return 0
-        end = start + frames * step
-    frames = _same_at(data, start + line + size, end, step, 13, frames)
-    if not frames:
-        return 0
-    return _same_at(data, start + line + size + 1, start + frames * step, step, 10, frames)
-
-
-def _same_at(data: bytes, start: int, end: int, step: int, byte: int, frames: int) -> int:
-    """How many of the first ``frames`` frames have ``byte`` at this offset (a leading run)."""
-    column = data[start:end:step]
-    if column.count(byte) == frames:
-        return frames
-    return frames - len(column.lstrip(bytes((byte,))))
-
-
-def _payloads_of_run(data: bytes, at: int, line: int, size: int, frames: int) -> list[bytes]:
-    step = line + size + 2
-    first = at + line
-    return [data[i : i + size] for i in range(first, first + frames * step, step)]
+        want = _pow2_at_most(min(batch, avail - frames))
+        # from the payload of the last frame known good: its CRLF and the next frame's line, ...
+        seps = _frames(line, size, want, False).unpack_from(data, first + (frames - 1) * step)
+        if seps.count(sep) == want:
+            frames += want
+            batch *= 2
+            continue
+        for i, got in enumerate(seps):
+            if got != sep:
+                # a bad CRLF ends the run before the frame it closes; a bad line, at that line
+                frames += i if got.startswith(_CRLF) else i - 1
+                break
+        break
+    else:
+        if not data.startswith(_CRLF, first + (frames - 1) * step + size):
+            frames -= 1  # the last frame's own CRLF
+    if frames < 2:
+        return None
+    payloads = OneSize(size)
+    done = 0
+    while done < frames:
+        take = _pow2_at_most(frames - done)
+        payloads += _frames(line, size, take, True).unpack_from(data, at + done * step)
+        done += take
+    return payloads
 
 
 class _Parser:
@@ -262,7 +262,7 @@ class _Parser:
     only between ops, when ``_rest`` is empty and ``_need`` is 0.
     """
 
-    __slots__ = ("_head", "_held", "_need", "_rest", "max_control_line", "runs")
+    __slots__ = ("_head", "_held", "_need", "_rest", "max_control_line", "max_run_input", "runs")
 
     # Upper-cased starts of every op this side accepts ("PUB " needs its separator, "PING" does
     # not); a buffered partial line that cannot become one of them is rejected at once.
@@ -279,6 +279,10 @@ class _Parser:
         # for all of them (``_run``); expanding each run gives exactly the events ``runs`` off
         # gives. How many messages a run holds depends on how the input was chunked.
         self.runs = False
+        # The most input bytes one run event covers (None: only MAX_RUN_FRAMES bounds it). A client
+        # connection's reader checks back-pressure after about this much input, so a run must not
+        # cover more (core/server/connection.py).
+        self.max_run_input: int | None = None
 
     def feed(self, data: bytes, *, stop_after: type | tuple[type, ...] | None = None) -> list[Any]:
         """Every complete op in ``data`` (plus what was buffered before), in order.
@@ -373,10 +377,13 @@ class _Parser:
                     # a whole payload and its CRLF: one run. A partial or different message
                     # after it is left to this loop.
                     line_len = pos - line_at
-                    frames = _run_length(data, line_at, line_len, event[0])
-                    if frames > 1:
-                        append(self._run(event, _payloads_of_run(data, line_at, line_len, event[0], frames)))
-                        pos = line_at + frames * (line_len + event[0] + 2)
+                    most = MAX_RUN_FRAMES
+                    if self.max_run_input is not None:
+                        most = min(most, max(1, self.max_run_input // (line_len + event[0] + 2)))
+                    payloads = _payloads_of_run(data, line_at, line_len, event[0], most)
+                    if payloads is not None:
+                        append(self._run(event, payloads))
+                        pos = line_at + len(payloads) * (line_len + event[0] + 2)
                         continue
                 elif runs and self._gathers(event):
                     # Frames that differ only in their reply and size (a consumer's deliveries

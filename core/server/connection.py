@@ -30,7 +30,7 @@ from core import faults, subjects
 from core.errors import AuthError, ProtocolError
 from core.protocol import encoder
 from core.protocol import headers as hdrs
-from core.protocol.events import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub
+from core.protocol.events import Connect, Ping, Pong, Pub, PubRun, Sub, Unsub, payload_bytes
 from core.protocol.parser import ServerParser
 from core.server.accounts import Account, Subscription
 from core.server.auth import (
@@ -43,7 +43,7 @@ from core.server.auth import (
 )
 from core.server.output import BufferedOutput
 from core.server.reload import secret_unchanged
-from core.server.tcp import READ_SIZE, feed_slices
+from core.server.tcp import FEED_SIZE, READ_SIZE
 
 if TYPE_CHECKING:
     from core.config import ServerConfig
@@ -73,6 +73,7 @@ class ClientConnection(BufferedOutput):
         self.state = State.HANDSHAKE
         self.parser = ServerParser(self.cfg.max_control_line, self.cfg.max_payload)
         self.parser.runs = True  # a publisher's stream of one subject is routed a run at a time
+        self.parser.max_run_input = FEED_SIZE  # the reader's back-pressure granularity (_handle_events)
         self.account: Account | None = None
         self.principal: Principal | None = None
         self._credentials: dict[str, Any] = {}
@@ -175,7 +176,6 @@ class ClientConnection(BufferedOutput):
 
     async def _reader(self) -> None:
         stream = self.stream
-        handle = self._handle
         while self.state is not State.CLOSING:
             try:
                 data = await stream.receive(READ_SIZE)
@@ -184,34 +184,50 @@ class ClientConnection(BufferedOutput):
                 return
             if faults.ARMED:
                 faults.fault_point("client_reader", self.name)
-            # Back-pressure is checked after each FEED_SIZE of input, as when reads were that size:
-            # a stream queue's limit then bounds what one publisher adds before it pauses, and
-            # publishes past it are refused (429) as the reference refuses them. Checking after
-            # every event would pause before any refusal; after a whole 256 KiB read, too late
-            # (plain publishes, which hear no refusal, were dropped).
-            for piece in feed_slices(data):
-                try:
-                    for event in self.parser.feed(piece):
-                        # Only a CONNECT whose password must be hashed gives a Verification: the
-                        # ops after it wait, in order, until it is decided.
-                        pending = handle(event)
-                        if pending is not None:
-                            await self._verify_connect(pending)
-                        if self.state is State.CLOSING:
-                            return
-                except ProtocolError as e:
-                    # Ops parsed before the bad one in this chunk still count, as on the reference.
-                    for event in e.events:
-                        pending = handle(event)
-                        if pending is not None:
-                            await self._verify_connect(pending)
-                        if self.state is State.CLOSING:
-                            return
-                    self._protocol_error(e)
-                    if e.close:
-                        return
+            try:
+                events = self.parser.feed(data)
+            except ProtocolError as e:
+                # Ops parsed before the bad one in this read still count, as on the reference.
+                if not await self._handle_events(e.events):
+                    return
+                self._protocol_error(e)
+                if e.close:
+                    return
+                continue
+            if not await self._handle_events(events):
+                return
+
+    async def _handle_events(self, events: list[Any]) -> bool:
+        """Handle a read's events in order; False once the connection is closing.
+
+        Back-pressure is checked before the input handled since the last check would pass
+        FEED_SIZE (a run covers at most that much: ``parser.max_run_input``), as when reads were
+        that size: a stream queue's limit then
+        bounds what one publisher adds before it pauses, and publishes past it are refused (429)
+        as the reference refuses them. Checking after every event would pause before any
+        refusal; after a whole 256 KiB read, too late (plain publishes, which hear no refusal,
+        were dropped). The read is parsed whole, not in FEED_SIZE slices: slicing copied every
+        read, and each slice's last message, cut in two, was routed alone."""
+        handle = self._handle
+        fed = 0
+        for event in events:
+            size = _input_size(event)
+            if fed and fed + size > FEED_SIZE:
+                # this event would take the input handled since the last check past FEED_SIZE
+                fed = 0
                 if self.server.stalled:
                     await self._wait_for_stalled()
+            fed += size
+            # Only a CONNECT whose password must be hashed gives a Verification: the ops after
+            # it wait, in order, until it is decided.
+            pending = handle(event)
+            if pending is not None:
+                await self._verify_connect(pending)
+            if self.state is State.CLOSING:
+                return False
+        if self.server.stalled:
+            await self._wait_for_stalled()
+        return True
 
     async def _pinger(self) -> None:
         while True:
@@ -273,23 +289,21 @@ class ClientConnection(BufferedOutput):
         ``deliver`` would: that drops everything buffered, the run's first messages included."""
         if self.state is not State.CONNECTED or not msgs:
             return
-        if self._buffer_delivery(encoder.encode_msgs(sub.sid, msgs, self.headers)):
+        if self._deliver_through(encoder.encode_msgs(sub.sid, msgs, self.headers)):
             sub.delivered += len(msgs)
             self.out_msgs += len(msgs)
             self.out_bytes += _run_bytes(msgs, self.headers)
-            self._write_through()
 
     def deliver_run(self, sub: Subscription, subject: str, payloads: Sequence[bytes]) -> None:
         """``deliver(sub, subject, None, None, p)`` for each of ``payloads``, as one buffer entry
         (the router calls it only for a subscription without a message limit)."""
         if self.state is not State.CONNECTED or not payloads:
             return
-        if self._buffer_delivery(encoder.encode_msg_run(subject, sub.sid, payloads)):
+        if self._deliver_through(encoder.encode_msg_run(subject, sub.sid, payloads)):
             n = len(payloads)
             sub.delivered += n
             self.out_msgs += n
-            self.out_bytes += sum(map(len, payloads))
-            self._write_through()
+            self.out_bytes += payload_bytes(payloads)
 
     _write_through = BufferedOutput._write_through_tcp
 
@@ -521,7 +535,7 @@ class ClientConnection(BufferedOutput):
             return
         payloads = ev.payloads
         self.in_msgs += len(payloads)
-        self.in_bytes += sum(map(len, payloads))
+        self.in_bytes += payload_bytes(payloads)
         subject = ev.subject
         if self.pedantic and not subjects.is_valid_literal_subject(subject):
             err = encoder.encode_err("Invalid Publish Subject")
@@ -574,6 +588,19 @@ class ClientConnection(BufferedOutput):
     def _unsubscribe(self, sub: Subscription) -> None:
         if self.subs.pop(sub.sid, None) is not None and self.account is not None:
             self.account.unsubscribe(sub)
+
+
+def _input_size(event: Any) -> int:
+    """About how many input bytes ``event`` was parsed from (its control line counted roughly):
+    what the reader counts towards its next back-pressure check."""
+    t = type(event)
+    if t is PubRun:
+        payloads = event.payloads
+        return len(payloads) * (len(payloads[0]) + len(event.subject) + 16)
+    if t is Pub:
+        headers = event.headers
+        return len(event.payload) + len(event.subject) + 16 + (len(headers) if headers is not None else 0)
+    return 16
 
 
 def _run_bytes(msgs: Sequence[tuple[str, str | None, bytes | None, bytes]], with_headers: bool) -> int:

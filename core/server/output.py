@@ -133,6 +133,26 @@ class BufferedOutput:
                 self._drained.clear()
         return True
 
+    def _deliver_through(self, data: bytes | memoryview) -> bool:
+        """``_buffer_delivery`` of ``data`` then ``_write_through``, for a run written through at
+        once: when nothing is buffered before it and a plain TCP transport takes it now, handed
+        over without passing the buffer, so the writer task is not woken only to find it empty
+        (a wake-up per read on the 1 KiB pub -> route -> sub path). A run past ``max_pending``
+        still closes the receiver as a slow consumer, as through the buffer."""
+        stream = self.stream
+        if (
+            not self._out
+            and type(stream) is TcpStream
+            and type(self)._prepare is BufferedOutput._prepare  # sent as it is (no compression)
+            and len(data) <= self.cfg.max_pending
+            and stream.try_send(data)
+        ):
+            return True
+        if not self._buffer_delivery(data):
+            return False
+        self._write_through()
+        return True
+
     async def wait_drained(self) -> None:
         """(A receiver in ``server.stalled``) Until its buffer is down to half its high-water mark."""
         while self._is_open() and self._pending > self._high_water // 2:

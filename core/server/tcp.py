@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -30,19 +30,10 @@ READ_HIGH_WATER = 1 << 20
 # The reader's fixed cost per receive (a loop turn, routing the runs, one write per receiver) is
 # paid per read: at 1 KiB a 64 KiB read held only ~60 messages and that cost dominated.
 READ_SIZE = 256 << 10
-# How much of a read a client connection's parser takes between two back-pressure checks
+# How much input a client connection's reader handles between two back-pressure checks
 # (connection.py): the read size before READ_SIZE grew, which the stream queues' limits and
 # their refusals were measured against.
 FEED_SIZE = 64 << 10
-
-
-def feed_slices(data: bytes, size: int = FEED_SIZE) -> Iterator[bytes]:
-    """``data`` in pieces of at most ``size`` bytes (itself when it fits: no copy)."""
-    if len(data) <= size:
-        yield data
-        return
-    for at in range(0, len(data), size):
-        yield data[at : at + size]
 
 
 class TcpStream(ByteStream):

@@ -37,7 +37,7 @@ from core.errors import ProtocolError
 from core.lograte import worth_logging
 from core.protocol import encoder
 from core.protocol.encoder import encode_run
-from core.protocol.events import Connect, Err, Info, Ping, Pong
+from core.protocol.events import Connect, Err, Info, Ping, Pong, payload_bytes
 from core.protocol.route import (
     RouteMsg,
     RouteMsgRun,
@@ -492,7 +492,7 @@ class Route(PeerPinger, BufferedOutput):
             return
         payloads = ev.payloads
         self.in_msgs += len(payloads)
-        self.in_bytes += sum(map(len, payloads))
+        self.in_bytes += payload_bytes(payloads)
         link = self.links.get(ev.account)
         if link is None or ev.subject.startswith(self._local):
             return  # an account we do not have, or our own JetStream's API
@@ -560,10 +560,9 @@ class Route(PeerPinger, BufferedOutput):
         write per run instead of a writer wake-up."""
         if self.state is not RouteState.CONNECTED or subject.startswith(self._local):
             return
-        if self._buffer_delivery(frames):
+        if self._deliver_through(frames):
             self.out_msgs += len(payloads)
-            self.out_bytes += sum(map(len, payloads))
-            self._write_through()
+            self.out_bytes += payload_bytes(payloads)
 
     def forward_frame(self, subject: str, frame: bytes, size: int) -> None:
         """``forward`` of a frame already encoded (``size``: its message bytes, for /routez)."""

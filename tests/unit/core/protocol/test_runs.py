@@ -246,30 +246,32 @@ def test_a_change_of_any_byte_of_a_later_frame_ends_the_run_there(make):
 
 @pytest.mark.parametrize("group", [1, 20])
 def test_finding_runs_costs_in_proportion_to_the_input_not_its_square(monkeypatch, group):
-    """Messages that start no run (two subjects in turn), or short runs: every byte column the
-    run search slices is counted, and the total stays a small multiple of the input. Searching
-    the whole rest of the read for each message made it quadratic (a CPU amplification any
-    client could cause); counted, not timed."""
+    """Messages that start no run (two subjects in turn), or short runs: every byte the run
+    search reads in a batch (one ``unpack_from`` of a Struct from ``_frames``) is counted, and
+    the total stays a small multiple of the input. Searching the whole rest of the read for each
+    message made it quadratic (a CPU amplification any client could cause); counted, not
+    timed."""
     import core.protocol.parser as parser_module
 
-    sliced = 0
-    same_at = parser_module._same_at
+    read = 0
+    frames = parser_module._frames
 
-    def counting(data: bytes, start: int, end: int, step: int, byte: int, frames: int) -> int:
-        nonlocal sliced
-        sliced += len(range(start, end, step))
-        return same_at(data, start, end, step, byte, frames)
+    def counting(line: int, size: int, n: int, payloads: bool) -> Any:
+        nonlocal read
+        st = frames(line, size, n, payloads)
+        read += st.size
+        return st
 
-    monkeypatch.setattr(parser_module, "_same_at", counting)
-    frames = [b"PUB a 0\r\n\r\n", b"PUB b 0\r\n\r\n"]
-    data = b"".join(frames[i % 2] * group for i in range(4000 // group))
+    monkeypatch.setattr(parser_module, "_frames", counting)
+    pubs = [b"PUB a 0\r\n\r\n", b"PUB b 0\r\n\r\n"]
+    data = b"".join(pubs[i % 2] * group for i in range(4000 // group))
     parser = ServerParser()
     parser.runs = True
     events = parser.feed(data)
     assert expand(events) == [
         Pub("ab"[i % 2], None, b"", None) for i in range(4000 // group) for _ in range(group)
     ]
-    assert sliced <= 4 * len(data), sliced
+    assert read <= 4 * len(data), read
 
 
 @pytest.mark.parametrize("make", [ServerParser, RouteParser])
@@ -301,3 +303,32 @@ def test_a_run_holds_at_most_max_run_frames_so_back_pressure_is_checked_between_
         assert all(len(getattr(ev, "payloads", ())) <= MAX_RUN_FRAMES for ev in events), make
         assert len(events) >= 4, make
         assert [getattr(ev, "payload", None) for ev in expand(events)] == [b"%04d" % i for i in range(n)]
+
+
+@pytest.mark.parametrize("size", [0, 5, 1024])
+@pytest.mark.parametrize("max_run_input", [None, 4096])
+def test_a_run_carries_its_one_size_and_covers_at_most_max_run_input(size, max_run_input):
+    """A run's payloads are ``OneSize`` of the payloads' one size (encoders and byte counters take
+    it instead of measuring each payload), and with ``max_run_input`` set no run covers more
+    input than that (a client reader's back-pressure granularity); every message is still
+    there, in order, and a run of one size encodes as the messages one by one would."""
+    from core.protocol.encoder import encode_run
+    from core.protocol.events import OneSize, payload_bytes
+
+    data = b"".join(encode_pub("s.x", None, bytes([65 + i % 26]) * size) for i in range(300))
+    parser = ServerParser()
+    parser.runs = True
+    parser.max_run_input = max_run_input
+    events = parser.feed(data)
+    assert expand(events) == [Pub("s.x", None, bytes([65 + i % 26]) * size, None) for i in range(300)]
+    runs = [ev for ev in events if type(ev) is PubRun]
+    assert runs
+    frame = len(encode_pub("s.x", None, b"x" * size))
+    for run in runs:
+        assert type(run.payloads) is OneSize and run.payloads.size == size
+        assert payload_bytes(run.payloads) == size * len(run.payloads)
+        if max_run_input is not None:
+            assert len(run.payloads) * frame <= max(max_run_input, frame)
+        assert bytes(encode_run(b"MSG s.x 1 ", run.payloads)) == b"".join(
+            b"MSG s.x 1 %d\r\n%b\r\n" % (size, p) for p in run.payloads
+        )
