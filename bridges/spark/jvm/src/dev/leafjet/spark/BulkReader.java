@@ -29,6 +29,7 @@ final class BulkReader implements PartitionReader<ColumnarBatch> {
   private record Ask(long lo, long hi, String token) {}
 
   private final ReadOptions opts;
+  private final JsonColumns json;
   private final NatsClient client;
   private final UTF8String stream;
   private final long last;
@@ -44,6 +45,7 @@ final class BulkReader implements PartitionReader<ColumnarBatch> {
 
   BulkReader(LeafjetPartition p) {
     opts = p.opts;
+    json = p.json;
     last = p.last;
     stream = UTF8String.fromString(opts.stream);
     subject = subject(opts);
@@ -69,7 +71,7 @@ final class BulkReader implements PartitionReader<ColumnarBatch> {
       Piece piece = opts.subject != null ? nextFiltered() : nextChunk();
       if (piece != null && piece.rows > 0) {
         see(piece.frame, piece.rows);
-        current = FrameColumns.batch(stream, piece.frame, piece.rows, opts.nullHeaders);
+        current = FrameColumns.batch(stream, piece.frame, piece.rows, opts.nullHeaders, json);
         return true;
       }
     }

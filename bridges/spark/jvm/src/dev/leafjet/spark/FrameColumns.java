@@ -24,9 +24,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  * of the messages that have some.
  */
 final class FrameColumns {
-  /** The six base columns: stream, seq, subject, timestamp, headers, data. */
-  static ColumnarBatch batch(UTF8String stream, Frame f, int rows, boolean nullHeaders) {
-    ColumnVector[] cols = {
+  /** The six base columns: stream, seq, subject, timestamp, headers, data; then the JSON ones. */
+  static ColumnarBatch batch(
+      UTF8String stream, Frame f, int rows, boolean nullHeaders, JsonColumns json) {
+    ColumnVector[] base = {
       new Constant(stream),
       new Longs(f, false),
       new Bytes(DataTypes.StringType, f.bytes, f.subjectOffsets, f.subjectValues, f.count),
@@ -34,6 +35,11 @@ final class FrameColumns {
       Headers.of(f, nullHeaders),
       new Bytes(DataTypes.BinaryType, f.bytes, f.dataOffsets, f.dataValues, f.count),
     };
+    if (json == null) {
+      return new ColumnarBatch(base, rows);
+    }
+    ColumnVector[] cols = java.util.Arrays.copyOf(base, base.length + json.size() + 1);
+    System.arraycopy(json.decode(f, rows), 0, cols, base.length, json.size() + 1);
     return new ColumnarBatch(cols, rows);
   }
 

@@ -9,10 +9,12 @@ final class LeafjetPartition implements InputPartition {
   final ReadOptions opts;
   final long first;
   final long last;
+  final JsonColumns json; // null: no jsonSchema
 
-  LeafjetPartition(ReadOptions opts, long first, long last) {
+  LeafjetPartition(ReadOptions opts, long first, long last, JsonColumns json) {
     this.opts = opts;
     this.first = first;
     this.last = last;
+    this.json = json;
   }
 }

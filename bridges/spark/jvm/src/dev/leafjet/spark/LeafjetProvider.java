@@ -31,7 +31,21 @@ public final class LeafjetProvider implements TableProvider, DataSourceRegister 
     if (json == null || json.isBlank()) {
       return StructType.fromDDL(BASE_DDL);
     }
-    return StructType.fromDDL(BASE_DDL + ", " + json.strip() + ", _corrupt BOOLEAN");
+    StructType schema = StructType.fromDDL(BASE_DDL + ", " + json.strip() + ", _corrupt BOOLEAN");
+    jsonColumns(schema); // an unsupported column type is refused here, with the Python source's text
+    return schema;
+  }
+
+  /** The JSON columns of a source schema (after the 6 base columns, before _corrupt); null: none. */
+  static JsonColumns jsonColumns(StructType schema) {
+    java.util.Set<String> base = java.util.Set.of(StructType.fromDDL(BASE_DDL).fieldNames());
+    StructType json = new StructType();
+    for (org.apache.spark.sql.types.StructField f : schema.fields()) {
+      if (!base.contains(f.name()) && !f.name().equals(JsonColumns.CORRUPT)) {
+        json = json.add(f);
+      }
+    }
+    return json.fields().length == 0 ? null : JsonColumns.of(json);
   }
 
   @Override

@@ -79,12 +79,13 @@ final class LeafjetScan implements Scan {
       return python("a server without the bulk read API").toBatch();
     }
     chosen = "jvm";
+    JsonColumns json = LeafjetProvider.jsonColumns(schema);
     List<InputPartition> parts = new ArrayList<>();
     for (long[] r : splitRange(first, last, opts.numPartitions, opts.minPartitionSize)) {
-      parts.add(new LeafjetPartition(opts, r[0], r[1]));
+      parts.add(new LeafjetPartition(opts, r[0], r[1], json));
     }
     if (parts.isEmpty()) {
-      parts.add(new LeafjetPartition(opts, 1, 0)); // an empty range reads nothing
+      parts.add(new LeafjetPartition(opts, 1, 0, json)); // an empty range reads nothing
     }
     InputPartition[] planned = parts.toArray(new InputPartition[0]);
     return new Batch() {

@@ -111,9 +111,6 @@ final class ReadOptions implements Serializable {
     if ("python".equals(reader)) {
       return "option reader=python";
     }
-    if (blankToNull(o.get("jsonschema")) != null) {
-      return "option 'jsonSchema' (the Python source parses JSON)";
-    }
     if (blankToNull(o.get("starttime")) != null || blankToNull(o.get("endtime")) != null) {
       return "options 'startTime'/'endTime' (time search)";
     }
