@@ -18,7 +18,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * read alone by MSG.GET. The lowest sequence the read did not return is checked against the
  * stream's first sequence at the end: below it means data loss.
  */
-final class BulkReader implements PartitionReader<ColumnarBatch> {
+public final class BulkReader implements PartitionReader<ColumnarBatch> {
   static final String H_READ = "Leafjet-Read";
   static final String H_LAST = "Leafjet-Read-Last";
   static final String H_ENCODING = "Leafjet-Read-Encoding";
@@ -58,6 +58,15 @@ final class BulkReader implements PartitionReader<ColumnarBatch> {
       throw e;
     }
     expected = nextLo;
+  }
+
+  /**
+   * One partition's read outside Spark (tests, tools): the options as the source takes them, the
+   * inclusive range ``first..last``. The caller closes it.
+   */
+  public static BulkReader open(java.util.Map<String, String> options, long first, long last) {
+    ReadOptions o = ReadOptions.parse(options);
+    return new BulkReader(new LeafjetPartition(o, first, last, null));
   }
 
   static String subject(ReadOptions o) {
