@@ -278,3 +278,15 @@ def test_jvm_corrupt_frame_is_a_clear_error_not_a_hang(jvm: Any, tmp_path: Path)
         assert "bad bulk read reply for stream 'forged'" in text and "truncated frame" in text, text
     finally:
         ref.stop()
+
+
+def test_reader_jvm_without_the_jar_is_an_option_error() -> None:
+    """The Python source only sees ``reader=jvm`` when the JVM reader is not on the classpath."""
+    from bridges.spark.options import OptionError, parse_options
+
+    base = {"servers": "nats://127.0.0.1:4222", "stream": "s"}
+    assert parse_options({**base, "reader": "python"}).reader == "python"
+    with pytest.raises(OptionError, match="reader=jvm, but the JVM reader is not on Spark's classpath"):
+        parse_options({**base, "reader": "jvm"})
+    with pytest.raises(OptionError, match="option 'reader' must be one of auto, jvm, python"):
+        parse_options({**base, "reader": "scala"})
