@@ -25,6 +25,7 @@ import java.util.UUID;
  */
 final class NatsClient implements Closeable {
   static final ObjectMapper JSON = new ObjectMapper();
+  private static final int MAX_MESSAGE = 256 << 20;
 
   /** One received message: the token of its inbox subject, its header block (or null), payload. */
   static final class Msg {
@@ -122,6 +123,15 @@ final class NatsClient implements Closeable {
   }
 
   private void handshake(String where) {
+    if (serverInfo.path("tls_required").asBoolean(false)) {
+      close();
+      throw new LeafjetException.ServerUnreachable(
+          "cannot reach "
+              + where
+              + ": the server requires TLS, which the JVM reader does not speak"
+              + " (option reader=python, or a tls:// URL, reads it with the Python source)",
+          null);
+    }
     ObjectNode connect = JSON.createObjectNode();
     connect.put("verbose", false).put("pedantic", false).put("tls_required", false);
     connect.put("name", "leafjet-spark-jvm").put("lang", "java").put("version", "1");
@@ -253,9 +263,16 @@ final class NatsClient implements Closeable {
         boolean hasHeaders = line.charAt(0) == 'H';
         String[] f = line.split(" ");
         // MSG subject sid [reply] size / HMSG subject sid [reply] hdr_size total_size
-        int total = Integer.parseInt(f[f.length - 1]);
-        int hdr = hasHeaders ? Integer.parseInt(f[f.length - 2]) : 0;
-        if (total < hdr || hdr < 0) {
+        int total;
+        int hdr;
+        try {
+          total = Integer.parseInt(f[f.length - 1]);
+          hdr = hasHeaders ? Integer.parseInt(f[f.length - 2]) : 0;
+        } catch (RuntimeException e) {
+          throw new IOException("bad message line '" + abbreviate(line) + "'");
+        }
+        // a reply is at most the server's max_payload (MiBs): more is no NATS message we asked for
+        if (total < hdr || hdr < 0 || total > MAX_MESSAGE || f.length < 4) {
           throw new IOException("bad message sizes in '" + abbreviate(line) + "'");
         }
         byte[] headers = hasHeaders ? readBytes(hdr) : null;
