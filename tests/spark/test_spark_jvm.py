@@ -290,3 +290,42 @@ def test_reader_jvm_without_the_jar_is_an_option_error() -> None:
         parse_options({**base, "reader": "jvm"})
     with pytest.raises(OptionError, match="option 'reader' must be one of auto, jvm, python"):
         parse_options({**base, "reader": "scala"})
+
+
+def test_a_server_that_requires_tls_is_read_by_the_python_source(jvm: Any, tmp_path: Path) -> None:
+    """The JVM reader speaks no TLS: with TLS options, format leafjet reads through the Python
+    source; asked by name (reader=jvm) of a server whose INFO requires TLS, it says so."""
+    import ssl
+
+    import nats
+
+    from core.certs import make_ca, make_server_cert
+
+    ca = make_ca(tmp_path / "pki")
+    cert = make_server_cert(tmp_path / "pki", ca)
+    srv = start_leafjet(tmp_path / "tls", {"tls": {"cert_file": str(cert.cert), "key_file": str(cert.key)}})
+    try:
+        ctx = ssl.create_default_context(cafile=str(ca.cert))
+
+        async def fill() -> None:
+            nc = await nats.connect(srv.url, tls=ctx, allow_reconnect=False)
+            try:
+                cfg = b'{"name": "sec", "subjects": ["sec.>"], "storage": "file"}'
+                await nc.request("$JS.API.STREAM.CREATE.sec", cfg, timeout=10)
+                js = nc.jetstream()
+                for i in range(3):
+                    await js.publish("sec.a", b"%d" % i)
+            finally:
+                await nc.close()
+
+        asyncio.run(fill())
+        df = _read(jvm, srv.url, "sec", tlsCaFile=str(ca.cert))
+        assert [r.seq for r in df.collect()] == [1, 2, 3]
+        assert_read_by(df, "python")
+        plain = srv.url.replace("tls://", "nats://")  # a URL that does not say TLS
+        with pytest.raises(Exception, match="the server requires TLS, which the JVM reader does not speak"):
+            _read(jvm, plain, "sec", reader="jvm").collect()
+        with pytest.raises(Exception, match="option reader=jvm, but the JVM reader does not support TLS"):
+            _read(jvm, srv.url, "sec", reader="jvm", tlsCaFile=str(ca.cert)).collect()
+    finally:
+        srv.stop()

@@ -23,6 +23,15 @@ class LeafjetException extends RuntimeException {
     }
   }
 
+  /** The server's INFO requires TLS, which this client does not speak. */
+  static final class TlsRequired extends LeafjetException {
+    private static final long serialVersionUID = 1L;
+
+    TlsRequired(String message) {
+      super(message);
+    }
+  }
+
   static final class Authentication extends LeafjetException {
     private static final long serialVersionUID = 1L;
 

@@ -60,7 +60,17 @@ final class LeafjetScan implements Scan {
     long first;
     long last;
     boolean bulk;
-    try (NatsClient c = NatsClient.connect(opts)) {
+    NatsClient client;
+    try {
+      client = NatsClient.connect(opts);
+    } catch (LeafjetException.TlsRequired e) {
+      if ("jvm".equals(opts.reader)) {
+        throw e;
+      }
+      chosen = "python: a server that requires TLS";
+      return python("a server that requires TLS").toBatch();
+    }
+    try (NatsClient c = client) {
       StreamApi.Info info = StreamApi.info(c, opts);
       first = opts.startSeq == null ? 1 : opts.startSeq;
       last = opts.endSeq == null ? info.lastSeq() : Math.min(opts.endSeq, info.lastSeq());

@@ -125,12 +125,11 @@ final class NatsClient implements Closeable {
   private void handshake(String where) {
     if (serverInfo.path("tls_required").asBoolean(false)) {
       close();
-      throw new LeafjetException.ServerUnreachable(
+      throw new LeafjetException.TlsRequired(
           "cannot reach "
               + where
               + ": the server requires TLS, which the JVM reader does not speak"
-              + " (option reader=python, or a tls:// URL, reads it with the Python source)",
-          null);
+              + " (option reader=python, or a tls:// URL, reads it with the Python source)");
     }
     ObjectNode connect = JSON.createObjectNode();
     connect.put("verbose", false).put("pedantic", false).put("tls_required", false);
