@@ -14,7 +14,9 @@ produced, nothing is written). Fairness on a shared, loaded machine:
 - each figure is the median of its rounds; the spread of the per-round ratios is printed too.
 
 The source reads through leafjet's bulk read API (``bulkRead=auto``); one more scan with
-``bulkRead=false`` shows the direct-get fallback. Never asserts.
+``bulkRead=false`` shows the direct-get fallback. "leafjet" is the Python source (``reader=python``),
+"jvm" the JVM reader (``reader=jvm``, bridges/spark/jvm; built by scripts/build_spark_reader when a
+JDK is there, else left out), in the same rounds against the same Parquet scans. Never asserts.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class SparkFigures:
     parquet_rows_per_s: float
     parquet_json_rows_per_s: float
     direct_rows_per_s: float  # the fallback path (bulkRead=false: batched direct gets)
+    jvm_rows_per_s: float  # the JVM reader (0: its jar is not built)
+    jvm_json_rows_per_s: float
     cpu_us_per_row: dict[str, tuple[float, float, float]]  # scan -> (server, Spark, JVM) CPU us per row
     round_ratios: dict[str, tuple[float, ...]]  # "base"/"json" -> source/Parquet rate in each round
 
@@ -166,6 +170,19 @@ def _rounds(dfs: dict[str, Any], runs: int, server_pid: int) -> dict[str, Scan]:
     return out
 
 
+def _build_jvm_reader() -> bool:
+    """Build the JVM reader's jar if a JDK is there (a no-op when it is up to date)."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("javac") is None:
+        return False
+    script = Path(__file__).resolve().parents[1] / "scripts" / "build_spark_reader"
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run([str(script)], env=env, check=False).returncode == 0
+
+
 def run_spark(
     msgs: int,
     size: int,
@@ -175,8 +192,9 @@ def run_spark(
     direct: bool = True,
     warmup: int = 2,
 ) -> SparkFigures:
-    from bridges.spark.session import quiet_session
+    from bridges.spark.session import jvm_reader_jar, quiet_session
 
+    jvm = _build_jvm_reader() and jvm_reader_jar() is not None
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-spark-") as tmp:
         srv = start_leafjet(Path(tmp) / "leafjet", {"jetstream": {"sync": "interval"}})
         try:
@@ -184,9 +202,10 @@ def run_spark(
             spark = quiet_session("leafjet-bench", master=f"local[{partitions}]", tmp_dir=Path(tmp) / "spark")
             try:
 
-                def source(json_schema: bool, bulk: str = "auto") -> Any:
+                def source(json_schema: bool, bulk: str = "auto", reader: str = "python") -> Any:
                     r = (
                         spark.read.format("leafjet")
+                        .option("reader", reader)
                         .option("servers", srv.url)
                         .option("stream", STREAM)
                         .option("numPartitions", str(partitions))
@@ -205,6 +224,9 @@ def run_spark(
                     "leafjet json": source(True),
                     "parquet json": pq,
                 }
+                if jvm:
+                    dfs["jvm base"] = source(False, reader="jvm")
+                    dfs["jvm json"] = source(True, reader="jvm")
                 _rounds(dfs, warmup, srv.pid)  # both sides: Python workers, the JVM's JIT (not timed)
                 scans = _rounds(dfs, runs, srv.pid)
                 scans["direct get base"] = Scan(float("inf"), 0.0, 0.0, 0.0)  # not run (--no-direct)
@@ -231,6 +253,14 @@ def run_spark(
         )
         for kind in ("base", "json")
     }
+    if jvm:
+        for kind in ("base", "json"):
+            spread[f"jvm {kind}"] = tuple(
+                p / s
+                for s, p in zip(
+                    scans[f"jvm {kind}"].all_seconds, scans[f"parquet {kind}"].all_seconds, strict=True
+                )
+            )
     return SparkFigures(
         rows,
         load_s,
@@ -239,6 +269,8 @@ def run_spark(
         rate["parquet base"],
         rate["parquet json"],
         rate["direct get base"],
+        rate.get("jvm base", 0.0),
+        rate.get("jvm json", 0.0),
         cpu,
         spread,
     )
@@ -263,6 +295,12 @@ def spark_matrix(args: argparse.Namespace) -> int:
         ("scan + jsonSchema 'temp DOUBLE'", f.source_json_rows_per_s, f.parquet_json_rows_per_s),
     ):
         print(f"{label:40s} {a:>12,.0f} {b:>12,.0f} {a / b:7.3f}")
+    if f.jvm_rows_per_s:
+        for label, a, b in (
+            ("JVM reader, 6 base columns", f.jvm_rows_per_s, f.parquet_rows_per_s),
+            ("JVM reader + jsonSchema 'temp DOUBLE'", f.jvm_json_rows_per_s, f.parquet_json_rows_per_s),
+        ):
+            print(f"{label:40s} {a:>12,.0f} {b:>12,.0f} {a / b:7.3f}")
     for kind, ratios in f.round_ratios.items():
         print(f"  {kind} ratio per round: {', '.join(f'{r:.3f}' for r in ratios)}")
     d, p = f.direct_rows_per_s, f.parquet_rows_per_s

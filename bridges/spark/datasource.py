@@ -200,6 +200,28 @@ class LeafjetDataSource(DataSource):
         return LeafjetStreamReader(self.opts, schema)
 
 
+# The name this source is also registered under: the JVM reader (bridges/spark/jvm) hands it every
+# read it does not do itself (format ``leafjet`` is then the JVM's, Spark refuses a second one).
+PYTHON_NAME = "leafjet_python"
+
+
+class LeafjetPythonDataSource(LeafjetDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_NAME
+
+
 def register(spark: Any) -> None:
-    """Register format ``leafjet`` with a SparkSession."""
-    spark.dataSource.register(LeafjetDataSource)
+    """Register format ``leafjet`` with a SparkSession, and ``leafjet_python`` for the JVM reader.
+
+    When the JVM reader's jar is on the classpath, ``leafjet`` is already taken by it (Spark says
+    DATA_SOURCE_ALREADY_EXISTS): it then reads batches itself and hands the rest to
+    ``leafjet_python``."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.dataSource.register(LeafjetDataSource)
+    except AnalysisException as e:
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(e):
+            raise
+    spark.dataSource.register(LeafjetPythonDataSource)

@@ -65,6 +65,9 @@ class SourceOptions:
     # a message without headers gets a null ``headers`` instead of an empty map: Spark's JVM writes
     # no map for it (0.10-0.16 us/row less, bench.spark_floor); off by default, as the contract was {}
     null_headers: bool = False
+    # auto | jvm | python: which reader does a batch read when the JVM reader's jar is on the
+    # classpath (it hands this source what it cannot do); here only "jvm" means anything: an error
+    reader: str = "auto"
 
 
 def _int(opts: Mapping[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
@@ -168,7 +171,13 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         bulk_read=bulk_read,
         compression=compression,
         null_headers=_bool(lower, "nullheaders", False),
+        reader=_choice(lower, "reader", ("auto", "jvm", "python")),
     )
+    if result.reader == "jvm":
+        raise OptionError(
+            "option reader=jvm, but the JVM reader is not on Spark's classpath: build it with "
+            "scripts/build_spark_reader and add build/spark/leafjet-spark.jar to spark.jars"
+        )
     if result.start_seq is not None and result.start_time_us is not None:
         raise OptionError("options 'startSeq' and 'startTime' are exclusive; give one")
     if result.end_seq is not None and result.end_time_us is not None:

@@ -37,14 +37,28 @@ def prepare_environment() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), *[p for p in paths if p]])
 
 
+def jvm_reader_jar() -> Path | None:
+    """The JVM reader's jar (scripts/build_spark_reader), or None when it is not built.
+    ``LEAFJET_SPARK_JVM=0`` hides it (the Python source then reads everything)."""
+    jar = REPO / "build" / "spark" / "leafjet-spark.jar"
+    if os.environ.get("LEAFJET_SPARK_JVM", "1") == "0" or not jar.is_file():
+        return None
+    return jar
+
+
 def quiet_session(
     app: str = "leafjet-spark",
     *,
     master: str = "local[2]",
     tmp_dir: str | Path | None = None,
     conf: dict[str, str] | None = None,
+    jvm_reader: bool = True,
 ) -> Any:
-    """Get or create the session (under spark-submit the submitted config wins) and register ``leafjet``."""
+    """Get or create the session (under spark-submit the submitted config wins) and register ``leafjet``.
+
+    With ``jvm_reader`` and the jar built, the JVM reader is on the classpath: Spark then finds
+    format ``leafjet`` there first, and it reads batches itself and hands the rest (streaming,
+    jsonSchema, ...) to the Python source registered under the same name (DESIGN.md)."""
     prepare_environment()
     from pyspark.sql import SparkSession
 
@@ -67,6 +81,9 @@ def quiet_session(
         "spark.sql.warehouse.dir": str(base / "warehouse"),
         **(conf or {}),
     }
+    jar = jvm_reader_jar() if jvm_reader else None
+    if jar is not None and "spark.jars" not in settings:
+        settings["spark.jars"] = str(jar)
     builder = SparkSession.builder.appName(app)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by spark-submit, whose --master must win
         builder = builder.master(master)

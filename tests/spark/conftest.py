@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,13 +23,41 @@ pytest.importorskip("pyarrow", reason="the spark extra is not installed")
 from tests.support.servers import RunningServer, start_leafjet
 
 
+def build_jvm_reader() -> bool:
+    """Build the JVM reader's jar when a JDK is there (a no-op when it is up to date)."""
+    if shutil.which("javac") is None:
+        return False
+    script = Path(__file__).resolve().parents[2] / "scripts" / "build_spark_reader"
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run([str(script)], env=env, check=False).returncode == 0
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from bridges.spark.session import quiet_session
 
+    build_jvm_reader()
     session = quiet_session("leafjet-tests", master="local[2]", tmp_dir=tmp_path_factory.mktemp("spark"))
     yield session
     session.stop()
+
+
+def jvm_reader_loaded(spark: Any) -> bool:
+    return "leafjet-spark.jar" in spark.sparkContext.getConf().get("spark.jars", "")
+
+
+@pytest.fixture(params=["python", "jvm"])
+def reader(request: pytest.FixtureRequest, spark: Any) -> str:
+    """Which reader a batch read goes through (option ``reader``); the JVM one when its jar is built."""
+    if request.param == "jvm" and not jvm_reader_loaded(spark):
+        pytest.skip("the JVM reader is not built (no JDK: scripts/build_spark_reader)")
+    return str(request.param)
+
+
+def assert_read_by(df: Any, reader: str) -> None:
+    """The executed plan names the reader that ran (LeafjetScan's description)."""
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert f"reader={reader}" in plan, plan
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark.conftest import api, create_stream, publish, stored_messages
+from tests.spark.conftest import api, assert_read_by, create_stream, publish, stored_messages
 from tests.support.servers import free_port, start_leafjet, wait_until
 
 pytestmark = pytest.mark.spark
@@ -31,29 +31,30 @@ def _payload(device: int, i: int) -> bytes:
     return json.dumps({"device": f"d{device}", "temp": round(15 + device * 2 + (i % 7) * 0.5, 2)}).encode()
 
 
-def test_batch_read_returns_exactly_the_streams_messages_in_parallel_partitions(spark, leafjet):
-    url = leafjet.url
-    create_stream(url, "orders", ["orders.>"])
+def test_batch_read_returns_exactly_the_streams_messages_in_parallel_partitions(spark, leafjet, reader):
+    url, orders = leafjet.url, f"orders_{reader}"
+    create_stream(url, orders, [f"{orders}.>"])
     msgs = [
-        (f"orders.dev{i % 3}", _payload(i % 3, i), {"X-Trace": f"t{i}"} if i % 5 == 0 else None)
+        (f"{orders}.dev{i % 3}", _payload(i % 3, i), {"X-Trace": f"t{i}"} if i % 5 == 0 else None)
         for i in range(2500)
     ]
     publish(url, [m if m[2] else m[:2] for m in msgs])
-    api(url, "$JS.API.STREAM.MSG.DELETE.orders", {"seq": 7})  # an interior gap is not data loss
-    truth = stored_messages(url, "orders")
+    api(url, f"$JS.API.STREAM.MSG.DELETE.{orders}", {"seq": 7})  # an interior gap is not data loss
+    truth = stored_messages(url, orders)
     assert len(truth) == 2499
 
     from pyspark.sql import functions as F
 
-    df = _read(spark, url, "orders", numPartitions=3, minPartitionSize=500).withColumn(
+    df = _read(spark, url, orders, numPartitions=3, minPartitionSize=500, reader=reader).withColumn(
         "part", F.spark_partition_id()
     )
     rows = df.collect()
+    assert_read_by(df, reader)
     assert df.rdd.getNumPartitions() == 3
     got = sorted(rows, key=lambda r: r.seq)
     assert [r.seq for r in got] == [m.seq for m in truth]
     for r, m in zip(got, truth, strict=True):
-        assert (r.stream, r.subject, bytes(r.data), r.headers) == ("orders", m.subject, m.data, m.headers)
+        assert (r.stream, r.subject, bytes(r.data), r.headers) == (orders, m.subject, m.data, m.headers)
         assert r.timestamp.replace(tzinfo=UTC) == m.ts
     # each partition is one contiguous sub-range; together they cover the stream once
     ranges = sorted(
@@ -64,13 +65,16 @@ def test_batch_read_returns_exactly_the_streams_messages_in_parallel_partitions(
     assert len({r.seq for r in rows}) == len(rows)
 
     # without allow_direct the source falls back to STREAM.MSG.GET; the subject filter applies to both
-    create_stream(url, "nodirect", ["nd.>"], allow_direct=False)
-    publish(url, [(f"nd.dev{i % 2}", _payload(i % 2, i)) for i in range(60)])
-    fallback = _read(spark, url, "nodirect", subject="nd.dev1").collect()
+    nodirect = f"nodirect_{reader}"
+    create_stream(url, nodirect, [f"{nodirect}.>"], allow_direct=False)
+    publish(url, [(f"{nodirect}.dev{i % 2}", _payload(i % 2, i)) for i in range(60)])
+    fallback = _read(spark, url, nodirect, subject=f"{nodirect}.dev1", reader=reader).collect()
     assert sorted(r.seq for r in fallback) == list(range(2, 61, 2))
-    filtered = _read(spark, url, "orders", subject="orders.dev2", startSeq=100, endSeq=200).collect()
+    filtered = _read(
+        spark, url, orders, subject=f"{orders}.dev2", startSeq=100, endSeq=200, reader=reader
+    ).collect()
     assert sorted(r.seq for r in filtered) == [
-        m.seq for m in truth if m.subject == "orders.dev2" and 100 <= m.seq <= 200
+        m.seq for m in truth if m.subject == f"{orders}.dev2" and 100 <= m.seq <= 200
     ]
 
 
@@ -188,9 +192,9 @@ def test_streaming_resumes_from_checkpoint_with_exactly_once_output(spark, leafj
     _assert_same({k: v for k, v in got.items() if k[0] != "s1.flush"}, _python_aggregate(truth, "temp", 1))
 
 
-def test_json_schema_gives_columns_nulls_for_bad_payloads_and_a_corrupt_flag(spark, leafjet):
-    url = leafjet.url
-    create_stream(url, "js", ["js.>"])
+def test_json_schema_gives_columns_nulls_for_bad_payloads_and_a_corrupt_flag(spark, leafjet, reader):
+    url, js = leafjet.url, f"js_{reader}"
+    create_stream(url, js, [f"{js}.>"])
     payloads = [
         b'{"device": "d1", "temp": 21.5, "ok": true}',
         b'{"device": "d2", "temp": "hot"}',
@@ -200,8 +204,8 @@ def test_json_schema_gives_columns_nulls_for_bad_payloads_and_a_corrupt_flag(spa
         b'{"device": "d4", "temp": 3}',
         b"\xff\xfe",
     ]
-    publish(url, [("js.x", p) for p in payloads])
-    df = _read(spark, url, "js", jsonSchema="device STRING, temp DOUBLE, ok BOOLEAN")
+    publish(url, [(f"{js}.x", p) for p in payloads])
+    df = _read(spark, url, js, jsonSchema="device STRING, temp DOUBLE, ok BOOLEAN", reader=reader)
     assert df.columns[-4:] == ["device", "temp", "ok", "_corrupt"]
     rows = [(r.device, r.temp, r.ok, r._corrupt) for r in df.orderBy("seq").collect()]
     assert rows == [
@@ -214,26 +218,29 @@ def test_json_schema_gives_columns_nulls_for_bad_payloads_and_a_corrupt_flag(spa
         (None, None, None, True),
     ]
     assert df.filter("_corrupt").count() == 4
+    assert_read_by(df, reader)
 
 
-def test_purged_range_fails_by_default_and_is_skipped_on_request(spark, leafjet):
-    url = leafjet.url
-    create_stream(url, "purged", ["p.>"])
-    publish(url, [("p.a", b"%d" % i) for i in range(100)])
-    assert api(url, "$JS.API.STREAM.PURGE.purged", {"seq": 41})["success"]
-    with pytest.raises(Exception, match=r"data loss on stream 'purged'.*1\.\.40.*failOnDataLoss"):
-        _read(spark, url, "purged", startSeq=1).collect()
-    rows = _read(spark, url, "purged", startSeq=1, failOnDataLoss="false").collect()
+def test_purged_range_fails_by_default_and_is_skipped_on_request(spark, leafjet, reader):
+    url, purged = leafjet.url, f"purged_{reader}"
+    create_stream(url, purged, [f"{purged}.>"])
+    publish(url, [(f"{purged}.a", b"%d" % i) for i in range(100)])
+    assert api(url, f"$JS.API.STREAM.PURGE.{purged}", {"seq": 41})["success"]
+    with pytest.raises(Exception, match=rf"data loss on stream '{purged}'.*1\.\.40.*failOnDataLoss"):
+        _read(spark, url, purged, startSeq=1, reader=reader).collect()
+    rows = _read(spark, url, purged, startSeq=1, failOnDataLoss="false", reader=reader).collect()
     assert sorted(r.seq for r in rows) == list(range(41, 101))
-    assert len(_read(spark, url, "purged").collect()) == 60  # no explicit start: what is stored
+    assert len(_read(spark, url, purged, reader=reader).collect()) == 60  # no explicit start: what is stored
 
 
-def test_missing_stream_bad_credentials_and_unreachable_server_are_named(spark, leafjet, tmp_path: Path):
+def test_missing_stream_bad_credentials_and_unreachable_server_are_named(
+    spark, leafjet, tmp_path: Path, reader
+):
     with pytest.raises(Exception, match=r"stream 'nope' on nats://127\.0\.0\.1:\d+ not found"):
-        _read(spark, leafjet.url, "nope").collect()
+        _read(spark, leafjet.url, "nope", reader=reader).collect()
     dead = f"nats://127.0.0.1:{free_port()}"
     with pytest.raises(Exception, match=rf"cannot reach leafjet server {dead} \(stream 'telemetry'\)"):
-        _read(spark, dead, "telemetry", timeout=2).collect()
+        _read(spark, dead, "telemetry", timeout=2, reader=reader).collect()
     secured = start_leafjet(
         tmp_path / "auth", {"authorization": {"users": [{"user": "alice", "password": "pw"}]}}
     )
@@ -241,8 +248,10 @@ def test_missing_stream_bad_credentials_and_unreachable_server_are_named(spark, 
         create_url = secured.url.replace("nats://", "nats://alice:pw@")
         create_stream(create_url, "t", ["t.>"])
         publish(create_url, [("t.a", b"1")])
-        assert len(_read(spark, secured.url, "t", user="alice", password="pw").collect()) == 1
+        authed = _read(spark, secured.url, "t", user="alice", password="pw", reader=reader)
+        assert len(authed.collect()) == 1
+        assert_read_by(authed, reader)
         with pytest.raises(Exception, match=r"authentication failed at leafjet server .* user 'alice'"):
-            _read(spark, secured.url, "t", user="alice", password="wrong").collect()
+            _read(spark, secured.url, "t", user="alice", password="wrong", reader=reader).collect()
     finally:
         secured.stop()

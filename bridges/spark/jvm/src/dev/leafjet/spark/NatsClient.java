@@ -1,0 +1,371 @@
+package dev.leafjet.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.Closeable;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.net.URI;
+import java.nio.charset.StandardCharsets;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.UUID;
+
+/**
+ * A minimal NATS client over one plain socket: CONNECT (user/password or token), one wildcard
+ * inbox subscription, PUB with a reply subject, MSG/HMSG, PING/PONG. Synchronous: the caller
+ * reads until the reply it waits for arrives; replies to other requests are kept by token. Every
+ * read has the source's timeout (a read that gets any byte is progress), no reconnects: a task
+ * that loses its server fails and Spark retries it.
+ */
+final class NatsClient implements Closeable {
+  static final ObjectMapper JSON = new ObjectMapper();
+  private static final int MAX_MESSAGE = 256 << 20;
+
+  /** One received message: the token of its inbox subject, its header block (or null), payload. */
+  static final class Msg {
+    final String token;
+    final byte[] headers;
+    final byte[] data;
+
+    Msg(String token, byte[] headers, byte[] data) {
+      this.token = token;
+      this.headers = headers;
+      this.data = data;
+    }
+
+    /** A header's value ("Name: value" lines of the block), or null. */
+    String header(String name) {
+      if (headers == null) {
+        return null;
+      }
+      String block = new String(headers, StandardCharsets.UTF_8);
+      for (String line : block.split("\r\n")) {
+        int colon = line.indexOf(':');
+        if (colon > 0 && line.substring(0, colon).strip().equalsIgnoreCase(name)) {
+          return line.substring(colon + 1).strip();
+        }
+      }
+      return null;
+    }
+
+    /** The status code of a status message ("NATS/1.0 503"), or null. */
+    String status() {
+      if (headers == null) {
+        return null;
+      }
+      int end = 0;
+      while (end < headers.length && headers[end] != '\r') {
+        end++;
+      }
+      String first = new String(headers, 0, end, StandardCharsets.US_ASCII).strip();
+      String[] parts = first.split(" ");
+      return parts.length > 1 ? parts[1] : null;
+    }
+  }
+
+  private final ReadOptions opts;
+  private final Socket socket;
+  private final InputStream in;
+  private final OutputStream out;
+  private final byte[] buf = new byte[64 * 1024];
+  private int pos;
+  private int lim;
+  private final String inbox;
+  private long counter;
+  private final Map<String, Msg> early = new HashMap<>();
+  private final java.util.Set<String> ignored = new java.util.HashSet<>();
+  final JsonNode serverInfo;
+
+  private NatsClient(ReadOptions opts, Socket socket) throws IOException {
+    this.opts = opts;
+    this.socket = socket;
+    this.in = socket.getInputStream();
+    this.out = new java.io.BufferedOutputStream(socket.getOutputStream(), 8192);
+    this.inbox = "_INBOX." + UUID.randomUUID().toString().replace("-", "");
+    String info = readLine();
+    if (!info.startsWith("INFO ")) {
+      throw new IOException("expected INFO, got '" + abbreviate(info) + "'");
+    }
+    serverInfo = JSON.readTree(info.substring(5));
+  }
+
+  /** Connect to the first server of the list that answers; errors name the server and the stream. */
+  static NatsClient connect(ReadOptions opts) {
+    Exception last = null;
+    String where = "leafjet server " + opts.display() + " (stream '" + opts.stream + "')";
+    for (String url : opts.servers) {
+      URI uri = URI.create(url.contains("://") ? url : "nats://" + url);
+      int port = uri.getPort() < 0 ? 4222 : uri.getPort();
+      Socket s = new Socket();
+      NatsClient c = null;
+      try {
+        s.setTcpNoDelay(true);
+        s.setReceiveBufferSize(4 << 20);
+        s.connect(new InetSocketAddress(uri.getHost(), port), opts.timeoutMillis());
+        s.setSoTimeout(opts.timeoutMillis());
+        c = new NatsClient(opts, s);
+      } catch (IOException | RuntimeException e) {
+        closeQuietly(s);
+        last = e;
+        continue;
+      }
+      c.handshake(where);
+      return c;
+    }
+    throw new LeafjetException.ServerUnreachable(
+        "cannot reach " + where + ": " + (last == null ? "no server" : describe(last)), last);
+  }
+
+  private void handshake(String where) {
+    if (serverInfo.path("tls_required").asBoolean(false)) {
+      close();
+      throw new LeafjetException.TlsRequired(
+          "cannot reach "
+              + where
+              + ": the server requires TLS, which the JVM reader does not speak"
+              + " (option reader=python, or a tls:// URL, reads it with the Python source)");
+    }
+    ObjectNode connect = JSON.createObjectNode();
+    connect.put("verbose", false).put("pedantic", false).put("tls_required", false);
+    connect.put("name", "leafjet-spark-jvm").put("lang", "java").put("version", "1");
+    connect.put("protocol", 1).put("headers", true).put("no_responders", true);
+    if (opts.user != null) {
+      connect.put("user", opts.user).put("pass", opts.password == null ? "" : opts.password);
+    }
+    if (opts.token != null) {
+      connect.put("auth_token", opts.token);
+    }
+    try {
+      write(("CONNECT " + JSON.writeValueAsString(connect) + "\r\nPING\r\n").getBytes(StandardCharsets.UTF_8));
+      write(("SUB " + inbox + ".* 1\r\n").getBytes(StandardCharsets.US_ASCII));
+      flush();
+      while (true) {
+        String line = readLine();
+        if (line.startsWith("PONG")) {
+          return;
+        }
+        if (line.startsWith("-ERR")) {
+          String text = line.substring(4).strip();
+          String lower = text.toLowerCase(java.util.Locale.ROOT);
+          close();
+          if (lower.contains("authoriz") || lower.contains("authentic")) {
+            String who =
+                opts.user != null
+                    ? "user '" + opts.user + "'"
+                    : (opts.token != null ? "a token" : "no credentials");
+            throw new LeafjetException.Authentication(
+                "authentication failed at " + where + " with " + who + ": " + text);
+          }
+          throw new LeafjetException.ServerUnreachable("cannot reach " + where + ": " + text, null);
+        }
+        // +OK, INFO, PING before the PONG: nothing to do (a PING is answered by readLine's caller)
+        if (line.startsWith("PING")) {
+          write("PONG\r\n".getBytes(StandardCharsets.US_ASCII));
+          flush();
+        }
+      }
+    } catch (IOException e) {
+      close();
+      throw new LeafjetException.ServerUnreachable("cannot reach " + where + ": " + describe(e), e);
+    }
+  }
+
+  /** Whether the server's INFO names leafjet (its "go" field: "python3.x leafjet/<version>"). */
+  boolean saysLeafjet() {
+    JsonNode go = serverInfo.get("go");
+    return go != null && go.asText().contains("leafjet/");
+  }
+
+  /** Send a request; returns its token (the reply comes to inbox.token). */
+  String request(String subject, byte[] body) {
+    String token = Long.toString(++counter);
+    try {
+      write(
+          ("PUB " + subject + " " + inbox + "." + token + " " + body.length + "\r\n")
+              .getBytes(StandardCharsets.UTF_8));
+      write(body);
+      write(CRLF);
+      flush();
+    } catch (IOException e) {
+      throw new LeafjetException("lost the connection to " + opts.where() + ": " + describe(e), e);
+    }
+    return token;
+  }
+
+  /** The reply to ``token``; null when none came within the timeout (a read without progress). */
+  Msg await(String token) {
+    Msg m = early.remove(token);
+    if (m != null) {
+      return m;
+    }
+    try {
+      while (true) {
+        m = readMsg();
+        if (m.token.equals(token)) {
+          return m;
+        }
+        if (!ignored.remove(m.token)) {
+          early.put(m.token, m);
+        }
+      }
+    } catch (SocketTimeoutException e) {
+      return null;
+    } catch (IOException e) {
+      throw new LeafjetException("lost the connection to " + opts.where() + ": " + describe(e), e);
+    }
+  }
+
+  /** Forget a request whose reply will not be used (a reply that comes later is dropped). */
+  void forget(String token) {
+    if (early.remove(token) == null) {
+      ignored.add(token);
+    }
+  }
+
+  /** A JetStream API request's JSON answer; errors name the subject and the stream. */
+  JsonNode api(String subject, byte[] body) {
+    Msg m = await(request(subject, body));
+    if (m == null) {
+      throw new LeafjetException(
+          subject + " timed out after " + opts.timeoutSeconds + "s for " + opts.where());
+    }
+    if ("503".equals(m.status())) {
+      throw new LeafjetException(
+          "no JetStream API answered "
+              + subject
+              + " for "
+              + opts.where()
+              + " (is JetStream enabled for this account?)");
+    }
+    try {
+      JsonNode n = JSON.readTree(m.data);
+      if (n != null && n.isObject() && (n.get("error") == null || n.get("error").isObject())) {
+        return n;
+      }
+    } catch (IOException e) {
+      // below: the same error as for JSON that is not an object
+    }
+    String start = new String(m.data, 0, Math.min(80, m.data.length), StandardCharsets.UTF_8);
+    throw new LeafjetException("unreadable answer to " + subject + " for " + opts.where() + ": " + start);
+  }
+
+  private Msg readMsg() throws IOException {
+    while (true) {
+      String line = readLine();
+      if (line.startsWith("MSG ") || line.startsWith("HMSG ")) {
+        boolean hasHeaders = line.charAt(0) == 'H';
+        String[] f = line.split(" ");
+        // MSG subject sid [reply] size / HMSG subject sid [reply] hdr_size total_size
+        int total;
+        int hdr;
+        try {
+          total = Integer.parseInt(f[f.length - 1]);
+          hdr = hasHeaders ? Integer.parseInt(f[f.length - 2]) : 0;
+        } catch (RuntimeException e) {
+          throw new IOException("bad message line '" + abbreviate(line) + "'");
+        }
+        // a reply is at most the server's max_payload (MiBs): more is no NATS message we asked for
+        if (total < hdr || hdr < 0 || total > MAX_MESSAGE || f.length < 4) {
+          throw new IOException("bad message sizes in '" + abbreviate(line) + "'");
+        }
+        byte[] headers = hasHeaders ? readBytes(hdr) : null;
+        byte[] data = readBytes(total - hdr);
+        readBytes(2); // CRLF
+        String subject = f[1];
+        return new Msg(subject.substring(subject.lastIndexOf('.') + 1), headers, data);
+      } else if (line.startsWith("PING")) {
+        write("PONG\r\n".getBytes(StandardCharsets.US_ASCII));
+        flush();
+      } else if (line.startsWith("-ERR")) {
+        throw new IOException("server error " + line.substring(4).strip());
+      }
+      // +OK, PONG, INFO: nothing to do
+    }
+  }
+
+  private String readLine() throws IOException {
+    StringBuilder sb = null;
+    while (true) {
+      for (int i = pos; i < lim; i++) {
+        if (buf[i] == '\n') {
+          int end = i > pos && buf[i - 1] == '\r' ? i - 1 : i;
+          String part = new String(buf, pos, end - pos, StandardCharsets.UTF_8);
+          pos = i + 1;
+          return sb == null ? part : sb.append(part).toString();
+        }
+      }
+      if (sb == null) {
+        sb = new StringBuilder();
+      }
+      sb.append(new String(buf, pos, lim - pos, StandardCharsets.UTF_8));
+      if (sb.length() > 1 << 20) {
+        throw new IOException("protocol line too long");
+      }
+      pos = lim;
+      fill();
+    }
+  }
+
+  private byte[] readBytes(int n) throws IOException {
+    byte[] outBytes = new byte[n];
+    int have = Math.min(n, lim - pos);
+    System.arraycopy(buf, pos, outBytes, 0, have);
+    pos += have;
+    while (have < n) {
+      int r = in.read(outBytes, have, n - have);
+      if (r < 0) {
+        throw new IOException("connection closed by the server");
+      }
+      have += r;
+    }
+    return outBytes;
+  }
+
+  private void fill() throws IOException {
+    pos = 0;
+    lim = 0;
+    int r = in.read(buf, 0, buf.length);
+    if (r < 0) {
+      throw new IOException("connection closed by the server");
+    }
+    lim = r;
+  }
+
+  private static final byte[] CRLF = {'\r', '\n'};
+
+  private void write(byte[] b) throws IOException {
+    out.write(b);
+  }
+
+  private void flush() throws IOException {
+    out.flush();
+  }
+
+  static String describe(Throwable e) {
+    String text = e.getMessage();
+    return e.getClass().getSimpleName() + (text == null || text.isBlank() ? "" : ": " + text);
+  }
+
+  private static String abbreviate(String s) {
+    return s.length() > 80 ? s.substring(0, 80) + "..." : s;
+  }
+
+  private static void closeQuietly(Socket s) {
+    try {
+      s.close();
+    } catch (IOException e) {
+      // being discarded
+    }
+  }
+
+  @Override
+  public void close() {
+    closeQuietly(socket);
+  }
+}
