@@ -820,7 +820,7 @@ class SourceWorker:
             msgs, pending = pending, []
             await self._handle(msgs)
 
-    async def _handle(self, msgs: list[Inbound]) -> None:
+    async def _handle(self, msgs: Sequence[Inbound]) -> None:
         """The reference's gap rules, per message, in order; the batch is stored before a
         flow-control reply, and before any recreate.
 
