@@ -317,7 +317,7 @@ def _inbound_count(m: Inbound) -> int:
     return len(m.payloads) if type(m) is InboundRun else 1
 
 
-def fill_batch(batch: list[Inbound], inbox: Mailbox[Inbound], max_msgs: int, max_bytes: int) -> None:
+def _fill_source_batch(batch: list[Inbound], inbox: Mailbox[Inbound], max_msgs: int, max_bytes: int) -> None:
     """``internal.fill_batch`` for a source's queue, whose items may be runs: add what is queued
     now until the batch holds ``max_msgs`` messages or ``max_bytes`` bytes. Never waits."""
     count = sum(map(_inbound_count, batch))
@@ -808,7 +808,7 @@ class SourceWorker:
                 if not pending:
                     with anyio.move_on_after(1.0):
                         pending = [await inbox.receive()]
-                fill_batch(pending, inbox, MAX_BATCH, MAX_BATCH_BYTES)
+                _fill_source_batch(pending, inbox, MAX_BATCH, MAX_BATCH_BYTES)
             if not pending:
                 quiet = time.monotonic() - self._heard
                 if quiet > HEALTH_INTERVAL:

@@ -10,9 +10,17 @@ from typing import Any
 
 import pytest
 
-from core.jetstream.sourcing import Delivery, InboundRun, SourceWorker, _Receiver, _Recreate
+from core.jetstream.sourcing import (
+    Delivery,
+    InboundRun,
+    SourceWorker,
+    _fill_source_batch,
+    _Receiver,
+    _Recreate,
+)
 from core.server.accounts import Account, Subscription
 from core.server.internal import InboundMsg, InternalReceiver
+from core.server.mailbox import Mailbox
 
 from .test_source_pipeline import FakeStream
 
@@ -202,3 +210,18 @@ def test_a_split_run_is_what_the_link_queued_before() -> None:
         InboundMsg("$JS.S.abcdefgh", "$JS.ACK.ORDERS.C.1.2.2.5.0", None, b"b", SUB),
         InboundMsg("$JS.S.abcdefgh", "_INBOX.x", None, b"c", SUB),
     ]
+
+
+def test_a_batch_counts_the_messages_of_the_runs_it_takes() -> None:
+    """What the worker takes from its queue at once is bounded in messages and bytes, a run
+    counting for all of its deliveries (one run past the bound may end a batch)."""
+    inbox: Mailbox[Any] = Mailbox(100)
+    runs = [InboundRun("$JS.S.abcdefgh", [reply(V1, s, s)] * 10, [b"x"] * 10, SUB) for s in range(5)]
+    for run in runs[1:]:
+        inbox.send_nowait(run)
+    batch: list[Any] = [runs[0]]
+    _fill_source_batch(batch, inbox, 25, 1 << 20)
+    assert batch == runs[:3] and len(inbox) == 2  # 10, 20, then 30 >= 25: stop
+    batch = [inbox.receive_nowait()]
+    _fill_source_batch(batch, inbox, 1000, 100)  # a run's bytes: 10 x (reply + payload + subject)
+    assert batch == [runs[3]] and len(inbox) == 1
