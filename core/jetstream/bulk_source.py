@@ -241,8 +241,8 @@ class BulkSourceWorker(SourceWorker):
         while True:
             with anyio.move_on_after(min(1.0, max(0.0, deadline - time.monotonic()))):
                 async for m in rx.inbox:
-                    if m.subject != pending:
-                        continue
+                    if type(m) is not InboundMsg or m.subject != pending:
+                        continue  # (a run: deliveries, never a read's reply)
                     if m.headers and slice_header(m.headers, H_READ) == str(VERSION):
                         retention = slice_header(m.headers, H_RETENTION)
                         if retention and retention != "limits":

@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging
 import random
+import re
 import secrets
 import time
 from collections import deque
@@ -57,8 +58,10 @@ from core.jetstream.source_health import (
 from core.jetstream.sourced_batch import Delivery, SourcedColumns
 from core.jetstream.transforms import first_match, source_transforms
 from core.protocol.headers import encode_headers, slice_header
+from core.server.accounts import Subscription
 from core.server.failures import describe_failure
-from core.server.internal import InboundMsg, InternalReceiver, fill_batch
+from core.server.interest import split_ack_subject
+from core.server.internal import InboundMsg, InternalReceiver, inbound_size
 from core.server.mailbox import Mailbox
 from core.store.api import SequenceMismatch, StreamState
 
@@ -265,8 +268,68 @@ class _Recreate(Exception):
         self.error = error
 
 
+class InboundRun(NamedTuple):
+    """A leaf link's run of deliveries to a source's deliver subject, as the link read them
+    (``Account.publish_ack_run``): each reply is the ack reply with the stored subject after
+    "@" (``interest.split_ack_subject``), no headers. One queue item for the whole run."""
+
+    subject: str  # the deliver subject
+    replies: Sequence[str]
+    payloads: Sequence[bytes]
+    sub: Subscription
+
+    def split(self) -> list[InboundMsg]:
+        """The run as the ``InboundMsg`` each of its messages would have been queued as."""
+        out = []
+        for reply, payload in zip(self.replies, self.payloads, strict=True):
+            ack, stored = split_ack_subject(reply)
+            out.append(InboundMsg(self.subject if stored is None else stored, ack, None, payload, self.sub))
+        return out
+
+
+Inbound = InboundMsg | InboundRun
+
+
 class _Receiver(InternalReceiver):
-    """A source's deliver subject and reply inbox: one queue, read by its worker."""
+    """A source's deliver subject and reply inbox: one queue, read by its worker. A link's run
+    of deliveries is queued whole (``deliver_ack_run``), as one ``InboundRun``."""
+
+    inbox: Mailbox[Inbound]  # type: ignore[assignment]
+
+    def deliver_ack_run(
+        self, sub: Subscription, route: str, replies: Sequence[str], payloads: Sequence[bytes]
+    ) -> None:
+        try:
+            self.inbox.send_nowait(InboundRun(route, replies, payloads, sub))
+        except anyio.WouldBlock:
+            self._drop("queue full")
+        except anyio.ClosedResourceError:
+            pass
+
+
+def _inbound_size(m: Inbound) -> int:
+    if type(m) is InboundRun:
+        return sum(map(len, m.payloads)) + sum(map(len, m.replies)) + len(m.subject) * len(m.payloads)
+    return inbound_size(m.subject, m.reply, m.headers, m.payload)  # type: ignore[union-attr]
+
+
+def _inbound_count(m: Inbound) -> int:
+    return len(m.payloads) if type(m) is InboundRun else 1
+
+
+def _fill_source_batch(batch: list[Inbound], inbox: Mailbox[Inbound], max_msgs: int, max_bytes: int) -> None:
+    """``internal.fill_batch`` for a source's queue, whose items may be runs: add what is queued
+    now until the batch holds ``max_msgs`` messages or ``max_bytes`` bytes. Never waits."""
+    count = sum(map(_inbound_count, batch))
+    size = sum(map(_inbound_size, batch))
+    while batch and count < max_msgs and size < max_bytes:
+        try:
+            m = inbox.receive_nowait()
+        except (anyio.WouldBlock, anyio.EndOfStream):
+            break
+        batch.append(m)
+        count += _inbound_count(m)
+        size += _inbound_size(m)
 
 
 class SourceWorker:
@@ -312,6 +375,7 @@ class SourceWorker:
         self._kicked = False
         # _handle's short path: the current consumer's ack reply prefix (_learn_ack_prefix)
         self._fast_prefix, self._fast_cname, self._fast_v1 = "", "", True
+        self._run_re: tuple[tuple[str, bool], re.Pattern[str]] | None = None  # _run_pattern's
         # the submitted batches, committing, oldest first, each with its last upstream sequence
         # (the position it writes): _flush, _settle
         self._flights: deque[tuple[_Flight, int]] = deque()
@@ -567,11 +631,11 @@ class SourceWorker:
             rx.close()
             await self._settle_last()
 
-    async def _create(self, rx: _Receiver, deliver: str) -> list[InboundMsg]:
+    async def _create(self, rx: _Receiver, deliver: str) -> list[Inbound]:
         """Send the consumer create (downgrading as the reference does) and wait for its answer;
         what arrived on the deliver subject meanwhile is returned, to be read first."""
         self._to(SourceState.CREATING)
-        early: list[InboundMsg] = []
+        early: list[Inbound] = []
         level, sourcing = self.API_LEVEL, True
         start = self._start(await self.stream.state())
         while True:
@@ -627,7 +691,7 @@ class SourceWorker:
         if not self.user_consumer:
             self.durable_name = self.durable_deliver = ""
 
-    async def _reset(self, rx: _Receiver) -> list[InboundMsg]:
+    async def _reset(self, rx: _Receiver) -> list[Inbound]:
         """Reset the durable upstream consumer (``CONSUMER.RESET``, empty body: delivery starts
         over after its ack floor, which is at most what we stored) and subscribe to its deliver
         subject once it answered: it delivers only to interest, so everything that arrives was
@@ -675,7 +739,7 @@ class SourceWorker:
         headers: bytes | None,
         body: bytes,
         wait: float,
-        early: list[InboundMsg] | None = None,
+        early: list[Inbound] | None = None,
     ) -> tuple[InboundMsg, dict[str, Any]]:
         """Send the consumer ``what`` request (create, reset) to the upstream and return its
         answer with the answer's JSON object; what arrives meanwhile on ``rx``'s other
@@ -690,7 +754,7 @@ class SourceWorker:
         resp: InboundMsg | None = None
         with anyio.move_on_after(wait):
             async for m in rx.inbox:
-                if m.sub is reply_sub:
+                if m.sub is reply_sub and type(m) is InboundMsg:
                     resp = m
                     break
                 if early is not None:
@@ -731,7 +795,7 @@ class SourceWorker:
             self._gap(self.sseq, delivered + 1, GAP_STARTED_PAST)
             self.sseq = delivered
 
-    async def _read(self, rx: _Receiver, early: list[InboundMsg]) -> None:
+    async def _read(self, rx: _Receiver, early: list[Inbound]) -> None:
         inbox = rx.inbox
         pending = early
         while True:
@@ -744,7 +808,7 @@ class SourceWorker:
                 if not pending:
                     with anyio.move_on_after(1.0):
                         pending = [await inbox.receive()]
-                fill_batch(pending, inbox, MAX_BATCH, MAX_BATCH_BYTES)
+                _fill_source_batch(pending, inbox, MAX_BATCH, MAX_BATCH_BYTES)
             if not pending:
                 quiet = time.monotonic() - self._heard
                 if quiet > HEALTH_INTERVAL:
@@ -756,7 +820,7 @@ class SourceWorker:
             msgs, pending = pending, []
             await self._handle(msgs)
 
-    async def _handle(self, msgs: list[InboundMsg]) -> None:
+    async def _handle(self, msgs: Sequence[Inbound]) -> None:
         """The reference's gap rules, per message, in order; the batch is stored before a
         flow-control reply, and before any recreate.
 
@@ -786,86 +850,145 @@ class SourceWorker:
         bare_tail = f" {flt} {dest} "
         bare_end = f"{ident_tail}\r\n\r\n"
         pending = ""  # the last fast delivery's pending count (the lag), as its reply spells it
-        for m in msgs:
-            reply = m.reply
-            if fast and reply is not None and reply.startswith(fast):
-                nums = reply[fast_len:].split(".")
-                if len(nums) == 5 if fast_v1 else len(nums) > 5:
-                    dc, sseq_text, dseq_text, ts_text, pending_text = nums[:5]
-                    digits = dc + sseq_text + dseq_text + ts_text + pending_text
-                    # (an empty number passes the digits test: the general rules refuse it)
-                    if dc == "1" and digits.isascii() and digits.isdigit() and "" not in nums[:5]:
-                        sseq, dseq = int(sseq_text), int(dseq_text)
-                        if dseq == self.dseq + 1 and sseq > self.sseq and self._spoke:
-                            if sseq > self.sseq + 1:
-                                self._gap(self.sseq, sseq, GAP_SKIPPED)
-                            self.dseq, self.sseq = dseq, sseq
-                            subject = m.subject  # the header names the upstream's subject
-                            add_sseq(sseq)
-                            add_subject(first_match(transforms, subject) if transforms else subject)
-                            if m.headers is None:  # sourced_headers(None, value), in one formatting
-                                hdr = f"{bare_head}{sseq_text}{bare_tail}{subject}{bare_end}"
-                                add_headers(hdr.encode("utf-8", "surrogateescape"))
-                            else:
-                                value = f"{name} {sseq_text} {flt} {dest} {subject}{ident_tail}"
-                                add_headers(sourced_headers(m.headers, value))
-                            add_payload(m.payload)
-                            add_ts(int(ts_text))
-                            pending = pending_text
-                            continue
-            if m.sub.subject.startswith("$JSC.R."):
-                continue  # a late create response
-            headers = m.headers
-            if headers and is_control(headers, m.payload):
-                if m.reply:  # flow control: answered once what came before it is stored
-                    self._set_lag(pending)
-                    await self._flush(batch)
-                    await self._settle()
-                    batch = self._new_batch()
-                    cols = batch if isinstance(batch, SourcedColumns) else None
-                    if cols is not None:  # the appends of the new batch's columns
-                        add_sseq, add_subject, add_headers, add_payload, add_ts = _appends(cols)
-                    account.publish(m.reply, None, flow_control_reply(self.dseq, self.sseq), b"")
-                else:
-                    last = _header_int(headers, "Nats-Last-Consumer")
-                    if last > 0 and last != self.dseq:
+        headers_fmt = (bare_head, bare_tail, bare_end)
+        for item in msgs:
+            if type(item) is InboundRun:
+                if fast and cols is not None:  # the whole run in one pass, when it is all common
+                    taken = self._take_run(item, cols, headers_fmt)
+                    if taken is not None:
+                        pending = taken
+                        continue
+                items: Sequence[InboundMsg] = item.split()
+            else:
+                items = (item,)  # type: ignore[assignment]
+            for m in items:
+                reply = m.reply
+                if fast and reply is not None and reply.startswith(fast):
+                    nums = reply[fast_len:].split(".")
+                    if len(nums) == 5 if fast_v1 else len(nums) > 5:
+                        dc, sseq_text, dseq_text, ts_text, pending_text = nums[:5]
+                        digits = dc + sseq_text + dseq_text + ts_text + pending_text
+                        # (an empty number passes the digits test: the general rules refuse it)
+                        if dc == "1" and digits.isascii() and digits.isdigit() and "" not in nums[:5]:
+                            sseq, dseq = int(sseq_text), int(dseq_text)
+                            if dseq == self.dseq + 1 and sseq > self.sseq and self._spoke:
+                                if sseq > self.sseq + 1:
+                                    self._gap(self.sseq, sseq, GAP_SKIPPED)
+                                self.dseq, self.sseq = dseq, sseq
+                                subject = m.subject  # the header names the upstream's subject
+                                add_sseq(sseq)
+                                add_subject(first_match(transforms, subject) if transforms else subject)
+                                if m.headers is None:  # sourced_headers(None, value), in one formatting
+                                    hdr = f"{bare_head}{sseq_text}{bare_tail}{subject}{bare_end}"
+                                    add_headers(hdr.encode("utf-8", "surrogateescape"))
+                                else:
+                                    value = f"{name} {sseq_text} {flt} {dest} {subject}{ident_tail}"
+                                    add_headers(sourced_headers(m.headers, value))
+                                add_payload(m.payload)
+                                add_ts(int(ts_text))
+                                pending = pending_text
+                                continue
+                if m.sub.subject.startswith("$JSC.R."):
+                    continue  # a late create response
+                headers = m.headers
+                if headers and is_control(headers, m.payload):
+                    if m.reply:  # flow control: answered once what came before it is stored
+                        self._set_lag(pending)
                         await self._flush(batch)
-                        raise _Recreate(f"heartbeat says delivered {last}, got {self.dseq}")
-                    stalled = slice_header(headers, "Nats-Consumer-Stalled")
-                    if stalled:
-                        account.publish(stalled, None, None, b"")
+                        await self._settle()
+                        batch = self._new_batch()
+                        cols = batch if isinstance(batch, SourcedColumns) else None
+                        if cols is not None:  # the appends of the new batch's columns
+                            add_sseq, add_subject, add_headers, add_payload, add_ts = _appends(cols)
+                        account.publish(m.reply, None, flow_control_reply(self.dseq, self.sseq), b"")
+                    else:
+                        last = _header_int(headers, "Nats-Last-Consumer")
+                        if last > 0 and last != self.dseq:
+                            await self._flush(batch)
+                            raise _Recreate(f"heartbeat says delivered {last}, got {self.dseq}")
+                        stalled = slice_header(headers, "Nats-Consumer-Stalled")
+                        if stalled:
+                            account.publish(stalled, None, None, b"")
+                    if not self._spoke:
+                        self._heard_valid()
+                    continue
+                ack = parse_ack_reply(m.reply)
+                if ack is None:
+                    # only the upstream consumer publishes to this fresh deliver subject, always
+                    # with an ack reply: anything else is a broken upstream, not a message to store
+                    await self._flush(batch)
+                    why = f"invalid delivery from upstream: reply {str(m.reply)[:80]!r} is not an ack subject"
+                    raise _Recreate("invalid delivery", fail=True, error=api_error(self.SETUP_ERROR, err=why))
+                if ack.consumer != self.cname or ack.delivered > 1:
+                    continue
+                if not fast and self.FAST_INGEST:
+                    fast = self._learn_ack_prefix(m.reply or "")
+                    fast_len, fast_v1 = len(fast), self._fast_v1
                 if not self._spoke:
                     self._heard_valid()
-                continue
-            ack = parse_ack_reply(m.reply)
-            if ack is None:
-                # only the upstream consumer publishes to this fresh deliver subject, always
-                # with an ack reply: anything else is a broken upstream, not a message to store
-                await self._flush(batch)
-                why = f"invalid delivery from upstream: reply {str(m.reply)[:80]!r} is not an ack subject"
-                raise _Recreate("invalid delivery", fail=True, error=api_error(self.SETUP_ERROR, err=why))
-            if ack.consumer != self.cname or ack.delivered > 1:
-                continue
-            if not fast and self.FAST_INGEST:
-                fast = self._learn_ack_prefix(m.reply or "")
-                fast_len, fast_v1 = len(fast), self._fast_v1
-            if not self._spoke:
-                self._heard_valid()
-            try:
-                take = self._gap_rule(ack)
-            except _Recreate:
-                await self._flush(batch)
-                raise
-            if not take:
-                continue
-            self.lag, pending = (ack.pending - 1 if ack.pending else 0), ""
-            delivery = self._delivery(ack, m)
-            if isinstance(batch, list):
-                batch.append(delivery)
-            else:
-                batch += (delivery,)
+                try:
+                    take = self._gap_rule(ack)
+                except _Recreate:
+                    await self._flush(batch)
+                    raise
+                if not take:
+                    continue
+                self.lag, pending = (ack.pending - 1 if ack.pending else 0), ""
+                delivery = self._delivery(ack, m)
+                if isinstance(batch, list):
+                    batch.append(delivery)
+                else:
+                    batch += (delivery,)
         self._set_lag(pending)
         await self._flush(batch)
+
+    def _take_run(self, run: InboundRun, cols: SourcedColumns, fmt: tuple[str, str, str]) -> str | None:
+        """A run of the short path's deliveries (the next ones of the current consumer,
+        delivered once, each upstream sequence the one after the last) into the batch's
+        columns in one pass: one regular expression over the joined replies, one comprehension
+        per column. Returns the last one's pending count as its reply spells it; None, having
+        taken nothing, when any delivery of the run is not such a one (the caller then takes
+        them one at a time, by the general rules)."""
+        if not self._spoke:
+            return None
+        replies = run.replies
+        found = self._run_pattern().findall("\n".join(replies))
+        if len(found) != len(replies):  # each line matches at most once (anchored), so: all did
+            return None
+        sseq_t, dseq_t, ts_t, pending_t, subjects = zip(*found, strict=True)
+        n, d0 = len(found), self.dseq + 1
+        if list(map(int, dseq_t)) != list(range(d0, d0 + n)):
+            return None
+        sseqs = list(map(int, sseq_t))
+        s0 = sseqs[0]
+        if s0 <= self.sseq or sseqs != list(range(s0, s0 + n)):  # a jump inside: one at a time
+            return None
+        if s0 > self.sseq + 1:
+            self._gap(self.sseq, s0, GAP_SKIPPED)
+        self.dseq, self.sseq = d0 + n - 1, sseqs[-1]
+        head, tail, end = fmt  # sourced_headers(None, value), in one formatting each
+        cols.sseqs += sseqs
+        transforms = self.transforms
+        cols.subjects += [first_match(transforms, x) for x in subjects] if transforms else subjects
+        cols.headers += [
+            f"{head}{q}{tail}{x}{end}".encode("utf-8", "surrogateescape")
+            for q, x in zip(sseq_t, subjects, strict=True)
+        ]
+        cols.payloads += run.payloads
+        cols.ts += map(int, ts_t)
+        return str(pending_t[-1])
+
+    def _run_pattern(self) -> re.Pattern[str]:
+        """The current consumer's ack replies as a link carries them, one per line: the prefix,
+        delivered once, sequence, consumer sequence, timestamp, pending (v2: more tokens after
+        them), and the stored subject after the first "@" past them."""
+        key = (self._fast_prefix, self._fast_v1)
+        if self._run_re is None or self._run_re[0] != key:
+            nums = r"1\.([0-9]+)\.([0-9]+)\.([0-9]+)\.([0-9]+)"
+            rest = "@" if self._fast_v1 else r"\.[^@\n]*@"
+            pattern = re.compile(f"^{re.escape(self._fast_prefix)}{nums}{rest}(.+)$", re.M | re.ASCII)
+            self._run_re = (key, pattern)
+        return self._run_re[1]
 
     def _new_batch(self) -> list[Delivery] | SourcedColumns:
         return SourcedColumns([], [], [], [], []) if self.FAST_INGEST else []
@@ -964,7 +1087,7 @@ class SourceWorker:
         if first is not None:
             raise first
 
-    async def _settle_while_quiet(self, inbox: Mailbox[InboundMsg]) -> None:
+    async def _settle_while_quiet(self, inbox: Mailbox[Inbound]) -> None:
         """While nothing arrives: settle the batches in flight, each as soon as its commit lands
         (the stream's consumers see its messages then). A delivery that arrives meanwhile is
         stored first: submitted behind those in flight, it commits right after them, where

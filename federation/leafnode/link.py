@@ -609,6 +609,8 @@ class LeafLink(LinkDelivery, PeerPinger, BufferedOutput):
             return
         account = self.account
         assert account is not None
+        if account.publish_ack_run(subject, replies, payloads, self):
+            return  # a source's deliveries: its worker splits the replies, all at once
         deliveries: list[tuple[str, str | None, bytes | None, bytes]] = []
         for reply, payload in zip(replies, payloads, strict=True):
             ack, delivered = split_ack_subject(reply) if reply.startswith("$JS.ACK.") else (reply, None)

@@ -573,6 +573,38 @@ async def test_an_append_batch_stores_what_its_appends_would(h: StoreHarness) ->
             bad()
 
 
+async def test_a_large_append_batch_stores_what_its_appends_would(h: StoreHarness) -> None:
+    """A batch of more rows than the live tail keeps and than one INSERT holds (the SQLite
+    store inserts its full chunks straight from the columns, the rest as rows), between two
+    appends of the same call: stored, counted and read as those appends would be -- by a live
+    read right after the commit too (the transaction is no tail: its rows are not all kept)."""
+    n = 3 * 64 + 9
+    subjects = [f"s.{i % 5}" for i in range(n)]
+    headers = [None if i % 3 else b"NATS/1.0\r\nX: %d\r\n\r\n" % i for i in range(n)]
+    data = [b"%d" % i * (i % 7) for i in range(n)]
+    await h.store.apply([Append("z", None, b"0", 5)])
+    res = await h.store.apply(
+        [Append("y", None, b"y", 6), AppendBatch(subjects, headers, data, 7), Append("x", None, b"x", 8)]
+    )
+    assert res == [2, n + 2, n + 3]
+    expected = [
+        (2, "y", None, b"y", 6),
+        *[(i + 3, s, hd, d, 7) for i, (s, hd, d) in enumerate(zip(subjects, headers, data, strict=True))],
+        (n + 3, "x", None, b"x", 8),
+    ]
+    live = await h.store.range(2, n + 3)  # starts right after the last sequence before the commit
+    assert [(m.seq, m.subject, m.headers, m.data, m.ts) for m in live] == expected
+    cols, last = await h.store.read_columns(2, n + 3, n + 10)
+    assert last == n + 3 and list(cols.seqs) == [e[0] for e in expected]
+    store = await h.reopen()
+    st = await store.state()
+    sizes = [store.size_of(s, hd, d) for _seq, s, hd, d, _ts in expected]
+    assert (st.msgs, st.last_seq, st.bytes) == (n + 3, n + 3, store.size_of("z", None, b"0") + sum(sizes))
+    msgs = await store.range(2, n + 3)
+    assert [(m.seq, m.subject, m.headers, m.data, m.ts) for m in msgs] == expected
+    assert (await store.subjects_state())["s.0"] == len(range(0, n, 5))
+
+
 async def test_per_subject_counts(h: StoreHarness) -> None:
     await fill(h.store, ["kv.a", "kv.b", "kv.a", "x.y", "kv.a"])
     await h.store.apply([DeleteOp(3)])
