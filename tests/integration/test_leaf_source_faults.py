@@ -293,7 +293,9 @@ async def test_a_full_disk_on_the_hub_mid_catch_up_is_an_error_then_every_messag
         )
         print("the source's error with the disk full:", src["error"])
         stored = (await info(hub_nc, "AGG"))["state"]["messages"]
-        assert 0 < stored < n, stored
+        # short of all of them (none at all when the first batch's transaction was already
+        # larger than the room left: batches are bounded in bytes, not in messages)
+        assert stored < n, stored
         assert src["error"]["err_code"] == 10045
         assert "stream AGG source ORDERS" in hub.log()
 
