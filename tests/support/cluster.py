@@ -38,6 +38,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from tests.support.servers import (
     RunningServer,
     free_ports,
+    port_is_free,
     start_leafjet,
     start_reference,
     wait_until,
@@ -137,9 +138,12 @@ class Cluster:
                 retry = (config is None or callable(config)) and i not in self._started and attempt < 3
                 if not retry or "address already in use" not in str(e).lower():
                     raise
+                # only the ports something else holds now: the others (the cluster port above
+                # all) may already be in the routes of the nodes started before this one
                 taken = {p for j, n in enumerate(self.nodes) if j != i for p in _ports(n)}
-                fresh = [p for p in free_ports(8) if p not in taken][:4]
-                self.nodes[i] = NodeSpec(self.nodes[i].name, *fresh)
+                fresh = iter([p for p in free_ports(8) if p not in taken])
+                ports = [p if port_is_free(p) else next(fresh) for p in _ports(self.nodes[i])]
+                self.nodes[i] = NodeSpec(self.nodes[i].name, *ports)
                 continue
             self.servers[i] = srv
             self._started.add(i)

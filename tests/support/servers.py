@@ -35,6 +35,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` distinct free ports: each socket stays bound until all are chosen (``free_port``
     called twice in a row may return the same port, and a server then cannot bind both)."""
@@ -208,6 +217,9 @@ def start_leafjet(
         )
     except BaseException:
         proc.kill()
+        proc.wait(5)
+        if proc.stdout is not None:  # else an unclosed-file warning fails the test's teardown
+            proc.stdout.close()
         raise
     return RunningServer("leafjet", int(ready.group(1)), proc, workdir, log_path, config)
 
