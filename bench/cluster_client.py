@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,24 +127,31 @@ def _one_run(cluster: Cluster, n: int, size: int) -> ClientRun:
     )
 
 
-def client_cpu_matrix(args: argparse.Namespace) -> None:
-    sizes = [int(s) for s in str(args.sizes).split(",") if s]
-    runs: dict[tuple[str, int], list[ClientRun]] = {(k, s): [] for k in KINDS for s in sizes}
-    with tempfile.TemporaryDirectory(prefix="leafjet-bench-client-") as tmp:
+@contextlib.contextmanager
+def two_server_clusters(prefix: str) -> Iterator[dict[str, Cluster]]:
+    """A two-server cluster of each kind, both running at once (their runs interleave), meshed."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         clusters = {kind: Cluster(Path(tmp) / kind, kind, size=2) for kind in KINDS}
         try:
             for cluster in clusters.values():
                 cluster.start()
             for cluster in clusters.values():
                 cluster.wait_for_mesh(timeout=60)
-            for r in range(args.runs):
-                order = KINDS[r % 2 :] + KINDS[: r % 2]  # each kind goes first in half the runs
-                for size in sizes:
-                    for kind in order:
-                        runs[kind, size].append(_one_run(clusters[kind], args.msgs, size))
+            yield clusters
         finally:
             for cluster in clusters.values():
                 cluster.close()
+
+
+def client_cpu_matrix(args: argparse.Namespace) -> None:
+    sizes = [int(s) for s in str(args.sizes).split(",") if s]
+    runs: dict[tuple[str, int], list[ClientRun]] = {(k, s): [] for k in KINDS for s in sizes}
+    with two_server_clusters("leafjet-bench-client-") as clusters:
+        for r in range(args.runs):
+            order = KINDS[r % 2 :] + KINDS[: r % 2]  # each kind goes first in half the runs
+            for size in sizes:
+                for kind in order:
+                    runs[kind, size].append(_one_run(clusters[kind], args.msgs, size))
     _print(args, sizes, runs)
 
 

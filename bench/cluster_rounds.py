@@ -27,18 +27,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from bench.cluster_client import KINDS, two_server_clusters
 from bench.leaf import pub_sub_throughput
 from bench.procstat import run_seconds
 from bench.raw_clients import PairRun, run_pair
 from tests.support.cluster import Cluster, answer_probes, probe_subject, wait_for_interest
-
-KINDS = ("reference", "leafjet")
 
 
 @dataclass
@@ -81,23 +78,14 @@ def _one_round(cluster: Cluster, n: int, size: int, clients: str) -> Round:
 def pubsub_rounds(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in str(args.sizes).split(",") if s]
     rounds: dict[tuple[str, int], list[Round]] = {(k, s): [] for k in KINDS for s in sizes}
-    with tempfile.TemporaryDirectory(prefix="leafjet-bench-rounds-") as tmp:
-        clusters = {kind: Cluster(Path(tmp) / kind, kind, size=2) for kind in KINDS}
-        try:
-            for cluster in clusters.values():
-                cluster.start()
-            for cluster in clusters.values():
-                cluster.wait_for_mesh(timeout=60)
-            for size in sizes:
-                for kind in KINDS:  # warm-up: thrown away
-                    _one_round(clusters[kind], max(1000, args.msgs // 5), size, args.clients)
-                for r in range(args.rounds):
-                    order = KINDS if r % 2 == 0 else KINDS[::-1]
-                    for kind in order:
-                        rounds[kind, size].append(_one_round(clusters[kind], args.msgs, size, args.clients))
-        finally:
-            for cluster in clusters.values():
-                cluster.close()
+    with two_server_clusters("leafjet-bench-rounds-") as clusters:
+        for size in sizes:
+            for kind in KINDS:  # warm-up: thrown away
+                _one_round(clusters[kind], max(1000, args.msgs // 5), size, args.clients)
+            for r in range(args.rounds):
+                order = KINDS if r % 2 == 0 else KINDS[::-1]
+                for kind in order:
+                    rounds[kind, size].append(_one_round(clusters[kind], args.msgs, size, args.clients))
     _print(args, sizes, rounds)
 
 

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
-
-import nats
 
 from bench.cluster_meta import _agreed_leader
+from bench.stream_create import seconds, timed_creates
 from tests.support.cluster import Cluster
 from tests.support.jscluster import start_js_cluster
 from tests.support.servers import wait_until
@@ -43,29 +40,6 @@ def _cpu_by_thread(pid: int) -> dict[str, float]:
     return out
 
 
-async def _creates(url: str, n: int, prefix: str, tag: str) -> list[float]:
-    nc = await nats.connect(url)
-    try:
-        out = []
-        for k in range(n):
-            name = f"{prefix}{k}"
-            body: dict[str, Any] = {
-                "name": name,
-                "subjects": [f"bench.cpu.{name}"],
-                "storage": "file",
-                "num_replicas": 1,
-                "placement": {"tags": [tag]},
-            }
-            t0 = time.perf_counter()
-            msg = await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(body).encode(), timeout=30)
-            out.append(time.perf_counter() - t0)
-            if "error" in json.loads(msg.data):
-                raise RuntimeError(f"create {name}: {msg.data!r}")
-        return out
-    finally:
-        await nc.close()
-
-
 def start_roles(c: Cluster, via_leader: bool) -> tuple[int, int, int]:
     """Start ``c`` (3 servers tagged n0, n1, n2) and wait until a create placed by tag works;
     (meta leader, the server to send creates to, the server to place them on): each server
@@ -80,7 +54,7 @@ def start_roles(c: Cluster, via_leader: bool) -> tuple[int, int, int]:
     deadline = time.monotonic() + 60
     while True:  # until every server has registered (placement by tag needs it)
         try:
-            asyncio.run(_creates(c.url(via), 3, f"WARM{time.monotonic_ns()}x", f"n{placed}"))
+            asyncio.run(timed_creates(c.url(via), 3, f"WARM{time.monotonic_ns()}x", f"n{placed}"))
             return leader, via, placed
         except RuntimeError:
             if time.monotonic() > deadline:
@@ -94,7 +68,7 @@ def run(kind: str, workdir: Path, n: int, via_leader: bool) -> None:
         leader, via, placed = start_roles(c, via_leader)
         pids = [c.server(i).pid for i in range(3)]
         before = [_cpu_by_thread(p) for p in pids]
-        lat = asyncio.run(_creates(c.url(via), n, "S", f"n{placed}"))
+        lat = seconds(asyncio.run(timed_creates(c.url(via), n, "S", f"n{placed}")))
         after = [_cpu_by_thread(p) for p in pids]
         roles = {i: "other" for i in range(3)}
         roles[leader], roles[placed] = "leader", "placed"

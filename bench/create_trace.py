@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import statistics
@@ -27,9 +26,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import nats
-
 from bench.create_cpu import start_roles
+from bench.stream_create import timed_creates
 from tests.support.cluster import Cluster
 
 LINE = re.compile(r"^TRACE (\d+) (\d+) (\S+) ?(.*)$")
@@ -44,31 +42,12 @@ def _points(log: str) -> list[tuple[int, int, str, str]]:
     return out
 
 
-async def _creates(url: str, n: int, tag: str) -> list[tuple[str, int, int]]:
-    """(name, send ns, answer ns) per create, each placed by ``tag``."""
-    nc = await nats.connect(url)
-    try:
-        out = []
-        for k in range(n):
-            name = f"T{k}"
-            body = {"name": name, "subjects": [f"trace.{name}"], "placement": {"tags": [tag]}}
-            t0 = time.monotonic_ns()
-            msg = await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(body).encode(), timeout=30)
-            t1 = time.monotonic_ns()
-            if b'"error"' in msg.data:
-                raise RuntimeError(f"create {name}: {msg.data[:300]!r}")
-            out.append((name, t0, t1))
-        return out
-    finally:
-        await nc.close()
-
-
 def run(workdir: Path, creates: int, via_leader: bool) -> None:
     os.environ["LEAFJET_TRACE"] = "1"  # the servers inherit it
     c = Cluster(workdir, "leafjet", size=3)
     try:
         leader, via, placed = start_roles(c, via_leader)
-        done = asyncio.run(_creates(c.url(via), creates, f"n{placed}"))
+        done = asyncio.run(timed_creates(c.url(via), creates, "T", f"n{placed}"))
         time.sleep(0.5)  # the last points reach the logs
         logs = {i: _points(c.log(i)) for i in range(3)}
     finally:

@@ -18,6 +18,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import nats
 
@@ -29,20 +30,39 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _creates(url: str, n: int) -> list[float]:
+async def timed_creates(
+    url: str, n: int, prefix: str = "S", tag: str | None = None
+) -> list[tuple[str, int, int]]:
+    """``n`` sequential R1 file-stream creates named ``<prefix><k>`` (placed by ``tag`` when
+    given), the raw API request a stock client sends: (name, send, answer) per create, in
+    ``time.monotonic_ns`` (one clock for every process of the machine). RuntimeError on an
+    error answer."""
     nc = await nats.connect(url)
     try:
         out = []
         for k in range(n):
-            body = {"name": f"S{k}", "subjects": [f"s.{k}"], "storage": "file", "num_replicas": 1}
-            t0 = time.perf_counter()
-            msg = await nc.request(f"$JS.API.STREAM.CREATE.S{k}", json.dumps(body).encode(), timeout=30)
-            out.append(time.perf_counter() - t0)
+            name = f"{prefix}{k}"
+            body: dict[str, Any] = {
+                "name": name,
+                "subjects": [f"bench.create.{name}"],
+                "storage": "file",
+                "num_replicas": 1,
+            }
+            if tag is not None:
+                body["placement"] = {"tags": [tag]}
+            t0 = time.monotonic_ns()
+            msg = await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(body).encode(), timeout=30)
+            out.append((name, t0, time.monotonic_ns()))
             if "error" in json.loads(msg.data):
-                raise RuntimeError(f"create S{k}: {msg.data!r}")
+                raise RuntimeError(f"create {name}: {msg.data!r}")
         return out
     finally:
         await nc.close()
+
+
+def seconds(creates: list[tuple[str, int, int]]) -> list[float]:
+    """Each create's round trip in seconds."""
+    return [(t1 - t0) / 1e9 for _name, t0, t1 in creates]
 
 
 def run(kind: str, workdir: Path, n: int) -> tuple[float, float]:
@@ -51,7 +71,7 @@ def run(kind: str, workdir: Path, n: int) -> tuple[float, float]:
     srv: RunningServer = start_server(kind, workdir, cfg, jetstream=True)
     try:
         before = _cpu_seconds(srv.pid)
-        lat = asyncio.run(_creates(srv.url, n))
+        lat = seconds(asyncio.run(timed_creates(srv.url, n)))
         cpu = _cpu_seconds(srv.pid) - before
     finally:
         srv.stop()
