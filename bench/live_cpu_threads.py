@@ -20,7 +20,6 @@ import os
 import re
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,8 @@ from typing import Any
 import nats
 
 from bench.procstat import cpu_seconds
-from bench.sources import SOURCE, _api, pair_nodes
+from bench.sources import _api, pair_nodes
+from bench.sources_latency import create_sourced_pair, publish_paced
 from tests.support.leafnodes import Topology, client_url, http_port, wait_for_leaf_connected
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -68,12 +68,7 @@ async def _run(hub: Any, leaf: Any, rate: float, seconds: float) -> None:
     hub_nc = await nats.connect(client_url(hub, "app", "app-pw"))
     leaf_nc = await nats.connect(client_url(leaf, "app", "app-pw"))
     try:
-        reply = await _api(
-            leaf_nc, "$JS.API.STREAM.CREATE.ORDERS", {"name": "ORDERS", "subjects": ["orders.>"]}
-        )
-        assert "error" not in reply, reply
-        reply = await _api(hub_nc, "$JS.API.STREAM.CREATE.AGG", {"name": "AGG", "sources": [SOURCE]})
-        assert "error" not in reply, reply
+        await create_sourced_pair(leaf_nc, hub_nc)
         inbox = leaf_nc.new_inbox()
 
         async def on_ack(_msg: Any) -> None:
@@ -89,13 +84,7 @@ async def _run(hub: Any, leaf: Any, rate: float, seconds: float) -> None:
         cpu0 = [cpu_seconds(p) for p in pids]
         ticks0 = [thread_ticks(p) for p in pids]
         commits0 = [store_commits(s) for s in servers]
-        start = time.perf_counter()
-        for i in range(total):
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await leaf_nc.publish("orders.x", b"x" * 128, reply=inbox)
-        await leaf_nc.flush()
+        await publish_paced(leaf_nc, rate, total, lambda _i: b"x" * 128, inbox)
         stored = 0
         for _ in range(300):  # until the hub holds them all (30 s at most)
             stored = (await _api(hub_nc, "$JS.API.STREAM.INFO.AGG"))["state"]["messages"]

@@ -28,6 +28,7 @@ import contextlib
 import statistics
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,18 +63,35 @@ class LatencyFigures:
     hub_us: float = 0.0  # the hub server's
 
 
+async def create_sourced_pair(leaf_nc: Any, hub_nc: Any) -> None:
+    """The leaf's stream ``ORDERS`` and the hub's ``AGG`` sourcing it (live from the start)."""
+    reply = await _api(leaf_nc, "$JS.API.STREAM.CREATE.ORDERS", {"name": "ORDERS", "subjects": ["orders.>"]})
+    assert "error" not in reply, reply
+    reply = await _api(hub_nc, "$JS.API.STREAM.CREATE.AGG", {"name": "AGG", "sources": [SOURCE]})
+    assert "error" not in reply, reply
+
+
+async def publish_paced(
+    nc: Any, rate: float, total: int, payload: Callable[[int], bytes], reply: str
+) -> None:
+    """``total`` publishes to ``orders.x`` at ``rate`` a second, each at its slot (never a burst
+    to catch up a late one); their acks go to ``reply``, counted or not by the caller."""
+    start = time.perf_counter()
+    for i in range(total):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await nc.publish("orders.x", payload(i), reply=reply)
+    await nc.flush()
+
+
 async def _measure(
     hub_url: str, leaf_url: str, rate: float, seconds: float, size: int, pids: tuple[int, int]
 ) -> LatencyFigures:
     hub_nc = await nats.connect(hub_url)
     leaf_nc = await nats.connect(leaf_url)
     try:
-        reply = await _api(
-            leaf_nc, "$JS.API.STREAM.CREATE.ORDERS", {"name": "ORDERS", "subjects": ["orders.>"]}
-        )
-        assert "error" not in reply, reply
-        reply = await _api(hub_nc, "$JS.API.STREAM.CREATE.AGG", {"name": "AGG", "sources": [SOURCE]})
-        assert "error" not in reply, reply
+        await create_sourced_pair(leaf_nc, hub_nc)
 
         warmup = int(rate * WARMUP_S)
         total = warmup + int(rate * seconds)
@@ -106,14 +124,11 @@ async def _measure(
         ack_sub = await leaf_nc.subscribe(inbox, cb=on_ack)
         pad = b"x" * max(0, size - STAMP.size)
         cpu0 = [cpu_seconds(pid) for pid in pids]
-        start = time.perf_counter()
-        for i in range(total):
-            # steady pacing: each message at its slot, never a burst to catch up a late one
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await leaf_nc.publish("orders.x", STAMP.pack(i, time.perf_counter_ns()) + pad, reply=inbox)
-        await leaf_nc.flush()
+
+        def stamped(i: int) -> bytes:  # the send time, taken as the message goes out
+            return STAMP.pack(i, time.perf_counter_ns()) + pad
+
+        await publish_paced(leaf_nc, rate, total, stamped, inbox)
         with contextlib.suppress(TimeoutError):  # then reported as fewer received than sent
             await asyncio.wait_for(arrived.wait(), 30)
         leaf_us, hub_us = ((cpu_seconds(pid) - c0) / total * 1e6 for pid, c0 in zip(pids, cpu0, strict=True))
