@@ -9,6 +9,7 @@ Read-only: the figures come from the streams' cached state and the consumers' in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -239,7 +240,7 @@ class JetStreamMonitor:
                 if acc != opts.account:
                     continue
                 account_found = ajs.root.is_dir()  # as the reference: its folder in the store
-            for name, problem in await self._stream_problems(ajs, opts.stream):
+            for name, problem in await self._stream_problems(ajs, opts.stream, first_only):
                 if opts.stream:
                     stream_found = True
                 if problem is not None:
@@ -270,33 +271,40 @@ class JetStreamMonitor:
             )
             health.only(Problem(CONSUMER, error, opts.account, opts.stream, opts.consumer), 404)
 
-    async def _stream_problems(self, ajs: AccountJetStream, only: str) -> list[tuple[str, str | None]]:
+    async def _stream_problems(
+        self, ajs: AccountJetStream, only: str, first_only: bool
+    ) -> list[tuple[str, str | None]]:
         """(name, the reference's wording of its problem or None) for each stream of ``ajs`` on
-        disk or running (``only``: that one alone), in name order."""
+        disk or running (``only``: that one alone), in name order; with ``first_only`` up to the
+        first problem (no store probed after it)."""
         acc = ajs.account.name
-        root = ajs.root
-        on_disk = (
-            {d.name for d in root.iterdir() if not is_set_aside(d.name) and (d / "stream.json").is_file()}
-            if root.is_dir()
-            else set()
-        )
-        names = sorted(on_disk | set(ajs.streams) | set(ajs.damaged))
+        # a folder scan (one stat per stream): off the event loop
+        on_disk = await anyio.to_thread.run_sync(_stream_folders, ajs.root)
         out: list[tuple[str, str | None]] = []
-        for name in names:
+        for name in sorted(on_disk | set(ajs.streams) | set(ajs.damaged)):
             if only and name != only:
                 continue
             damaged = ajs.damaged.get(name)
-            if damaged is not None:  # the reference's words, and why (it says nothing more)
-                out.append(
-                    (name, f"JetStream stream '{acc} > {name}' could not be recovered: {damaged.reason}")
-                )
-                continue
             s = ajs.streams.get(name)
-            if s is None:
-                out.append((name, f"JetStream stream '{acc} > {name}' could not be recovered"))
-                continue
-            out.append((name, await _probe(acc, s)))
+            unrecovered = f"JetStream stream '{acc} > {name}' could not be recovered"
+            problem: str | None
+            if damaged is not None:  # the reference's words, and why (it says nothing more)
+                problem = f"{unrecovered}: {damaged.reason}"
+            elif s is None:
+                problem = unrecovered
+            else:
+                problem = await _probe(acc, s)
+            out.append((name, problem))
+            if problem is not None and first_only:
+                break
         return out
+
+
+def _stream_folders(root: Path) -> set[str]:
+    """The stream folders under ``root`` that hold a config (none set aside as damaged)."""
+    if not root.is_dir():
+        return set()
+    return {d.name for d in root.iterdir() if not is_set_aside(d.name) and (d / "stream.json").is_file()}
 
 
 async def _probe(acc: str, s: Stream) -> str | None:

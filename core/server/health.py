@@ -87,11 +87,10 @@ class Health:
         self.status, self.word = status, "unavailable"
 
     def render(self, details: bool) -> tuple[int, bytes]:
-        status = self.status if self.problems or self.status != 200 else 200
         if not self.problems:
             body: dict[str, Any] = {"status": "ok"}
         elif details:
             body = {"status": "error", "errors": [p.to_json() for p in self.problems]}
         else:
             body = {"status": self.word, "error": self.problems[0].error}
-        return status, json.dumps(body, separators=(",", ":")).encode()
+        return self.status, json.dumps(body, separators=(",", ":")).encode()

@@ -504,6 +504,10 @@ class MetaApi:
         node = node_id(name)
         if node in driver.voters:
             return {"index": driver.applied}
+        if name not in group.online():
+            # only a server with a live route here may ask in its name (a name alone, given by
+            # whichever server forwarded the request, could add a voter that never answers)
+            raise api_error("JSClusterNotAvailErr")
         peers_online = {e.peer for n, e in group.state.servers.items() if n in group.online()}
         offline = [v for v in driver.voters if v != group.node and peer_hex(v) not in peers_online]
         if offline:

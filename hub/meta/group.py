@@ -59,6 +59,11 @@ LOCAL_RETRY_MAX = 30.0
 MAX_PREPARED = 16  # streams made ready ahead of their create at once (see _entries_appended)
 
 
+def _retry_delay(attempts: int) -> float:
+    """Seconds before the next try of a local effect that failed ``attempts`` times."""
+    return min(LOCAL_RETRY_MAX, 2.0 ** (attempts - 1))
+
+
 @dataclass
 class _Failing:
     """A stream whose local effect (``what``: its assignment or its removal) failed here."""
@@ -480,8 +485,7 @@ class MetaGroup:
         """One more failed attempt at ``key``'s local effect: the next one later (1, 2, 4... s)."""
         f = self._failing.get(key)
         attempts = f.attempts + 1 if f is not None else 1
-        delay = min(LOCAL_RETRY_MAX, 2.0 ** (attempts - 1))
-        self._failing[key] = _Failing(what, attempts, time.monotonic() + delay)
+        self._failing[key] = _Failing(what, attempts, time.monotonic() + _retry_delay(attempts))
 
     def _recovered(self, key: tuple[str, str]) -> None:
         f = self._failing.pop(key, None)
@@ -520,7 +524,7 @@ class MetaGroup:
                     a.account,
                     a.name,
                     attempt,
-                    min(LOCAL_RETRY_MAX, 2.0 ** (attempt - 1)),
+                    _retry_delay(attempt),
                     describe_failure(e),
                 )
             return False
