@@ -58,7 +58,7 @@ from core.jetstream.source_health import (
 from core.jetstream.sourced_batch import Delivery, SourcedColumns
 from core.jetstream.transforms import first_match, source_transforms
 from core.protocol.headers import encode_headers, slice_header
-from core.server.accounts import Subscription
+from core.server.accounts import Account, Subscription
 from core.server.failures import describe_failure
 from core.server.interest import split_ack_subject
 from core.server.internal import InboundMsg, InternalReceiver, inbound_size
@@ -290,11 +290,44 @@ class InboundRun(NamedTuple):
 Inbound = InboundMsg | InboundRun
 
 
+class _SourceInbox(Mailbox[Inbound]):
+    """A source's queue, whose capacity bounds the messages it holds, not its items: a run
+    (up to ``parser.MAX_RUN_FRAMES`` deliveries) is one item, so an item bound let a link queue
+    about a thousand times the messages ``INBOX_CAPACITY`` allows. A run that does not fit is
+    refused whole, as a message that does not fit is."""
+
+    __slots__ = ("_msgs",)
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self._msgs = 0  # the messages queued: a run counts as its deliveries
+
+    def send_nowait(self, item: Inbound) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        n = _inbound_count(item)
+        if self._msgs + n > self._capacity:
+            raise anyio.WouldBlock
+        self._msgs += n
+        self._items.append(item)
+        self._item_ready.set()
+
+    def receive_nowait(self) -> Inbound:
+        item = super().receive_nowait()
+        self._msgs -= _inbound_count(item)
+        return item
+
+
 class _Receiver(InternalReceiver):
     """A source's deliver subject and reply inbox: one queue, read by its worker. A link's run
-    of deliveries is queued whole (``deliver_ack_run``), as one ``InboundRun``."""
+    of deliveries is queued whole (``deliver_ack_run``), as one ``InboundRun``; the queue's
+    capacity counts messages (``_SourceInbox``)."""
 
     inbox: Mailbox[Inbound]  # type: ignore[assignment]
+
+    def __init__(self, name: str, account: Account, capacity: int = 65536) -> None:
+        super().__init__(name, account, capacity)
+        self.inbox = _SourceInbox(capacity)
 
     def deliver_ack_run(
         self, sub: Subscription, route: str, replies: Sequence[str], payloads: Sequence[bytes]
@@ -302,6 +335,7 @@ class _Receiver(InternalReceiver):
         try:
             self.inbox.send_nowait(InboundRun(route, replies, payloads, sub))
         except anyio.WouldBlock:
+            self.dropped += len(payloads) - 1  # each of the run's messages is one dropped
             self._drop("queue full")
         except anyio.ClosedResourceError:
             pass

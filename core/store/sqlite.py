@@ -1809,7 +1809,7 @@ class SqliteStore:
         encoded in ``_rows``, and its reads decode row by row anyway)."""
         if not (self._w_appends_only and appended and self._codec.plain and len(appended) <= TAIL_MAX_ROWS):
             return None
-        if self._w_direct:  # more rows than TAIL_MAX_ROWS, most of them not in ``appended``
+        if self._w_direct:  # more rows than TAIL_MAX_ROWS, some of them not in ``appended``
             return None
         if sum(len(r[3]) for r in appended) > TAIL_MAX_BYTES:
             return None
@@ -2037,7 +2037,10 @@ class SqliteStore:
         1 KiB messages the tuples, their flattening and the garbage collections they set off
         were about 0.25 us a row of the store thread's ~7). The rows pending before it go first,
         the rest of the batch (less than a chunk) joins ``_rows``. Such a transaction holds more
-        than TAIL_MAX_ROWS rows, so it is never kept as the live tail (``_w_direct``)."""
+        than TAIL_MAX_ROWS rows, so it is never kept as the live tail (``_w_direct``): set here,
+        not only when whole chunks are inserted, since from here on ``_rows`` holds only part of
+        the transaction's rows (the flush below) whatever INSERT_CHUNK is."""
+        self._w_direct = True
         self._w_flush_rows()
         conn = self._conn
         assert conn is not None
@@ -2055,7 +2058,6 @@ class SqliteStore:
             step = width * INSERT_CHUNK
             for k in range(0, width * full, step):
                 conn.execute(_INSERT_CHUNK_SQL, flat[k : k + step])
-            self._w_direct = True
         if full < n:
             rest = slice(full, n)
             self._rows.extend(

@@ -225,3 +225,22 @@ def test_a_batch_counts_the_messages_of_the_runs_it_takes() -> None:
     batch = [inbox.receive_nowait()]
     _fill_source_batch(batch, inbox, 1000, 100)  # a run's bytes: 10 x (reply + payload + subject)
     assert batch == [runs[3]] and len(inbox) == 1
+
+
+def test_a_sources_queue_bounds_the_messages_of_its_runs() -> None:
+    """The queue's capacity counts a run as its deliveries: a run that would take it past the
+    bound is dropped whole (a dseq gap), counted per message, and taking a run frees its room."""
+    account = Account("APP")
+    rx = _Receiver("source", account, 5)
+    sub = rx.subscribe("$JS.S.abcdefgh")
+    three = [reply(V1, s, s) for s in (1, 2, 3)]
+    rx.deliver_ack_run(sub, "$JS.S.abcdefgh", three, [b"a"] * 3)
+    rx.deliver_ack_run(sub, "$JS.S.abcdefgh", three, [b"a"] * 3)  # 6 > 5: dropped
+    assert len(rx.inbox) == 1 and rx.dropped == 3
+    rx.deliver(sub, "orders.4", reply(V1, 4, 4), None, b"b")
+    rx.deliver(sub, "orders.5", reply(V1, 5, 5), None, b"b")
+    rx.deliver(sub, "orders.6", reply(V1, 6, 6), None, b"b")  # the sixth message: dropped
+    assert len(rx.inbox) == 3 and rx.dropped == 4
+    assert type(rx.inbox.receive_nowait()) is InboundRun
+    rx.deliver_ack_run(sub, "$JS.S.abcdefgh", three, [b"a"] * 3)  # 2 + 3 fit again
+    assert len(rx.inbox) == 3 and rx.dropped == 4
