@@ -162,6 +162,11 @@ class AckInfo(NamedTuple):
     sseq_text: str = ""  # the upstream sequence as the reply spells it (for Nats-Stream-Source)
 
 
+# A peer's sequence, timestamp or count has at most a uint64's 20 digits: a longer one is not
+# taken apart (Python's int() refuses past 4300 digits with an error that would end the worker).
+MAX_DIGITS = 20
+
+
 def parse_ack_reply(reply: str | None) -> AckInfo | None:
     if not reply or not reply.startswith("$JS.ACK."):
         return None
@@ -240,7 +245,7 @@ def _appends(cols: SourcedColumns) -> tuple[Any, Any, Any, Any, Any]:
 
 def _header_int(headers: bytes, name: str) -> int:
     v = slice_header(headers, name)
-    return int(v) if v and v.isascii() and v.isdigit() else -1
+    return int(v) if v and len(v) <= MAX_DIGITS and v.isascii() and v.isdigit() else -1
 
 
 # ------------------------------------------------------------------------------ the worker
@@ -903,7 +908,15 @@ class SourceWorker:
                         dc, sseq_text, dseq_text, ts_text, pending_text = nums[:5]
                         digits = dc + sseq_text + dseq_text + ts_text + pending_text
                         # (an empty number passes the digits test: the general rules refuse it)
-                        if dc == "1" and digits.isascii() and digits.isdigit() and "" not in nums[:5]:
+                        # (and a number longer than a uint64's 20 digits: the general rules
+                        # refuse it as an invalid delivery, where int() would raise)
+                        if (
+                            dc == "1"
+                            and digits.isascii()
+                            and digits.isdigit()
+                            and "" not in nums[:5]
+                            and max(map(len, nums[:5])) <= MAX_DIGITS
+                        ):
                             sseq, dseq = int(sseq_text), int(dseq_text)
                             if dseq == self.dseq + 1 and sseq > self.sseq and self._spoke:
                                 if sseq > self.sseq + 1:
@@ -1018,7 +1031,8 @@ class SourceWorker:
         them), and the stored subject after the first "@" past them."""
         key = (self._fast_prefix, self._fast_v1)
         if self._run_re is None or self._run_re[0] != key:
-            nums = r"1\.([0-9]+)\.([0-9]+)\.([0-9]+)\.([0-9]+)"
+            num = f"([0-9]{{1,{MAX_DIGITS}}})"  # a longer one: the run goes one message at a time
+            nums = rf"1\.{num}\.{num}\.{num}\.{num}"
             rest = "@" if self._fast_v1 else r"\.[^@\n]*@"
             pattern = re.compile(f"^{re.escape(self._fast_prefix)}{nums}{rest}(.+)$", re.M | re.ASCII)
             self._run_re = (key, pattern)

@@ -128,6 +128,7 @@ async def test_the_transforms_rewrite_a_runs_subjects_as_one_at_a_time() -> None
         lambda s, d: reply(V1, s, d, subject=""),  # nothing after "@"
         lambda s, d: reply(V1, s, d).split("@")[0],  # no stored subject: the deliver subject
         lambda s, d: f"$JS.ACK.ORDERS.C.1.{s}.{d}..9@orders.1",  # an empty number
+        lambda s, d: f"$JS.ACK.ORDERS.C.1.{'9' * 5000}.{d}.1000.9@orders.1",  # past int()'s limit
         lambda s, d: "not.an.ack",
     ],
 )
