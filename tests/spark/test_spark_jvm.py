@@ -164,6 +164,8 @@ def test_jvm_reader_bad_inputs_are_clear_errors(jvm: Any, leafjet: RunningServer
         _read(jvm, url, stream, reader="maybe").collect()
     with pytest.raises(Exception, match="jsonSchema column 'x' has type decimal"):
         _read(jvm, url, stream, reader="jvm", jsonSchema="x DECIMAL(10,2)").collect()
+    with pytest.raises(Exception, match="option 'servers' has a malformed URL 'nats://no such:4222'"):
+        _read(jvm, "nats://no such:4222", stream, reader="jvm").collect()
     # what only the Python source does, asked of the JVM reader by name: refused, saying why
     with pytest.raises(Exception, match="JVM reader does not support options 'startTime'"):
         _read(jvm, url, stream, reader="jvm", startTime="2024-01-01T00:00:00").collect()

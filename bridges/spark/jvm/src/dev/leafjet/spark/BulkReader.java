@@ -200,7 +200,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
     if (opts.subject != null) {
       b.append(",\"filter\":[").append(StreamApi.quote(opts.subject)).append(']');
     }
-    if (opts.wantsZstd()) {
+    if (opts.wantsZstd) {
       b.append(",\"compress\":\"zstd\"");
     }
     b.append('}');

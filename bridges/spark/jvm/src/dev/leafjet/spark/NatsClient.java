@@ -100,7 +100,7 @@ final class NatsClient implements Closeable {
     Exception last = null;
     String where = "leafjet server " + opts.display() + " (stream '" + opts.stream + "')";
     for (String url : opts.servers) {
-      URI uri = URI.create(url.contains("://") ? url : "nats://" + url);
+      URI uri = ReadOptions.uri(url);
       int port = uri.getPort() < 0 ? 4222 : uri.getPort();
       Socket s = new Socket();
       NatsClient c = null;
