@@ -5,10 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,18 +19,9 @@ pytest.importorskip("pyarrow", reason="the spark extra is not installed")
 from tests.support.servers import RunningServer, start_leafjet, start_reference
 
 
-def build_jvm_reader() -> bool:
-    """Build the JVM reader's jar when a JDK is there (a no-op when it is up to date)."""
-    if shutil.which("javac") is None:
-        return False
-    script = Path(__file__).resolve().parents[2] / "scripts" / "build_spark_reader"
-    env = {**os.environ, "PYTHON": sys.executable}
-    return subprocess.run([str(script)], env=env, check=False).returncode == 0
-
-
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from bridges.spark.session import quiet_session
+    from bridges.spark.session import build_jvm_reader, quiet_session
 
     build_jvm_reader()
     session = quiet_session("leafjet-tests", master="local[2]", tmp_dir=tmp_path_factory.mktemp("spark"))
