@@ -175,6 +175,12 @@ def test_absurd_batch_sizes_are_clamped_and_zero_is_refused(server: RunningServe
         parse_options(_options(url, stream, bulkRead="maybe"))
 
 
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan", "inf", "soon"])
+def test_a_timeout_that_is_not_positive_seconds_is_refused(timeout: str) -> None:
+    with pytest.raises(OptionError, match="option 'timeout' must be seconds"):
+        parse_options({"servers": "nats://127.0.0.1:4222", "stream": "s", "timeout": timeout})
+
+
 def test_message_too_large_for_a_bulk_reply_is_read_alone(tmp_path: Path) -> None:
     srv = start_leafjet(tmp_path / "big")
     try:

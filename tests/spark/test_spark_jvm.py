@@ -171,6 +171,8 @@ def test_jvm_reader_bad_inputs_are_clear_errors(jvm: Any, leafjet: RunningServer
         _read(jvm, url, stream, reader="maybe").collect()
     with pytest.raises(Exception, match="jsonSchema column 'x' has type decimal"):
         _read(jvm, url, stream, reader="jvm", jsonSchema="x DECIMAL(10,2)").collect()
+    with pytest.raises(Exception, match="option 'timeout' must be seconds > 0, got '0'"):
+        _read(jvm, url, stream, reader="jvm", timeout=0).collect()
     with pytest.raises(Exception, match="option 'servers' has a malformed URL 'nats://no such:4222'"):
         _read(jvm, "nats://no such:4222", stream, reader="jvm").collect()
     # what only the Python source does, asked of the JVM reader by name: refused, saying why

@@ -96,6 +96,9 @@ final class ReadOptions implements Serializable {
     } catch (NumberFormatException e) {
       throw new IllegalArgumentException("option 'timeout' must be seconds, got '" + t + "'");
     }
+    if (!Double.isFinite(timeoutSeconds) || timeoutSeconds <= 0) { // was a silent 1 ms timeout
+      throw new IllegalArgumentException("option 'timeout' must be seconds > 0, got '" + t + "'");
+    }
     compression = choice(o, "compression", "auto", "zstd", "none");
     bulkRead = choice(o, "bulkRead", "auto", "true", "false");
     reader = choice(o, "reader", "auto", "jvm", "python");
