@@ -289,22 +289,30 @@ final class NatsClient implements Closeable {
     }
   }
 
+  /** One protocol line without its CRLF; a line longer than the buffer is gathered as bytes, so a
+   * UTF-8 character split between two reads is decoded whole. */
   private String readLine() throws IOException {
-    StringBuilder sb = null;
+    java.io.ByteArrayOutputStream longer = null;
     while (true) {
       for (int i = pos; i < lim; i++) {
         if (buf[i] == '\n') {
-          int end = i > pos && buf[i - 1] == '\r' ? i - 1 : i;
-          String part = new String(buf, pos, end - pos, StandardCharsets.UTF_8);
+          int start = pos;
           pos = i + 1;
-          return sb == null ? part : sb.append(part).toString();
+          if (longer == null) {
+            int end = i > start && buf[i - 1] == '\r' ? i - 1 : i;
+            return new String(buf, start, end - start, StandardCharsets.UTF_8);
+          }
+          longer.write(buf, start, i - start);
+          byte[] line = longer.toByteArray();
+          int n = line.length > 0 && line[line.length - 1] == '\r' ? line.length - 1 : line.length;
+          return new String(line, 0, n, StandardCharsets.UTF_8);
         }
       }
-      if (sb == null) {
-        sb = new StringBuilder();
+      if (longer == null) {
+        longer = new java.io.ByteArrayOutputStream();
       }
-      sb.append(new String(buf, pos, lim - pos, StandardCharsets.UTF_8));
-      if (sb.length() > 1 << 20) {
+      longer.write(buf, pos, lim - pos);
+      if (longer.size() > 1 << 20) {
         throw new IOException("protocol line too long");
       }
       pos = lim;
