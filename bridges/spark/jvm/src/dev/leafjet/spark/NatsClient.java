@@ -78,8 +78,10 @@ final class NatsClient implements Closeable {
   private int lim;
   private final String inbox;
   private long counter;
-  private final Map<String, Msg> early = new HashMap<>();
-  private final java.util.Set<String> ignored = new java.util.HashSet<>();
+  private final Map<String, Msg> early = new HashMap<>(); // replies that came before their await
+  // requests whose reply is still wanted: only their replies are kept, so a server's replies to
+  // nothing (or twice, or to a forgotten request) cannot pile up
+  private final java.util.Set<String> pending = new java.util.HashSet<>();
   final JsonNode serverInfo;
 
   private NatsClient(ReadOptions opts, Socket socket) throws IOException {
@@ -185,6 +187,7 @@ final class NatsClient implements Closeable {
   /** Send a request; returns its token (the reply comes to inbox.token). */
   String request(String subject, byte[] body) {
     String token = Long.toString(++counter);
+    pending.add(token);
     try {
       write(
           ("PUB " + subject + " " + inbox + "." + token + " " + body.length + "\r\n")
@@ -202,15 +205,17 @@ final class NatsClient implements Closeable {
   Msg await(String token) {
     Msg m = early.remove(token);
     if (m != null) {
+      pending.remove(token);
       return m;
     }
     try {
       while (true) {
         m = readMsg();
         if (m.token.equals(token)) {
+          pending.remove(token);
           return m;
         }
-        if (!ignored.remove(m.token)) {
+        if (pending.contains(m.token)) {
           early.put(m.token, m);
         }
       }
@@ -223,9 +228,8 @@ final class NatsClient implements Closeable {
 
   /** Forget a request whose reply will not be used (a reply that comes later is dropped). */
   void forget(String token) {
-    if (early.remove(token) == null) {
-      ignored.add(token);
-    }
+    pending.remove(token);
+    early.remove(token);
   }
 
   /** A JetStream API request's JSON answer; errors name the subject and the stream. */
