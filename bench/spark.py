@@ -170,19 +170,6 @@ def _rounds(dfs: dict[str, Any], runs: int, server_pid: int) -> dict[str, Scan]:
     return out
 
 
-def _build_jvm_reader() -> bool:
-    """Build the JVM reader's jar if a JDK is there (a no-op when it is up to date)."""
-    import shutil
-    import subprocess
-    import sys
-
-    if shutil.which("javac") is None:
-        return False
-    script = Path(__file__).resolve().parents[1] / "scripts" / "build_spark_reader"
-    env = {**os.environ, "PYTHON": sys.executable}
-    return subprocess.run([str(script)], env=env, check=False).returncode == 0
-
-
 def run_spark(
     msgs: int,
     size: int,
@@ -192,9 +179,9 @@ def run_spark(
     direct: bool = True,
     warmup: int = 2,
 ) -> SparkFigures:
-    from bridges.spark.session import jvm_reader_jar, quiet_session
+    from bridges.spark.session import build_jvm_reader, jvm_reader_jar, quiet_session
 
-    jvm = _build_jvm_reader() and jvm_reader_jar() is not None
+    jvm = build_jvm_reader() and jvm_reader_jar() is not None
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-spark-") as tmp:
         srv = start_leafjet(Path(tmp) / "leafjet", {"jetstream": {"sync": "interval"}})
         try:

@@ -7,6 +7,7 @@ travels inside the partition object, so these dataclasses are frozen, slotted an
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -131,6 +132,8 @@ def parse_options(opts: Mapping[str, str]) -> SourceOptions:
         timeout = float(timeout_raw)
     except ValueError:
         raise OptionError(f"option 'timeout' must be seconds, got {timeout_raw!r}") from None
+    if not math.isfinite(timeout) or timeout <= 0:  # 0, negative or NaN: every read would time out at once
+        raise OptionError(f"option 'timeout' must be seconds > 0, got {timeout_raw!r}")
     conn = ConnOptions(
         servers=servers,
         user=lower.get("user") or None,

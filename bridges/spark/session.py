@@ -46,6 +46,20 @@ def jvm_reader_jar() -> Path | None:
     return jar
 
 
+def build_jvm_reader() -> bool:
+    """Build the JVM reader's jar when a JDK is there (scripts/build_spark_reader: a no-op when it is
+    up to date); whether it built. For the tests and the bench, which build it before a session."""
+    import shutil
+    import subprocess
+
+    if shutil.which("javac") is None:
+        return False
+    env = {**os.environ, "PYTHON": sys.executable}
+    return (
+        subprocess.run([str(REPO / "scripts" / "build_spark_reader")], env=env, check=False).returncode == 0
+    )
+
+
 def quiet_session(
     app: str = "leafjet-spark",
     *,

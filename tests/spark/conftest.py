@@ -5,11 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
-import shutil
-import subprocess
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,21 +16,12 @@ import pytest
 pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pytest.importorskip("pyarrow", reason="the spark extra is not installed")
 
-from tests.support.servers import RunningServer, start_leafjet
-
-
-def build_jvm_reader() -> bool:
-    """Build the JVM reader's jar when a JDK is there (a no-op when it is up to date)."""
-    if shutil.which("javac") is None:
-        return False
-    script = Path(__file__).resolve().parents[2] / "scripts" / "build_spark_reader"
-    env = {**os.environ, "PYTHON": sys.executable}
-    return subprocess.run([str(script)], env=env, check=False).returncode == 0
+from tests.support.servers import RunningServer, start_leafjet, start_reference
 
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from bridges.spark.session import quiet_session
+    from bridges.spark.session import build_jvm_reader, quiet_session
 
     build_jvm_reader()
     session = quiet_session("leafjet-tests", master="local[2]", tmp_dir=tmp_path_factory.mktemp("spark"))
@@ -154,3 +141,33 @@ def stored_messages(url: str, stream: str) -> list[StoredMessage]:
 @pytest.fixture
 def out_dir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+def error_on_a_forged_frame(tmp_path: Path, frame: bytes, read: Callable[[str], str]) -> str:
+    """``read(url)``'s error text (it returns it) when a responder on the reference answers the bulk
+    read API of stream 'forged' (sequences 1..2) with ``frame``: a reader's bad-frame check, real
+    server and sockets, only the reply forged."""
+    import nats
+
+    ref = start_reference(tmp_path / "ref", jetstream=True)
+    try:
+        create_stream(ref.url, "forged", ["forged.>"])
+        publish(ref.url, [("forged.a", b"1"), ("forged.a", b"2")])
+
+        async def scenario() -> str:
+            nc = await nats.connect(ref.url)
+
+            async def answer(msg: Any) -> None:
+                headers = {"Leafjet-Read": "1", "Leafjet-Read-First": "1", "Leafjet-Read-Last": "2"}
+                await nc.publish(msg.reply, frame, headers=headers)
+
+            await nc.subscribe("$JS.API.LEAFJET.READ.forged", cb=answer)
+            await nc.flush()
+            try:
+                return await asyncio.to_thread(read, ref.url)
+            finally:
+                await nc.close()
+
+        return asyncio.run(scenario())
+    finally:
+        ref.stop()

@@ -23,7 +23,7 @@ from bridges.spark.json_columns import _per_row, json_columns
 from bridges.spark.options import BASE_COLUMNS, CORRUPT_COLUMN, OptionError, parse_options
 from bridges.spark.partition import GapTracker, read_partition
 from bridges.spark.reader import DataLossError, LeafjetSourceError
-from tests.spark.conftest import api, create_stream, publish, stored_messages
+from tests.spark.conftest import api, create_stream, error_on_a_forged_frame, publish, stored_messages
 from tests.support.servers import RunningServer, start_leafjet, start_reference
 
 pytestmark = pytest.mark.spark
@@ -175,6 +175,12 @@ def test_absurd_batch_sizes_are_clamped_and_zero_is_refused(server: RunningServe
         parse_options(_options(url, stream, bulkRead="maybe"))
 
 
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan", "inf", "soon"])
+def test_a_timeout_that_is_not_positive_seconds_is_refused(timeout: str) -> None:
+    with pytest.raises(OptionError, match="option 'timeout' must be seconds"):
+        parse_options({"servers": "nats://127.0.0.1:4222", "stream": "s", "timeout": timeout})
+
+
 def test_message_too_large_for_a_bulk_reply_is_read_alone(tmp_path: Path) -> None:
     srv = start_leafjet(tmp_path / "big")
     try:
@@ -205,38 +211,16 @@ def test_forced_bulk_read_against_a_server_without_it_fails_clearly(tmp_path: Pa
 
 def test_a_corrupt_frame_is_a_clear_error_not_a_hang(tmp_path: Path) -> None:
     """A responder on the reference answers the read API with a forged frame."""
-    import nats
 
-    ref = start_reference(tmp_path / "ref", jetstream=True)
-    try:
-        create_stream(ref.url, "forged", ["forged.>"])
-        publish(ref.url, [("forged.a", b"1"), ("forged.a", b"2")])
+    def read(url: str) -> str:
+        bulk, batches = read_batches(url, "forged", bulkRead="true")
+        assert bulk
+        with pytest.raises(LeafjetSourceError) as info:
+            list(batches)
+        return str(info.value)
 
-        async def scenario() -> str:
-            nc = await nats.connect(ref.url)
-
-            async def answer(msg: Any) -> None:
-                headers = {"Leafjet-Read": "1", "Leafjet-Read-First": "1", "Leafjet-Read-Last": "2"}
-                await nc.publish(msg.reply, b"LJRF\x01\x00\x00\x00\x02\x00\x00\x00", headers=headers)
-
-            await nc.subscribe("$JS.API.LEAFJET.READ.forged", cb=answer)
-            await nc.flush()
-            try:
-
-                def read() -> str:
-                    bulk, batches = read_batches(ref.url, "forged", bulkRead="true")
-                    assert bulk
-                    with pytest.raises(LeafjetSourceError) as info:
-                        list(batches)
-                    return str(info.value)
-
-                return await asyncio.to_thread(read)
-            finally:
-                await nc.close()
-
-        assert "bad bulk read reply from 1 for stream 'forged'" in asyncio.run(scenario())
-    finally:
-        ref.stop()
+    text = error_on_a_forged_frame(tmp_path, b"LJRF\x01\x00\x00\x00\x02\x00\x00\x00", read)
+    assert "bad bulk read reply from 1 for stream 'forged'" in text
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 
 from bridges.spark.json_columns import parse_json_columns
-from tests.spark.conftest import api, assert_read_by, create_stream, jvm_reader_loaded, publish
+from tests.spark.conftest import (
+    api,
+    assert_read_by,
+    create_stream,
+    error_on_a_forged_frame,
+    jvm_reader_loaded,
+    publish,
+)
 from tests.support.servers import RunningServer, start_leafjet, start_reference
 
 pytestmark = pytest.mark.spark
@@ -164,6 +171,10 @@ def test_jvm_reader_bad_inputs_are_clear_errors(jvm: Any, leafjet: RunningServer
         _read(jvm, url, stream, reader="maybe").collect()
     with pytest.raises(Exception, match="jsonSchema column 'x' has type decimal"):
         _read(jvm, url, stream, reader="jvm", jsonSchema="x DECIMAL(10,2)").collect()
+    with pytest.raises(Exception, match="option 'timeout' must be seconds > 0, got '0'"):
+        _read(jvm, url, stream, reader="jvm", timeout=0).collect()
+    with pytest.raises(Exception, match="option 'servers' has a malformed URL 'nats://no such:4222'"):
+        _read(jvm, "nats://no such:4222", stream, reader="jvm").collect()
     # what only the Python source does, asked of the JVM reader by name: refused, saying why
     with pytest.raises(Exception, match="JVM reader does not support options 'startTime'"):
         _read(jvm, url, stream, reader="jvm", startTime="2024-01-01T00:00:00").collect()
@@ -245,39 +256,30 @@ def test_jvm_message_too_large_for_a_reply_is_read_alone(jvm: Any, tmp_path: Pat
         srv.stop()
 
 
-def test_jvm_corrupt_frame_is_a_clear_error_not_a_hang(jvm: Any, tmp_path: Path) -> None:
+_HEADER = b"LJRF\x01\x00\x00\x00"
+
+
+@pytest.mark.parametrize(
+    ("frame", "why"),
+    [
+        (_HEADER + b"\x02\x00\x00\x00", "truncated frame"),
+        # a count or an offset far past the bytes: refused before any allocation or index
+        (_HEADER + b"\xff\xff\xff\xff" + bytes(4), "truncated frame: 4294967295 rows"),
+        (_HEADER + struct.pack("<IIqqii", 1, 0, 1, 0, 0, 2**31 - 1), "truncated frame: subject bytes"),
+    ],
+)
+def test_jvm_corrupt_frame_is_a_clear_error_not_a_hang(
+    jvm: Any, tmp_path: Path, frame: bytes, why: str
+) -> None:
     """A responder on the reference answers the read API with a forged frame (bulkRead=true)."""
-    import nats
 
-    ref = start_reference(tmp_path / "ref", jetstream=True)
-    try:
-        create_stream(ref.url, "forged", ["forged.>"])
-        publish(ref.url, [("forged.a", b"1"), ("forged.a", b"2")])
+    def read(url: str) -> str:
+        with pytest.raises(Exception) as info:
+            _read(jvm, url, "forged", reader="jvm", bulkRead="true", timeout=10).collect()
+        return str(info.value)
 
-        async def scenario() -> str:
-            nc = await nats.connect(ref.url)
-
-            async def answer(msg: Any) -> None:
-                headers = {"Leafjet-Read": "1", "Leafjet-Read-First": "1", "Leafjet-Read-Last": "2"}
-                await nc.publish(msg.reply, b"LJRF\x01\x00\x00\x00\x02\x00\x00\x00", headers=headers)
-
-            await nc.subscribe("$JS.API.LEAFJET.READ.forged", cb=answer)
-            await nc.flush()
-            try:
-
-                def read() -> str:
-                    with pytest.raises(Exception) as info:
-                        _read(jvm, ref.url, "forged", reader="jvm", bulkRead="true", timeout=10).collect()
-                    return str(info.value)
-
-                return await asyncio.to_thread(read)
-            finally:
-                await nc.close()
-
-        text = asyncio.run(scenario())
-        assert "bad bulk read reply for stream 'forged'" in text and "truncated frame" in text, text
-    finally:
-        ref.stop()
+    text = error_on_a_forged_frame(tmp_path, frame, read)
+    assert "bad bulk read reply for stream 'forged'" in text and why in text, text
 
 
 def test_reader_jvm_without_the_jar_is_an_option_error() -> None:

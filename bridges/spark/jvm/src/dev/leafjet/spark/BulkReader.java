@@ -164,6 +164,10 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
       done = true;
       return null;
     }
+    if (f.seq(0) < seq) { // the read would go back (and round again): a forged or broken answer
+      throw new LeafjetException(
+          "bad STREAM.MSG.GET answer for " + opts.where() + ": message " + f.seq(0) + " asked from " + seq);
+    }
     nextLo = f.seq(0) + 1;
     return new Piece(f, 1);
   }
@@ -200,7 +204,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
     if (opts.subject != null) {
       b.append(",\"filter\":[").append(StreamApi.quote(opts.subject)).append(']');
     }
-    if (opts.wantsZstd()) {
+    if (opts.wantsZstd) {
       b.append(",\"compress\":\"zstd\"");
     }
     b.append('}');

@@ -15,7 +15,6 @@ import java.time.ZoneOffset;
 import java.time.format.DateTimeParseException;
 import java.util.HashMap;
 import java.util.Locale;
-import java.util.Map;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 import org.apache.spark.sql.types.DataType;
@@ -51,11 +50,16 @@ final class JsonColumns implements Serializable {
   private final String[] names;
   private final Kind[] kinds;
   private final DataType[] types;
+  private final HashMap<String, Integer> index; // a field's column, for every payload of every batch
 
   private JsonColumns(String[] names, Kind[] kinds, DataType[] types) {
     this.names = names;
     this.kinds = kinds;
     this.types = types;
+    index = new HashMap<>(names.length * 2);
+    for (int i = 0; i < names.length; i++) {
+      index.put(names[i], i);
+    }
   }
 
   /** The JSON fields of a jsonSchema DDL; an unsupported type is refused as the Python source does. */
@@ -112,16 +116,12 @@ final class JsonColumns implements Serializable {
     }
     WritableColumnVector corrupt = new OnHeapColumnVector(Math.max(1, rows), DataTypes.BooleanType);
     out[n] = corrupt;
-    Map<String, Integer> index = new HashMap<>(n * 2);
-    for (int i = 0; i < n; i++) {
-      index.put(names[i], i);
-    }
     Object[] values = new Object[n];
     for (int row = 0; row < rows; row++) {
       int s = Frame.offset(f.bytes, f.dataOffsets, row);
       int e = Frame.offset(f.bytes, f.dataOffsets, row + 1);
       java.util.Arrays.fill(values, null);
-      boolean bad = !parse(f.bytes, f.dataValues + s, e - s, index, values);
+      boolean bad = !parse(f.bytes, f.dataValues + s, e - s, values);
       for (int i = 0; i < n && !bad; i++) {
         bad = values[i] == BAD;
       }
@@ -141,7 +141,7 @@ final class JsonColumns implements Serializable {
   private static final Object BAD = new Object();
 
   /** One payload's fields into ``values`` (BAD for one that does not fit); false: not an object. */
-  private boolean parse(byte[] b, int at, int len, Map<String, Integer> index, Object[] values) {
+  private boolean parse(byte[] b, int at, int len, Object[] values) {
     try (JsonParser p = FACTORY.createParser(b, at, len)) {
       if (p.nextToken() != JsonToken.START_OBJECT) {
         return false;

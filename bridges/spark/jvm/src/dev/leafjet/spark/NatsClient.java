@@ -78,8 +78,10 @@ final class NatsClient implements Closeable {
   private int lim;
   private final String inbox;
   private long counter;
-  private final Map<String, Msg> early = new HashMap<>();
-  private final java.util.Set<String> ignored = new java.util.HashSet<>();
+  private final Map<String, Msg> early = new HashMap<>(); // replies that came before their await
+  // requests whose reply is still wanted: only their replies are kept, so a server's replies to
+  // nothing (or twice, or to a forgotten request) cannot pile up
+  private final java.util.Set<String> pending = new java.util.HashSet<>();
   final JsonNode serverInfo;
 
   private NatsClient(ReadOptions opts, Socket socket) throws IOException {
@@ -100,7 +102,7 @@ final class NatsClient implements Closeable {
     Exception last = null;
     String where = "leafjet server " + opts.display() + " (stream '" + opts.stream + "')";
     for (String url : opts.servers) {
-      URI uri = URI.create(url.contains("://") ? url : "nats://" + url);
+      URI uri = ReadOptions.uri(url);
       int port = uri.getPort() < 0 ? 4222 : uri.getPort();
       Socket s = new Socket();
       NatsClient c = null;
@@ -185,6 +187,7 @@ final class NatsClient implements Closeable {
   /** Send a request; returns its token (the reply comes to inbox.token). */
   String request(String subject, byte[] body) {
     String token = Long.toString(++counter);
+    pending.add(token);
     try {
       write(
           ("PUB " + subject + " " + inbox + "." + token + " " + body.length + "\r\n")
@@ -202,15 +205,17 @@ final class NatsClient implements Closeable {
   Msg await(String token) {
     Msg m = early.remove(token);
     if (m != null) {
+      pending.remove(token);
       return m;
     }
     try {
       while (true) {
         m = readMsg();
         if (m.token.equals(token)) {
+          pending.remove(token);
           return m;
         }
-        if (!ignored.remove(m.token)) {
+        if (pending.contains(m.token)) {
           early.put(m.token, m);
         }
       }
@@ -223,9 +228,8 @@ final class NatsClient implements Closeable {
 
   /** Forget a request whose reply will not be used (a reply that comes later is dropped). */
   void forget(String token) {
-    if (early.remove(token) == null) {
-      ignored.add(token);
-    }
+    pending.remove(token);
+    early.remove(token);
   }
 
   /** A JetStream API request's JSON answer; errors name the subject and the stream. */
@@ -289,22 +293,30 @@ final class NatsClient implements Closeable {
     }
   }
 
+  /** One protocol line without its CRLF; a line longer than the buffer is gathered as bytes, so a
+   * UTF-8 character split between two reads is decoded whole. */
   private String readLine() throws IOException {
-    StringBuilder sb = null;
+    java.io.ByteArrayOutputStream longer = null;
     while (true) {
       for (int i = pos; i < lim; i++) {
         if (buf[i] == '\n') {
-          int end = i > pos && buf[i - 1] == '\r' ? i - 1 : i;
-          String part = new String(buf, pos, end - pos, StandardCharsets.UTF_8);
+          int start = pos;
           pos = i + 1;
-          return sb == null ? part : sb.append(part).toString();
+          if (longer == null) {
+            int end = i > start && buf[i - 1] == '\r' ? i - 1 : i;
+            return new String(buf, start, end - start, StandardCharsets.UTF_8);
+          }
+          longer.write(buf, start, i - start);
+          byte[] line = longer.toByteArray();
+          int n = line.length > 0 && line[line.length - 1] == '\r' ? line.length - 1 : line.length;
+          return new String(line, 0, n, StandardCharsets.UTF_8);
         }
       }
-      if (sb == null) {
-        sb = new StringBuilder();
+      if (longer == null) {
+        longer = new java.io.ByteArrayOutputStream();
       }
-      sb.append(new String(buf, pos, lim - pos, StandardCharsets.UTF_8));
-      if (sb.length() > 1 << 20) {
+      longer.write(buf, pos, lim - pos);
+      if (longer.size() > 1 << 20) {
         throw new IOException("protocol line too long");
       }
       pos = lim;

@@ -34,6 +34,8 @@ final class ReadOptions implements Serializable {
   final String compression;
   final String bulkRead;
   final String reader;
+  /** zstd frames: asked for, or (auto) a server is not on this machine; decided once, not per request. */
+  final boolean wantsZstd;
   private final String pythonReason;
 
   private ReadOptions(Map<String, String> raw) {
@@ -49,6 +51,13 @@ final class ReadOptions implements Serializable {
     }
     if (urls.isEmpty()) {
       throw new IllegalArgumentException("option 'servers' is required, e.g. nats://127.0.0.1:4222");
+    }
+    for (String url : urls) {
+      try {
+        uri(url);
+      } catch (IllegalArgumentException e) {
+        throw new IllegalArgumentException("option 'servers' has a malformed URL '" + url + "'", e);
+      }
     }
     servers = List.copyOf(urls);
     stream = o.getOrDefault("stream", "").strip();
@@ -87,10 +96,14 @@ final class ReadOptions implements Serializable {
     } catch (NumberFormatException e) {
       throw new IllegalArgumentException("option 'timeout' must be seconds, got '" + t + "'");
     }
+    if (!Double.isFinite(timeoutSeconds) || timeoutSeconds <= 0) { // was a silent 1 ms timeout
+      throw new IllegalArgumentException("option 'timeout' must be seconds > 0, got '" + t + "'");
+    }
     compression = choice(o, "compression", "auto", "zstd", "none");
     bulkRead = choice(o, "bulkRead", "auto", "true", "false");
     reader = choice(o, "reader", "auto", "jvm", "python");
     choice(o, "useDirect", "auto", "true", "false");
+    wantsZstd = "auto".equals(compression) ? !allLoopback() : "zstd".equals(compression);
     pythonReason = pythonOnlyReason(o);
     if ("jvm".equals(reader) && pythonReason != null) {
       throw new IllegalArgumentException(
@@ -142,17 +155,14 @@ final class ReadOptions implements Serializable {
     return "stream '" + stream + "' on " + display();
   }
 
-  /** zstd frames when asked, or (auto) when a server is not on this machine. */
-  boolean wantsZstd() {
-    if ("auto".equals(compression)) {
-      return !allLoopback();
-    }
-    return "zstd".equals(compression);
+  /** A server URL of the option, ``nats://`` when it names no scheme. */
+  static URI uri(String url) {
+    return URI.create(url.contains("://") ? url : "nats://" + url);
   }
 
   private boolean allLoopback() {
     for (String url : servers) {
-      String host = URI.create(url.contains("://") ? url : "nats://" + url).getHost();
+      String host = uri(url).getHost();
       if (host == null) {
         return false;
       }
