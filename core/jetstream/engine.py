@@ -37,6 +37,7 @@ from core.jetstream.consumer_models import ConsumerConfig, paused_config
 from core.jetstream.damaged import DamagedStream, is_set_aside, move_aside
 from core.jetstream.models import StreamConfig
 from core.jetstream.monitoring import JetStreamMonitor
+from core.jetstream.opening_store import OpeningStore
 from core.jetstream.prepared import PreparedStreams, commit_staged, stage_atomic
 from core.jetstream.sourcing import Sourcing
 from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
@@ -621,8 +622,14 @@ class JetStream:
         fresh = cfg.first_seq == 0 and (
             cfg.storage == "memory" or prepared is not None or not (d / "msgs.db").exists()
         )
+        opening: OpeningStore | None = None
         if prepared is not None:
-            store = prepared.store
+            # the store may still be opening: the stream starts on the OpeningStore, whose calls
+            # wait for the open, and is answered meanwhile (prepared.py, opening_store.py)
+            store = prepared.store.store
+            if store is None:
+                store = opening = prepared.store
+            prepared.committing = True
             assert prepared.staged is not None
             try:
                 await run_job(POOL.submit, functools.partial(commit_staged, prepared.staged, config_file))
@@ -669,6 +676,9 @@ class JetStream:
                 await _write_atomic(config_file, config_body)
             stream = await self._start_stream(ajs, cfg, store, created, fresh=fresh)
             trace.point("create.started", cfg.name)
+            if opening is not None:
+                assert self._tg is not None
+                self._tg.start_soon(self._watch_open, ajs, stream, opening)
         except BaseException as e:
             # The stream was never announced: nothing of it may stay behind (its store's
             # connections, its task, its folder, which a restart would recover).
@@ -679,6 +689,26 @@ class JetStream:
             raise
         self._action_advisory(stream, "create")
         return stream
+
+    async def _watch_open(self, ajs: AccountJetStream, stream: Stream, opening: OpeningStore) -> None:
+        """A stream created on a store still opening: if the open fails, the stream is held as
+        damaged (its calls failed meanwhile, with the cause): its name stays taken, a stream
+        info or a publish hears that it is offline and why, a delete moves its folder aside, and
+        a restart tries to open it again."""
+        reason = await opening.wait_ended()
+        if reason is None or ajs.streams.get(stream.name) is not stream:
+            return  # opened; or deleted meanwhile
+        log.error(
+            "stream %s (account %s): its store could not be opened after its create; it is "
+            "held as damaged (a delete of it moves %s aside): %s",
+            stream.name,
+            ajs.account.name,
+            ajs.root / stream.name,
+            reason,
+        )
+        with anyio.CancelScope(shield=True):
+            await self._undo_start(ajs, stream.name, opening, "store open")
+        ajs.damaged[stream.name] = _NotOpened(stream.name, ajs.root / stream.name, reason, stream.config)
 
     async def prepare_stream(self, ajs: AccountJetStream, cfg: StreamConfig, created: int) -> None:
         """Make the stream ``cfg`` ready for its create at ``created`` (prepared.py): the hub's
@@ -755,6 +785,15 @@ class JetStream:
 
     def reply_raw(self, ajs: AccountJetStream, reply: str, headers: bytes | None, payload: bytes) -> None:
         ajs.account.publish(reply, None, headers, payload)
+
+
+@dataclass(frozen=True, slots=True)
+class _NotOpened(DamagedStream):
+    """A stream whose store failed to open after its create was answered (``_watch_open``)."""
+
+    @property
+    def offline_reason(self) -> str:
+        return f"its store could not be opened ({self.reason}); delete the stream to move its data aside"
 
 
 class _Started:

@@ -1,27 +1,36 @@
-"""Streams made ready ahead of their create: the store opened and the config file staged.
+"""Streams made ready ahead of their create: the config file staged and the store opened.
 
 A clustered server learns that a stream will be placed on it when the meta entry assigning it
-is durable in its own log: the rest of a RAFT round (and, for a client of another server, a hop
-or two) before that entry is committed and the create may happen. ``PreparedStreams.prepare``
-uses that time: it opens the new stream's store (a spare moved into place: core/store/spare.py)
-and writes its config file under a temporary name, fsynced. The create then finds both ready and
-only has to rename the config file into place (and fsync the folder).
+reaches it (hub/meta/group.py): the rest of a RAFT round (and, for a client of another server, a
+hop or two) before that entry is committed and the create may happen. ``PreparedStreams.prepare``
+uses that time: it writes the new stream's config file under a temporary name, fsynced (first:
+it is tiny, and the create waits for it), and opens the stream's store (a spare moved into place:
+core/store/spare.py). The create takes the preparation as soon as the config file is staged: it
+renames the file into place (and fsyncs the folder), and starts the stream on an
+``OpeningStore`` (opening_store.py) while the open goes on; the stream's first store calls wait
+for it. So a create is answered without waiting for its store, as the reference's is (its file
+store's creation is a folder and a metadata file; its first message block is made lazily).
 
 What a preparation may leave, and why that is safe:
 - only a folder that did not exist is prepared, and nothing in it is ``stream.json``: recovery
   loads a stream only from ``stream.json``, so a preparation never brings back a stream that was
   not created (a crash before the create leaves an empty store and a temporary file that a
   later create of that name reuses or replaces);
-- the store file is whole (fsynced) when its preparation is done, but the folder holding its
-  name is not fsynced then: the create's ``commit_staged`` fsyncs that folder once, for the
-  config file and the store alike, before the stream exists (one directory fsync per create
-  fewer). A crash before it may lose the store's name in a folder without ``stream.json``,
-  which nothing loads (a later create builds or takes a store again);
+- the store file is whole (fsynced) when its open ends, but the folder holding its name is not
+  fsynced by the open: the create's ``commit_staged`` fsyncs that folder once, for the config
+  file and the store alike, when the open ended before the create began committing (one
+  directory fsync per create fewer). When the create began committing first (its fsync may have
+  come before the store's name was there), the preparation fsyncs the folder again before the
+  store is handed to the stream, so nothing is stored, hence acknowledged, in a store whose name
+  a crash could lose. A crash in between finds ``stream.json`` and maybe no store file: the
+  stream is recovered empty, which it is (no call reached its store yet);
 - a preparation is used only by a create of the same config and creation time; any other create
   of that name closes it first (its store is then an existing, empty file, opened normally);
 - one that is not used (its entry was never committed) is discarded by its owner (the hub's
   meta group, once it has applied past the entry): store closed, folder removed, unless a
-  stream of that name exists here by then.
+  stream of that name exists here by then;
+- an open that fails after the create took the preparation fails the stream's store calls
+  (``OpeningStore``); the engine then holds the stream as damaged (engine.py).
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ from core import trace
 from core.errors import StoreError
 from core.fsync import fsync_dir
 from core.jetstream.models import StreamConfig
+from core.jetstream.opening_store import OpeningStore
+from core.server.failures import describe_failure
 from core.store.pool import POOL
 from core.threads import run_job
 
@@ -73,9 +84,12 @@ def commit_staged(tmp: Path, path: Path) -> None:
 class _Prepared:
     config: dict[str, Any]
     created: int
-    done: anyio.Event = field(default_factory=anyio.Event)
-    store: Any = None  # the open store once done (None: the preparation failed)
+    store: OpeningStore  # the store, once its open has ended (``store.ended``)
+    staging_ended: anyio.Event = field(default_factory=anyio.Event)
     staged: Path | None = None  # the config file, written and fsynced under a temporary name
+    # the create began committing the config file: its folder fsync may come before the
+    # store's name is in the folder (see the module docstring)
+    committing: bool = False
 
 
 OpenStore = Callable[[StreamConfig, Path], Awaitable[Any]]
@@ -94,43 +108,75 @@ class PreparedStreams:
         return key in self._by_key
 
     async def prepare(self, key: tuple[str, str], root: Path, cfg: StreamConfig, created: int) -> None:
-        """Open the store of the stream ``cfg`` (to be created at ``created``) in ``root / name``
-        and stage its config file; nothing when its folder exists already, or when the stream
+        """Stage the config file of the stream ``cfg`` (to be created at ``created``) and open
+        its store in ``root / name``; nothing when its folder exists already, or when the stream
         starts at ``first_seq`` (its store must hold that start before its config is written),
-        or is a memory stream. A failure only logs (the create does the work itself)."""
+        or is a memory stream. Returns once both have ended. A failure only logs (the create
+        does the work itself, or, when it has taken the preparation, holds the stream as
+        damaged)."""
         d = root / cfg.name
         if key in self._by_key or cfg.storage == "memory" or cfg.first_seq > 0 or d.exists():
             return
-        p = self._by_key[key] = _Prepared(cfg.to_json(), created)
+        p = self._by_key[key] = _Prepared(cfg.to_json(), created, OpeningStore(f"{key[0]}/{cfg.name}"))
         body = json.dumps({"config": p.config, "created": created})
         try:
             d.mkdir(parents=True)
-            async with anyio.create_task_group() as tg:
-
-                async def stage() -> None:
-                    staging = functools.partial(stage_atomic, d / CONFIG_FILE, body)
-                    p.staged = await run_job(POOL.submit, staging)
-
-                tg.start_soon(stage)
-                trace.point("prepare.open_store", cfg.name)
-                p.store = await self._open_store(cfg, d)
-                trace.point("prepare.store_open", cfg.name)
-        except (OSError, StoreError) as e:
+        except OSError as e:
             log.info("stream %s: preparing it ahead of its create failed: %s", cfg.name, e)
+            p.staging_ended.set()
+            p.store.fail(str(e))
+            return
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._stage, p, d, body)
+            # the staging's pool job is queued before the open's: the create waits for the
+            # config file only, which must not wait behind the open
+            await anyio.lowlevel.checkpoint()
+            await self._open(p, cfg, d)
+
+    async def _stage(self, p: _Prepared, d: Path, body: str) -> None:
+        try:
+            p.staged = await run_job(POOL.submit, functools.partial(stage_atomic, d / CONFIG_FILE, body))
+        except OSError as e:
+            log.info("stream %s: staging its config file ahead of its create failed: %s", d.name, e)
         finally:
-            p.done.set()
+            p.staging_ended.set()
+
+    async def _open(self, p: _Prepared, cfg: StreamConfig, d: Path) -> None:
+        trace.point("prepare.open_store", cfg.name)
+        try:
+            store = await self._open_store(cfg, d)
+        except (OSError, StoreError) as e:
+            log.info("stream %s: opening its store ahead of its create failed: %s", cfg.name, e)
+            p.store.fail(str(e))
+            return
+        except BaseException as e:  # cancelled (a shutdown): nothing waits for ever
+            p.store.fail(describe_failure(e))
+            raise
+        trace.point("prepare.store_open", cfg.name)
+        if p.committing:
+            # the create's folder fsync may have come before the store's name was there
+            try:
+                await run_job(POOL.submit, functools.partial(fsync_dir, d))
+            except OSError as e:
+                log.error("stream %s: making its new store's name durable failed: %s", cfg.name, e)
+                with anyio.CancelScope(shield=True):
+                    await _close_quietly(store)
+                p.store.fail(f"fsync of {d}: {e}")
+                return
+        p.store.settle(store)
 
     async def take(self, key: tuple[str, str], cfg: StreamConfig, created: int) -> _Prepared | None:
-        """The preparation of this very create (same config, same creation time), waited for if
-        it is still running; None when there is none. One of another create is closed first, so
-        the create opens the store itself."""
+        """The preparation of this very create (same config, same creation time), once its
+        config file is staged (its store may still be opening: ``_Prepared.store``); None when
+        there is none, or it failed. One of another create is closed first, so the create opens
+        the store itself. The caller sets ``committing`` before it renames the config file."""
         p = self._by_key.pop(key, None)
         if p is None:
             return None
-        await p.done.wait()
+        await p.staging_ended.wait()
         if (
-            p.store is not None
-            and p.staged is not None
+            p.staged is not None
+            and p.store.error is None
             and p.config == cfg.to_json()
             and p.created == created
         ):
@@ -145,7 +191,6 @@ class PreparedStreams:
         p = self._by_key.pop(key, None)
         if p is None:
             return
-        await p.done.wait()
         await self._release(p)
         self.discarded += 1
         d = root / key[1]
@@ -157,18 +202,26 @@ class PreparedStreams:
         them, so a restart ignores them and a later create of that name reuses them)."""
         while self._by_key:
             p = self._by_key.pop(next(iter(self._by_key)))
-            await p.done.wait()
             await self._release(p)
 
     async def _release(self, p: _Prepared) -> None:
+        """An unused preparation's staged file removed and its store closed (once its open
+        has ended)."""
+        await p.staging_ended.wait()
         if p.staged is not None:
             p.staged.unlink(missing_ok=True)
-        if p.store is not None:
-            try:
-                with anyio.move_on_after(10):
-                    await p.store.close()
-            except StoreError as e:
-                log.error("closing a prepared stream store failed: %s", e)
+        await p.store.wait_ended()  # bounded: SqliteStore.open has a timeout of its own
+        store = p.store.store
+        if store is not None:
+            await _close_quietly(store)
+
+
+async def _close_quietly(store: Any) -> None:
+    try:
+        with anyio.move_on_after(10):
+            await store.close()
+    except StoreError as e:
+        log.error("closing a prepared stream store failed: %s", e)
 
 
 def _remove_folder(d: Path) -> None:

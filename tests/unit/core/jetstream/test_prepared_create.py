@@ -13,11 +13,15 @@ from pathlib import Path
 import anyio
 import pytest
 
+from core.api_errors import ApiError
 from core.config import JetStreamConfig, ServerConfig
+from core.errors import StoreError
 from core.jetstream.engine import AccountJetStream, JetStream
 from core.jetstream.models import StreamConfig
+from core.jetstream.opening_store import OpeningStore
 from core.server.server import Server
 from core.store.api import Append
+from core.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -147,3 +151,137 @@ async def test_a_prepared_create_fsyncs_its_folder_once_with_both_names_in_it(
         at_create = [names for path, names in synced if path == folder]
         assert len(at_create) == 1
         assert {"msgs.db", "stream.json"} <= at_create[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# A create answered while its store is still opening (core/jetstream/opening_store.py)
+
+
+def _held_open(js: JetStream) -> tuple[anyio.Event, anyio.Event]:
+    """The preparation's store open held until the returned ``release`` is set (``started`` is
+    set once the open has begun): the open is SQLite's, only later."""
+    started, release = anyio.Event(), anyio.Event()
+    real = js.prepared._open_store
+
+    async def held(cfg: StreamConfig, d: Path) -> object:
+        started.set()
+        await release.wait()
+        return await real(cfg, d)
+
+    js.prepared._open_store = held
+    return started, release
+
+
+async def test_a_new_store_is_empty_as_the_opening_store_says(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "msgs.db")
+    try:
+        opening = OpeningStore("$G/S")
+        for with_deleted in (False, True):
+            assert await opening.state(with_deleted) == await store.state(with_deleted)
+    finally:
+        await store.close()
+
+
+async def test_a_create_is_answered_before_its_store_is_open_and_a_publish_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    async with _jetstream(tmp_path) as (js, ajs):
+        started, release = _held_open(js)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(js.prepare_stream, ajs, _cfg(), 21)
+            with anyio.fail_after(30):
+                await started.wait()
+                stream = await js.create_stream(ajs, _cfg(), created=21)  # the open is held
+            assert js.prepared.used == 1
+            assert isinstance(stream.store, OpeningStore) and not stream.store.ended
+            assert _saved(ajs)["created"] == 21  # durable before the answer
+            assert (await stream.state()).msgs == 0  # answered without the store
+            stored: list[list[object]] = []
+
+            async def publish() -> None:
+                stored.append(await stream.store.apply([Append("s.1", None, b"first", 1)]))
+
+            tg.start_soon(publish)
+            await anyio.sleep(0.05)
+            assert stored == []  # waits for the open
+            release.set()
+            with anyio.fail_after(30):
+                while not stored:
+                    await anyio.sleep(0.01)
+        assert stored[0] == [1]  # its sequence
+        assert (await stream.store.state()).msgs == 1
+    async with _jetstream(tmp_path) as (js, ajs):
+        assert (await ajs.streams["S"].store.state()).msgs == 1
+
+
+async def test_a_store_that_fails_to_open_after_the_create_holds_the_stream_as_damaged(
+    tmp_path: Path,
+) -> None:
+    async with _jetstream(tmp_path) as (js, ajs):
+        started = anyio.Event()
+
+        async def failing(cfg: StreamConfig, d: Path) -> object:
+            started.set()
+            await anyio.sleep(0.1)  # after the create has taken the preparation
+            raise StoreError(f"{d / 'msgs.db'}: disk on fire")
+
+        js.prepared._open_store = failing
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(js.prepare_stream, ajs, _cfg(), 31)
+            with anyio.fail_after(30):
+                await started.wait()
+                stream = await js.create_stream(ajs, _cfg(), created=31)
+                with pytest.raises(StoreError, match=r"could not be opened: .*disk on fire"):
+                    await stream.store.apply([Append("s.1", None, b"lost", 1)])
+                while "S" not in ajs.damaged:
+                    await anyio.sleep(0.01)
+        assert "S" not in ajs.streams
+        assert "disk on fire" in ajs.damaged["S"].offline_reason
+        with pytest.raises(ApiError) as refused:  # the name stays taken, and says why
+            await js.create_stream(ajs, _cfg(), created=32)
+        assert "disk on fire" in str(refused.value.to_json())
+
+
+async def test_a_preparation_whose_open_ends_after_the_create_fsyncs_the_folder_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The create's folder fsync came before the store's name was in the folder: the store is
+    handed to the stream only after a folder fsync that has it."""
+    from core.jetstream import prepared as prepared_module
+
+    real = prepared_module.fsync_dir
+    synced: list[set[str]] = []
+
+    def recording(path: Path) -> None:
+        synced.append({p.name for p in Path(path).iterdir()})
+        real(path)
+
+    monkeypatch.setattr(prepared_module, "fsync_dir", recording)
+    async with _jetstream(tmp_path) as (js, ajs):
+        started, release = _held_open(js)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(js.prepare_stream, ajs, _cfg(), 41)
+            with anyio.fail_after(30):
+                await started.wait()
+                stream = await js.create_stream(ajs, _cfg(), created=41)
+            assert len(synced) == 1 and "msgs.db" not in synced[0]
+            release.set()
+            with anyio.fail_after(30):
+                await stream.store.apply([Append("s.1", None, b"x", 1)])
+        assert "msgs.db" in synced[-1] and "stream.json" in synced[-1]
+
+
+async def test_a_stream_deleted_while_its_store_opens_leaves_nothing(tmp_path: Path) -> None:
+    async with _jetstream(tmp_path) as (js, ajs):
+        started, release = _held_open(js)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(js.prepare_stream, ajs, _cfg(), 51)
+            with anyio.fail_after(30):
+                await started.wait()
+                stream = await js.create_stream(ajs, _cfg(), created=51)
+            tg.start_soon(js.delete_stream, ajs, stream)
+            await anyio.sleep(0.05)
+            release.set()
+        assert "S" not in ajs.streams and "S" not in ajs.damaged
+        assert not (ajs.root / "S").exists()
+        await js.create_stream(ajs, _cfg(), created=52)  # the name is free, its file closed
