@@ -373,11 +373,19 @@ class JetStream:
         )
 
     async def _start_stream(
-        self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, created: int, *, fresh: bool = False
+        self,
+        ajs: AccountJetStream,
+        cfg: StreamConfig,
+        store: Any,
+        created: int,
+        *,
+        fresh: bool = False,
+        visible_after: Callable[[], Awaitable[None]] | None = None,
     ) -> Stream:
         """Run a stream on its open store. ``fresh``: the store was built empty by a create, so
         there are no dedup ids, TTLs or consumers to read back (each read is a trip to the
-        store's thread: a create skips five)."""
+        store's thread: a create skips five). ``visible_after``: awaited before the stream is
+        subscribed and listed (a prepared create's config file becomes durable meanwhile)."""
         backlog = Backlog(self.config.max_buffered_msgs, self.config.max_buffered_size, parent=ajs.inbound)
         stream = Stream(cfg, store, created, ajs.account, self.domain, backlog=backlog)
         await stream.load(fresh=fresh)
@@ -397,6 +405,8 @@ class JetStream:
             log.error("stream %s: expiry at start failed: %s", cfg.name, e)
         if not fresh:
             await self._recover_consumers(stream)
+        if visible_after is not None:
+            await visible_after()
         stream.subscribe()
         ajs.streams[cfg.name] = stream
         if cfg.sources or cfg.mirror is not None:
@@ -623,6 +633,7 @@ class JetStream:
             cfg.storage == "memory" or prepared is not None or not (d / "msgs.db").exists()
         )
         opening: OpeningStore | None = None
+        committing: Callable[[], None] | None = None  # a prepared config file's rename and fsync
         if prepared is not None:
             # the store may still be opening: the stream starts on the OpeningStore, whose calls
             # wait for the open, and is answered meanwhile (prepared.py, opening_store.py)
@@ -631,16 +642,7 @@ class JetStream:
                 store = opening = prepared.store
             prepared.committing = True
             assert prepared.staged is not None
-            try:
-                await run_job(POOL.submit, functools.partial(commit_staged, prepared.staged, config_file))
-                trace.point("create.config_committed", cfg.name)
-                written.append(None)
-            except OSError as e:  # raised below, where the store is abandoned
-                written.append(e)
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await self._abandon_create(ajs, cfg, store, d)
-                raise
+            committing = functools.partial(commit_staged, prepared.staged, config_file)
         else:
             try:
                 async with anyio.create_task_group() as tg:
@@ -674,7 +676,10 @@ class JetStream:
                 await store.apply([PurgeOp(up_to_seq=cfg.first_seq), SetMetaOp(FIRST_SEQ_SET_KEY, b"1")])
             if cfg.storage != "memory" and not early:
                 await _write_atomic(config_file, config_body)
-            stream = await self._start_stream(ajs, cfg, store, created, fresh=fresh)
+            if committing is None:
+                stream = await self._start_stream(ajs, cfg, store, created, fresh=fresh)
+            else:
+                stream = await self._start_committing(ajs, cfg, store, created, committing)
             trace.point("create.started", cfg.name)
             if opening is not None:
                 assert self._tg is not None
@@ -688,6 +693,42 @@ class JetStream:
                 raise api_error("JSStreamCreateErrF", err=str(e)) from None
             raise
         self._action_advisory(stream, "create")
+        return stream
+
+    async def _start_committing(
+        self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, created: int, commit: Callable[[], None]
+    ) -> Stream:
+        """Start a prepared stream while its config file is renamed into place and its folder
+        fsynced (``commit``, on a pool thread): the stream's start overlaps the fsync, and it is
+        made visible (subscribed, listed) only once the file is durable. A failed commit raises
+        from here, after the task has ended."""
+        committed = anyio.Event()
+        outcome: list[OSError] = []
+
+        async def run_commit() -> None:
+            try:
+                await run_job(POOL.submit, commit)
+                trace.point("create.config_committed", cfg.name)
+            except OSError as e:
+                outcome.append(e)
+            finally:
+                committed.set()
+
+        async def durable() -> None:
+            await committed.wait()
+            if outcome:
+                raise outcome[0]
+
+        failed: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_commit)
+            await anyio.lowlevel.checkpoint()  # its job is queued before the start's work
+            try:
+                stream = await self._start_stream(ajs, cfg, store, created, fresh=True, visible_after=durable)
+            except Exception as e:  # raised as itself once the commit has ended (no group)
+                failed = e
+        if failed is not None:
+            raise failed
         return stream
 
     async def _watch_open(self, ajs: AccountJetStream, stream: Stream, opening: OpeningStore) -> None:

@@ -285,3 +285,23 @@ async def test_a_stream_deleted_while_its_store_opens_leaves_nothing(tmp_path: P
         assert "S" not in ajs.streams and "S" not in ajs.damaged
         assert not (ajs.root / "S").exists()
         await js.create_stream(ajs, _cfg(), created=52)  # the name is free, its file closed
+
+
+async def test_a_prepared_create_whose_config_commit_fails_leaves_no_stream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream starts while its config file is committed; it is never made visible when
+    that fails, and nothing of it stays."""
+    from core.jetstream import engine as engine_module
+
+    def failing(tmp: Path, path: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(engine_module, "commit_staged", failing)
+    async with _jetstream(tmp_path) as (js, ajs):
+        await js.prepare_stream(ajs, _cfg(), 61)
+        with pytest.raises(ApiError, match="No space left"):
+            await js.create_stream(ajs, _cfg(), created=61)
+        assert "S" not in ajs.streams
+        assert not (ajs.root / "S").exists()
+        assert ("$G", "S") not in js._stream_scopes
