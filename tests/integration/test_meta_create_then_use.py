@@ -1,0 +1,63 @@
+"""A stream is usable the moment its create is answered, through any server of a cluster.
+
+leafjet answers a clustered create once the placed server has the stream's config durable and the
+stream started, while the new store may still be opening (core/jetstream/opening_store.py); the
+stream's first store calls wait for it. The same scenario on three ``nats-server`` processes and on
+three ``leafjet hub`` processes, stock nats-py: streams placed by tag on server 1, created through
+server 2; right after each create's answer, through the same connection, a stream info (empty),
+a publish (no retry: acknowledged with sequence 1), a stream info (one message) and a direct get.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import nats
+import pytest
+
+from tests.support.cluster import KINDS, Cluster
+from tests.support.jscluster import api, api_until, start_js_cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.anyio, pytest.mark.timeout(180)]
+
+TAGS = [["az:1", "ssd"], ["az:2"], ["az:3"]]
+STREAMS = 8
+
+
+@pytest.fixture(params=KINDS)
+def cluster(request, tmp_path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, request.param, size=3)
+    try:
+        start_js_cluster(c, TAGS)
+        c.wait_for_mesh()
+        yield c
+    finally:
+        c.close()
+
+
+async def test_a_stream_takes_publishes_and_reads_right_after_its_create(cluster):
+    c = cluster
+    nc = await nats.connect(c.url(1), max_reconnect_attempts=-1)
+    try:
+        js = nc.jetstream()
+        # the first create waits for the meta group and the placement to know every server
+        warm = {"name": "WARM", "subjects": ["warm"], "placement": {"tags": ["ssd"]}}
+        first = await api_until(nc, "$JS.API.STREAM.CREATE.WARM", warm, retry_on=(10008, 10005))
+        assert "error" not in first, first
+        for k in range(STREAMS):
+            name = f"NEW{k}"
+            cfg = {"name": name, "subjects": [f"new.{k}"], "storage": "file", "placement": {"tags": ["ssd"]}}
+            created = await api(nc, f"$JS.API.STREAM.CREATE.{name}", cfg)
+            assert created.get("did_create") is True, created
+            assert created["cluster"]["leader"] == c.nodes[0].name
+            assert created["state"]["messages"] == 0
+            info = await api(nc, f"$JS.API.STREAM.INFO.{name}")
+            assert info["state"]["messages"] == 0, info
+            ack = await js.publish(f"new.{k}", f"first of {name}".encode(), timeout=10)
+            assert (ack.stream, ack.seq) == (name, 1)
+            info = await api(nc, f"$JS.API.STREAM.INFO.{name}")
+            assert (info["state"]["messages"], info["state"]["last_seq"]) == (1, 1), info
+            got = await api(nc, f"$JS.API.STREAM.MSG.GET.{name}", {"seq": 1})
+            assert got["message"]["subject"] == f"new.{k}", got
+    finally:
+        await nc.close()
