@@ -38,7 +38,7 @@ from core.jetstream.damaged import DamagedStream, is_set_aside, move_aside
 from core.jetstream.models import StreamConfig
 from core.jetstream.monitoring import JetStreamMonitor
 from core.jetstream.opening_store import OpeningStore
-from core.jetstream.prepared import PreparedStreams, commit_staged, stage_atomic
+from core.jetstream.prepared import Prepared, PreparedStreams, commit_staged, stage_atomic
 from core.jetstream.sourcing import Sourcing
 from core.jetstream.stream import FIRST_SEQ_SET_KEY, Stream
 from core.server.accounts import Subscription
@@ -168,9 +168,10 @@ class JetStream:
         self.recovered = False  # every stream on disk loaded (/healthz answers 503 until then)
         server.jetstream_monitor = JetStreamMonitor(self)
         self.spares: SpareStores | None = None  # made by run(), in the store folder
-        # streams made ready ahead of a create; a prepared store's folder is fsynced by the
-        # create's config commit (prepared.py)
-        self.prepared = PreparedStreams(functools.partial(self._open_store, sync_new_folder=False))
+        # streams made ready ahead of a create (prepared.py)
+        self.prepared = PreparedStreams(self._open_store)
+        # prepared creates whose config file is being put in place behind their answer
+        self._config_writes: dict[tuple[str, str], anyio.Event] = {}
         self.reads = BulkReads(self)  # the bulk read API's requests (core/jetstream/bulk_read.py)
         set_max_open_stores(config.max_open_stores or None)
 
@@ -216,6 +217,9 @@ class JetStream:
                     consumer.server_shutdown()
 
     async def close_stores(self) -> None:
+        for key in list(self._config_writes):  # prepared creates' config files, still being put in place
+            with anyio.move_on_after(10):
+                await self.config_written(self.accounts[key[0]], key[1])
         await self.prepared.close_all()
         for ajs in self.accounts.values():
             for stream in list(ajs.streams.values()):
@@ -310,6 +314,7 @@ class JetStream:
 
     async def delete_damaged(self, ajs: AccountJetStream, damaged: DamagedStream) -> Path:
         """Free a damaged stream's name: its folder moves aside, kept (logged with where)."""
+        await self.config_written(ajs, damaged.name)  # a store that failed to open after its create
         target = await anyio.to_thread.run_sync(move_aside, damaged.folder)
         ajs.damaged.pop(damaged.name, None)
         log.warning(
@@ -373,19 +378,11 @@ class JetStream:
         )
 
     async def _start_stream(
-        self,
-        ajs: AccountJetStream,
-        cfg: StreamConfig,
-        store: Any,
-        created: int,
-        *,
-        fresh: bool = False,
-        visible_after: Callable[[], Awaitable[None]] | None = None,
+        self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, created: int, *, fresh: bool = False
     ) -> Stream:
         """Run a stream on its open store. ``fresh``: the store was built empty by a create, so
         there are no dedup ids, TTLs or consumers to read back (each read is a trip to the
-        store's thread: a create skips five). ``visible_after``: awaited before the stream is
-        subscribed and listed (a prepared create's config file becomes durable meanwhile)."""
+        store's thread: a create skips five)."""
         backlog = Backlog(self.config.max_buffered_msgs, self.config.max_buffered_size, parent=ajs.inbound)
         stream = Stream(cfg, store, created, ajs.account, self.domain, backlog=backlog)
         await stream.load(fresh=fresh)
@@ -405,8 +402,6 @@ class JetStream:
             log.error("stream %s: expiry at start failed: %s", cfg.name, e)
         if not fresh:
             await self._recover_consumers(stream)
-        if visible_after is not None:
-            await visible_after()
         stream.subscribe()
         ajs.streams[cfg.name] = stream
         if cfg.sources or cfg.mirror is not None:
@@ -633,16 +628,13 @@ class JetStream:
             cfg.storage == "memory" or prepared is not None or not (d / "msgs.db").exists()
         )
         opening: OpeningStore | None = None
-        committing: Callable[[], None] | None = None  # a prepared config file's rename and fsync
         if prepared is not None:
-            # the store may still be opening: the stream starts on the OpeningStore, whose calls
-            # wait for the open, and is answered meanwhile (prepared.py, opening_store.py)
+            # Answered at once (prepared.py): the store may still be opening (the stream starts
+            # on the OpeningStore, whose calls wait for it) and the config file is put in place
+            # behind the answer: the committed meta entry is this create's durable record.
             store = prepared.store.store
             if store is None:
                 store = opening = prepared.store
-            prepared.committing = True
-            assert prepared.staged is not None
-            committing = functools.partial(commit_staged, prepared.staged, config_file)
         else:
             try:
                 async with anyio.create_task_group() as tg:
@@ -676,11 +668,10 @@ class JetStream:
                 await store.apply([PurgeOp(up_to_seq=cfg.first_seq), SetMetaOp(FIRST_SEQ_SET_KEY, b"1")])
             if cfg.storage != "memory" and not early:
                 await _write_atomic(config_file, config_body)
-            if committing is None:
-                stream = await self._start_stream(ajs, cfg, store, created, fresh=fresh)
-            else:
-                stream = await self._start_committing(ajs, cfg, store, created, committing)
+            stream = await self._start_stream(ajs, cfg, store, created, fresh=fresh)
             trace.point("create.started", cfg.name)
+            if prepared is not None:
+                self._write_config_behind(ajs, cfg, prepared, config_body)
             if opening is not None:
                 assert self._tg is not None
                 self._tg.start_soon(self._watch_open, ajs, stream, opening)
@@ -688,6 +679,8 @@ class JetStream:
             # The stream was never announced: nothing of it may stay behind (its store's
             # connections, its task, its folder, which a restart would recover).
             with anyio.CancelScope(shield=True):
+                if prepared is not None:  # its staging writes no file into a removed folder
+                    await prepared.staged_file()
                 await self._abandon_create(ajs, cfg, store, d)
             if isinstance(e, StoreError | OSError):
                 raise api_error("JSStreamCreateErrF", err=str(e)) from None
@@ -695,41 +688,47 @@ class JetStream:
         self._action_advisory(stream, "create")
         return stream
 
-    async def _start_committing(
-        self, ajs: AccountJetStream, cfg: StreamConfig, store: Any, created: int, commit: Callable[[], None]
-    ) -> Stream:
-        """Start a prepared stream while its config file is renamed into place and its folder
-        fsynced (``commit``, on a pool thread): the stream's start overlaps the fsync, and it is
-        made visible (subscribed, listed) only once the file is durable. A failed commit raises
-        from here, after the task has ended."""
-        committed = anyio.Event()
-        outcome: list[OSError] = []
+    def _write_config_behind(
+        self, ajs: AccountJetStream, cfg: StreamConfig, prepared: Prepared, body: dict[str, Any]
+    ) -> None:
+        """A prepared create's config file put in place after its answer: the staged file
+        renamed (or, if its staging failed, written) and the folder fsynced. Until then an
+        update or a delete of the stream waits for it (``_config_written``), so the file never
+        ends up older than the stream. A failure is logged; the stream runs (after a restart
+        the meta group creates it again from its assignment, on the store in its folder)."""
+        assert self._tg is not None
+        key = (ajs.account.name, cfg.name)
+        done = self._config_writes[key] = anyio.Event()
+        path = ajs.root / cfg.name / "stream.json"
 
-        async def run_commit() -> None:
+        async def write() -> None:
             try:
-                await run_job(POOL.submit, commit)
+                staged = await prepared.staged_file()
+                if staged is not None:
+                    await run_job(POOL.submit, functools.partial(commit_staged, staged, path))
+                else:
+                    await _write_atomic(path, body)
                 trace.point("create.config_committed", cfg.name)
             except OSError as e:
-                outcome.append(e)
+                log.error(
+                    "stream %s (account %s): its config file could not be written (%s); the stream "
+                    "runs, and after a restart the meta group creates it again from its assignment",
+                    cfg.name,
+                    ajs.account.name,
+                    e,
+                )
             finally:
-                committed.set()
+                if self._config_writes.get(key) is done:
+                    del self._config_writes[key]
+                done.set()
 
-        async def durable() -> None:
-            await committed.wait()
-            if outcome:
-                raise outcome[0]
+        self._tg.start_soon(write)
 
-        failed: Exception | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_commit)
-            await anyio.lowlevel.checkpoint()  # its job is queued before the start's work
-            try:
-                stream = await self._start_stream(ajs, cfg, store, created, fresh=True, visible_after=durable)
-            except Exception as e:  # raised as itself once the commit has ended (no group)
-                failed = e
-        if failed is not None:
-            raise failed
-        return stream
+    async def config_written(self, ajs: AccountJetStream, name: str) -> None:
+        """Until a prepared create's config file is in place (at once when none is pending)."""
+        pending = self._config_writes.get((ajs.account.name, name))
+        if pending is not None:
+            await pending.wait()
 
     async def _watch_open(self, ajs: AccountJetStream, stream: Stream, opening: OpeningStore) -> None:
         """A stream created on a store still opening: if the open fails, the stream is held as
@@ -767,6 +766,7 @@ class JetStream:
         shutil.rmtree(d, ignore_errors=True)
 
     async def update_stream(self, ajs: AccountJetStream, stream: Stream, cfg: StreamConfig) -> None:
+        await self.config_written(ajs, stream.name)  # not overwritten by a create's, later
         if cfg.storage != "memory":
             await _write_atomic(
                 ajs.root / cfg.name / "stream.json", {"config": cfg.to_json(), "created": stream.created_ns}
@@ -780,6 +780,7 @@ class JetStream:
         self._action_advisory(stream, "modify")
 
     async def delete_stream(self, ajs: AccountJetStream, stream: Stream) -> None:
+        await self.config_written(ajs, stream.name)  # its folder is not written to after
         self._stop_sourcing(ajs, stream.name)
         async with stream.lock:
             with anyio.move_on_after(10):

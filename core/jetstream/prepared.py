@@ -3,34 +3,36 @@
 A clustered server learns that a stream will be placed on it when the meta entry assigning it
 reaches it (hub/meta/group.py): the rest of a RAFT round (and, for a client of another server, a
 hop or two) before that entry is committed and the create may happen. ``PreparedStreams.prepare``
-uses that time: it writes the new stream's config file under a temporary name, fsynced (first:
-it is tiny, and the create waits for it), and opens the stream's store (a spare moved into place:
-core/store/spare.py). The create takes the preparation as soon as the config file is staged: it
-renames the file into place (and fsyncs the folder), and starts the stream on an
-``OpeningStore`` (opening_store.py) while the open goes on; the stream's first store calls wait
-for it. So a create is answered without waiting for its store, as the reference's is (its file
-store's creation is a folder and a metadata file; its first message block is made lazily).
+uses that time: it writes the new stream's config file under a temporary name, fsynced (its pool
+job queued first: it is tiny), and opens the stream's store (a spare moved into place and its
+folder fsynced: core/store/spare.py). The create takes the preparation at once: it starts the
+stream on the store, or on an ``OpeningStore`` (opening_store.py) while the open goes on (the
+stream's first store calls wait for it), and is answered; the config file is renamed into place
+(and its folder fsynced) behind the answer (engine.py ``_write_config_behind``).
+
+Why answering before the config file is durable is safe: the create is the committed meta entry
+that assigned the stream, durable on a quorum and in this server's own log before this server
+applies it. After a crash before the file is in place, no stream is recovered from the folder
+(recovery loads only ``stream.json``), and the meta group, once current, creates the stream
+again from its assignment with the same config and creation time, on the store left in the
+folder (messages and all). The reference's stream leader does the same: its stream's metadata
+file is written without a sync (unless ``sync_always``), the meta layer is what is durable.
+The store's name, by contrast, is durable before anything is stored in it (the open fsyncs the
+folder before the store is handed over), so no acknowledged message is in a file a crash could
+lose.
 
 What a preparation may leave, and why that is safe:
 - only a folder that did not exist is prepared, and nothing in it is ``stream.json``: recovery
   loads a stream only from ``stream.json``, so a preparation never brings back a stream that was
   not created (a crash before the create leaves an empty store and a temporary file that a
   later create of that name reuses or replaces);
-- the store file is whole (fsynced) when its open ends, but the folder holding its name is not
-  fsynced by the open: the create's ``commit_staged`` fsyncs that folder once, for the config
-  file and the store alike, when the open ended before the create began committing (one
-  directory fsync per create fewer). When the create began committing first (its fsync may have
-  come before the store's name was there), the preparation fsyncs the folder again before the
-  store is handed to the stream, so nothing is stored, hence acknowledged, in a store whose name
-  a crash could lose. A crash in between finds ``stream.json`` and maybe no store file: the
-  stream is recovered empty, which it is (no call reached its store yet);
 - a preparation is used only by a create of the same config and creation time; any other create
   of that name closes it first (its store is then an existing, empty file, opened normally);
 - one that is not used (its entry was never committed) is discarded by its owner (the hub's
   meta group, once it has applied past the entry): store closed, folder removed, unless a
   stream of that name exists here by then;
 - an open that fails after the create took the preparation fails the stream's store calls
-  (``OpeningStore``); the engine then holds the stream as damaged (engine.py).
+  (``OpeningStore``); the engine then holds the stream as damaged (engine.py ``_watch_open``).
 """
 
 from __future__ import annotations
@@ -81,15 +83,17 @@ def commit_staged(tmp: Path, path: Path) -> None:
 
 
 @dataclass
-class _Prepared:
+class Prepared:
     config: dict[str, Any]
     created: int
     store: OpeningStore  # the store, once its open has ended (``store.ended``)
     staging_ended: anyio.Event = field(default_factory=anyio.Event)
     staged: Path | None = None  # the config file, written and fsynced under a temporary name
-    # the create began committing the config file: its folder fsync may come before the
-    # store's name is in the folder (see the module docstring)
-    committing: bool = False
+
+    async def staged_file(self) -> Path | None:
+        """The staged config file once its staging has ended (None: it failed)."""
+        await self.staging_ended.wait()
+        return self.staged
 
 
 OpenStore = Callable[[StreamConfig, Path], Awaitable[Any]]
@@ -100,7 +104,7 @@ class PreparedStreams:
 
     def __init__(self, open_store: OpenStore) -> None:
         self._open_store = open_store
-        self._by_key: dict[tuple[str, str], _Prepared] = {}
+        self._by_key: dict[tuple[str, str], Prepared] = {}
         self.used = 0
         self.discarded = 0
 
@@ -117,7 +121,7 @@ class PreparedStreams:
         d = root / cfg.name
         if key in self._by_key or cfg.storage == "memory" or cfg.first_seq > 0 or d.exists():
             return
-        p = self._by_key[key] = _Prepared(cfg.to_json(), created, OpeningStore(f"{key[0]}/{cfg.name}"))
+        p = self._by_key[key] = Prepared(cfg.to_json(), created, OpeningStore(f"{key[0]}/{cfg.name}"))
         body = json.dumps({"config": p.config, "created": created})
         try:
             d.mkdir(parents=True)
@@ -133,7 +137,7 @@ class PreparedStreams:
             await anyio.lowlevel.checkpoint()
             await self._open(p, cfg, d)
 
-    async def _stage(self, p: _Prepared, d: Path, body: str) -> None:
+    async def _stage(self, p: Prepared, d: Path, body: str) -> None:
         try:
             p.staged = await run_job(POOL.submit, functools.partial(stage_atomic, d / CONFIG_FILE, body))
         except OSError as e:
@@ -141,7 +145,7 @@ class PreparedStreams:
         finally:
             p.staging_ended.set()
 
-    async def _open(self, p: _Prepared, cfg: StreamConfig, d: Path) -> None:
+    async def _open(self, p: Prepared, cfg: StreamConfig, d: Path) -> None:
         trace.point("prepare.open_store", cfg.name)
         try:
             store = await self._open_store(cfg, d)
@@ -153,33 +157,17 @@ class PreparedStreams:
             p.store.fail(describe_failure(e))
             raise
         trace.point("prepare.store_open", cfg.name)
-        if p.committing:
-            # the create's folder fsync may have come before the store's name was there
-            try:
-                await run_job(POOL.submit, functools.partial(fsync_dir, d))
-            except OSError as e:
-                log.error("stream %s: making its new store's name durable failed: %s", cfg.name, e)
-                with anyio.CancelScope(shield=True):
-                    await _close_quietly(store)
-                p.store.fail(f"fsync of {d}: {e}")
-                return
         p.store.settle(store)
 
-    async def take(self, key: tuple[str, str], cfg: StreamConfig, created: int) -> _Prepared | None:
-        """The preparation of this very create (same config, same creation time), once its
-        config file is staged (its store may still be opening: ``_Prepared.store``); None when
-        there is none, or it failed. One of another create is closed first, so the create opens
-        the store itself. The caller sets ``committing`` before it renames the config file."""
+    async def take(self, key: tuple[str, str], cfg: StreamConfig, created: int) -> Prepared | None:
+        """The preparation of this very create (same config, same creation time), at once: its
+        store may still be opening (``Prepared.store``), its config file still being staged
+        (``staged_file``). None when there is none, or its open failed already. One of another
+        create is closed first, so the create opens the store itself."""
         p = self._by_key.pop(key, None)
         if p is None:
             return None
-        await p.staging_ended.wait()
-        if (
-            p.staged is not None
-            and p.store.error is None
-            and p.config == cfg.to_json()
-            and p.created == created
-        ):
+        if p.store.error is None and p.config == cfg.to_json() and p.created == created:
             self.used += 1
             return p
         await self._release(p)
@@ -204,7 +192,7 @@ class PreparedStreams:
             p = self._by_key.pop(next(iter(self._by_key)))
             await self._release(p)
 
-    async def _release(self, p: _Prepared) -> None:
+    async def _release(self, p: Prepared) -> None:
         """An unused preparation's staged file removed and its store closed (once its open
         has ended)."""
         await p.staging_ended.wait()

@@ -6,6 +6,7 @@ create of that name works. Real files, real SQLite stores, an in-process JetStre
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -66,6 +67,7 @@ async def test_a_prepared_create_uses_the_open_store_and_survives_a_restart(tmp_
         assert len(_temporaries(ajs)) == 1  # the config file, staged
         stream = await js.create_stream(ajs, _cfg(), created=1234)
         assert js.prepared.used == 1
+        await js.config_written(ajs, "S")  # put in place behind the answer
         assert _saved(ajs)["created"] == 1234
         assert _temporaries(ajs) == []
         await stream.store.apply([Append("s.1", None, b"kept", 1)])
@@ -108,6 +110,7 @@ async def test_discarding_after_the_create_used_it_keeps_the_stream(tmp_path: Pa
     async with _jetstream(tmp_path) as (js, ajs):
         await js.prepare_stream(ajs, _cfg(), 9)
         await js.create_stream(ajs, _cfg(), created=9)
+        await js.config_written(ajs, "S")
         await js.discard_prepared(ajs, "S")
         assert (ajs.root / "S" / "stream.json").exists()
         assert "S" in ajs.streams
@@ -125,11 +128,12 @@ async def test_a_restart_ignores_a_preparation_and_a_create_of_that_name_works(t
         assert _temporaries(ajs) == []  # the staged file of the old preparation is gone
 
 
-async def test_a_prepared_create_fsyncs_its_folder_once_with_both_names_in_it(
+async def test_the_store_name_is_durable_before_the_store_is_used_and_the_config_after_the_create(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The store's name (moved in by the preparation) and the config file's (the create) are
-    made durable by one folder fsync, at the create, before the stream exists."""
+    """The store's name (moved in by the preparation) is made durable by the open, before the
+    store is handed to anyone; the config file's (the create's, behind its answer) by its own
+    folder fsync."""
     from core.jetstream import prepared as prepared_module
     from core.store import spare as spare_module
 
@@ -145,10 +149,11 @@ async def test_a_prepared_create_fsyncs_its_folder_once_with_both_names_in_it(
     async with _jetstream(tmp_path) as (js, ajs):
         folder = ajs.root / "S"
         await js.prepare_stream(ajs, _cfg(), 1234)
-        assert [names for path, names in synced if path == folder] == []
+        assert [names for path, names in synced if path == folder] == [{"msgs.db", *_temporaries(ajs)}]
         await js.create_stream(ajs, _cfg(), created=1234)
+        await js.config_written(ajs, "S")
         assert js.prepared.used == 1
-        at_create = [names for path, names in synced if path == folder]
+        at_create = [names for path, names in synced if path == folder][1:]
         assert len(at_create) == 1
         assert {"msgs.db", "stream.json"} <= at_create[0]
 
@@ -194,7 +199,8 @@ async def test_a_create_is_answered_before_its_store_is_open_and_a_publish_waits
                 stream = await js.create_stream(ajs, _cfg(), created=21)  # the open is held
             assert js.prepared.used == 1
             assert isinstance(stream.store, OpeningStore) and not stream.store.ended
-            assert _saved(ajs)["created"] == 21  # durable before the answer
+            await js.config_written(ajs, "S")
+            assert _saved(ajs)["created"] == 21
             assert (await stream.state()).msgs == 0  # answered without the store
             stored: list[list[object]] = []
 
@@ -242,35 +248,6 @@ async def test_a_store_that_fails_to_open_after_the_create_holds_the_stream_as_d
         assert "disk on fire" in str(refused.value.to_json())
 
 
-async def test_a_preparation_whose_open_ends_after_the_create_fsyncs_the_folder_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The create's folder fsync came before the store's name was in the folder: the store is
-    handed to the stream only after a folder fsync that has it."""
-    from core.jetstream import prepared as prepared_module
-
-    real = prepared_module.fsync_dir
-    synced: list[set[str]] = []
-
-    def recording(path: Path) -> None:
-        synced.append({p.name for p in Path(path).iterdir()})
-        real(path)
-
-    monkeypatch.setattr(prepared_module, "fsync_dir", recording)
-    async with _jetstream(tmp_path) as (js, ajs):
-        started, release = _held_open(js)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(js.prepare_stream, ajs, _cfg(), 41)
-            with anyio.fail_after(30):
-                await started.wait()
-                stream = await js.create_stream(ajs, _cfg(), created=41)
-            assert len(synced) == 1 and "msgs.db" not in synced[0]
-            release.set()
-            with anyio.fail_after(30):
-                await stream.store.apply([Append("s.1", None, b"x", 1)])
-        assert "msgs.db" in synced[-1] and "stream.json" in synced[-1]
-
-
 async def test_a_stream_deleted_while_its_store_opens_leaves_nothing(tmp_path: Path) -> None:
     async with _jetstream(tmp_path) as (js, ajs):
         started, release = _held_open(js)
@@ -287,11 +264,11 @@ async def test_a_stream_deleted_while_its_store_opens_leaves_nothing(tmp_path: P
         await js.create_stream(ajs, _cfg(), created=52)  # the name is free, its file closed
 
 
-async def test_a_prepared_create_whose_config_commit_fails_leaves_no_stream(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_a_config_file_that_cannot_be_put_in_place_is_logged_and_the_stream_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The stream starts while its config file is committed; it is never made visible when
-    that fails, and nothing of it stays."""
+    """Behind the answer, a failed rename of the config file is logged; the stream goes on (the
+    meta group's assignment is its durable record: a restart creates it again)."""
     from core.jetstream import engine as engine_module
 
     def failing(tmp: Path, path: Path) -> None:
@@ -300,8 +277,74 @@ async def test_a_prepared_create_whose_config_commit_fails_leaves_no_stream(
     monkeypatch.setattr(engine_module, "commit_staged", failing)
     async with _jetstream(tmp_path) as (js, ajs):
         await js.prepare_stream(ajs, _cfg(), 61)
-        with pytest.raises(ApiError, match="No space left"):
-            await js.create_stream(ajs, _cfg(), created=61)
+        stream = await js.create_stream(ajs, _cfg(), created=61)
+        await js.config_written(ajs, "S")
+        assert "its config file could not be written (" in caplog.text and "No space left" in caplog.text
+        assert ajs.streams["S"] is stream
+        assert await stream.store.apply([Append("s.1", None, b"x", 1)]) == [1]
+
+
+def _held_staging(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """The preparation's config file staging (a pool job) held until the event is set."""
+    from core.jetstream import prepared as prepared_module
+
+    release = threading.Event()
+    real = prepared_module.stage_atomic
+
+    def held(path: Path, text: str) -> Path:
+        release.wait(30)
+        return real(path, text)
+
+    monkeypatch.setattr(prepared_module, "stage_atomic", held)
+    return release
+
+
+async def test_a_create_is_answered_before_its_config_file_and_an_update_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The committed meta entry is the create's durable record: the config file follows the
+    answer, and an update of the stream never has its file overwritten by the create's."""
+    release = _held_staging(monkeypatch)
+    try:
+        async with _jetstream(tmp_path) as (js, ajs):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(js.prepare_stream, ajs, _cfg(), 71)
+                await anyio.sleep(0.05)
+                with anyio.fail_after(30):
+                    stream = await js.create_stream(ajs, _cfg(), created=71)
+                assert not (ajs.root / "S" / "stream.json").exists()
+                updated = anyio.Event()
+
+                async def update() -> None:
+                    await js.update_stream(ajs, stream, _cfg(["s.>", "t.>"]))
+                    updated.set()
+
+                tg.start_soon(update)
+                await anyio.sleep(0.05)
+                assert not updated.is_set()  # waits for the create's file
+                release.set()
+                with anyio.fail_after(30):
+                    await updated.wait()
+            assert _saved(ajs)["config"]["subjects"] == ["s.>", "t.>"]
+            assert _temporaries(ajs) == []
+    finally:
+        release.set()
+
+
+async def test_a_stream_whose_config_file_a_crash_lost_is_created_again_on_its_store(
+    tmp_path: Path,
+) -> None:
+    """A crash after the answer, before the config file was in place: no stream is recovered
+    from the folder, and the create the meta group makes again from the assignment (same
+    config, same creation time) opens the store left there, messages and all."""
+    async with _jetstream(tmp_path) as (js, ajs):
+        await js.prepare_stream(ajs, _cfg(), 81)
+        stream = await js.create_stream(ajs, _cfg(), created=81)
+        await stream.store.apply([Append("s.1", None, b"acknowledged", 1)])
+        await js.config_written(ajs, "S")
+    (tmp_path / "jetstream" / "$G" / "streams" / "S" / "stream.json").unlink()  # as if never written
+    async with _jetstream(tmp_path) as (js, ajs):
         assert "S" not in ajs.streams
-        assert not (ajs.root / "S").exists()
-        assert ("$G", "S") not in js._stream_scopes
+        stream = await js.create_stream(ajs, _cfg(), created=81)
+        assert (await stream.store.state()).msgs == 1
+        assert _saved(ajs)["created"] == 81
