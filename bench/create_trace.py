@@ -1,14 +1,16 @@
 """Where a hub cluster's stream create spends its time: a timeline of the trace points.
 
-    python -m bench.create_trace [--creates 40] [--via follower|leader]
+    python -m bench.create_trace [--creates 40] [--via follower|leader] [--gap 0.02]
 
 Three leafjet hubs run with ``LEAFJET_TRACE=1`` (core/trace.py: each server logs named points
 with CLOCK_MONOTONIC, one clock for the machine); ``--creates`` sequential R1 creates are sent
 to a server that is not the meta leader (or to the leader), each placed by tag on the third
 server, so that each server keeps one role: ``A`` the server the client asked, ``L`` the meta
 leader (``AL`` when asked directly), ``P`` the server the stream is placed on. For every create
-the points of the three servers between the request's send and its answer are put on one
-timeline; a point seen more than once in one create is numbered (``raft.received#2``).
+the points of the three servers from the request's send are put on one timeline (up to the
+next create's send: what a server does behind its answer, such as a store still opening, is
+listed after the answer when ``--gap`` leaves it time); a point seen more than once in one
+create is numbered (``raft.received#2``).
 Printed: each point's median time from the send, its median gap from the point before it, and
 the median CPU its server's thread spent since that server's previous point (a gap with little
 CPU was a wait: a hop, a disk, the loop busy with another task).
@@ -42,12 +44,24 @@ def _points(log: str) -> list[tuple[int, int, str, str]]:
     return out
 
 
-def run(workdir: Path, creates: int, via_leader: bool) -> None:
+async def _spaced_creates(url: str, n: int, tag: str, gap: float) -> list[tuple[str, int, int]]:
+    """``timed_creates`` one at a time, ``gap`` seconds apart (names ``T<k>0``)."""
+    out = []
+    for k in range(n):
+        out += await timed_creates(url, 1, f"T{k}", tag)
+        await asyncio.sleep(gap)
+    return out
+
+
+def run(workdir: Path, creates: int, via_leader: bool, gap: float = 0.0) -> None:
     os.environ["LEAFJET_TRACE"] = "1"  # the servers inherit it
     c = Cluster(workdir, "leafjet", size=3)
     try:
         leader, via, placed = start_roles(c, via_leader)
-        done = asyncio.run(timed_creates(c.url(via), creates, "T", f"n{placed}"))
+        if gap > 0:
+            done = asyncio.run(_spaced_creates(c.url(via), creates, f"n{placed}", gap))
+        else:
+            done = asyncio.run(timed_creates(c.url(via), creates, "T", f"n{placed}"))
         time.sleep(0.5)  # the last points reach the logs
         logs = {i: _points(c.log(i)) for i in range(3)}
     finally:
@@ -58,12 +72,15 @@ def run(workdir: Path, creates: int, via_leader: bool) -> None:
     cpu: dict[str, list[float]] = defaultdict(list)  # label -> us of CPU since that server's last point
     totals = []
     role = {i: "".join(r for r, j in (("A", via), ("L", leader), ("P", placed)) if j == i) for i in range(3)}
-    for name, t0, t1 in done:
+    for k, (name, t0, t1) in enumerate(done):
+        # a create's points up to the next create's send (or 50 ms): what a server does behind
+        # its answer (a store still opening, a config file put in place) is listed after it
+        until = done[k + 1][1] if k + 1 < len(done) else t1 + 50_000_000
         events = []
         for i, pts in logs.items():
             last_cpu = None
             for t, thread_cpu, point, key in pts:
-                if t < t0 or t > t1:
+                if t < t0 or t > until:
                     last_cpu = thread_cpu
                     continue
                 key_name = key.rsplit(".", 1)[-1] if key else ""
@@ -91,19 +108,29 @@ def run(workdir: Path, creates: int, via_leader: bool) -> None:
     )
     print(f"{'point':<34}{'at ms':>8}{'gap ms':>8}{'cpu us':>8}")
     prev = 0.0
+    total = statistics.median(totals)
+    answered = False
     for median_at, label in rows:
+        if not answered and median_at > total:
+            print(f"{'answer received':<34}{total:>8.2f}{total - prev:>8.2f}")
+            print("behind the answer (until the next create's send):")
+            answered, prev = True, total
         print(f"{label:<34}{median_at:>8.2f}{median_at - prev:>8.2f}{statistics.median(cpu[label]):>8.0f}")
         prev = median_at
-    print(f"{'answer received':<34}{statistics.median(totals):>8.2f}{statistics.median(totals) - prev:>8.2f}")
+    if not answered:
+        print(f"{'answer received':<34}{total:>8.2f}{total - prev:>8.2f}")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.create_trace", description=__doc__.split("\n\n")[0])
     p.add_argument("--creates", type=int, default=40)
     p.add_argument("--via", choices=("follower", "leader"), default="follower")
+    p.add_argument(
+        "--gap", type=float, default=0.0, help="seconds between creates (room for work behind each)"
+    )
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="leafjet-create-trace-") as tmp:
-        run(Path(tmp), args.creates, args.via == "leader")
+        run(Path(tmp), args.creates, args.via == "leader", args.gap)
 
 
 if __name__ == "__main__":
