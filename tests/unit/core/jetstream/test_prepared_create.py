@@ -10,6 +10,7 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -48,7 +49,7 @@ async def _jetstream(tmp_path: Path) -> AsyncIterator[tuple[JetStream, AccountJe
             tg.cancel_scope.cancel()
 
 
-def _saved(ajs: AccountJetStream) -> dict[str, object]:
+def _saved(ajs: AccountJetStream) -> dict[str, Any]:
     body = json.loads((ajs.root / "S" / "stream.json").read_text())
     assert isinstance(body, dict)
     return body
@@ -202,7 +203,7 @@ async def test_a_create_is_answered_before_its_store_is_open_and_a_publish_waits
             await js.config_written(ajs, "S")
             assert _saved(ajs)["created"] == 21
             assert (await stream.state()).msgs == 0  # answered without the store
-            stored: list[list[object]] = []
+            stored: list[Any] = []
 
             async def publish() -> None:
                 stored.append(await stream.store.apply([Append("s.1", None, b"first", 1)]))
