@@ -693,7 +693,7 @@ class JetStream:
     ) -> None:
         """A prepared create's config file put in place after its answer: the staged file
         renamed (or, if its staging failed, written) and the folder fsynced. Until then an
-        update or a delete of the stream waits for it (``_config_written``), so the file never
+        update or a delete of the stream waits for it (``config_written``), so the file never
         ends up older than the stream. A failure is logged; the stream runs (after a restart
         the meta group creates it again from its assignment, on the store in its folder)."""
         assert self._tg is not None
