@@ -672,9 +672,8 @@ class JetStream:
             trace.point("create.started", cfg.name)
             if prepared is not None:
                 self._write_config_behind(ajs, cfg, prepared, config_body)
-            if opening is not None:
-                assert self._tg is not None
-                self._tg.start_soon(self._watch_open, ajs, stream, opening)
+            if opening is not None:  # a task only if the open fails (rare): none on the way
+                opening.when_ended(functools.partial(self._opened_after_create, ajs, stream))
         except BaseException as e:
             # The stream was never announced: nothing of it may stay behind (its store's
             # connections, its task, its folder, which a restart would recover).
@@ -691,38 +690,30 @@ class JetStream:
     def _write_config_behind(
         self, ajs: AccountJetStream, cfg: StreamConfig, prepared: Prepared, body: dict[str, Any]
     ) -> None:
-        """A prepared create's config file put in place after its answer: the staged file
-        renamed (or, if its staging failed, written) and the folder fsynced. Until then an
-        update or a delete of the stream waits for it (``config_written``), so the file never
-        ends up older than the stream. A failure is logged; the stream runs (after a restart
-        the meta group creates it again from its assignment, on the store in its folder)."""
-        assert self._tg is not None
+        """A prepared create's config file put in place after its answer (``commit_behind``: a
+        pool job once the staging has ended, no task). Until then an update or a delete of the
+        stream waits for it (``config_written``), so the file never ends up older than the
+        stream. A failure is logged; the stream runs (after a restart the meta group creates it
+        again from its assignment, on the store in its folder)."""
         key = (ajs.account.name, cfg.name)
-        done = self._config_writes[key] = anyio.Event()
-        path = ajs.root / cfg.name / "stream.json"
+        pending = self._config_writes[key] = anyio.Event()
 
-        async def write() -> None:
-            try:
-                staged = await prepared.staged_file()
-                if staged is not None:
-                    await run_job(POOL.submit, functools.partial(commit_staged, staged, path))
-                else:
-                    await _write_atomic(path, body)
-                trace.point("create.config_committed", cfg.name)
-            except OSError as e:
+        def done(error: OSError | None) -> None:
+            if self._config_writes.get(key) is pending:
+                del self._config_writes[key]
+            pending.set()
+            if error is not None:
                 log.error(
                     "stream %s (account %s): its config file could not be written (%s); the stream "
                     "runs, and after a restart the meta group creates it again from its assignment",
                     cfg.name,
                     ajs.account.name,
-                    e,
+                    error,
                 )
-            finally:
-                if self._config_writes.get(key) is done:
-                    del self._config_writes[key]
-                done.set()
+            else:
+                trace.point("create.config_committed", cfg.name)
 
-        self._tg.start_soon(write)
+        prepared.commit_behind(ajs.root / cfg.name / "stream.json", json.dumps(body), done)
 
     async def config_written(self, ajs: AccountJetStream, name: str) -> None:
         """Until a prepared create's config file is in place (at once when none is pending)."""
@@ -730,14 +721,19 @@ class JetStream:
         if pending is not None:
             await pending.wait()
 
-    async def _watch_open(self, ajs: AccountJetStream, stream: Stream, opening: OpeningStore) -> None:
-        """A stream created on a store still opening: if the open fails, the stream is held as
-        damaged (its calls failed meanwhile, with the cause): its name stays taken, a stream
-        info or a publish hears that it is offline and why, a delete moves its folder aside, and
-        a restart tries to open it again."""
-        reason = await opening.wait_ended()
-        if reason is None or ajs.streams.get(stream.name) is not stream:
-            return  # opened; or deleted meanwhile
+    def _opened_after_create(self, ajs: AccountJetStream, stream: Stream, reason: str | None) -> None:
+        """The open of a created stream's store has ended (``reason``: why it failed)."""
+        if reason is not None and ajs.streams.get(stream.name) is stream:  # not deleted meanwhile
+            assert self._tg is not None
+            self._tg.start_soon(self._hold_unopened, ajs, stream, reason)
+
+    async def _hold_unopened(self, ajs: AccountJetStream, stream: Stream, reason: str) -> None:
+        """A stream whose store failed to open after its create is held as damaged (its calls
+        failed meanwhile, with the cause): its name stays taken, a stream info or a publish
+        hears that it is offline and why, a delete moves its folder aside, and a restart tries
+        to open it again."""
+        if ajs.streams.get(stream.name) is not stream:
+            return  # deleted meanwhile
         log.error(
             "stream %s (account %s): its store could not be opened after its create; it is "
             "held as damaged (a delete of it moves %s aside): %s",
@@ -747,7 +743,7 @@ class JetStream:
             reason,
         )
         with anyio.CancelScope(shield=True):
-            await self._undo_start(ajs, stream.name, opening, "store open")
+            await self._undo_start(ajs, stream.name, stream.store, "store open")
         ajs.damaged[stream.name] = _NotOpened(stream.name, ajs.root / stream.name, reason, stream.config)
 
     async def prepare_stream(self, ajs: AccountJetStream, cfg: StreamConfig, created: int) -> None:
@@ -831,7 +827,7 @@ class JetStream:
 
 @dataclass(frozen=True, slots=True)
 class _NotOpened(DamagedStream):
-    """A stream whose store failed to open after its create was answered (``_watch_open``)."""
+    """A stream whose store failed to open after its create was answered (``_hold_unopened``)."""
 
     @property
     def offline_reason(self) -> str:

@@ -20,7 +20,8 @@ test more than a call to the store itself.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import anyio
@@ -37,6 +38,8 @@ from core.store.api import (
     make_state,
 )
 
+log = logging.getLogger("leafjet.jetstream")
+
 
 class OpeningStore:
     """A file store being opened (``StreamStore``); see the module docstring."""
@@ -49,18 +52,35 @@ class OpeningStore:
         self._error: str | None = None
         self._ended = anyio.Event()
         self._used = False  # a call has gone (or waits to go) to the store
+        self._when_ended: list[Callable[[str | None], None]] = []
 
     # ------------------------------------------------------------------ the open's outcome
 
     def settle(self, store: StreamStore) -> None:
         """The open succeeded: the waiting calls go on to ``store``."""
         self._store = store
-        self._ended.set()
+        self._end()
 
     def fail(self, reason: str) -> None:
         """The open failed (``reason``): the waiting calls, and all later ones, fail."""
         self._error = reason
+        self._end()
+
+    def when_ended(self, fn: Callable[[str | None], None]) -> None:
+        """``fn(why the open failed, or None)`` once it has ended (now, if it has)."""
+        if self._ended.is_set():
+            fn(self._error)
+        else:
+            self._when_ended.append(fn)
+
+    def _end(self) -> None:
         self._ended.set()
+        callbacks, self._when_ended = self._when_ended, []
+        for fn in callbacks:
+            try:
+                fn(self._error)
+            except Exception:  # one observer's bug: the open's outcome still reaches the others
+                log.exception("a callback on the end of a store's open failed")
 
     @property
     def ended(self) -> bool:

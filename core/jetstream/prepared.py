@@ -32,11 +32,13 @@ What a preparation may leave, and why that is safe:
   meta group, once it has applied past the entry): store closed, folder removed, unless a
   stream of that name exists here by then;
 - an open that fails after the create took the preparation fails the stream's store calls
-  (``OpeningStore``); the engine then holds the stream as damaged (engine.py ``_watch_open``).
+  (``OpeningStore``); the engine then holds the stream as damaged (engine.py ``_hold_unopened``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -89,11 +91,44 @@ class Prepared:
     store: OpeningStore  # the store, once its open has ended (``store.ended``)
     staging_ended: anyio.Event = field(default_factory=anyio.Event)
     staged: Path | None = None  # the config file, written and fsynced under a temporary name
+    # the create's commit_behind, waiting for the staging to end
+    _commit: tuple[Path, str, Callable[[OSError | None], None]] | None = None
 
     async def staged_file(self) -> Path | None:
         """The staged config file once its staging has ended (None: it failed)."""
         await self.staging_ended.wait()
         return self.staged
+
+    def commit_behind(self, path: Path, text: str, done: Callable[[OSError | None], None]) -> None:
+        """Once the staging has ended, the config file put in place as ``path`` on a store pool
+        thread: the staged file renamed (or, if the staging failed, ``text`` written whole),
+        the folder fsynced; ``done(error or None)`` is then called on the event loop. No task:
+        the create that calls this is answered without a task's start on its way."""
+        if self.staging_ended.is_set():
+            self._submit_commit(path, text, done)
+        else:
+            self._commit = (path, text, done)
+
+    def _staging_done(self) -> None:
+        self.staging_ended.set()
+        if self._commit is not None:
+            commit, self._commit = self._commit, None
+            self._submit_commit(*commit)
+
+    def _submit_commit(self, path: Path, text: str, done: Callable[[OSError | None], None]) -> None:
+        loop = asyncio.get_running_loop()
+        staged = self.staged
+
+        def job() -> None:
+            error: OSError | None = None
+            try:
+                commit_staged(staged if staged is not None else stage_atomic(path, text), path)
+            except OSError as e:
+                error = e
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(done, error)
+
+        POOL.submit(job)
 
 
 OpenStore = Callable[[StreamConfig, Path], Awaitable[Any]]
@@ -127,7 +162,7 @@ class PreparedStreams:
             d.mkdir(parents=True)
         except OSError as e:
             log.info("stream %s: preparing it ahead of its create failed: %s", cfg.name, e)
-            p.staging_ended.set()
+            p._staging_done()
             p.store.fail(str(e))
             return
         async with anyio.create_task_group() as tg:
@@ -143,7 +178,7 @@ class PreparedStreams:
         except OSError as e:
             log.info("stream %s: staging its config file ahead of its create failed: %s", d.name, e)
         finally:
-            p.staging_ended.set()
+            p._staging_done()
 
     async def _open(self, p: Prepared, cfg: StreamConfig, d: Path) -> None:
         trace.point("prepare.open_store", cfg.name)

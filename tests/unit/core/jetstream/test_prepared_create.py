@@ -270,12 +270,12 @@ async def test_a_config_file_that_cannot_be_put_in_place_is_logged_and_the_strea
 ) -> None:
     """Behind the answer, a failed rename of the config file is logged; the stream goes on (the
     meta group's assignment is its durable record: a restart creates it again)."""
-    from core.jetstream import engine as engine_module
+    from core.jetstream import prepared as prepared_module
 
     def failing(tmp: Path, path: Path) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(engine_module, "commit_staged", failing)
+    monkeypatch.setattr(prepared_module, "commit_staged", failing)
     async with _jetstream(tmp_path) as (js, ajs):
         await js.prepare_stream(ajs, _cfg(), 61)
         stream = await js.create_stream(ajs, _cfg(), created=61)
