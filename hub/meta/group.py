@@ -39,7 +39,7 @@ from hub.meta.state import MetaState, StreamAssignment, decode_op
 from hub.raft.driver import RaftDriver, SnapshotPolicy
 from hub.raft.files import OsFiles
 from hub.raft.log_store import LogStore
-from hub.raft.types import NONE, Entry, EntryKind, Message, MsgType, Role, Snapshot
+from hub.raft.types import NONE, Entry, EntryKind, Role, Snapshot
 from hub.routes.mesh import SYSTEM_ACCOUNT  # made by the routes before any route is up
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ class MetaGroup:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         account = self.server.accounts.get(SYSTEM_ACCOUNT)
         self.bus = bus = Bus(account, self.peer)
-        bus.on_raft = self._raft_in
+        bus.on_raft = self.driver.step
         bus.on_rpc = self.api.on_rpc
         bus.start()
         self.server.raftz_source = self.describe
@@ -540,20 +540,16 @@ class MetaGroup:
 
     # ------------------------------------------------------------------ preparing creates
 
-    def _raft_in(self, m: Message) -> None:
-        """A RAFT message for this server: to the driver; the entries a leader sends are looked
-        at on arrival (before the driver has even written them) for streams to prepare."""
-        self.driver.step(m)
-        if m.entries and m.type is MsgType.APPEND:
-            self._entries_appended(m.entries)
-
     def _entries_appended(self, entries: Sequence[Entry]) -> None:
-        """Entries that reached this server (not yet committed; on arrival from the leader,
-        and once appended to its own log, for a leader's own): a stream assigned here is made
-        ready meanwhile (its config file staged, its store opened), so that its create, once
-        committed, has little left to do. A preparation is no effect (prepared.py), so an entry
-        that is never appended or committed costs only the work. Never blocks: the work is a
-        task."""
+        """Entries just appended to this server's log (not yet committed): a stream assigned
+        here is made ready meanwhile (its config file staged, its store opened), so that its
+        create, once committed, has little left to do. Never blocks: the work is a task.
+
+        Not on the APPEND's arrival, ~1.3-2 ms earlier: tried (bench/RESULTS.md, createasync),
+        the preparation's fsyncs (the staged file, the store's folder) then compete with this
+        server's own write of the entry, which came 1.5-2 ms later under load, and the create's
+        latency did not move; a server whose acknowledgement the quorum needs (a group with a
+        member down) would commit later."""
         tg = self._tg
         for e in entries:
             if tg is None or len(self._prepared_at) >= MAX_PREPARED:
@@ -573,8 +569,7 @@ class MetaGroup:
             except (ValueError, KeyError, TypeError, IndexError):
                 continue  # applying it logs why
             if key in self._prepared_at:
-                # seen again (on arrival, then once appended; or sent again by a new leader):
-                # kept until this server has applied past the latest index it was seen at
+                # sent again by a new leader: kept until applied past the latest index seen
                 self._prepared_at[key] = max(self._prepared_at[key], e.index)
                 continue
             self._prepared_at[key] = e.index
