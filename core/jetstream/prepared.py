@@ -1,8 +1,8 @@
 """Streams made ready ahead of their create: the config file staged and the store opened.
 
 A clustered server learns that a stream will be placed on it when the meta entry assigning it
-reaches its log (hub/meta/group.py): the rest of a RAFT round (and, for a client of another server, a
-hop or two) before that entry is committed and the create may happen. ``PreparedStreams.prepare``
+reaches its log (hub/meta/group.py): the rest of a RAFT round (and, for a client of another
+server, a hop or two) before that entry is committed and the create may happen. ``PreparedStreams.prepare``
 uses that time: it writes the new stream's config file under a temporary name, fsynced (its pool
 job queued first: it is tiny), and opens the stream's store (a spare moved into place and its
 folder fsynced: core/store/spare.py). The create takes the preparation at once: it starts the
