@@ -86,6 +86,8 @@ def commit_staged(tmp: Path, path: Path) -> None:
 
 @dataclass
 class Prepared:
+    """One stream made ready for its create: its config file staged, its store opening."""
+
     config: dict[str, Any]
     created: int
     store: OpeningStore  # the store, once its open has ended (``store.ended``)
@@ -167,8 +169,8 @@ class PreparedStreams:
             return
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._stage, p, d, body)
-            # the staging's pool job is queued before the open's: the create waits for the
-            # config file only, which must not wait behind the open
+            # the staging's pool job is queued before the open's: the tiny file is ready long
+            # before the open, for the create's commit behind its answer
             await anyio.lowlevel.checkpoint()
             await self._open(p, cfg, d)
 
