@@ -1,8 +1,9 @@
 """A stream store whose open is still running: the calls made meanwhile wait for it.
 
-A prepared create (prepared.py) answers once the stream's config file is durable; the store of
-the new stream may still be opening on a pool thread then (about 1.5-3 ms of SQLite connects and
-reads). ``OpeningStore`` stands in for it, so that the stream can start, and be announced, at once:
+A prepared create (prepared.py) answers once the stream has started; the store of the new
+stream may still be opening on a pool thread then (1.5-3 ms of SQLite connects, reads and a
+folder fsync on a quiet machine, up to 10 under load). ``OpeningStore`` stands in for it, so
+that the stream can start, and be announced, at once:
 
 - every call waits until the open has ended, then goes to the open store, in the order the calls
   were made (the waiters resume in the order they began to wait, and each hands its call to the
