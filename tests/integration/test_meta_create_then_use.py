@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import anyio
 import nats
 import pytest
 
 from tests.support.cluster import KINDS, Cluster
-from tests.support.jscluster import api, api_until, start_js_cluster
+from tests.support.jscluster import api, api_until, restart_js_node, start_js_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -61,3 +62,47 @@ async def test_a_stream_takes_publishes_and_reads_right_after_its_create(cluster
             assert got["message"]["subject"] == f"new.{k}", got
     finally:
         await nc.close()
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(300)
+async def test_the_placed_server_killed_right_after_a_create_or_a_publish_keeps_them(tmp_path):
+    """leafjet answers a placed create before the stream's config file is in place (the
+    committed meta entry is its durable record; the first publish waits for the store): SIGKILL
+    the placed server at once after a create's answer, or after a first publish's ack, three
+    times each. After each restart every acknowledged stream is there, with its acknowledged
+    message."""
+    c = Cluster(tmp_path, "leafjet", size=3)
+    try:
+        start_js_cluster(c, TAGS)
+        c.wait_for_mesh()
+        nc = await nats.connect(c.url(1), max_reconnect_attempts=-1)
+        try:
+            js = nc.jetstream()
+            expected: dict[str, int] = {}  # acknowledged stream -> acknowledged messages
+            hits = 0
+            for round_ in range(6):
+                name = f"K{round_}"
+                cfg = {"name": name, "subjects": [f"k.{name}"], "placement": {"tags": ["ssd"]}}
+                created = await api_until(
+                    nc, f"$JS.API.STREAM.CREATE.{name}", cfg, retry_on=(10008, 10005, 10118)
+                )
+                assert created.get("did_create") is True, created
+                expected[name] = 0
+                if round_ % 2:
+                    ack = await js.publish(f"k.{name}", name.encode(), timeout=10)
+                    assert ack.seq == 1
+                    expected[name] = 1
+                await anyio.to_thread.run_sync(lambda: c.stop(0, kill=True))  # at once
+                folders = list((c.workdir / c.nodes[0].name).rglob(f"streams/{name}"))
+                hits += bool(folders) and not (folders[0] / "stream.json").exists()
+                await anyio.to_thread.run_sync(restart_js_node, c, 0, TAGS)
+                await anyio.to_thread.run_sync(c.wait_for_mesh)
+                for known, msgs in expected.items():
+                    info = await api_until(nc, f"$JS.API.STREAM.INFO.{known}", retry_on=(10008, 10118, 10059))
+                    assert info["state"]["messages"] == msgs, (known, info)
+            print(f"killed before the config file was in place: {hits} of 6")
+        finally:
+            await nc.close()
+    finally:
+        c.close()
