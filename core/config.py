@@ -172,10 +172,12 @@ class ClusterConfig:
     ping_interval: float = 30.0  # the reference caps route pings at 30 s
     connect_retry_max: float = 30.0  # dial backoff: 1 s doubling up to this, plus jitter
     # The meta group's log (hub/meta/): a local snapshot every this many applied entries (or
-    # 4 MiB of them), and log segment files of this size (compaction deletes whole segments).
+    # 4 MiB of them), and log segment files of this size (compaction deletes whole segments);
+    # a RAFT message larger than meta_part_bytes crosses a route in parts (hub/meta/parts.py).
     # leafjet's own keys; the defaults suit production, tests lower them.
     meta_snapshot_entries: int = 4096
     meta_segment_bytes: int = 1 << 20
+    meta_part_bytes: int = 64 << 10
 
     @property
     def enabled(self) -> bool:
@@ -449,6 +451,7 @@ def _read_cluster(data: Any, base_dir: Path | None) -> ClusterConfig:
         connect_retry_max=t.duration("connect_retry_max", d.connect_retry_max),
         meta_snapshot_entries=t.integer("meta_snapshot_entries", d.meta_snapshot_entries, minimum=1),
         meta_segment_bytes=t.integer("meta_segment_bytes", d.meta_segment_bytes, minimum=1),
+        meta_part_bytes=t.integer("meta_part_bytes", d.meta_part_bytes, minimum=64),
     )
     t.done()
     return cfg

@@ -572,29 +572,40 @@ class JetStream:
         subject; no pull request waiting, nor an ack still due, for a pull consumer."""
         while True:
             await anyio.sleep(0.25)
-            now = time.monotonic_ns()
-            for ajs in list(self.accounts.values()):
-                for stream in list(ajs.streams.values()):
-                    for consumer in list(stream.consumers.values()):
-                        limit = consumer.config.inactive_threshold
-                        if not limit or consumer.deleted:
-                            continue
-                        if (consumer.is_pull and consumer.waiting) or (
-                            not consumer.is_pull and consumer.has_interest()
-                        ):
-                            consumer.touch()
-                        if now - consumer.last_interest_ns < limit:
-                            continue
-                        if consumer.is_pull and consumer.acks_expected_until() + limit > time.time_ns():
-                            # as the reference: a pull consumer's client may still be working on
-                            # what it was given; it goes inactive_threshold after the last ack due
-                            continue
-                        log.info("consumer %s/%s inactive: removing", stream.name, consumer.name)
-                        try:
-                            async with stream.lock:
-                                await self.delete_consumer(stream, consumer)
-                        except Exception as e:  # that consumer's problem, not the reaper's
-                            log.error("removing consumer %s/%s failed: %s", stream.name, consumer.name, e)
+            for stream, consumer in self._inactive_consumers():
+                log.info("consumer %s/%s inactive: removing", stream.name, consumer.name)
+                try:
+                    async with stream.lock:
+                        await self.delete_consumer(stream, consumer)
+                except Exception as e:  # that consumer's problem, not the reaper's
+                    log.error("removing consumer %s/%s failed: %s", stream.name, consumer.name, e)
+
+    def _inactive_consumers(self) -> list[tuple[Stream, Consumer]]:
+        """The consumers due for removal now. One pass without an await, so no copies of the
+        dicts it walks: four times a second over every stream, the copies were most of an idle
+        server's CPU (200 streams without consumers: ~5 ms a second)."""
+        now = time.monotonic_ns()
+        due = []
+        for ajs in self.accounts.values():
+            for stream in ajs.streams.values():
+                if not stream.consumers:
+                    continue
+                for consumer in stream.consumers.values():
+                    limit = consumer.config.inactive_threshold
+                    if not limit or consumer.deleted:
+                        continue
+                    if (consumer.is_pull and consumer.waiting) or (
+                        not consumer.is_pull and consumer.has_interest()
+                    ):
+                        consumer.touch()
+                    if now - consumer.last_interest_ns < limit:
+                        continue
+                    if consumer.is_pull and consumer.acks_expected_until() + limit > time.time_ns():
+                        # as the reference: a pull consumer's client may still be working on
+                        # what it was given; it goes inactive_threshold after the last ack due
+                        continue
+                    due.append((stream, consumer))
+        return due
 
     # ------------------------------------------------------------------ streams
 

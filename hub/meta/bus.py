@@ -5,7 +5,8 @@ interest and messages once per pair of servers, so a subscription in ``$SYS`` on
 reachable from every other one with no new wire. The subjects are the reference's kind
 (raft.go's ``$NRG.*``, jetstream_cluster.go's ``$JSC.*``); leaf links never carry ``$SYS``.
 
-- ``$NRG.meta.<peer>``: RAFT messages to one server (hub/raft/wire.py), no reply;
+- ``$NRG.meta.<peer>``: RAFT messages to one server (hub/raft/wire.py), no reply; one larger
+  than ``part_bytes`` goes in parts with an ``Nrg-Part`` header (hub/meta/parts.py);
 - ``$JSC.RPC.<peer>.<method>``: a request to one server (JSON), answered on the sender's
   ``$JSC.RESP.<peer>.<n>``.
 
@@ -18,14 +19,17 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 
 from core.lograte import worth_logging
+from core.protocol.headers import encode_headers, slice_header
 from core.server.accounts import Account
 from core.server.internal import InboundMsg, InternalReceiver
+from hub.meta.parts import PART_HEADER, Assembler, PartError, split
 from hub.raft.types import Message
 from hub.raft.wire import WireError, decode_message, encode_message
 
@@ -37,6 +41,9 @@ RESP_PREFIX = "$JSC.RESP."
 # RPCs running at once: each is a task, so a flood of forwarded requests must not make tasks
 # without end; past it a request is answered at once with an error (its client may retry).
 MAX_RPCS = 1024
+# A RAFT message larger than this goes in parts (hub/meta/parts.py): well under a route's
+# max_payload (1 MiB by default), so that a part never closes the route it crosses.
+PART_BYTES = 64 << 10
 
 RpcHandler = Callable[[str, dict[str, Any], InboundMsg], Awaitable[dict[str, Any] | None]]
 
@@ -46,9 +53,11 @@ class Unreachable(Exception):
 
 
 class Bus:
-    def __init__(self, account: Account, me: str) -> None:
+    def __init__(self, account: Account, me: str, part_bytes: int = PART_BYTES) -> None:
         self.account = account
         self.me = me
+        self.part_bytes = part_bytes
+        self.parts = Assembler()
         self.rx = InternalReceiver("meta", account, capacity=65536)
         self._ids = itertools.count(1)
         self._waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
@@ -68,7 +77,12 @@ class Bus:
     # ------------------------------------------------------------------ sending
 
     def send_raft(self, peer: str, m: Message) -> None:
-        self.account.publish(f"{RAFT_PREFIX}{peer}", None, None, encode_message(m))
+        subject, data = f"{RAFT_PREFIX}{peer}", encode_message(m)
+        if len(data) <= self.part_bytes:
+            self.account.publish(subject, None, None, data)
+            return
+        for header, part in split(data, self.part_bytes):
+            self.account.publish(subject, None, encode_headers(((PART_HEADER, header),)), part)
 
     def post(self, peer: str, method: str, body: dict[str, Any]) -> None:
         """A request that wants no answer; ``Unreachable`` when no server took it."""
@@ -105,8 +119,19 @@ class Bus:
         async for msg in self.rx.inbox:
             subject = msg.subject
             if subject.startswith(RAFT_PREFIX):
+                data = msg.payload
+                part = slice_header(msg.headers, PART_HEADER) if msg.headers else None
+                if part is not None:
+                    try:
+                        whole = self.parts.add(part, data, time.monotonic())
+                    except PartError as e:
+                        self._bad(f"a RAFT message part: {e}")
+                        continue
+                    if whole is None:
+                        continue  # more parts to come
+                    data = whole
                 try:
-                    m = decode_message(msg.payload)
+                    m = decode_message(data)
                 except WireError as e:
                     self._bad(f"a RAFT message that does not decode: {e}")
                     continue

@@ -221,6 +221,9 @@ class MetaGroup:
                 "recovering": d.recovering,
                 "tombstones": len(self.state.tombstones),
                 "state_digest": self._state_digest(),
+                # RAFT messages that came in parts (hub/meta/parts.py), and parts given up on
+                "messages_in_parts": self.bus.parts.joined if self.bus is not None else 0,
+                "parts_dropped": self.bus.parts.dropped if self.bus is not None else 0,
             }
         }
 
@@ -240,7 +243,11 @@ class MetaGroup:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         account = self.server.accounts.get(SYSTEM_ACCOUNT)
-        self.bus = bus = Bus(account, self.peer)
+        config = self.server.config
+        # a part well within this server's own max_payload too, its header included (the peers
+        # share the cluster's config)
+        part_bytes = min(config.cluster.meta_part_bytes, config.max_payload // 2)
+        self.bus = bus = Bus(account, self.peer, part_bytes=part_bytes)
         bus.on_raft = self.driver.step
         bus.on_rpc = self.api.on_rpc
         bus.start()

@@ -2491,3 +2491,30 @@ async def test_requests_a_single_server_cannot_serve_are_answered(js_server):
             got = await api(nc, subject, {"peer": "x"} if "PEER" in subject else None)
             need = {"code": 503, "err_code": 10010, "description": "JetStream clustering support required"}
             assert got == {"type": f"io.nats.jetstream.api.v1.{kind}", "error": need}, subject
+
+
+async def _fetch_seqs(sub, n: int) -> list[int]:
+    """Stream sequences of ``n`` messages fetched in batches (acked: explicit consumers)."""
+    seqs: list[int] = []
+    while len(seqs) < n:
+        for m in await sub.fetch(min(100, n - len(seqs)), timeout=5):
+            seqs.append(m.metadata.sequence.stream)
+            await m.ack()
+    return seqs
+
+
+async def test_a_catch_up_never_delivers_what_was_deleted_after_its_next_read_began(js_server):
+    # leafjet starts reading the next 256 messages while the current 256 are delivered: a
+    # delete in between must not come out of that early read (nor a publish be skipped).
+    async with jetstream(js_server) as (_nc, js):
+        await make_stream(js, n=600)
+        sub = await js.pull_subscribe("s.>", durable="D", stream="S")
+        assert await _fetch_seqs(sub, 100) == list(range(1, 101))  # one read-ahead of 256 made
+        first = await _fetch_seqs(sub, 156)  # that read-ahead used up: the next read began
+        assert first == list(range(101, 257))
+        for seq in (300, 513):
+            await js.delete_msg("S", seq)
+        for i in range(600, 700):
+            await js.publish(f"s.{i % 2}", b"late")
+        rest = await _fetch_seqs(sub, 442)
+        assert rest == [s for s in range(257, 701) if s not in (300, 513)]
