@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import math
 import random
+import socket
 import struct
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from tests.spark.conftest import (
     jvm_reader_loaded,
     publish,
 )
+from tests.spark.fake_nats import FakeServer, Scripted
 from tests.support.servers import RunningServer, start_leafjet, start_reference
 
 pytestmark = pytest.mark.spark
@@ -331,3 +335,78 @@ def test_a_server_that_requires_tls_is_read_by_the_python_source(jvm: Any, tmp_p
             _read(jvm, srv.url, "sec", reader="jvm", tlsCaFile=str(ca.cert)).collect()
     finally:
         srv.stop()
+
+
+def test_jvm_reply_larger_than_asked_is_refused_before_it_is_allocated(jvm: Any) -> None:
+    """A server (fake: only the reply is forged) claims a 200 MiB bulk reply: more than the 8 MiB
+    asked for plus framing. The read fails at once naming the sizes; it neither allocates the
+    claimed bytes nor waits for them (the old bound, 256 MiB, did both until the timeout)."""
+
+    def huge(conn: socket.socket, reply: str, sid: str, body: bytes) -> None:
+        conn.sendall(b"HMSG %s %s 20 %d\r\n" % (reply.encode(), sid.encode(), 200 << 20))
+
+    with FakeServer(Scripted(huge)) as fake:
+        r = _jvm_partition(jvm, {"servers": fake.url, "stream": "fk", "timeout": "60"}, 1, 10)
+        try:
+            with pytest.raises(Exception, match=r"bad reply from stream 'fk'.*a reply of 209715200 bytes"):
+                r.next()
+        finally:
+            r.close()
+
+
+def test_jvm_handshake_has_one_deadline(jvm: Any) -> None:
+    """A server that trickles its INFO a byte at a time makes progress on every socket read: only
+    a deadline for the whole handshake (the ``timeout`` option) ends the wait."""
+
+    def trickle(conn: socket.socket) -> None:
+        conn.sendall(b'INFO {"server_id": "slow"')
+        for _ in range(600):  # a minute at most: the test fails on the message, it does not hang
+            time.sleep(0.1)
+            conn.sendall(b" ")
+
+    with (
+        FakeServer(trickle) as fake,
+        pytest.raises(Exception, match=r"cannot reach leafjet server .*no handshake.* within 1.0s"),
+    ):
+        _jvm_partition(jvm, {"servers": fake.url, "stream": "fk", "timeout": "1"}, 1, 10)
+
+
+@pytest.mark.parametrize("reader", ["python", "jvm"])
+def test_a_refused_first_bulk_request_is_read_another_way(jvm: Any, tmp_path: Path, reader: str) -> None:
+    """Planned for bulk reads (bulkRead=true), but the server refuses the first request with an API
+    error (a responder on the reference): each reader reads the partition another way (the Python
+    source by direct get, the JVM reader by STREAM.MSG.GET) and gets every row, filtered or not."""
+    import nats
+
+    ref = start_reference(tmp_path / "ref", jetstream=True)
+    try:
+        create_stream(ref.url, "refused", ["refused.>"])
+        publish(ref.url, [(f"refused.d{i % 3}", b"%d" % i) for i in range(1, 41)])
+        api(ref.url, "$JS.API.STREAM.MSG.DELETE.refused", {"seq": 7})
+        refusal = json.dumps({"error": {"code": 400, "err_code": 10003, "description": "bad request"}})
+
+        async def scenario() -> tuple[list[tuple], list[tuple]]:
+            nc = await nats.connect(ref.url)
+
+            async def refuse(msg: Any) -> None:
+                await nc.publish(msg.reply, refusal.encode())
+
+            await nc.subscribe("$JS.API.LEAFJET.READ.refused", cb=refuse)
+            await nc.flush()
+            try:
+                opts = {"reader": reader, "bulkRead": "true", "numPartitions": 2, "minPartitionSize": 1}
+                every = await asyncio.to_thread(lambda: _rows(_read(jvm, ref.url, "refused", **opts)))
+                some = await asyncio.to_thread(
+                    lambda: _rows(_read(jvm, ref.url, "refused", subject="refused.d1", endSeq=30, **opts))
+                )
+                return every, some
+            finally:
+                await nc.close()
+
+        every, some = asyncio.run(scenario())
+        assert [r[1] for r in every] == [s for s in range(1, 41) if s != 7]
+        assert [bytes(r[5]) for r in every][:3] == [b"1", b"2", b"3"]
+        assert [r[1] for r in some] == [s for s in range(1, 31) if s % 3 == 1 and s != 7]
+        assert {r[2] for r in some} == {"refused.d1"}
+    finally:
+        ref.stop()

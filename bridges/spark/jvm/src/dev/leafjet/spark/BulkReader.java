@@ -16,15 +16,18 @@ import org.apache.spark.unsafe.types.UTF8String;
  * bound is continued before the next chunk; with a subject filter one request at a time from the
  * last covered + 1; a reply that covers nothing ends the read. A message too large for a reply is
  * read alone by MSG.GET. The lowest sequence the read did not return is checked against the
- * stream's first sequence at the end: below it means data loss.
+ * stream's first sequence at the end: below it means data loss. A partition whose first bulk
+ * request is refused (an error reply: the server no longer serves the read API to us) reads its
+ * range by STREAM.MSG.GET instead, one message per request, as the Python source falls back to
+ * direct gets there.
  */
 public final class BulkReader implements PartitionReader<ColumnarBatch> {
   static final String H_READ = "Leafjet-Read";
   static final String H_LAST = "Leafjet-Read-Last";
   static final String H_ENCODING = "Leafjet-Read-Encoding";
+  private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(BulkReader.class);
   private static final int IN_FLIGHT = 2;
-  private static final long MAX_BYTES = 8 << 20; // the server clamps it to its reply ceiling
-  private static final long MAX_DECOMPRESSED = 64 << 20;
+  private static final int MAX_BYTES = 8 << 20; // the server clamps it to its reply ceiling
 
   private record Ask(long lo, long hi, String token) {}
 
@@ -38,6 +41,8 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
   private long nextLo;
   private boolean done;
   private boolean finished;
+  private boolean answered; // some bulk request of this partition was answered with a frame
+  private boolean byMsgGet; // the first bulk request was refused: the rest by STREAM.MSG.GET
   private ColumnarBatch current;
   // data loss: the lowest sequence of the range not returned so far (-1: none missing)
   private long expected;
@@ -77,7 +82,16 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
   public boolean next() {
     closeCurrent();
     while (!done) {
-      Piece piece = opts.subject != null ? nextFiltered() : nextChunk();
+      Piece piece;
+      try {
+        piece = byMsgGet ? single(nextLo) : opts.subject != null ? nextFiltered() : nextChunk();
+      } catch (NotServed e) {
+        LOG.warn("{}; reading the range from {} by STREAM.MSG.GET instead", e.getMessage(), e.seq);
+        dropWindow();
+        nextLo = e.seq;
+        byMsgGet = true;
+        continue;
+      }
       if (piece != null && piece.rows > 0) {
         see(piece.frame, piece.rows);
         current = FrameColumns.batch(stream, piece.frame, piece.rows, opts.nullHeaders, json);
@@ -103,6 +117,17 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
     if (current != null) {
       current.close();
       current = null;
+    }
+  }
+
+  /** The first bulk request was refused with an error reply: the server does not serve it to us. */
+  private static final class NotServed extends LeafjetException {
+    private static final long serialVersionUID = 1L;
+    final long seq;
+
+    NotServed(String message, long seq) {
+      super(message);
+      this.seq = seq;
     }
   }
 
@@ -208,7 +233,16 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
       b.append(",\"compress\":\"zstd\"");
     }
     b.append('}');
-    return client.request(subject, b.toString().getBytes(StandardCharsets.UTF_8));
+    return client.request(subject, b.toString().getBytes(StandardCharsets.UTF_8), replyLimit());
+  }
+
+  /**
+   * The most bytes a reply may have: what was asked for, or one message up to the server's
+   * max_payload (the first message of a reply goes even past max_bytes), plus the frame's
+   * framing. More is a broken or forged server: refused before it is allocated.
+   */
+  private int replyLimit() {
+    return Math.max(MAX_BYTES, client.maxPayload) + NatsClient.FRAMING;
   }
 
   private Reply answer(long seq, String token) {
@@ -230,10 +264,11 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
             opts.where() + " not found: " + StreamApi.description(err));
       }
       if (code == StreamApi.ERR_TOO_LARGE) {
+        answered = true;
         return new Reply(seq, null);
       }
-      throw new LeafjetException(
-          "bulk read from " + seq + " failed for " + opts.where() + ": " + StreamApi.description(err));
+      String text = "bulk read from " + seq + " failed for " + opts.where() + ": " + StreamApi.description(err);
+      throw answered ? new LeafjetException(text) : new NotServed(text, seq);
     }
     long covered;
     try {
@@ -258,12 +293,13 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
               + f.count
               + " messages");
     }
+    answered = true;
     return new Reply(covered, f);
   }
 
   private byte[] decompress(byte[] data, long seq) {
     long size = Zstd.getFrameContentSize(data);
-    if (size <= 0 || size > MAX_DECOMPRESSED) {
+    if (size <= 0 || size > replyLimit()) {
       throw new LeafjetException(
           "bad bulk read reply from " + seq + " for " + opts.where() + ": compressed frame size " + size);
     }
