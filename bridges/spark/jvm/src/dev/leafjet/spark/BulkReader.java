@@ -44,6 +44,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
   private boolean answered; // some bulk request of this partition was answered with a frame
   private boolean byMsgGet; // the first bulk request was refused: the rest by STREAM.MSG.GET
   private ColumnarBatch current;
+  private byte[] currentBuffer; // the current batch's frame bytes, when they are a reused buffer
   // data loss: the lowest sequence of the range not returned so far (-1: none missing)
   private long expected;
   private long gap = -1;
@@ -95,6 +96,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
       if (piece != null && piece.rows > 0) {
         see(piece.frame, piece.rows);
         current = FrameColumns.batch(stream, piece.frame, piece.rows, opts.nullHeaders, json);
+        currentBuffer = piece.reused ? piece.frame.bytes : null;
         return true;
       }
     }
@@ -118,6 +120,10 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
       current.close();
       current = null;
     }
+    // Spark is done with the batch once it asks for the next one (its own columnar readers reuse
+    // their vectors the same way): the frame's buffer takes the next reply
+    client.recycle(currentBuffer);
+    currentBuffer = null;
   }
 
   /** The first bulk request was refused with an error reply: the server does not serve it to us. */
@@ -132,10 +138,10 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
   }
 
   /** A reply's use: the frame's first ``rows`` rows are every stored message it covers in range. */
-  private record Piece(Frame frame, int rows) {}
+  private record Piece(Frame frame, int rows, boolean reused) {}
 
   /** The reply to a request from ``lo``: (last covered, frame); null frame = too large (10054). */
-  private record Reply(long covered, Frame frame) {}
+  private record Reply(long covered, Frame frame, boolean reused) {}
 
   private Piece nextChunk() {
     while (window.size() < IN_FLIGHT && nextLo <= last) {
@@ -161,7 +167,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
     if (r.covered < a.hi) { // cut short by the byte bound: the rest of this chunk goes first
       window.addFirst(new Ask(r.covered + 1, a.hi, ask(r.covered + 1, a.hi - r.covered)));
     }
-    return new Piece(r.frame, rowsUpTo(r, a.hi));
+    return new Piece(r.frame, rowsUpTo(r, a.hi), r.reused);
   }
 
   private Piece nextFiltered() {
@@ -180,7 +186,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
       return null;
     }
     nextLo = r.covered + 1;
-    return new Piece(r.frame, rowsUpTo(r, last));
+    return new Piece(r.frame, rowsUpTo(r, last), r.reused);
   }
 
   private Piece single(long seq) {
@@ -194,7 +200,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
           "bad STREAM.MSG.GET answer for " + opts.where() + ": message " + f.seq(0) + " asked from " + seq);
     }
     nextLo = f.seq(0) + 1;
-    return new Piece(f, 1);
+    return new Piece(f, 1, false);
   }
 
   private void dropWindow() {
@@ -233,7 +239,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
       b.append(",\"compress\":\"zstd\"");
     }
     b.append('}');
-    return client.request(subject, b.toString().getBytes(StandardCharsets.UTF_8), replyLimit());
+    return client.request(subject, b.toString().getBytes(StandardCharsets.UTF_8), replyLimit(), true);
   }
 
   /**
@@ -252,9 +258,10 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
           "bulk read from " + seq + " timed out after " + opts.timeoutSeconds + "s for " + opts.where());
     }
     if (m.header(H_READ) == null) {
-      JsonNode err = StreamApi.error(m.data);
+      byte[] body = m.exact();
+      JsonNode err = StreamApi.error(body);
       if (err == null) {
-        String start = new String(m.data, 0, Math.min(60, m.data.length), StandardCharsets.UTF_8);
+        String start = new String(body, 0, Math.min(60, body.length), StandardCharsets.UTF_8);
         throw new LeafjetException(
             "bulk read from " + seq + " failed for " + opts.where() + ": unexpected reply " + start);
       }
@@ -265,7 +272,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
       }
       if (code == StreamApi.ERR_TOO_LARGE) {
         answered = true;
-        return new Reply(seq, null);
+        return new Reply(seq, null, false);
       }
       String text = "bulk read from " + seq + " failed for " + opts.where() + ": " + StreamApi.description(err);
       throw answered ? new LeafjetException(text) : new NotServed(text, seq);
@@ -276,11 +283,16 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
     } catch (RuntimeException e) {
       throw new LeafjetException("bad bulk read reply from " + seq + " for " + opts.where() + ": no " + H_LAST);
     }
-    byte[] data = m.data;
+    boolean reused = true;
+    Frame f;
     if ("zstd".equals(m.header(H_ENCODING))) {
-      data = decompress(data, seq);
+      byte[] data = decompress(m.exact(), seq);
+      client.recycle(m.data);
+      reused = false;
+      f = Frame.decode(data, opts.where());
+    } else {
+      f = Frame.decode(m.data, m.length, opts.where());
     }
-    Frame f = Frame.decode(data, opts.where());
     if (covered < seq - 1 || (f.count > 0 && (f.seq(0) < seq || f.seq(f.count - 1) > covered))) {
       throw new LeafjetException(
           "bad bulk read reply from "
@@ -294,7 +306,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
               + " messages");
     }
     answered = true;
-    return new Reply(covered, f);
+    return new Reply(covered, f, reused);
   }
 
   private byte[] decompress(byte[] data, long seq) {

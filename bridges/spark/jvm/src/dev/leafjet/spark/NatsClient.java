@@ -33,16 +33,30 @@ final class NatsClient implements Closeable {
   /** NATS caps max_payload at 64 MiB; an INFO that says more is not believed. */
   private static final int MAX_PAYLOAD_CEILING = 64 << 20;
 
-  /** One received message: the token of its inbox subject, its header block (or null), payload. */
+  /**
+   * One received message: the token of its inbox subject, its header block (or null), payload:
+   * the first ``length`` bytes of ``data`` (the whole array unless its request reuses buffers).
+   */
   static final class Msg {
     final String token;
     final byte[] headers;
     final byte[] data;
+    final int length;
 
     Msg(String token, byte[] headers, byte[] data) {
+      this(token, headers, data, data == null ? 0 : data.length);
+    }
+
+    Msg(String token, byte[] headers, byte[] data, int length) {
       this.token = token;
       this.headers = headers;
       this.data = data;
+      this.length = length;
+    }
+
+    /** The payload in an array of its own length. */
+    byte[] exact() {
+      return length == data.length ? data : java.util.Arrays.copyOf(data, length);
     }
 
     /** A header's value ("Name: value" lines of the block), or null. */
@@ -89,6 +103,12 @@ final class NatsClient implements Closeable {
   // replies are kept, so a server's replies to nothing (or twice, or to a forgotten request)
   // cannot pile up
   private final Map<String, Integer> pending = new HashMap<>();
+  // requests whose reply payload goes into a reused buffer (bulk frames: ~1 MiB each, a humongous
+  // allocation for G1 when new every time), and the buffers handed back (recycle)
+  private final java.util.Set<String> reusing = new java.util.HashSet<>();
+  private final java.util.ArrayDeque<byte[]> spare = new java.util.ArrayDeque<>();
+  private static final int SPARE_BUFFERS = 2;
+  private static final int BUFFER_STEP = 256 << 10;
   private long handshakeDeadline; // System.nanoTime() the handshake must end by; 0 once it has
   final JsonNode serverInfo;
   /** The largest message the server accepts (its INFO's max_payload; 1 MiB when it names none). */
@@ -222,8 +242,20 @@ final class NatsClient implements Closeable {
    * returns its token (the reply comes to inbox.token).
    */
   String request(String subject, byte[] body, int replyLimit) {
+    return request(subject, body, replyLimit, false);
+  }
+
+  /**
+   * As {@link #request(String, byte[], int)}; with ``reuse`` the reply's payload is read into a
+   * buffer handed back earlier by {@link #recycle} when one is large enough (its {@link Msg#length}
+   * then says where the payload ends).
+   */
+  String request(String subject, byte[] body, int replyLimit, boolean reuse) {
     String token = Long.toString(++counter);
     pending.put(token, replyLimit);
+    if (reuse) {
+      reusing.add(token);
+    }
     try {
       write(
           ("PUB " + subject + " " + inbox + "." + token + " " + body.length + "\r\n")
@@ -242,6 +274,7 @@ final class NatsClient implements Closeable {
     Msg m = early.remove(token);
     if (m != null) {
       pending.remove(token);
+      reusing.remove(token);
       return m;
     }
     try {
@@ -249,6 +282,7 @@ final class NatsClient implements Closeable {
         m = readMsg();
         if (m.token.equals(token)) {
           pending.remove(token);
+          reusing.remove(token);
           return m;
         }
         if (m.data != null && pending.containsKey(m.token)) {
@@ -267,7 +301,26 @@ final class NatsClient implements Closeable {
   /** Forget a request whose reply will not be used (a reply that comes later is dropped). */
   void forget(String token) {
     pending.remove(token);
+    reusing.remove(token);
     early.remove(token);
+  }
+
+  /** A payload buffer of a reusing request that nothing reads any more: the next such reply's. */
+  void recycle(byte[] b) {
+    if (b != null && spare.size() < SPARE_BUFFERS) {
+      spare.push(b);
+    }
+  }
+
+  private byte[] buffer(int n) {
+    while (!spare.isEmpty()) {
+      byte[] b = spare.pop();
+      if (b.length >= n) {
+        return b;
+      }
+    }
+    // rounded up, so a later reply a little larger than this one still fits it
+    return new byte[(int) Math.min(Integer.MAX_VALUE - 8, ((long) n + BUFFER_STEP - 1) / BUFFER_STEP * BUFFER_STEP)];
   }
 
   /** A JetStream API request's JSON answer; errors name the subject and the stream. */
@@ -331,9 +384,10 @@ final class NatsClient implements Closeable {
               "a reply of " + total + " bytes, more than the " + limit + " asked for (with framing)");
         }
         byte[] headers = hasHeaders ? readBytes(hdr) : null;
-        byte[] data = readBytes(total - hdr);
+        int size = total - hdr;
+        byte[] data = reusing.contains(token) ? readInto(buffer(size), size) : readBytes(size);
         readBytes(2); // CRLF
-        return new Msg(token, headers, data);
+        return new Msg(token, headers, data, size);
       } else if (line.startsWith("PING")) {
         write("PONG\r\n".getBytes(StandardCharsets.US_ASCII));
         flush();
@@ -396,7 +450,11 @@ final class NatsClient implements Closeable {
   }
 
   private byte[] readBytes(int n) throws IOException {
-    byte[] outBytes = new byte[n];
+    return readInto(new byte[n], n);
+  }
+
+  /** The next ``n`` bytes into the start of ``outBytes``; returns it. */
+  private byte[] readInto(byte[] outBytes, int n) throws IOException {
     int have = Math.min(n, lim - pos);
     System.arraycopy(buf, pos, outBytes, 0, have);
     pos += have;
