@@ -103,6 +103,7 @@ final class NatsClient implements Closeable {
   // replies are kept, so a server's replies to nothing (or twice, or to a forgotten request)
   // cannot pile up
   private final Map<String, Integer> pending = new HashMap<>();
+  private int largestAsked = FRAMING; // the largest reply any request so far may have had
   // requests whose reply payload goes into a reused buffer (bulk frames: ~1 MiB each, a humongous
   // allocation for G1 when new every time), and the buffers handed back (recycle)
   private final java.util.Set<String> reusing = new java.util.HashSet<>();
@@ -253,6 +254,7 @@ final class NatsClient implements Closeable {
   String request(String subject, byte[] body, int replyLimit, boolean reuse) {
     String token = Long.toString(++counter);
     pending.put(token, replyLimit);
+    largestAsked = Math.max(largestAsked, replyLimit);
     if (reuse) {
       reusing.add(token);
     }
@@ -371,9 +373,10 @@ final class NatsClient implements Closeable {
         String subject = f[1];
         String token = subject.substring(subject.lastIndexOf('.') + 1);
         Integer limit = pending.get(token);
-        if (limit == null) { // a reply to nothing still awaited: skipped, never kept
-          if (total > apiReplyLimit() + maxPayload) {
-            throw new IOException("a message of " + total + " bytes, more than the server's max_payload");
+        if (limit == null) { // a reply to nothing still awaited (a forgotten request): skipped, never kept
+          if (total > largestAsked) {
+            throw new MessageTooLarge(
+                "a message of " + total + " bytes to nothing awaited, more than any request asked for");
           }
           skipBytes(total + 2L);
           return new Msg(token, null, null);
