@@ -34,6 +34,7 @@ fell back.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -89,7 +90,10 @@ def _coerce(kind: str, v: Any) -> Any:
         if isinstance(v, bool):
             return _BAD
         if isinstance(v, int | float):  # epoch seconds
-            return int(v * 1_000_000)
+            if isinstance(v, float) and not math.isfinite(v):  # NaN, Infinity: no instant (int() raised)
+                return _BAD
+            us = int(v * 1_000_000)
+            return us if -(2**63) <= us < 2**63 else _BAD
         if isinstance(v, str):
             try:
                 dt = datetime.fromisoformat(v.replace("Z", "+00:00"))

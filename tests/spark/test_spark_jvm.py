@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import math
 import random
+import socket
 import struct
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from tests.spark.conftest import (
     jvm_reader_loaded,
     publish,
 )
+from tests.spark.fake_nats import FakeServer, Scripted
 from tests.support.servers import RunningServer, start_leafjet, start_reference
 
 pytestmark = pytest.mark.spark
@@ -88,14 +92,15 @@ def test_jvm_rows_equal_the_python_sources(jvm: Any, leafjet: RunningServer) -> 
     assert by_seq[7][4] == {"K": "v7", "Other": "x"}  # its own headers, not the Nats-* one
 
 
+_JSON_SCHEMA = "s STRING, d DOUBLE, f FLOAT, l BIGINT, i INT, h SMALLINT, b BOOLEAN, t TIMESTAMP"
+_JSON_FIELDS = (
+    ("s", "string"), ("d", "double"), ("f", "float"), ("l", "long"), ("i", "int"), ("h", "short"),
+    ("b", "boolean"), ("t", "timestamp"),
+)  # fmt: skip
+
+
 def test_jvm_json_columns_follow_the_per_row_rules(jvm: Any, leafjet: RunningServer) -> None:
     """Every supported type, against parse_json_columns (the reference for the semantics)."""
-    url, stream = leafjet.url, "jvm_json"
-    schema = "s STRING, d DOUBLE, f FLOAT, l BIGINT, i INT, h SMALLINT, b BOOLEAN, t TIMESTAMP"
-    fields = (
-        ("s", "string"), ("d", "double"), ("f", "float"), ("l", "long"), ("i", "int"), ("h", "short"),
-        ("b", "boolean"), ("t", "timestamp"),
-    )  # fmt: skip
     odd = [
         b'{"d": "hot"}', b"not json", b"[1]", b"", b"null", b"3", b'{"i": 3.0}', b'{"i": 2147483648}',
         b'{"h": 32767}', b'{"h": -32769}', b'{"l": 9223372036854775807}', b'{"l": 9223372036854775808}',
@@ -112,6 +117,59 @@ def test_jvm_json_columns_follow_the_per_row_rules(jvm: Any, leafjet: RunningSer
     for p in odd:
         payloads[rng.randrange(len(payloads))] = p
     payloads += odd
+    _assert_json_columns_as_per_row(jvm, leafjet.url, "jvm_json", payloads)
+
+
+def test_jvm_json_scanner_and_jackson_agree_on_random_payloads(jvm: Any, leafjet: RunningServer) -> None:
+    """The JVM reader's byte scanner takes the plain payloads and leaves the rest to Jackson: on
+    random numbers (every width around its 15/18-digit limits, exponents, signs, leading zeros),
+    strings (escapes, non-ASCII, control bytes), literals, spacing, repeated and unknown fields,
+    both together give the per-row rules' values."""
+    rng = random.Random(2026)
+
+    def number() -> str:
+        sign = rng.choice(["", "", "-"])
+        whole = rng.choice(["0", "00", str(rng.randrange(10 ** rng.randrange(1, 21)))])
+        text = sign + whole
+        if rng.random() < 0.5:
+            text += "." + "".join(rng.choice("0123456789") for _ in range(rng.randrange(0, 25)))
+        if rng.random() < 0.1:
+            text += rng.choice(["e", "E"]) + rng.choice(["", "-", "+"]) + str(rng.randrange(400))
+        return text
+
+    def scalar() -> str:
+        kind = rng.randrange(10)
+        if kind < 6:
+            return number()
+        if kind == 6:
+            return rng.choice(["true", "false", "null", "nul", "truex", "NaN", "-Infinity"])
+        if kind == 7:
+            return rng.choice(['"x"', '"a"b"', '"\u00e9"', '"é"', '""', '"2024-05-01T10:00:00Z"', '""'])
+        if kind == 8:
+            return rng.choice(["[1, 2]", '{"a": {"b": 1}}', "[]", "{}"])
+        return json.dumps(rng.choice(["1714557600", "2024-05-01", "plain text"]))
+
+    def field() -> str:
+        name = rng.choice([n for n, _k in _JSON_FIELDS] + ["other", "d"])
+        value = scalar()
+        if name == "t" and value[:1] in "-0123456789":  # epoch seconds Python's datetime can hold
+            value = str(rng.randrange(-(10**9), 10**10)) + rng.choice(["", ".5", ".000001"])
+        if name == "s" and value[:1] in "-0123456789":  # a number's text differs (DESIGN.md): "-0", "0.10"
+            value = json.dumps(value)
+        return f'"{name}"{rng.choice(["", " "])}:{rng.choice(["", " ", chr(10)])}{value}'
+
+    def payload() -> bytes:
+        body = "{" + rng.choice([",", ", "]).join(field() for _ in range(rng.randrange(0, 5))) + "}"
+        if rng.random() < 0.03:
+            body = rng.choice([body[:-1], body + "}", " " + body + "\n", body + "x", "[" + body + "]"])
+        return body.encode()
+
+    _assert_json_columns_as_per_row(jvm, leafjet.url, "jvm_json_random", [payload() for _ in range(3000)])
+
+
+def _assert_json_columns_as_per_row(jvm: Any, url: str, stream: str, payloads: list[bytes]) -> None:
+    """``payloads`` read by the JVM reader with every jsonSchema type equal parse_json_columns."""
+    schema, fields = _JSON_SCHEMA, _JSON_FIELDS
     create_stream(url, stream, [f"{stream}.>"])
     publish(url, [(f"{stream}.a", p) for p in payloads])
     df = _read(jvm, url, stream, reader="jvm", jsonSchema=schema, rowsPerArrowBatch=128)
@@ -138,7 +196,9 @@ def test_jvm_json_columns_follow_the_per_row_rules(jvm: Any, leafjet: RunningSer
                 if v is None
                 else struct.unpack("f", struct.pack("f", v))[0]
                 if abs(v) < 3.4e38
-                else math.inf
+                else v
+                if v != v
+                else math.copysign(math.inf, v)  # NaN stays, -Infinity stays negative
                 for v in want
             ]
         if kind == "timestamp":
@@ -331,3 +391,78 @@ def test_a_server_that_requires_tls_is_read_by_the_python_source(jvm: Any, tmp_p
             _read(jvm, srv.url, "sec", reader="jvm", tlsCaFile=str(ca.cert)).collect()
     finally:
         srv.stop()
+
+
+def test_jvm_reply_larger_than_asked_is_refused_before_it_is_allocated(jvm: Any) -> None:
+    """A server (fake: only the reply is forged) claims a 200 MiB bulk reply: more than the 8 MiB
+    asked for plus framing. The read fails at once naming the sizes; it neither allocates the
+    claimed bytes nor waits for them (the old bound, 256 MiB, did both until the timeout)."""
+
+    def huge(conn: socket.socket, reply: str, sid: str, body: bytes) -> None:
+        conn.sendall(b"HMSG %s %s 20 %d\r\n" % (reply.encode(), sid.encode(), 200 << 20))
+
+    with FakeServer(Scripted(huge)) as fake:
+        r = _jvm_partition(jvm, {"servers": fake.url, "stream": "fk", "timeout": "60"}, 1, 10)
+        try:
+            with pytest.raises(Exception, match=r"bad reply from stream 'fk'.*a reply of 209715200 bytes"):
+                r.next()
+        finally:
+            r.close()
+
+
+def test_jvm_handshake_has_one_deadline(jvm: Any) -> None:
+    """A server that trickles its INFO a byte at a time makes progress on every socket read: only
+    a deadline for the whole handshake (the ``timeout`` option) ends the wait."""
+
+    def trickle(conn: socket.socket) -> None:
+        conn.sendall(b'INFO {"server_id": "slow"')
+        for _ in range(600):  # a minute at most: the test fails on the message, it does not hang
+            time.sleep(0.1)
+            conn.sendall(b" ")
+
+    with (
+        FakeServer(trickle) as fake,
+        pytest.raises(Exception, match=r"cannot reach leafjet server .*no handshake.* within 1.0s"),
+    ):
+        _jvm_partition(jvm, {"servers": fake.url, "stream": "fk", "timeout": "1"}, 1, 10)
+
+
+@pytest.mark.parametrize("reader", ["python", "jvm"])
+def test_a_refused_first_bulk_request_is_read_another_way(jvm: Any, tmp_path: Path, reader: str) -> None:
+    """Planned for bulk reads (bulkRead=true), but the server refuses the first request with an API
+    error (a responder on the reference): each reader reads the partition another way (the Python
+    source by direct get, the JVM reader by STREAM.MSG.GET) and gets every row, filtered or not."""
+    import nats
+
+    ref = start_reference(tmp_path / "ref", jetstream=True)
+    try:
+        create_stream(ref.url, "refused", ["refused.>"])
+        publish(ref.url, [(f"refused.d{i % 3}", b"%d" % i) for i in range(1, 41)])
+        api(ref.url, "$JS.API.STREAM.MSG.DELETE.refused", {"seq": 7})
+        refusal = json.dumps({"error": {"code": 400, "err_code": 10003, "description": "bad request"}})
+
+        async def scenario() -> tuple[list[tuple], list[tuple]]:
+            nc = await nats.connect(ref.url)
+
+            async def refuse(msg: Any) -> None:
+                await nc.publish(msg.reply, refusal.encode())
+
+            await nc.subscribe("$JS.API.LEAFJET.READ.refused", cb=refuse)
+            await nc.flush()
+            try:
+                opts = {"reader": reader, "bulkRead": "true", "numPartitions": 2, "minPartitionSize": 1}
+                every = await asyncio.to_thread(lambda: _rows(_read(jvm, ref.url, "refused", **opts)))
+                some = await asyncio.to_thread(
+                    lambda: _rows(_read(jvm, ref.url, "refused", subject="refused.d1", endSeq=30, **opts))
+                )
+                return every, some
+            finally:
+                await nc.close()
+
+        every, some = asyncio.run(scenario())
+        assert [r[1] for r in every] == [s for s in range(1, 41) if s != 7]
+        assert [bytes(r[5]) for r in every][:3] == [b"1", b"2", b"3"]
+        assert [r[1] for r in some] == [s for s in range(1, 31) if s % 3 == 1 and s != 7]
+        assert {r[2] for r in some} == {"refused.d1"}
+    finally:
+        ref.stop()

@@ -16,15 +16,18 @@ import org.apache.spark.unsafe.types.UTF8String;
  * bound is continued before the next chunk; with a subject filter one request at a time from the
  * last covered + 1; a reply that covers nothing ends the read. A message too large for a reply is
  * read alone by MSG.GET. The lowest sequence the read did not return is checked against the
- * stream's first sequence at the end: below it means data loss.
+ * stream's first sequence at the end: below it means data loss. A partition whose first bulk
+ * request is refused (an error reply: the server no longer serves the read API to us) reads its
+ * range by STREAM.MSG.GET instead, one message per request, as the Python source falls back to
+ * direct gets there.
  */
 public final class BulkReader implements PartitionReader<ColumnarBatch> {
   static final String H_READ = "Leafjet-Read";
   static final String H_LAST = "Leafjet-Read-Last";
   static final String H_ENCODING = "Leafjet-Read-Encoding";
+  private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(BulkReader.class);
   private static final int IN_FLIGHT = 2;
-  private static final long MAX_BYTES = 8 << 20; // the server clamps it to its reply ceiling
-  private static final long MAX_DECOMPRESSED = 64 << 20;
+  private static final int MAX_BYTES = 8 << 20; // the server clamps it to its reply ceiling
 
   private record Ask(long lo, long hi, String token) {}
 
@@ -38,7 +41,10 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
   private long nextLo;
   private boolean done;
   private boolean finished;
+  private boolean answered; // some bulk request of this partition was answered with a frame
+  private boolean byMsgGet; // the first bulk request was refused: the rest by STREAM.MSG.GET
   private ColumnarBatch current;
+  private byte[] currentBuffer; // the current batch's frame bytes, when they are a reused buffer
   // data loss: the lowest sequence of the range not returned so far (-1: none missing)
   private long expected;
   private long gap = -1;
@@ -77,10 +83,20 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
   public boolean next() {
     closeCurrent();
     while (!done) {
-      Piece piece = opts.subject != null ? nextFiltered() : nextChunk();
+      Piece piece;
+      try {
+        piece = byMsgGet ? single(nextLo) : opts.subject != null ? nextFiltered() : nextChunk();
+      } catch (NotServed e) {
+        LOG.warn("{}; reading the range from {} by STREAM.MSG.GET instead", e.getMessage(), e.seq);
+        dropWindow();
+        nextLo = e.seq;
+        byMsgGet = true;
+        continue;
+      }
       if (piece != null && piece.rows > 0) {
         see(piece.frame, piece.rows);
         current = FrameColumns.batch(stream, piece.frame, piece.rows, opts.nullHeaders, json);
+        currentBuffer = piece.reused ? piece.frame.bytes : null;
         return true;
       }
     }
@@ -104,13 +120,28 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
       current.close();
       current = null;
     }
+    // Spark is done with the batch once it asks for the next one (its own columnar readers reuse
+    // their vectors the same way): the frame's buffer takes the next reply
+    client.recycle(currentBuffer);
+    currentBuffer = null;
+  }
+
+  /** The first bulk request was refused with an error reply: the server does not serve it to us. */
+  private static final class NotServed extends LeafjetException {
+    private static final long serialVersionUID = 1L;
+    final long seq;
+
+    NotServed(String message, long seq) {
+      super(message);
+      this.seq = seq;
+    }
   }
 
   /** A reply's use: the frame's first ``rows`` rows are every stored message it covers in range. */
-  private record Piece(Frame frame, int rows) {}
+  private record Piece(Frame frame, int rows, boolean reused) {}
 
   /** The reply to a request from ``lo``: (last covered, frame); null frame = too large (10054). */
-  private record Reply(long covered, Frame frame) {}
+  private record Reply(long covered, Frame frame, boolean reused) {}
 
   private Piece nextChunk() {
     while (window.size() < IN_FLIGHT && nextLo <= last) {
@@ -136,7 +167,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
     if (r.covered < a.hi) { // cut short by the byte bound: the rest of this chunk goes first
       window.addFirst(new Ask(r.covered + 1, a.hi, ask(r.covered + 1, a.hi - r.covered)));
     }
-    return new Piece(r.frame, rowsUpTo(r, a.hi));
+    return new Piece(r.frame, rowsUpTo(r, a.hi), r.reused);
   }
 
   private Piece nextFiltered() {
@@ -155,7 +186,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
       return null;
     }
     nextLo = r.covered + 1;
-    return new Piece(r.frame, rowsUpTo(r, last));
+    return new Piece(r.frame, rowsUpTo(r, last), r.reused);
   }
 
   private Piece single(long seq) {
@@ -169,7 +200,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
           "bad STREAM.MSG.GET answer for " + opts.where() + ": message " + f.seq(0) + " asked from " + seq);
     }
     nextLo = f.seq(0) + 1;
-    return new Piece(f, 1);
+    return new Piece(f, 1, false);
   }
 
   private void dropWindow() {
@@ -208,7 +239,16 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
       b.append(",\"compress\":\"zstd\"");
     }
     b.append('}');
-    return client.request(subject, b.toString().getBytes(StandardCharsets.UTF_8));
+    return client.request(subject, b.toString().getBytes(StandardCharsets.UTF_8), replyLimit(), true);
+  }
+
+  /**
+   * The most bytes a reply may have: what was asked for, or one message up to the server's
+   * max_payload (the first message of a reply goes even past max_bytes), plus the frame's
+   * framing. More is a broken or forged server: refused before it is allocated.
+   */
+  private int replyLimit() {
+    return Math.max(MAX_BYTES, client.maxPayload) + NatsClient.FRAMING;
   }
 
   private Reply answer(long seq, String token) {
@@ -218,9 +258,10 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
           "bulk read from " + seq + " timed out after " + opts.timeoutSeconds + "s for " + opts.where());
     }
     if (m.header(H_READ) == null) {
-      JsonNode err = StreamApi.error(m.data);
+      byte[] body = m.exact();
+      JsonNode err = StreamApi.error(body);
       if (err == null) {
-        String start = new String(m.data, 0, Math.min(60, m.data.length), StandardCharsets.UTF_8);
+        String start = new String(body, 0, Math.min(60, body.length), StandardCharsets.UTF_8);
         throw new LeafjetException(
             "bulk read from " + seq + " failed for " + opts.where() + ": unexpected reply " + start);
       }
@@ -230,10 +271,11 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
             opts.where() + " not found: " + StreamApi.description(err));
       }
       if (code == StreamApi.ERR_TOO_LARGE) {
-        return new Reply(seq, null);
+        answered = true;
+        return new Reply(seq, null, false);
       }
-      throw new LeafjetException(
-          "bulk read from " + seq + " failed for " + opts.where() + ": " + StreamApi.description(err));
+      String text = "bulk read from " + seq + " failed for " + opts.where() + ": " + StreamApi.description(err);
+      throw answered ? new LeafjetException(text) : new NotServed(text, seq);
     }
     long covered;
     try {
@@ -241,11 +283,16 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
     } catch (RuntimeException e) {
       throw new LeafjetException("bad bulk read reply from " + seq + " for " + opts.where() + ": no " + H_LAST);
     }
-    byte[] data = m.data;
+    boolean reused = true;
+    Frame f;
     if ("zstd".equals(m.header(H_ENCODING))) {
-      data = decompress(data, seq);
+      byte[] data = decompress(m.exact(), seq);
+      client.recycle(m.data);
+      reused = false;
+      f = Frame.decode(data, opts.where());
+    } else {
+      f = Frame.decode(m.data, m.length, opts.where());
     }
-    Frame f = Frame.decode(data, opts.where());
     if (covered < seq - 1 || (f.count > 0 && (f.seq(0) < seq || f.seq(f.count - 1) > covered))) {
       throw new LeafjetException(
           "bad bulk read reply from "
@@ -258,12 +305,13 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
               + f.count
               + " messages");
     }
-    return new Reply(covered, f);
+    answered = true;
+    return new Reply(covered, f, reused);
   }
 
   private byte[] decompress(byte[] data, long seq) {
     long size = Zstd.getFrameContentSize(data);
-    if (size <= 0 || size > MAX_DECOMPRESSED) {
+    if (size <= 0 || size > replyLimit()) {
       throw new LeafjetException(
           "bad bulk read reply from " + seq + " for " + opts.where() + ": compressed frame size " + size);
     }

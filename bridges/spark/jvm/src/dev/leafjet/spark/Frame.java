@@ -65,7 +65,12 @@ final class Frame {
   }
 
   static Frame decode(byte[] b, String where) {
-    if (b.length < 16) {
+    return decode(b, b.length, where);
+  }
+
+  /** The frame in the first ``length`` bytes of ``b`` (a reused buffer may be longer). */
+  static Frame decode(byte[] b, int length, String where) {
+    if (length < 16) {
       throw bad(where, "truncated frame: no header");
     }
     if (b[0] != 'L' || b[1] != 'J' || b[2] != 'R' || b[3] != 'F') {
@@ -80,8 +85,8 @@ final class Frame {
     if (flags != 0) {
       throw bad(where, "read frame flags 0x" + Integer.toHexString(flags) + " are not supported");
     }
-    if (count * 16 > b.length) {
-      throw bad(where, "truncated frame: " + count + " rows in " + b.length + " bytes");
+    if (count * 16 > length) {
+      throw bad(where, "truncated frame: " + count + " rows in " + length + " bytes");
     }
     int n = (int) count;
     int[] at = new int[8];
@@ -92,7 +97,7 @@ final class Frame {
     p += 8L * n;
     for (int col = 0; col < 3; col++) {
       long offsetsBytes = 4L * (n + 1);
-      if (p + offsetsBytes > b.length) {
+      if (p + offsetsBytes > length) {
         throw bad(where, "truncated frame: " + COLUMNS[col] + " offsets");
       }
       int offs = (int) p;
@@ -109,14 +114,14 @@ final class Frame {
         }
         prev = o;
       }
-      if (p + prev > b.length) {
+      if (p + prev > length) {
         throw bad(where, "truncated frame: " + COLUMNS[col] + " bytes");
       }
       at[3 + 2 * col] = (int) p;
       p += prev + pad(prev);
     }
-    if (p != b.length) {
-      throw bad(where, (b.length - p) + " bytes after the frame");
+    if (p != length) {
+      throw bad(where, (length - p) + " bytes after the frame");
     }
     Frame f = new Frame(b, n, at);
     long last = 0;

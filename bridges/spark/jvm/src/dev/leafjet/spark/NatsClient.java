@@ -20,23 +20,43 @@ import java.util.UUID;
  * A minimal NATS client over one plain socket: CONNECT (user/password or token), one wildcard
  * inbox subscription, PUB with a reply subject, MSG/HMSG, PING/PONG. Synchronous: the caller
  * reads until the reply it waits for arrives; replies to other requests are kept by token. Every
- * read has the source's timeout (a read that gets any byte is progress), no reconnects: a task
- * that loses its server fails and Spark retries it.
+ * read has the source's timeout (a read that gets any byte is progress), and the handshake as a
+ * whole has it too (a server that trickles its INFO a byte at a time is not progress); no
+ * reconnects: a task that loses its server fails and Spark retries it. Each request says how
+ * large its reply may be: a message line that claims more ends the read before anything is
+ * allocated.
  */
 final class NatsClient implements Closeable {
   static final ObjectMapper JSON = new ObjectMapper();
-  private static final int MAX_MESSAGE = 256 << 20;
+  /** Room for what wraps a payload: a JSON answer's fields, a frame's header and padding. */
+  static final int FRAMING = 64 << 10;
+  /** NATS caps max_payload at 64 MiB; an INFO that says more is not believed. */
+  private static final int MAX_PAYLOAD_CEILING = 64 << 20;
 
-  /** One received message: the token of its inbox subject, its header block (or null), payload. */
+  /**
+   * One received message: the token of its inbox subject, its header block (or null), payload:
+   * the first ``length`` bytes of ``data`` (the whole array unless its request reuses buffers).
+   */
   static final class Msg {
     final String token;
     final byte[] headers;
     final byte[] data;
+    final int length;
 
     Msg(String token, byte[] headers, byte[] data) {
+      this(token, headers, data, data == null ? 0 : data.length);
+    }
+
+    Msg(String token, byte[] headers, byte[] data, int length) {
       this.token = token;
       this.headers = headers;
       this.data = data;
+      this.length = length;
+    }
+
+    /** The payload in an array of its own length. */
+    byte[] exact() {
+      return length == data.length ? data : java.util.Arrays.copyOf(data, length);
     }
 
     /** A header's value ("Name: value" lines of the block), or null. */
@@ -79,10 +99,21 @@ final class NatsClient implements Closeable {
   private final String inbox;
   private long counter;
   private final Map<String, Msg> early = new HashMap<>(); // replies that came before their await
-  // requests whose reply is still wanted: only their replies are kept, so a server's replies to
-  // nothing (or twice, or to a forgotten request) cannot pile up
-  private final java.util.Set<String> pending = new java.util.HashSet<>();
+  // requests whose reply is still wanted, with the most bytes that reply may have: only their
+  // replies are kept, so a server's replies to nothing (or twice, or to a forgotten request)
+  // cannot pile up
+  private final Map<String, Integer> pending = new HashMap<>();
+  private int largestAsked = FRAMING; // the largest reply any request so far may have had
+  // requests whose reply payload goes into a reused buffer (bulk frames: ~1 MiB each, a humongous
+  // allocation for G1 when new every time), and the buffers handed back (recycle)
+  private final java.util.Set<String> reusing = new java.util.HashSet<>();
+  private final java.util.ArrayDeque<byte[]> spare = new java.util.ArrayDeque<>();
+  private static final int SPARE_BUFFERS = 2;
+  private static final int BUFFER_STEP = 256 << 10;
+  private long handshakeDeadline; // System.nanoTime() the handshake must end by; 0 once it has
   final JsonNode serverInfo;
+  /** The largest message the server accepts (its INFO's max_payload; 1 MiB when it names none). */
+  final int maxPayload;
 
   private NatsClient(ReadOptions opts, Socket socket) throws IOException {
     this.opts = opts;
@@ -90,11 +121,22 @@ final class NatsClient implements Closeable {
     this.in = socket.getInputStream();
     this.out = new java.io.BufferedOutputStream(socket.getOutputStream(), 8192);
     this.inbox = "_INBOX." + UUID.randomUUID().toString().replace("-", "");
+    this.handshakeDeadline = System.nanoTime() + opts.timeoutMillis() * 1_000_000L;
     String info = readLine();
     if (!info.startsWith("INFO ")) {
       throw new IOException("expected INFO, got '" + abbreviate(info) + "'");
     }
     serverInfo = JSON.readTree(info.substring(5));
+    long said = serverInfo.path("max_payload").asLong(1 << 20);
+    maxPayload = (int) Math.max(1024, Math.min(said, MAX_PAYLOAD_CEILING));
+  }
+
+  /**
+   * The most bytes a JetStream API answer may have: a message of up to max_payload in base64 (as
+   * STREAM.MSG.GET answers it) with its JSON fields.
+   */
+  int apiReplyLimit() {
+    return maxPayload / 3 * 4 + FRAMING;
   }
 
   /** Connect to the first server of the list that answers; errors name the server and the stream. */
@@ -118,6 +160,13 @@ final class NatsClient implements Closeable {
         continue;
       }
       c.handshake(where);
+      c.handshakeDeadline = 0;
+      try {
+        s.setSoTimeout(opts.timeoutMillis());
+      } catch (IOException e) {
+        c.close();
+        throw new LeafjetException.ServerUnreachable("cannot reach " + where + ": " + describe(e), e);
+      }
       return c;
     }
     throw new LeafjetException.ServerUnreachable(
@@ -184,10 +233,31 @@ final class NatsClient implements Closeable {
     return go != null && go.asText().contains("leafjet/");
   }
 
-  /** Send a request; returns its token (the reply comes to inbox.token). */
+  /** Send a JetStream API request; returns its token (the reply comes to inbox.token). */
   String request(String subject, byte[] body) {
+    return request(subject, body, apiReplyLimit());
+  }
+
+  /**
+   * Send a request whose reply may have at most ``replyLimit`` bytes (headers and payload);
+   * returns its token (the reply comes to inbox.token).
+   */
+  String request(String subject, byte[] body, int replyLimit) {
+    return request(subject, body, replyLimit, false);
+  }
+
+  /**
+   * As {@link #request(String, byte[], int)}; with ``reuse`` the reply's payload is read into a
+   * buffer handed back earlier by {@link #recycle} when one is large enough (its {@link Msg#length}
+   * then says where the payload ends).
+   */
+  String request(String subject, byte[] body, int replyLimit, boolean reuse) {
     String token = Long.toString(++counter);
-    pending.add(token);
+    pending.put(token, replyLimit);
+    largestAsked = Math.max(largestAsked, replyLimit);
+    if (reuse) {
+      reusing.add(token);
+    }
     try {
       write(
           ("PUB " + subject + " " + inbox + "." + token + " " + body.length + "\r\n")
@@ -206,6 +276,7 @@ final class NatsClient implements Closeable {
     Msg m = early.remove(token);
     if (m != null) {
       pending.remove(token);
+      reusing.remove(token);
       return m;
     }
     try {
@@ -213,14 +284,17 @@ final class NatsClient implements Closeable {
         m = readMsg();
         if (m.token.equals(token)) {
           pending.remove(token);
+          reusing.remove(token);
           return m;
         }
-        if (pending.contains(m.token)) {
+        if (m.data != null && pending.containsKey(m.token)) {
           early.put(m.token, m);
         }
       }
     } catch (SocketTimeoutException e) {
       return null;
+    } catch (MessageTooLarge e) {
+      throw new LeafjetException("bad reply from " + opts.where() + ": " + e.getMessage(), e);
     } catch (IOException e) {
       throw new LeafjetException("lost the connection to " + opts.where() + ": " + describe(e), e);
     }
@@ -229,7 +303,26 @@ final class NatsClient implements Closeable {
   /** Forget a request whose reply will not be used (a reply that comes later is dropped). */
   void forget(String token) {
     pending.remove(token);
+    reusing.remove(token);
     early.remove(token);
+  }
+
+  /** A payload buffer of a reusing request that nothing reads any more: the next such reply's. */
+  void recycle(byte[] b) {
+    if (b != null && spare.size() < SPARE_BUFFERS) {
+      spare.push(b);
+    }
+  }
+
+  private byte[] buffer(int n) {
+    while (!spare.isEmpty()) {
+      byte[] b = spare.pop();
+      if (b.length >= n) {
+        return b;
+      }
+    }
+    // rounded up, so a later reply a little larger than this one still fits it
+    return new byte[(int) Math.min(Integer.MAX_VALUE - 8, ((long) n + BUFFER_STEP - 1) / BUFFER_STEP * BUFFER_STEP)];
   }
 
   /** A JetStream API request's JSON answer; errors name the subject and the stream. */
@@ -274,15 +367,30 @@ final class NatsClient implements Closeable {
         } catch (RuntimeException e) {
           throw new IOException("bad message line '" + abbreviate(line) + "'");
         }
-        // a reply is at most the server's max_payload (MiBs): more is no NATS message we asked for
-        if (total < hdr || hdr < 0 || total > MAX_MESSAGE || f.length < 4) {
+        if (total < hdr || hdr < 0 || f.length < 4) {
           throw new IOException("bad message sizes in '" + abbreviate(line) + "'");
         }
-        byte[] headers = hasHeaders ? readBytes(hdr) : null;
-        byte[] data = readBytes(total - hdr);
-        readBytes(2); // CRLF
         String subject = f[1];
-        return new Msg(subject.substring(subject.lastIndexOf('.') + 1), headers, data);
+        String token = subject.substring(subject.lastIndexOf('.') + 1);
+        Integer limit = pending.get(token);
+        if (limit == null) { // a reply to nothing still awaited (a forgotten request): skipped, never kept
+          if (total > largestAsked) {
+            throw new MessageTooLarge(
+                "a message of " + total + " bytes to nothing awaited, more than any request asked for");
+          }
+          skipBytes(total + 2L);
+          return new Msg(token, null, null);
+        }
+        // checked before anything is allocated: a forged size cannot take the heap
+        if (total > limit) {
+          throw new MessageTooLarge(
+              "a reply of " + total + " bytes, more than the " + limit + " asked for (with framing)");
+        }
+        byte[] headers = hasHeaders ? readBytes(hdr) : null;
+        int size = total - hdr;
+        byte[] data = reusing.contains(token) ? readInto(buffer(size), size) : readBytes(size);
+        readBytes(2); // CRLF
+        return new Msg(token, headers, data, size);
       } else if (line.startsWith("PING")) {
         write("PONG\r\n".getBytes(StandardCharsets.US_ASCII));
         flush();
@@ -324,8 +432,32 @@ final class NatsClient implements Closeable {
     }
   }
 
+  /** A reply larger than its request allows (a broken or forged server). */
+  static final class MessageTooLarge extends IOException {
+    private static final long serialVersionUID = 1L;
+
+    MessageTooLarge(String message) {
+      super(message);
+    }
+  }
+
+  private void skipBytes(long n) throws IOException {
+    while (n > 0) {
+      if (pos == lim) {
+        fill();
+      }
+      int take = (int) Math.min(n, lim - pos);
+      pos += take;
+      n -= take;
+    }
+  }
+
   private byte[] readBytes(int n) throws IOException {
-    byte[] outBytes = new byte[n];
+    return readInto(new byte[n], n);
+  }
+
+  /** The next ``n`` bytes into the start of ``outBytes``; returns it. */
+  private byte[] readInto(byte[] outBytes, int n) throws IOException {
     int have = Math.min(n, lim - pos);
     System.arraycopy(buf, pos, outBytes, 0, have);
     pos += have;
@@ -342,7 +474,24 @@ final class NatsClient implements Closeable {
   private void fill() throws IOException {
     pos = 0;
     lim = 0;
-    int r = in.read(buf, 0, buf.length);
+    if (handshakeDeadline != 0) { // each read gets what is left of the handshake's time
+      long left = (handshakeDeadline - System.nanoTime()) / 1_000_000L;
+      if (left <= 0) {
+        throw new SocketTimeoutException(
+            "no handshake (INFO, CONNECT, PONG) within " + opts.timeoutSeconds + "s");
+      }
+      socket.setSoTimeout((int) Math.min(left, Integer.MAX_VALUE));
+    }
+    int r;
+    try {
+      r = in.read(buf, 0, buf.length);
+    } catch (SocketTimeoutException e) {
+      if (handshakeDeadline != 0) {
+        throw new SocketTimeoutException(
+            "no handshake (INFO, CONNECT, PONG) within " + opts.timeoutSeconds + "s");
+      }
+      throw e;
+    }
     if (r < 0) {
       throw new IOException("connection closed by the server");
     }
