@@ -184,6 +184,17 @@ class StoreStats:
     last_error: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class BlockStats:
+    """Column blocks (colblocks.py): ``through`` is the last sequence of the newest block built (0:
+    none), ``built`` the blocks built or rebuilt and ``served`` the messages read from blocks since
+    the store was opened."""
+
+    through: int
+    built: int
+    served: int
+
+
 class _Stats:
     __slots__ = (
         "checkpoints",
@@ -506,7 +517,8 @@ class SqliteStore:
         self._blk_stale: set[int] = set()  # blocks a read found wrong: rebuild them
         self._blk_job_on = False  # a block job is queued or running
         self._blk_swept = False  # blocks of another size were dropped (once per open)
-        self._blk_built = 0
+        self._blk_built = 0  # blocks built (and rebuilt) since the open
+        self._blk_served = 0  # messages read from blocks since the open
 
     # ------------------------------------------------------------------------------------- open
 
@@ -1224,6 +1236,7 @@ class SqliteStore:
                 parts.append(await self._piece(pos, lo - 1, p))
             top = min(lo + rows - 1, last)
             parts.append(colblocks.rows_between(cols, pos, top))
+            self._blk_served += len(parts[-1])
             pos = top + 1
         if pos <= last:
             parts.append(await self._piece(pos, last, p))
@@ -1234,10 +1247,9 @@ class SqliteStore:
         parts = [c for c in parts if len(c)]
         return columns.concat(parts) if parts else columns.EMPTY
 
-    @property
-    def blocks_through(self) -> int:
-        """The last sequence of the newest column block built (0: none); for tests and stats."""
-        return self._blk_top
+    def block_stats(self) -> BlockStats:
+        """The column blocks' counters (tests, monitoring)."""
+        return BlockStats(self._blk_top, self._blk_built, self._blk_served)
 
     async def _read_columns(
         self, sql: str, params: tuple[Any, ...], limit: int, p: _Counters
