@@ -1914,8 +1914,8 @@ class SqliteStore:
         -- a block sealed and not built, one found stale, or the oldest one below the first
         sequence. A few attribute reads when there is none (every commit calls this)."""
         rows = self._blk_rows
-        if not rows or self._blk_job_on or self._dead:
-            return
+        if not rows or self._blk_job_on or self._dead or self._max_file_bytes is not None:
+            return  # a store under a file-size cap spends none of it on derived data
         p = self._pub
         if not (
             p.last_seq >= (self._blk_next + 1) * rows
@@ -1937,10 +1937,10 @@ class SqliteStore:
         more = False
         try:
             for _ in range(colblocks.BLOCKS_PER_JOB):
-                k = self._blk_due()
-                if k is None:
+                due = self._blk_due()
+                if due is None:
                     break
-                if not self._blk_build(k):
+                if not self._blk_build(*due):
                     break  # the connections are closed (idle, or the store is closing)
             else:
                 more = True
@@ -1956,16 +1956,17 @@ class SqliteStore:
         else:
             self._blk_kick()  # a commit while the job ran found it on and did not queue one
 
-    def _blk_due(self) -> int | None:
-        """The next block to build: a stale one, else the next sealed one; None when none is."""
+    def _blk_due(self) -> tuple[int, bool] | None:
+        """The next block to build and whether it is a rebuild (a stale one first), else the next
+        sealed one; None when none is."""
         rows = self._blk_rows
         with self._lock:
             p = self._pub
         with self._blk_lock:
             if self._blk_stale:
-                return self._blk_stale.pop()
+                return self._blk_stale.pop(), True
             k = self._blk_next = max(self._blk_next, colblocks.block_of(p.first_seq, rows))
-        return k if colblocks.bounds(k, rows)[1] <= p.last_seq else None
+        return (k, False) if colblocks.bounds(k, rows)[1] <= p.last_seq else None
 
     def _blk_columns(self, conn: sqlite3.Connection, lo: int, hi: int) -> columns.MsgColumns:
         """The messages of ``[lo, hi]`` as columns, on the reading connection (``_rlock`` held):
@@ -1983,11 +1984,14 @@ class SqliteStore:
         rows = conn.execute(f"SELECT {COLS} FROM msgs WHERE seq >= ? AND seq <= ? ORDER BY seq", (lo, hi))
         return columns.columns_of(self._decode_sync(rows.fetchall()))
 
-    def _blk_build(self, k: int) -> bool:
+    def _blk_build(self, k: int, rebuild: bool = False) -> bool:
         """Build block ``k`` (its range is sealed): read its rows on the reading connection,
         serialize them here, write the blob in a transaction of its own. False when the store's
         connections are closed. Rows deleted between the read and the write leave a block
-        whose count is above the rows in its range: reads refuse it (``_blk_parts``)."""
+        whose count is above the rows in its range: reads refuse it (``_blk_parts``). A
+        rebuild replaces the old blob with ``secure_delete`` on: it may hold an erased message
+        (``DeleteOp(erase=True)`` drops the block, but a build that read the rows before the
+        erase may have written it again since)."""
         rows = self._blk_rows
         lo, hi = colblocks.bounds(k, rows)
         with self._rlock:
@@ -2001,7 +2005,7 @@ class SqliteStore:
             sql, params = colblocks.INSERT, (lo, hi, len(cols), encoding, body)
         else:
             sql, params = "DELETE FROM colblocks WHERE lo = ?", (lo,)
-        written = self._blk_write(sql, params)
+        written = self._blk_write(sql, params, secure=rebuild)
         if written is None:
             return False
         with self._blk_lock:
@@ -2024,7 +2028,7 @@ class SqliteStore:
             with self._blk_lock:
                 self._blk_low = max(self._blk_low, colblocks.bounds(colblocks.block_of(first, rows), rows)[0])
 
-    def _blk_write(self, sql: str, params: tuple[Any, ...]) -> bool | None:
+    def _blk_write(self, sql: str, params: tuple[Any, ...], secure: bool = False) -> bool | None:
         """One statement on the writing connection, in a transaction of its own (``_wlock``: the
         store's batches wait for it as for another batch). It does not fsync even with
         ``sync="always"``: blocks are derived data, and the next durable commit fsyncs the WAL
@@ -2038,6 +2042,8 @@ class SqliteStore:
             try:
                 if full:
                     conn.execute("PRAGMA synchronous = NORMAL")
+                if secure:
+                    conn.execute("PRAGMA secure_delete = ON")
                 conn.execute("BEGIN IMMEDIATE")
                 if not self._blk_swept:  # blocks of another size (an open with another block_rows)
                     conn.execute("DELETE FROM colblocks WHERE hi != lo + ?", (self._blk_rows - 1,))
@@ -2051,9 +2057,11 @@ class SqliteStore:
                 self._stats.last_error = repr(e)
                 return False
             finally:
-                if full:
-                    with contextlib.suppress(sqlite3.Error):
+                with contextlib.suppress(sqlite3.Error):
+                    if full:
                         conn.execute("PRAGMA synchronous = FULL")
+                    if secure:
+                        conn.execute("PRAGMA secure_delete = OFF")
         self._bg_due(time.monotonic())
         return True
 
@@ -2544,6 +2552,11 @@ class SqliteStore:
                     (op.seq,),
                 )
                 conn.execute("DELETE FROM msgs WHERE seq = ?", (op.seq,))
+                if self._blk_rows:  # its column block holds the payload too: zeroed with it
+                    lo = colblocks.bounds(colblocks.block_of(op.seq, self._blk_rows), self._blk_rows)[0]
+                    if conn.execute("DELETE FROM colblocks WHERE lo = ?", (lo,)).rowcount:
+                        with self._blk_lock:  # built again, without it, by the block job
+                            self._blk_stale.add(colblocks.block_of(op.seq, self._blk_rows))
             finally:
                 conn.execute("PRAGMA secure_delete = OFF")
         else:

@@ -381,3 +381,39 @@ async def test_many_blocks_in_one_read_with_a_few_holes(tmp_path: Path) -> None:
     finally:
         await blocks.close()
         await plain.close()
+
+
+async def test_an_erased_message_leaves_no_copy_in_its_block(tmp_path: Path) -> None:
+    secret = b"SECRET-PAYLOAD-0123456789"
+    path = tmp_path / "erase.db"
+    store = await SqliteStore.open(path, block_rows=ROWS)
+    try:
+        ops = appends(0, 16)
+        ops[4] = Append("orders.x", None, secret, T0 + 4)
+        for i in range(0, 16, 4):
+            await store.apply(ops[i : i + 4])
+        with anyio.fail_after(30):
+            while store.block_stats().through < 16:
+                await anyio.sleep(0.01)
+        assert secret in _body(path, 1)
+        await store.apply([DeleteOp(5, erase=True)])
+        with anyio.fail_after(30):  # rebuilt without it
+            while store._blk_job_on or store._blk_stale or (1, 8, 7) not in block_rows_in(path):
+                await anyio.sleep(0.01)
+        cols, _ = await store.read_columns(1, 16, 100)
+        assert 5 not in cols.seqs and secret not in bytes(cols.data)
+    finally:
+        await store.close()
+    assert secret not in path.read_bytes()  # the close checkpointed the WAL into the file
+
+
+async def test_a_store_with_a_file_size_cap_builds_no_blocks(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "capped.db", block_rows=ROWS, max_file_bytes=64 << 20)
+    try:
+        for i in range(0, 24, 4):
+            await store.apply(appends(i, 4))
+        await store.flush()
+        await anyio.sleep(0.1)
+        assert store.block_stats().built == 0
+    finally:
+        await store.close()
