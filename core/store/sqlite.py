@@ -1899,10 +1899,15 @@ class SqliteStore:
         rows = self._blk_rows
         if not rows:
             return
-        schema.ensure_colblocks(conn)
-        top, low = conn.execute(
-            "SELECT max(hi), min(lo) FROM colblocks WHERE hi = lo + ?", (rows - 1,)
-        ).fetchone()
+        try:
+            schema.ensure_colblocks(conn)
+            top, low = conn.execute(
+                "SELECT max(hi), min(lo) FROM colblocks WHERE hi = lo + ?", (rows - 1,)
+            ).fetchone()
+        except sqlite3.Error as e:  # an old file on a full disk: the store works without blocks
+            self._stats.last_error = repr(e)
+            self._blk_rows = 0
+            return
         with self._blk_lock:
             self._blk_top = top or 0
             self._blk_low = low or 0
