@@ -8,7 +8,8 @@ For each block size (0: none, the aggregate statement on every read) a fresh Sql
 appends of 2,000 (the Spark bench's shape), the blocks are waited for, and the stream is read
 whole ``--runs`` times by ``read_columns`` in requests of ``--request`` messages, each encoded as
 the bulk read's frame. Printed: the fill's CPU per message (the process's, pool threads
-included: the blocks are built there), the file's bytes per message after a checkpoint, and the
+included: the blocks are built there), how long after the fill's last commit the last sealed
+block was built (the job keeping up with ingest), the file's bytes per message after a checkpoint, and the
 reads' CPU per row (each run; the first may include the OS's page cache warming). Never asserts.
 """
 
@@ -62,16 +63,19 @@ async def run(msgs: int, size: int, request: int, runs: int, rows: list[int]) ->
             store = await SqliteStore.open(path, block_rows=block_rows, sync="interval")
             t = time.process_time()
             await _fill(store, msgs, size)
+            filled = time.perf_counter()
             sealed = (msgs // block_rows) * block_rows if block_rows else 0
             while store.block_stats().through < sealed:
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.01)
+            lag_ms = (time.perf_counter() - filled) * 1000
             fill_us = (time.process_time() - t) / msgs * 1e6
             scans = [await _scan(store, msgs, request) for _ in range(runs)]
             stats = store.block_stats()
             await store.close()  # the last close checkpoints the WAL into the file
             disk = path.stat().st_size / msgs
             print(
-                f"  block_rows={block_rows:>6}: fill {fill_us:.2f} us/msg CPU, file {disk:.0f} B/msg, "
+                f"  block_rows={block_rows:>6}: fill {fill_us:.2f} us/msg CPU (blocks done {lag_ms:.0f} ms "
+                f"after it), file {disk:.0f} B/msg, "
                 f"read {', '.join(f'{s:.3f}' for s in scans)} us/row CPU "
                 f"(blocks {stats.built}, rows served from blocks {stats.served})"
             )
