@@ -1939,26 +1939,31 @@ class SqliteStore:
         the first sequence; then again, behind the pool's other jobs, while more are due. A
         store under heavy ingest thus keeps building (a block costs ~1 us a row, far less than
         storing the row) without holding a worker for long."""
-        more = False
-        try:
-            for _ in range(colblocks.BLOCKS_PER_JOB):
-                due = self._blk_due()
-                if due is None:
-                    break
-                if not self._blk_build(*due):
-                    break  # the connections are closed (idle, or the store is closing)
-            else:
-                more = True
-            self._blk_gc()
-        except Exception as e:  # a bug or a fault: blocks are an optimisation, reads go on without
-            self._stats.last_error = repr(e)
-            more = False
+        more = failed = False
+        for _ in range(colblocks.BLOCKS_PER_JOB):
+            due = self._blk_due()
+            if due is None:
+                break
+            try:
+                built = self._blk_build(*due)
+            except Exception as e:  # a damaged range, a bug: that block is left out, reads go on
+                self._stats.last_error = repr(e)
+                with self._blk_lock:
+                    self._blk_next = max(self._blk_next, due[0] + 1)
+                built = False
+            if not built:
+                failed = True  # closed, or failed: stop until the next commit's kick
+                break
+        else:
+            more = True
+        if not failed and not self._blk_gc():
+            failed = True
         with self._blk_lock:
-            again = more and not self._dead
+            again = more and not failed and not self._dead
             self._blk_job_on = again
         if again:
             POOL.submit(self._blk_job)
-        else:
+        elif not failed:
             self._blk_kick()  # a commit while the job ran found it on and did not queue one
 
     def _blk_due(self) -> tuple[int, bool] | None:
@@ -1968,8 +1973,10 @@ class SqliteStore:
         with self._lock:
             p = self._pub
         with self._blk_lock:
-            if self._blk_stale:
-                return self._blk_stale.pop(), True
+            while self._blk_stale:
+                k = self._blk_stale.pop()
+                if colblocks.bounds(k, rows)[1] <= p.last_seq:  # only ever a sealed range
+                    return k, True
             k = self._blk_next = max(self._blk_next, colblocks.block_of(p.first_seq, rows))
         return (k, False) if colblocks.bounds(k, rows)[1] <= p.last_seq else None
 
@@ -1992,11 +1999,11 @@ class SqliteStore:
     def _blk_build(self, k: int, rebuild: bool = False) -> bool:
         """Build block ``k`` (its range is sealed): read its rows on the reading connection,
         serialize them here, write the blob in a transaction of its own. False when the store's
-        connections are closed. Rows deleted between the read and the write leave a block
-        whose count is above the rows in its range: reads refuse it (``_blk_parts``). A
-        rebuild replaces the old blob with ``secure_delete`` on: it may hold an erased message
-        (``DeleteOp(erase=True)`` drops the block, but a build that read the rows before the
-        erase may have written it again since)."""
+        connections are closed or the write failed (the job stops until the next commit). Rows
+        deleted between the read and the write leave a block whose count is above the rows in
+        its range: reads refuse it (``_blk_parts``). A rebuild replaces the old blob with
+        ``secure_delete`` on: it may hold an erased message (``DeleteOp(erase=True)`` drops the
+        block, but a build that read the rows before the erase may have written it since)."""
         rows = self._blk_rows
         lo, hi = colblocks.bounds(k, rows)
         with self._rlock:
@@ -2014,24 +2021,27 @@ class SqliteStore:
         if written is None:
             return False
         with self._blk_lock:
-            self._blk_next = max(self._blk_next, k + 1)
+            self._blk_next = max(self._blk_next, k + 1)  # a failed write leaves the block out
             if written and len(cols):
                 self._blk_top = max(self._blk_top, hi)
                 self._blk_low = min(self._blk_low, lo) if self._blk_low else lo
                 self._blk_built += 1
-        return True
+        return written
 
-    def _blk_gc(self) -> None:
-        """Drop the blocks wholly below the first sequence (a purge, limits, expiry)."""
+    def _blk_gc(self) -> bool:
+        """Drop the blocks wholly below the first sequence (a purge, limits, expiry); False when
+        that failed."""
         rows = self._blk_rows
         with self._lock:
             first = self._pub.first_seq
         low = self._blk_low
         if not low or low + rows - 1 >= first:
-            return
-        if self._blk_write("DELETE FROM colblocks WHERE lo < ?", (first - rows + 1,)):
-            with self._blk_lock:
-                self._blk_low = max(self._blk_low, colblocks.bounds(colblocks.block_of(first, rows), rows)[0])
+            return True
+        if not self._blk_write("DELETE FROM colblocks WHERE lo < ?", (first - rows + 1,)):
+            return False
+        with self._blk_lock:
+            self._blk_low = max(self._blk_low, colblocks.bounds(colblocks.block_of(first, rows), rows)[0])
+        return True
 
     def _blk_write(self, sql: str, params: tuple[Any, ...], secure: bool = False) -> bool | None:
         """One statement on the writing connection, in a transaction of its own (``_wlock``: the
@@ -2558,10 +2568,12 @@ class SqliteStore:
                 )
                 conn.execute("DELETE FROM msgs WHERE seq = ?", (op.seq,))
                 if self._blk_rows:  # its column block holds the payload too: zeroed with it
-                    lo = colblocks.bounds(colblocks.block_of(op.seq, self._blk_rows), self._blk_rows)[0]
-                    if conn.execute("DELETE FROM colblocks WHERE lo = ?", (lo,)).rowcount:
-                        with self._blk_lock:  # built again, without it, by the block job
-                            self._blk_stale.add(colblocks.block_of(op.seq, self._blk_rows))
+                    k = colblocks.block_of(op.seq, self._blk_rows)
+                    lo, hi = colblocks.bounds(k, self._blk_rows)
+                    conn.execute("DELETE FROM colblocks WHERE lo = ?", (lo,))
+                    if k <= self._blk_next and hi <= self._w.last_seq:  # built, or being built
+                        with self._blk_lock:  # from rows read before this: rebuilt, replacing it
+                            self._blk_stale.add(k)
             finally:
                 conn.execute("PRAGMA secure_delete = OFF")
         else:

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
+from core.errors import StoreError
 from core.store import (
     Append,
     CipherSpec,
@@ -135,8 +136,6 @@ def test_a_body_decodes_to_the_columns_it_was_made_of() -> None:
 
 
 def test_a_damaged_body_is_refused() -> None:
-    from core.errors import StoreError
-
     body = colblocks.encode(columns_of([]))
     with pytest.raises(StoreError):
         colblocks.decode(body[:-1] + b"x" + b"y")
@@ -415,5 +414,32 @@ async def test_a_store_with_a_file_size_cap_builds_no_blocks(tmp_path: Path) -> 
         await store.flush()
         await anyio.sleep(0.1)
         assert store.block_stats().built == 0
+    finally:
+        await store.close()
+
+
+async def test_a_block_that_cannot_be_built_is_left_out_without_a_busy_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db", block_rows=ROWS)
+    calls = 0
+
+    def broken(*args: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        raise StoreError("columnar read: the sequences are out of order")
+
+    monkeypatch.setattr(store, "_blk_columns", broken)
+    try:
+        for i in range(0, 24, 4):
+            await store.apply(appends(i, 4))
+        with anyio.fail_after(30):
+            while calls == 0 or store._blk_job_on:
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.2)
+        assert calls <= 3 and store.block_stats().built == 0  # one try per block, then left out
+        assert "out of order" in (store.stats().last_error or "")
+        cols, _ = await store.read_columns(1, 24, 100)
+        assert list(cols.seqs) == list(range(1, 25))
     finally:
         await store.close()
