@@ -41,6 +41,12 @@ BLOCK_ROWS: Final = 4096
 USE_FRACTION: Final = 16
 # Blocks built per pool job (then it goes to the back of the pool's queue): bounded work per job.
 BLOCKS_PER_JOB: Final = 4
+# Blocks are built only while the stream's mean stored message is at most this many bytes. A
+# block saves a read the aggregate's cost per row (~0.9 us, fixed) and costs its build once,
+# which grows with the bytes (read, copied, written as overflow pages, checkpointed): with
+# 64-byte messages ~1 us/msg at ingest, with 1 KiB ~6 us/msg (16 -> 22 in bench.colblocks), and
+# a hub catching up from the reference lost a third of its rate (bench sources, ref -> lj).
+MAX_MEAN_BYTES: Final = 512
 
 PLAIN: Final = 0
 ZSTD: Final = 1

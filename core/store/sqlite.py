@@ -265,6 +265,12 @@ class _TailBudget:
 TAILS = _TailBudget(TAIL_BUDGET_BYTES)
 
 
+def _large(p: _Counters) -> bool:
+    """Are the stream's messages too large for new column blocks (``colblocks.MAX_MEAN_BYTES``:
+    a block would cost more at ingest than it saves a read)?"""
+    return p.nbytes > p.msgs * colblocks.MAX_MEAN_BYTES
+
+
 def _tail_columns(
     rows: list[tuple[Any, ...]], start: int, last: int, end: int
 ) -> tuple[columns.MsgColumns, int]:
@@ -1923,7 +1929,7 @@ class SqliteStore:
             return  # a store under a file-size cap spends none of it on derived data
         p = self._pub
         if not (
-            p.last_seq >= (self._blk_next + 1) * rows
+            (p.last_seq >= (self._blk_next + 1) * rows and not _large(p))
             or self._blk_stale
             or (self._blk_low and p.first_seq > self._blk_low + rows - 1)
         ):
@@ -1978,7 +1984,7 @@ class SqliteStore:
                 if colblocks.bounds(k, rows)[1] <= p.last_seq:  # only ever a sealed range
                     return k, True
             k = self._blk_next = max(self._blk_next, colblocks.block_of(p.first_seq, rows))
-        return (k, False) if colblocks.bounds(k, rows)[1] <= p.last_seq else None
+        return (k, False) if colblocks.bounds(k, rows)[1] <= p.last_seq and not _large(p) else None
 
     def _blk_columns(self, conn: sqlite3.Connection, lo: int, hi: int) -> columns.MsgColumns:
         """The messages of ``[lo, hi]`` as columns, on the reading connection (``_rlock`` held):

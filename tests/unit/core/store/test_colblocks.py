@@ -443,3 +443,24 @@ async def test_a_block_that_cannot_be_built_is_left_out_without_a_busy_loop(
         assert list(cols.seqs) == list(range(1, 25))
     finally:
         await store.close()
+
+
+async def test_a_stream_of_large_messages_gets_no_new_blocks(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "large.db", block_rows=ROWS)
+    try:
+        for i in range(0, 16, 4):  # small messages: blocks
+            await store.apply(appends(i, 4))
+        with anyio.fail_after(30):
+            while store.block_stats().through < 16:
+                await anyio.sleep(0.01)
+        big = b"b" * (2 * colblocks.MAX_MEAN_BYTES)
+        for i in range(16, 80, 4):  # the mean goes past MAX_MEAN_BYTES: no more
+            await store.apply([Append("orders.big", None, big, T0 + j) for j in range(i, i + 4)])
+        await store.flush()
+        await anyio.sleep(0.2)
+        through = store.block_stats().through
+        assert through <= 24  # 17..24 may be built: the mean passed the bound within it
+        cols, _ = await store.read_columns(1, 80, 1000)
+        assert list(cols.seqs) == list(range(1, 81)) and store.block_stats().served == through
+    finally:
+        await store.close()
