@@ -13,6 +13,10 @@ misread. Tables:
            changes them, so ``last_seq`` survives a purge of everything and a restart, and the counters
            need no table scan at open.
 ``info``   store-internal facts that are not the stream's data: cipher, key derivation, salt, key check.
+``colblocks``  derived data: sealed ranges of messages as pre-built columns (core/store/colblocks.py),
+           built in the background, checked before use, droppable at any time. A file made before
+           the table existed gets it at open (``ensure_colblocks``); no version change: an older
+           leafjet ignores the table, and a block its deletes made stale fails its count check.
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ from core.errors import StoreError
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x4C4A5354  # "LJST"
 SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# One row per column block: ``lo``..``hi`` the sequences it covers, ``count`` the messages it
+# holds (those in the range when it was built), ``encoding`` of ``body`` (colblocks.py).
+CREATE_COLBLOCKS = (
+    "CREATE TABLE IF NOT EXISTS colblocks ("
+    "lo INTEGER PRIMARY KEY, hi INTEGER NOT NULL, count INTEGER NOT NULL, "
+    "encoding INTEGER NOT NULL, body BLOB NOT NULL)"
+)
 
 CREATE = (
     """CREATE TABLE msgs (
@@ -48,6 +60,7 @@ CREATE = (
     )""",
     "INSERT INTO state (id, first_seq, last_seq, last_ts, msgs, bytes) VALUES (1, 1, 0, 0, 0, 0)",
     "CREATE TABLE info (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID",
+    CREATE_COLBLOCKS,
 )
 
 INSERT_MSG = "INSERT INTO msgs (seq, subject, hdr, data, ts, size, flags) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -95,6 +108,13 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
     if version == SCHEMA_VERSION:
         return
     raise StoreError(f"no migration from schema version {version}")  # pragma: no cover
+
+
+def ensure_colblocks(conn: sqlite3.Connection) -> None:
+    """Create the ``colblocks`` table in a file made before it existed (a write only then)."""
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'colblocks'")
+    if found.fetchone() is None:
+        conn.execute(CREATE_COLBLOCKS)
 
 
 def quick_check(conn: sqlite3.Connection, path: Path) -> None:

@@ -43,7 +43,7 @@ import anyio
 
 from core.errors import StoreError, StoreKeyError
 from core.fsync import fsync_dir
-from core.store import columns, schema, sqlite_columns
+from core.store import colblocks, columns, schema, sqlite_columns
 from core.store.api import (
     FILE_MSG_OVERHEAD,
     MAX_SEQ,
@@ -184,6 +184,17 @@ class StoreStats:
     last_error: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class BlockStats:
+    """Column blocks (colblocks.py): ``through`` is the last sequence of the newest block built (0:
+    none), ``built`` the blocks built or rebuilt and ``served`` the messages read from blocks since
+    the store was opened."""
+
+    through: int
+    built: int
+    served: int
+
+
 class _Stats:
     __slots__ = (
         "checkpoints",
@@ -252,6 +263,12 @@ class _TailBudget:
 
 
 TAILS = _TailBudget(TAIL_BUDGET_BYTES)
+
+
+def _large(p: _Counters) -> bool:
+    """Are the stream's messages too large for new column blocks (``colblocks.MAX_MEAN_BYTES``:
+    a block would cost more at ingest than it saves a read)?"""
+    return p.nbytes > p.msgs * colblocks.MAX_MEAN_BYTES
 
 
 def _tail_columns(
@@ -402,6 +419,7 @@ class SqliteStore:
         page_size: int = DEFAULT_PAGE_SIZE,
         spare: SpareStores | None = None,
         sync_new_folder: bool = True,
+        block_rows: int = colblocks.BLOCK_ROWS,
     ) -> None:
         self._path = path
         self._spare = spare
@@ -495,6 +513,19 @@ class SqliteStore:
         self._next_sync = self._next_ckpt = 0.0
         self._dir_synced = False
 
+        # Column blocks (colblocks.py, DESIGN.md "Column blocks"): built by ``_blk_job`` on the
+        # pool, read by ``read_columns``. ``_blk_lock`` guards the fields below (a leaf lock).
+        self._blk_rows = block_rows  # rows per block; 0: none (an encrypted store has none)
+        self._blk_lock = threading.Lock()
+        self._blk_next = 0  # the next block to build: every one below is built, empty or gone
+        self._blk_top = 0  # the last sequence of the newest block built: reads above skip blocks
+        self._blk_low = 0  # ``lo`` of the oldest block kept (0: none)
+        self._blk_stale: set[int] = set()  # blocks a read found wrong: rebuild them
+        self._blk_job_on = False  # a block job is queued or running
+        self._blk_swept = False  # blocks of another size were dropped (once per open)
+        self._blk_built = 0  # blocks built (and rebuilt) since the open
+        self._blk_served = 0  # messages read from blocks since the open
+
     # ------------------------------------------------------------------------------------- open
 
     @classmethod
@@ -518,12 +549,14 @@ class SqliteStore:
         page_size: int = DEFAULT_PAGE_SIZE,
         spare: SpareStores | None = None,
         sync_new_folder: bool = True,
+        block_rows: int = colblocks.BLOCK_ROWS,
     ) -> SqliteStore:
         """Open (creating if absent) the stream database at ``path``; fails with StoreError naming the
         file if it is not a leafjet stream database, is corrupt or truncated, has a newer schema, or the
         encryption key does not match. ``sync_new_folder=False``: a file created here is whole
         (fsynced) but its name is not yet durable: the caller fsyncs ``path``'s folder before
-        anything depends on the store (a prepared stream's config commit does)."""
+        anything depends on the store (a prepared stream's config commit does). ``block_rows``:
+        the messages per column block (0: no column blocks; see colblocks.py)."""
         if sync not in ("always", "interval"):
             raise ValueError(f"sync must be 'always' or 'interval', not {sync!r}")
         if sync_interval <= 0 or checkpoint_interval <= 0:
@@ -534,6 +567,8 @@ class SqliteStore:
             raise ValueError(f"page_size must be one of {sorted(PAGE_SIZES)}, not {page_size!r}")
         if cipher is not None and not isinstance(cipher, CipherSpec):
             raise TypeError("cipher must be a CipherSpec")
+        if type(block_rows) is not int or block_rows < 0:
+            raise ValueError(f"block_rows must be an int >= 0, not {block_rows!r}")
         store = cls(
             Path(path),
             sync=sync,
@@ -551,6 +586,7 @@ class SqliteStore:
             page_size=page_size,
             spare=spare,
             sync_new_folder=sync_new_folder,
+            block_rows=block_rows,
         )
         await store._start(open_timeout)
         return store
@@ -1083,8 +1119,9 @@ class SqliteStore:
         self, start_seq: int, end_seq: int, limit: int, subject_filter: str | None = None
     ) -> tuple[columns.MsgColumns, int]:
         """See core/store/sqlite_columns.py: SQLite builds the columns (one aggregate query, on
-        the pool, or on the loop when small as ``range``'s reads); rows stored compressed or sealed,
-        and wildcard filters, are read by ``range`` and turned into columns."""
+        the pool, or on the loop when small as ``range``'s reads); an unfiltered read of a sealed
+        range takes the column blocks built for it (``_blk_parts``); rows stored compressed or
+        sealed, and wildcard filters, are read by ``range`` and turned into columns."""
         filt = normalize_filter(subject_filter)
         end = min(end_seq, MAX_SEQ)
         start = max(start_seq, 1)
@@ -1096,34 +1133,129 @@ class SqliteStore:
         if filt is None and tail is not None and tail.pub is p and tail.after < start <= p.last_seq:
             self._check_open()
             return _tail_columns(tail.rows, start, min(end, start + limit - 1, p.last_seq), end)
+        got: columns.MsgColumns | str | None = None
+        if filt is None and self._blk_rows and start <= self._blk_top:
+            last = min(end, start + limit - 1)
+            got = await self._blk_parts(start, last, p)
+            if got is not None:
+                return got, await self._covered_to(got, last, end)
         # a store that compresses or seals its rows decodes them one by one anyway: no aggregate
         if self._codec.plain and (filt is None or not has_wildcard(filt)):
             last = end if filt is not None else min(end, start + limit - 1)
-            gaps = p.msgs != p.last_seq - p.first_seq + 1  # deleted sequences somewhere: ask for seqs
-            lengths = False  # subjects' lengths from the spaces that join them (see sqlite_columns)
-            params = (start, last) if filt is None else (filt, start, end, limit)
-            while True:
-                if filt is None:
-                    sql = sqlite_columns.range_sql(gaps, lengths)
-                else:
-                    sql = sqlite_columns.subject_sql(lengths)
-                got = await self._read_columns(sql, params, limit, p)
-                if got == sqlite_columns.GAPS and not gaps:  # a delete since the counters were read
-                    gaps = True
-                elif got == sqlite_columns.SPACED and not lengths:  # a subject with a space
-                    lengths = True
-                else:
-                    break
+            if filt is None:
+                got = await self._aggregate(start, last, limit, p)
+            else:
+                got = await self._aggregate_subject(filt, start, end, limit, p)
             if isinstance(got, columns.MsgColumns):
                 n = len(got)
-                if filt is None and not n and last < end:
-                    # nothing in [start, last]: cover up to the next message, so a read across
-                    # a long run of deleted sequences takes one step, not one per `limit`
-                    nxt = await self._point_fetch("SELECT MIN(seq) FROM msgs WHERE seq > ?", (last,))
-                    last = end if nxt[0][0] is None else min(end, nxt[0][0] - 1)
-                return got, (last if filt is None or n < limit else got.seqs[n - 1])
+                if filt is None:
+                    return got, await self._covered_to(got, last, end)
+                return got, (last if n < limit else got.seqs[n - 1])
         msgs = await self.range(start, end, limit, filt)
         return columns.columns_of(msgs), columns.covered_by(msgs, start, end, limit)
+
+    async def _covered_to(self, got: columns.MsgColumns, last: int, end: int) -> int:
+        """What an unfiltered read of ``[start, last]`` that found ``got`` covers: ``last``, or
+        when it found nothing, up to the next message (a read across a long run of deleted
+        sequences takes one step, not one per ``limit``)."""
+        if len(got) or last >= end:
+            return last
+        nxt = await self._point_fetch("SELECT MIN(seq) FROM msgs WHERE seq > ?", (last,))
+        return end if nxt[0][0] is None else min(end, nxt[0][0] - 1)
+
+    async def _aggregate(self, start: int, last: int, limit: int, p: _Counters) -> columns.MsgColumns | str:
+        """Every message of ``[start, last]`` by the aggregate statement, or ``FLAGGED``."""
+        gaps = p.msgs != p.last_seq - p.first_seq + 1  # deleted sequences somewhere: ask for seqs
+        lengths = False  # subjects' lengths from the spaces that join them (see sqlite_columns)
+        while True:
+            sql = sqlite_columns.range_sql(gaps, lengths)
+            got = await self._read_columns(sql, (start, last), limit, p)
+            if got == sqlite_columns.GAPS and not gaps:  # a delete since the counters were read
+                gaps = True
+            elif got == sqlite_columns.SPACED and not lengths:  # a subject with a space
+                lengths = True
+            else:
+                return got
+
+    async def _aggregate_subject(
+        self, subject: str, start: int, end: int, limit: int, p: _Counters
+    ) -> columns.MsgColumns | str:
+        """The first ``limit`` messages of one literal subject in ``[start, end]``, or ``FLAGGED``."""
+        lengths = False
+        while True:
+            sql = sqlite_columns.subject_sql(lengths)
+            got = await self._read_columns(sql, (subject, start, end, limit), limit, p)
+            if got == sqlite_columns.SPACED and not lengths:
+                lengths = True
+            else:
+                return got
+
+    async def _piece(self, start: int, last: int, p: _Counters) -> columns.MsgColumns:
+        """Every message of ``[start, last]`` as columns, not from blocks (``_blk_parts``)."""
+        n = last - start + 1
+        if self._codec.plain:
+            got = await self._aggregate(start, last, n, p)
+            if isinstance(got, columns.MsgColumns):
+                return got
+        return columns.columns_of(await self.range(start, last, n))
+
+    async def _blk_parts(self, start: int, last: int, p: _Counters) -> columns.MsgColumns | None:
+        """Every message of ``[start, last]`` as columns, the sealed part from its column blocks
+        and the rest (a block not built yet, or refused) through ``_piece``; None when no block
+        is worth reading for this range (``colblocks.wanted``).
+
+        A block is served only when the messages it holds are exactly those in its range now.
+        Messages of a sealed range can only be removed (sequences are never reused), so that
+        holds exactly when its count equals the messages now in the range: from the published
+        counters when the stream has no deleted sequence in it (every sequence from the first
+        to the last holds a message), else counted in the statement that reads the blob (one
+        snapshot). A block that fails is left out, read the other way, and rebuilt."""
+        rows = self._blk_rows
+        span = colblocks.wanted(start, last, rows, self._blk_top)
+        if span is None:
+            return None
+        (lo0, _), (lo1, _) = colblocks.bounds(span[0], rows), colblocks.bounds(span[1], rows)
+        counted = p.msgs != p.last_seq - p.first_seq + 1
+
+        def load(found: list[Any]) -> list[tuple[int, columns.MsgColumns | None]]:
+            # on the pool's thread: decode the blobs there, not on the loop
+            out: list[tuple[int, columns.MsgColumns | None]] = []
+            for lo, hi, count, encoding, body, *now in found:
+                present = now[0] if now else min(hi, p.last_seq) - max(lo, p.first_seq) + 1
+                cols = None
+                if count == present:
+                    with contextlib.suppress(StoreError):  # a damaged blob: read the rows, rebuild
+                        cols = colblocks.unpack(encoding, body)
+                out.append((lo, cols if cols is not None and len(cols) == count else None))
+            return out
+
+        sql = colblocks.SELECT_COUNTED if counted else colblocks.SELECT
+        blocks = await self._fetch(sql, (lo0, lo1, rows - 1), then=load)
+        parts: list[columns.MsgColumns] = []
+        stale: list[int] = []
+        pos = start
+        for lo, cols in blocks:
+            if cols is None:
+                stale.append(colblocks.block_of(lo, rows))
+                continue
+            if lo > pos:
+                parts.append(await self._piece(pos, lo - 1, p))
+            top = min(lo + rows - 1, last)
+            parts.append(colblocks.rows_between(cols, pos, top))
+            self._blk_served += len(parts[-1])
+            pos = top + 1
+        if pos <= last:
+            parts.append(await self._piece(pos, last, p))
+        if stale:
+            with self._blk_lock:
+                self._blk_stale.update(stale)
+            self._blk_kick()
+        parts = [c for c in parts if len(c)]
+        return columns.concat(parts) if parts else columns.EMPTY
+
+    def block_stats(self) -> BlockStats:
+        """The column blocks' counters (tests, monitoring)."""
+        return BlockStats(self._blk_top, self._blk_built, self._blk_served)
 
     async def _read_columns(
         self, sql: str, params: tuple[Any, ...], limit: int, p: _Counters
@@ -1555,6 +1687,7 @@ class SqliteStore:
                 schema.quick_check(conn, path)
             self._w_setup_cipher(conn)
             self._w_load()
+            self._w_blocks_open(conn)
         except sqlite3.DatabaseError as e:
             raise StoreError(
                 f"{path}: cannot open the stream database (corrupt, not a database, or unreadable): {e}"
@@ -1760,6 +1893,199 @@ class SqliteStore:
         except (sqlite3.Error, OSError) as e:
             self._stats.last_error = repr(e)
 
+    # -- column blocks (colblocks.py; DESIGN.md "Column blocks"): derived data, built off the
+    #    publish path by a pool job of their own, each in a transaction of its own
+
+    def _w_blocks_open(self, conn: sqlite3.Connection) -> None:
+        """At the first open (``_wlock`` held): the table (a file made before it gets it), and
+        where building goes on. An encrypted store keeps none: a block would hold its messages
+        in plain text."""
+        if self._spec is not None:
+            self._blk_rows = 0
+        rows = self._blk_rows
+        if not rows:
+            return
+        try:
+            schema.ensure_colblocks(conn)
+            top, low = conn.execute(
+                "SELECT max(hi), min(lo) FROM colblocks WHERE hi = lo + ?", (rows - 1,)
+            ).fetchone()
+        except sqlite3.Error as e:  # an old file on a full disk: the store works without blocks
+            self._stats.last_error = repr(e)
+            self._blk_rows = 0
+            return
+        with self._blk_lock:
+            self._blk_top = top or 0
+            self._blk_low = low or 0
+            self._blk_next = top // rows if top else colblocks.block_of(self._w.first_seq, rows)
+        self._blk_kick()
+
+    def _blk_kick(self) -> None:
+        """After a commit or an open (any thread): queue the block job when there is work for it
+        -- a block sealed and not built, one found stale, or the oldest one below the first
+        sequence. A few attribute reads when there is none (every commit calls this)."""
+        rows = self._blk_rows
+        if not rows or self._blk_job_on or self._dead or self._max_file_bytes is not None:
+            return  # a store under a file-size cap spends none of it on derived data
+        p = self._pub
+        if not (
+            (p.last_seq >= (self._blk_next + 1) * rows and not _large(p))
+            or self._blk_stale
+            or (self._blk_low and p.first_seq > self._blk_low + rows - 1)
+        ):
+            return
+        with self._blk_lock:
+            if self._blk_job_on:
+                return
+            self._blk_job_on = True
+        POOL.submit(self._blk_job)
+
+    def _blk_job(self) -> None:
+        """Pool: build (or rebuild) up to ``BLOCKS_PER_JOB`` blocks and drop those wholly below
+        the first sequence; then again, behind the pool's other jobs, while more are due. A
+        store under heavy ingest thus keeps building (a block costs ~1 us a row, far less than
+        storing the row) without holding a worker for long."""
+        more = failed = False
+        for _ in range(colblocks.BLOCKS_PER_JOB):
+            due = self._blk_due()
+            if due is None:
+                break
+            try:
+                built = self._blk_build(*due)
+            except Exception as e:  # a damaged range, a bug: that block is left out, reads go on
+                self._stats.last_error = repr(e)
+                with self._blk_lock:
+                    self._blk_next = max(self._blk_next, due[0] + 1)
+                built = False
+            if not built:
+                failed = True  # closed, or failed: stop until the next commit's kick
+                break
+        else:
+            more = True
+        if not failed and not self._blk_gc():
+            failed = True
+        with self._blk_lock:
+            again = more and not failed and not self._dead
+            self._blk_job_on = again
+        if again:
+            POOL.submit(self._blk_job)
+        elif not failed:
+            self._blk_kick()  # a commit while the job ran found it on and did not queue one
+
+    def _blk_due(self) -> tuple[int, bool] | None:
+        """The next block to build and whether it is a rebuild (a stale one first), else the next
+        sealed one; None when none is."""
+        rows = self._blk_rows
+        with self._lock:
+            p = self._pub
+        with self._blk_lock:
+            while self._blk_stale:
+                k = self._blk_stale.pop()
+                if colblocks.bounds(k, rows)[1] <= p.last_seq:  # only ever a sealed range
+                    return k, True
+            k = self._blk_next = max(self._blk_next, colblocks.block_of(p.first_seq, rows))
+        return (k, False) if colblocks.bounds(k, rows)[1] <= p.last_seq and not _large(p) else None
+
+    def _blk_columns(self, conn: sqlite3.Connection, lo: int, hi: int) -> columns.MsgColumns:
+        """The messages of ``[lo, hi]`` as columns, on the reading connection (``_rlock`` held):
+        the aggregate, or row by row, decoded, when rows are compressed or sealed."""
+        lengths = False
+        while True:
+            row = conn.execute(sqlite_columns.range_sql(True, lengths), (lo, hi)).fetchone()
+            got = sqlite_columns.parse(row)
+            if got == sqlite_columns.SPACED and not lengths:
+                lengths = True
+                continue
+            if isinstance(got, columns.MsgColumns):
+                return got
+            break
+        rows = conn.execute(f"SELECT {COLS} FROM msgs WHERE seq >= ? AND seq <= ? ORDER BY seq", (lo, hi))
+        return columns.columns_of(self._decode_sync(rows.fetchall()))
+
+    def _blk_build(self, k: int, rebuild: bool = False) -> bool:
+        """Build block ``k`` (its range is sealed): read its rows on the reading connection,
+        serialize them here, write the blob in a transaction of its own. False when the store's
+        connections are closed or the write failed (the job stops until the next commit). Rows
+        deleted between the read and the write leave a block whose count is above the rows in
+        its range: reads refuse it (``_blk_parts``). A rebuild replaces the old blob with
+        ``secure_delete`` on: it may hold an erased message (``DeleteOp(erase=True)`` drops the
+        block, but a build that read the rows before the erase may have written it since)."""
+        rows = self._blk_rows
+        lo, hi = colblocks.bounds(k, rows)
+        with self._rlock:
+            conn = self._rconn
+            if conn is None or self._shut:
+                return False
+            cols = self._blk_columns(conn, lo, hi)
+        params: tuple[Any, ...]
+        if len(cols):
+            encoding, body = colblocks.pack(cols, self._codec.compress)
+            sql, params = colblocks.INSERT, (lo, hi, len(cols), encoding, body)
+        else:
+            sql, params = "DELETE FROM colblocks WHERE lo = ?", (lo,)
+        written = self._blk_write(sql, params, secure=rebuild)
+        if written is None:
+            return False
+        with self._blk_lock:
+            self._blk_next = max(self._blk_next, k + 1)  # a failed write leaves the block out
+            if written and len(cols):
+                self._blk_top = max(self._blk_top, hi)
+                self._blk_low = min(self._blk_low, lo) if self._blk_low else lo
+                self._blk_built += 1
+        return written
+
+    def _blk_gc(self) -> bool:
+        """Drop the blocks wholly below the first sequence (a purge, limits, expiry); False when
+        that failed."""
+        rows = self._blk_rows
+        with self._lock:
+            first = self._pub.first_seq
+        low = self._blk_low
+        if not low or low + rows - 1 >= first:
+            return True
+        if not self._blk_write("DELETE FROM colblocks WHERE lo < ?", (first - rows + 1,)):
+            return False
+        with self._blk_lock:
+            self._blk_low = max(self._blk_low, colblocks.bounds(colblocks.block_of(first, rows), rows)[0])
+        return True
+
+    def _blk_write(self, sql: str, params: tuple[Any, ...], secure: bool = False) -> bool | None:
+        """One statement on the writing connection, in a transaction of its own (``_wlock``: the
+        store's batches wait for it as for another batch). It does not fsync even with
+        ``sync="always"``: blocks are derived data, and the next durable commit fsyncs the WAL
+        with it. True when written; False when it failed (recorded, the block left out); None
+        when the connection is closed."""
+        with self._wlock:
+            conn = self._conn
+            if conn is None or self._shut or self._dead:
+                return None
+            full = self._sync == "always"
+            try:
+                if full:
+                    conn.execute("PRAGMA synchronous = NORMAL")
+                if secure:
+                    conn.execute("PRAGMA secure_delete = ON")
+                conn.execute("BEGIN IMMEDIATE")
+                if not self._blk_swept:  # blocks of another size (an open with another block_rows)
+                    conn.execute("DELETE FROM colblocks WHERE hi != lo + ?", (self._blk_rows - 1,))
+                conn.execute(sql, params)
+                conn.execute("COMMIT")
+                self._blk_swept = True
+            except sqlite3.Error as e:
+                with contextlib.suppress(sqlite3.Error):
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                self._stats.last_error = repr(e)
+                return False
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    if full:
+                        conn.execute("PRAGMA synchronous = FULL")
+                    if secure:
+                        conn.execute("PRAGMA secure_delete = OFF")
+        self._bg_due(time.monotonic())
+        return True
+
     # -- the batch
 
     def _w_commit(self, reqs: list[_Req]) -> None:
@@ -1801,6 +2127,7 @@ class SqliteStore:
         s.ops += nops
         s.max_batch = max(s.max_batch, len(reqs))
         self._bg_due(time.monotonic())
+        self._blk_kick()
         return out
 
     def _w_tail_rows(self, appended: list[tuple[Any, ...]]) -> list[tuple[Any, ...]] | None:
@@ -2246,6 +2573,13 @@ class SqliteStore:
                     (op.seq,),
                 )
                 conn.execute("DELETE FROM msgs WHERE seq = ?", (op.seq,))
+                if self._blk_rows:  # its column block holds the payload too: zeroed with it
+                    k = colblocks.block_of(op.seq, self._blk_rows)
+                    lo, hi = colblocks.bounds(k, self._blk_rows)
+                    conn.execute("DELETE FROM colblocks WHERE lo = ?", (lo,))
+                    if k <= self._blk_next and hi <= self._w.last_seq:  # built, or being built
+                        with self._blk_lock:  # from rows read before this: rebuilt, replacing it
+                            self._blk_stale.add(k)
             finally:
                 conn.execute("PRAGMA secure_delete = OFF")
         else:

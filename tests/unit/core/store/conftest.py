@@ -11,7 +11,9 @@ from core.store import MemoryStore, SqliteStore, StreamStore
 
 # "sqlite-interval": sync="interval", where small calls commit on the loop's thread when the
 # writer is idle (SqliteStore._commit_inline), so the contract covers both commit paths.
-KINDS = ["memory", "sqlite", "sqlite-reopened", "sqlite-interval"]
+# "sqlite-blocks": column blocks of 3 messages (core/store/colblocks.py), built by the store's
+# background job while the test runs, so reads meet blocks built, being built and not yet built.
+KINDS = ["memory", "sqlite", "sqlite-reopened", "sqlite-interval", "sqlite-blocks"]
 
 
 @pytest.fixture
@@ -51,6 +53,8 @@ class StoreHarness:
         if self.kind == "memory":
             return MemoryStore(wall_clock=self.clock)
         options = {"sync": "interval", **self.options} if self.kind == "sqlite-interval" else self.options
+        if self.kind == "sqlite-blocks":
+            options = {"block_rows": 3, **self.options}
         return await SqliteStore.open(path, wall_clock=self.clock, **options)
 
     async def start(self) -> StreamStore:
