@@ -19,7 +19,7 @@ import random
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
@@ -54,9 +54,6 @@ ACK_QUEUE_BYTES = 16 * 1024 * 1024
 # rows were fetched and decoded: an ordered consumer's catch-up of 100k x 1 KiB ran at a median
 # of 124k msgs/s with 1024 against 156k with 256 (4 runs each, same machine and hour).
 READ_AHEAD = 256
-# An early read (``_start_early_read``) follows a full read of at most this many data bytes: it
-# holds a second read-ahead's messages meanwhile.
-EARLY_READ_MAX_BYTES = 8 << 20
 PUSH_RUN = 256  # push messages delivered per turn of the loop, so acks and others run between
 NAK_RECHECK_NS = 10_000_000  # the earliest a NAK with a delay brings its message back
 
@@ -91,17 +88,6 @@ class Pending:
     ts: int
     timer: int = 0  # token of the live redelivery timer; older heap entries are stale
     subject: str | None = None  # the message's (None when restored from saved state)
-
-
-@dataclass(eq=False)
-class _EarlyRead:
-    """A read of the messages from ``start``, begun before they were needed (when the
-    consumer's ``_reads`` was ``reads``); ``got`` once ``done``: None if it failed."""
-
-    start: int
-    reads: int
-    done: anyio.Event = field(default_factory=anyio.Event)
-    got: list[StoredMsg] | None = None
 
 
 class Consumer:
@@ -158,8 +144,6 @@ class Consumer:
         self._removed_subjects: set[str] = set()
         self._buffer: deque[StoredMsg] = deque()  # read-ahead of the next messages to deliver
         self._reads = 0  # bumped when the read-ahead is dropped: a read in flight is then stale
-        self._early: _EarlyRead | None = None  # the next read, started before it is needed
-        self._tg: anyio.abc.TaskGroup | None = None  # run()'s: owns the early reads
         # As the reference: a memory-stored consumer (mem_storage: nats-py's ordered consumers,
         # so every KV watch, keys() and history()) does not outlive the server, so its config and
         # state are never written to the store (an update cannot change mem_storage).
@@ -319,7 +303,6 @@ class Consumer:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._ack_loop)
             tg.start_soon(self._flusher)
-            self._tg = tg
             task_status.started()
             try:
                 while not self.deleted:
@@ -337,8 +320,6 @@ class Consumer:
                         await self._wake.wait()
                     self._expire_timers()
             finally:
-                self._tg = None
-                self._early = None
                 tg.cancel_scope.cancel()
 
     def _next_wake_in(self) -> float:
@@ -605,56 +586,15 @@ class Consumer:
         """Whether the read-ahead holds messages, after one store query if it was empty (one
         query serves many deliveries). With at most one filter; the stream clears the buffer
         whenever it removes messages (purge, delete, expiry, limits), and a read it overtook
-        that way is dropped. A full read starts the next one at once (``_start_early_read``)."""
+        that way is dropped."""
         if not self._buffer:
-            got = await self._early_read_for(self.next_sseq)
-            if got is None:
-                reads = self._reads
-                got = await self._store_read(self.next_sseq)
-                if reads != self._reads:
-                    got = []
-            self._buffer.extend(got)
-            if len(got) == READ_AHEAD and sum(len(m.data) for m in got) <= EARLY_READ_MAX_BYTES:
-                self._start_early_read(got[-1].seq + 1)
+            reads, filters = self._reads, self.filters
+            got = await self.stream.store.range(
+                self.next_sseq, limit=READ_AHEAD, subject_filter=filters[0] if filters else None
+            )
+            if reads == self._reads:
+                self._buffer.extend(got)
         return bool(self._buffer)
-
-    async def _store_read(self, start: int) -> list[StoredMsg]:
-        filters = self.filters
-        return await self.stream.store.range(
-            start, limit=READ_AHEAD, subject_filter=filters[0] if filters else None
-        )
-
-    # A catch-up alternated a read (a pool job: 1-2 ms for 256 x 1 KiB) and its delivery on the
-    # loop, and the loop waited for every read: half of a source consumer's catch-up was spent
-    # so. After a full read the next one starts at once, on the consumer's own task group, and
-    # runs on the pool while the loop delivers. It is used only for the very read the consumer
-    # would make: the same start (a reset, a purge or a put-back move the next sequence) and no
-    # removal or filter change since it began (``invalidate_reads`` drops it). Sequences only
-    # grow, so with nothing removed, what it found up to the last sequence it saw is still all
-    # there is; what was stored after it is read next time.
-
-    def _start_early_read(self, start: int) -> None:
-        tg = self._tg
-        if tg is None or self._early is not None:
-            return
-        early = self._early = _EarlyRead(start, self._reads)
-        tg.start_soon(self._early_read, early)
-
-    async def _early_read(self, early: _EarlyRead) -> None:
-        try:
-            early.got = await self._store_read(early.start)
-        except Exception:  # the consumer's own read of that start meets it again, and handles it
-            early.got = None
-        finally:
-            early.done.set()
-
-    async def _early_read_for(self, start: int) -> list[StoredMsg] | None:
-        """The early read of ``start``, waited for; None when there is none that may be used."""
-        early, self._early = self._early, None
-        if early is None or early.start != start or early.reads != self._reads:
-            return None
-        await early.done.wait()
-        return early.got if early.reads == self._reads else None
 
     async def _run_start(self) -> bool:
         """Make the read-ahead hold the next messages and count what is left to deliver; False
@@ -913,7 +853,6 @@ class Consumer:
         """The stream removed messages, or the filters changed: what was read ahead may be gone."""
         self._buffer.clear()
         self._reads += 1
-        self._early = None
 
     def messages_removed(self, seqs: Iterable[int] = (), subjects: Iterable[str] = ()) -> None:
         """The stream removed messages (a delete, a purge, a limit, an expiry): everything below
