@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.protocol.readframe import encode_columns
+from core.jetstream.bulk_read import frame_of
 from core.store import Append, SqliteStore
 
 
@@ -43,14 +43,7 @@ async def _scan(store: SqliteStore, msgs: int, request: int) -> float:
     pos = 1
     while pos <= msgs:
         cols, covered = await store.read_columns(pos, msgs, request)
-        encode_columns(
-            len(cols),
-            cols.seqs,
-            cols.timestamps,
-            (cols.subject_offsets, cols.subjects),
-            (cols.header_offsets, cols.headers),
-            (cols.data_offsets, cols.data),
-        )
+        frame_of(cols)
         pos = covered + 1
     return (time.process_time() - t) / msgs * 1e6
 

@@ -268,6 +268,18 @@ async def _read_matching(
     return out, end
 
 
+def frame_of(cols: MsgColumns) -> bytes:
+    """``cols`` as a version-1 frame (core/protocol/readframe.py)."""
+    return encode_columns(
+        len(cols),
+        cols.seqs,
+        cols.timestamps,
+        (cols.subject_offsets, cols.subjects),
+        (cols.header_offsets, cols.headers),
+        (cols.data_offsets, cols.data),
+    )
+
+
 def build_reply(
     cols: MsgColumns,
     first: int,
@@ -277,14 +289,7 @@ def build_reply(
     retention: str = "limits",
 ) -> tuple[bytes, bytes]:
     """The reply's headers and (uncompressed) frame."""
-    frame = encode_columns(
-        len(cols),
-        cols.seqs,
-        cols.timestamps,
-        (cols.subject_offsets, cols.subjects),
-        (cols.header_offsets, cols.headers),
-        (cols.data_offsets, cols.data),
-    )
+    frame = frame_of(cols)
     headers = [
         (H_READ, str(VERSION)),
         (H_FIRST, str(first)),

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cluster import KINDS, Cluster
+from tests.support.jscluster import THREE_TAGGED, start_js_cluster
 from tests.support.leafnodes import Topology
 
 
@@ -37,3 +39,15 @@ def topo(tmp_path: Path) -> Iterator[Topology]:
     t = Topology(tmp_path)
     yield t
     t.close()
+
+
+@pytest.fixture(params=KINDS)
+def tagged_cluster(request, tmp_path: Path) -> Iterator[Cluster]:
+    """Three servers of the parametrized kind with JetStream, tagged ``THREE_TAGGED``, meshed."""
+    c = Cluster(tmp_path, request.param, size=3)
+    try:
+        start_js_cluster(c, THREE_TAGGED)
+        c.wait_for_mesh()
+        yield c
+    finally:
+        c.close()

@@ -10,30 +10,22 @@ a publish (no retry: acknowledged with sequence 1), a stream info (one message) 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import anyio
 import nats
 import pytest
 
-from tests.support.cluster import KINDS, Cluster
-from tests.support.jscluster import api, api_until, restart_js_node, start_js_cluster
+from tests.support.cluster import Cluster
+from tests.support.jscluster import THREE_TAGGED, api, api_until, restart_js_node, start_js_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.anyio, pytest.mark.timeout(180)]
 
-TAGS = [["az:1", "ssd"], ["az:2"], ["az:3"]]
+TAGS = THREE_TAGGED
 STREAMS = 8
 
 
-@pytest.fixture(params=KINDS)
-def cluster(request, tmp_path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, request.param, size=3)
-    try:
-        start_js_cluster(c, TAGS)
-        c.wait_for_mesh()
-        yield c
-    finally:
-        c.close()
+@pytest.fixture
+def cluster(tagged_cluster: Cluster) -> Cluster:
+    return tagged_cluster  # tests/integration/conftest.py
 
 
 async def test_a_stream_takes_publishes_and_reads_right_after_its_create(cluster):

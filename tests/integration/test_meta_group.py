@@ -11,14 +11,14 @@ it everywhere. The kill -9 and whole-cluster restart scenarios (leafjet) are ``c
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 
 import anyio
 import nats
 import pytest
 
-from tests.support.cluster import KINDS, Cluster
+from tests.support.cluster import Cluster
 from tests.support.jscluster import (
+    THREE_TAGGED,
     api,
     api_until,
     err_code,
@@ -34,18 +34,12 @@ from tests.support.servers import wait_until, wait_until_async
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.anyio, pytest.mark.timeout(240)]
 
-TAGS = [["az:1", "ssd"], ["az:2"], ["az:3"]]
+TAGS = THREE_TAGGED
 
 
-@pytest.fixture(params=KINDS)
-def cluster(request, tmp_path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, request.param, size=3)
-    try:
-        start_js_cluster(c, TAGS)
-        c.wait_for_mesh()
-        yield c
-    finally:
-        c.close()
+@pytest.fixture
+def cluster(tagged_cluster: Cluster) -> Cluster:
+    return tagged_cluster  # tests/integration/conftest.py
 
 
 async def _connect(c: Cluster, i: int) -> nats.NATS:

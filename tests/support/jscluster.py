@@ -19,6 +19,10 @@ from tests.support.cluster import Cluster
 TRANSIENT = (10008,)  # the meta group has no leader yet (or is changing it)
 
 
+# Server tags of a three-server test cluster: one server with "ssd", each in its own zone.
+THREE_TAGGED = [["az:1", "ssd"], ["az:2"], ["az:3"]]
+
+
 def start_js_cluster(c: Cluster, tags: list[list[str]] | None = None) -> None:
     """Start every node with JetStream on and the given ``server_tags`` per node."""
     for i in range(c.size):

@@ -113,6 +113,13 @@ async def pair(tmp_path: Path) -> Any:
         await plain.close()
 
 
+async def blocks_through(store: SqliteStore, seq: int) -> None:
+    """Until ``store`` has built its blocks up to ``seq`` (30 s at most)."""
+    with anyio.fail_after(30):
+        while store.block_stats().through < seq:
+            await anyio.sleep(0.01)
+
+
 def block_rows_in(path: Path) -> list[tuple[int, int, int]]:
     conn = sqlite3.connect(path)
     try:
@@ -232,9 +239,7 @@ async def test_blocks_survive_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     store = await SqliteStore.open(path, block_rows=ROWS)
     await store.apply(appends(0, 24))
-    with anyio.fail_after(30):
-        while store.block_stats().through < 24:
-            await anyio.sleep(0.01)
+    await blocks_through(store, 24)
     before = await store.read_columns(1, 24, 100)
     await store.close()
     store = await SqliteStore.open(path, block_rows=ROWS)
@@ -250,15 +255,11 @@ async def test_another_block_size_drops_the_old_blocks(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     store = await SqliteStore.open(path, block_rows=ROWS)
     await store.apply(appends(0, 24))
-    with anyio.fail_after(30):
-        while store.block_stats().through < 24:
-            await anyio.sleep(0.01)
+    await blocks_through(store, 24)
     await store.close()
     store = await SqliteStore.open(path, block_rows=6)
     try:
-        with anyio.fail_after(30):
-            while store.block_stats().through < 24:
-                await anyio.sleep(0.01)
+        await blocks_through(store, 24)
         assert [(lo, hi) for lo, hi, _ in block_rows_in(path)] == [(1, 6), (7, 12), (13, 18), (19, 24)]
         cols, _ = await store.read_columns(1, 24, 100)
         assert list(cols.seqs) == list(range(1, 25))
@@ -277,9 +278,7 @@ async def test_a_store_made_before_blocks_opens_and_gets_them(tmp_path: Path) ->
     conn.close()
     store = await SqliteStore.open(path, block_rows=ROWS)
     try:
-        with anyio.fail_after(30):  # built at open for what is already sealed
-            while store.block_stats().through < 16:
-                await anyio.sleep(0.01)
+        await blocks_through(store, 16)  # built at open for what is already sealed
         cols, last = await store.read_columns(1, 20, 100)
         assert (list(cols.seqs), last) == (list(range(1, 21)), 20)
         assert store.block_stats().served == 16
@@ -348,9 +347,7 @@ async def test_a_snapshot_restores_into_a_store_that_builds_its_blocks(pair: Pai
     restored = await SqliteStore.open(tmp_path / "restored.db", block_rows=ROWS)
     try:
         await restored.restore(chunks)
-        with anyio.fail_after(30):
-            while restored.block_stats().through < 24:
-                await anyio.sleep(0.01)
+        await blocks_through(restored, 24)
         got, _ = await restored.read_columns(1, 30, 100)
         want, _ = await pair.plain.read_columns(1, 30, 100)
         assert columns(got) == columns(want)
@@ -391,9 +388,7 @@ async def test_an_erased_message_leaves_no_copy_in_its_block(tmp_path: Path) -> 
         ops[4] = Append("orders.x", None, secret, T0 + 4)
         for i in range(0, 16, 4):
             await store.apply(ops[i : i + 4])
-        with anyio.fail_after(30):
-            while store.block_stats().through < 16:
-                await anyio.sleep(0.01)
+        await blocks_through(store, 16)
         assert secret in _body(path, 1)
         await store.apply([DeleteOp(5, erase=True)])
         with anyio.fail_after(30):  # rebuilt without it
@@ -450,9 +445,7 @@ async def test_a_stream_of_large_messages_gets_no_new_blocks(tmp_path: Path) -> 
     try:
         for i in range(0, 16, 4):  # small messages: blocks
             await store.apply(appends(i, 4))
-        with anyio.fail_after(30):
-            while store.block_stats().through < 16:
-                await anyio.sleep(0.01)
+        await blocks_through(store, 16)
         big = b"b" * (2 * colblocks.MAX_MEAN_BYTES)
         for i in range(16, 80, 4):  # the mean goes past MAX_MEAN_BYTES: no more
             await store.apply([Append("orders.big", None, big, T0 + j) for j in range(i, i + 4)])
