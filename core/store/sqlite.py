@@ -479,6 +479,9 @@ class SqliteStore:
         self._commit_cost = 2 * INLINE_DURABLE_COMMIT_S
         self._inline_spent = False  # an inline commit ran in this turn of the event loop
         self._dead = False
+        # The last write failed for want of room, and none has succeeded since: checkpoints wait
+        # (``_checkpoint``).
+        self._disk_full = False
         self._fatal: StoreError | None = None
         self._stats = _Stats()
 
@@ -1870,7 +1873,15 @@ class SqliteStore:
     def _checkpoint(self) -> None:
         """A PASSIVE checkpoint on the reading connection; a TRUNCATE one (holding the writer
         lock, so inline commits never wait for it on the loop) if the WAL is past the brake. A
-        store closed for idleness has nothing to do: its close checkpointed."""
+        store closed for idleness has nothing to do: its close checkpointed.
+
+        Not while the last write failed for want of room: a checkpoint cannot finish then (the
+        database file must take the WAL's pages while the WAL still holds them), and the part it
+        copies grows the database file into whatever room was freed, so the next write found
+        none and the stream stayed refused after the disk had room again. The next successful
+        write lets checkpoints run again."""
+        if self._disk_full:
+            return
         try:
             with self._rlock:
                 conn = self._rconn
@@ -2118,6 +2129,7 @@ class SqliteStore:
             conn.execute("COMMIT")
         except Exception as e:
             return self._w_fail(reqs, e)
+        self._disk_full = False
         took = time.perf_counter() - began
         self._commit_cost += (took - self._commit_cost) * COMMIT_COST_WEIGHT
         self._w_publish(self._w_tail_rows(appended), after)
@@ -2198,6 +2210,7 @@ class SqliteStore:
         self._stats.failed_commits += 1
         self._stats.last_error = repr(e)
         if isinstance(e, sqlite3.Error) and getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            self._disk_full = True
             err: StoreError = StoreFull(
                 f"{self._path}: disk or file size limit full; nothing of the batch was stored"
             )
