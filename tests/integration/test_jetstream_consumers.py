@@ -2453,7 +2453,9 @@ async def test_a_consumer_with_priority_groups(js_server):
 
 async def test_a_pull_written_right_behind_the_consumers_delete_is_answered(js_server):
     """The DELETE and a pull request in one write: the pull gets its message (the reference,
-    sometimes) or "409 Consumer Deleted"; never silence until the client's timeout."""
+    sometimes) or "409 Consumer Deleted"; leafjet never leaves it to the client's timeout. The
+    reference, on a loaded machine, sometimes does (seen in CI: the delete answered, then only
+    its keepalive PING for the 3 s of quiet), so it is held to the delete's answer only."""
     async with jetstream(js_server) as (nc, js):
         await make_stream(js, n=3)
         await create(nc, "S", {"durable_name": "D", "ack_policy": "explicit"})
@@ -2471,7 +2473,7 @@ async def test_a_pull_written_right_behind_the_consumers_delete_is_answered(js_s
         assert b'"success":true' in out
         delivered = b"MSG s.0 2 " in out  # the message goes out with its own subject on sid 2
         refused = b"HMSG _p 2 " in out and b"409 Consumer Deleted" in out
-        assert delivered or refused, out
+        assert delivered or refused or js_server.kind == "reference", out
 
 
 async def test_requests_a_single_server_cannot_serve_are_answered(js_server):
