@@ -11,8 +11,9 @@ Invariants:
 - a message is handed on only once all ``n`` of its parts are in, joined in part order; it is
   then decoded and checked like any whole one (a part is trusted no more than a message);
 - what waits is bounded: at most MAX_PENDING messages in assembly (a new one drops the oldest),
-  each at most MAX_PARTS parts and MAX_MESSAGE_BYTES, and one not complete PART_TIMEOUT seconds
-  after its first part is dropped. A lost part loses its message, as a lost message: RAFT
+  each at most MAX_PARTS parts and MAX_MESSAGE_BYTES, all together at most MAX_PENDING_BYTES
+  (the oldest others go first), and one not complete PART_TIMEOUT seconds after its first part
+  is dropped. A lost part loses its message, as a lost message: RAFT
   resends (a snapshot after ``snapshot_retry_heartbeats``);
 - an id is 64 random bits, so parts of two messages (of two senders, or of one sender before
   and after a restart) never join.
@@ -26,7 +27,9 @@ from dataclasses import dataclass
 
 PART_HEADER = "Nrg-Part"
 MAX_PARTS = 16384
-MAX_MESSAGE_BYTES = 256 << 20
+# A route's max_pending (64 MiB) already stops a sender from sending more at once.
+MAX_MESSAGE_BYTES = 64 << 20
+MAX_PENDING_BYTES = 2 * MAX_MESSAGE_BYTES
 MAX_PENDING = 8
 PART_TIMEOUT = 30.0
 
@@ -57,6 +60,7 @@ class Assembler:
 
     def __init__(self) -> None:
         self._pending: dict[str, _Assembly] = {}
+        self._bytes = 0  # of every part waiting
         self.dropped = 0  # incomplete messages given up (timed out or pushed out)
         self.joined = 0  # messages put back together
 
@@ -71,29 +75,36 @@ class Assembler:
         a = self._pending.get(ident)
         if a is None:
             if len(self._pending) >= MAX_PENDING:
-                del self._pending[next(iter(self._pending))]  # the oldest: a newer one supersedes it
-                self.dropped += 1
+                self._drop(next(iter(self._pending)))  # the oldest: a newer one supersedes it
             a = self._pending[ident] = _Assembly(now, [None] * n, n)
         elif len(a.parts) != n:
             raise PartError(f"part {k} of {ident} says {n} parts, earlier ones {len(a.parts)}")
         if a.parts[k] is not None:
             return None  # a duplicate (the bus never sends one; a replayed frame would)
-        a.size += len(part)
-        if a.size > MAX_MESSAGE_BYTES:
-            del self._pending[ident]
+        if a.size + len(part) > MAX_MESSAGE_BYTES:
+            self._drop(ident)
             raise PartError(f"message {ident} passes {MAX_MESSAGE_BYTES} bytes")
+        while self._bytes + len(part) > MAX_PENDING_BYTES and len(self._pending) > 1:
+            self._drop(next(i for i in self._pending if i != ident))  # the oldest other one
+        a.size += len(part)
+        self._bytes += len(part)
         a.parts[k] = part
         a.missing -= 1
         if a.missing:
             return None
         del self._pending[ident]
+        self._bytes -= a.size
         self.joined += 1
         return b"".join(a.parts)  # type: ignore[arg-type]  # none is None any more
 
     def _expire(self, now: float) -> None:
         for ident in [i for i, a in self._pending.items() if now - a.started > PART_TIMEOUT]:
-            del self._pending[ident]
-            self.dropped += 1
+            self._drop(ident)
+
+    def _drop(self, ident: str) -> None:
+        """Give up an incomplete message."""
+        self._bytes -= self._pending.pop(ident).size
+        self.dropped += 1
 
 
 def _parse(header: str) -> tuple[str, int, int]:

@@ -74,6 +74,17 @@ def test_a_message_past_the_byte_bound_is_dropped(monkeypatch):
     assert len(a) == 0
 
 
+def test_waiting_parts_are_bounded_in_bytes_all_together(monkeypatch):
+    monkeypatch.setattr(parts_module, "MAX_PENDING_BYTES", 250)
+    a = Assembler()
+    assert a.add("one 0 2", b"x" * 100, 0.0) is None
+    assert a.add("two 0 2", b"x" * 100, 0.0) is None
+    assert a.add("three 0 2", b"x" * 100, 0.0) is None  # past 250 together: "one" goes
+    assert len(a) == 2 and a.dropped == 1
+    assert a.add("one 1 2", b"y", 0.0) is None  # its first part is gone: it waits again
+    assert a.add("three 1 2", b"y" * 10, 0.0) == b"x" * 100 + b"y" * 10
+
+
 def test_waiting_messages_are_bounded_in_number_and_time():
     a = Assembler()
     for i in range(parts_module.MAX_PENDING + 2):
