@@ -753,9 +753,13 @@ class JetStream:
             ajs.root / stream.name,
             reason,
         )
-        with anyio.CancelScope(shield=True):
-            await self._undo_start(ajs, stream.name, stream.store, "store open")
-        ajs.damaged[stream.name] = _NotOpened(stream.name, ajs.root / stream.name, reason, stream.config)
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._undo_start(ajs, stream.name, stream.store, "store open")
+        except Exception as e:  # a task of the engine's group: its failure must not end the engine
+            log.error("stream %s: undoing its start failed: %s", stream.name, describe_failure(e))
+        finally:
+            ajs.damaged[stream.name] = _NotOpened(stream.name, ajs.root / stream.name, reason, stream.config)
 
     async def prepare_stream(self, ajs: AccountJetStream, cfg: StreamConfig, created: int) -> None:
         """Make the stream ``cfg`` ready for its create at ``created`` (prepared.py): the hub's
