@@ -709,7 +709,7 @@ class JetStream:
         key = (ajs.account.name, cfg.name)
         pending = self._config_writes[key] = anyio.Event()
 
-        def done(error: OSError | None) -> None:
+        def done(error: Exception | None) -> None:
             if self._config_writes.get(key) is pending:
                 del self._config_writes[key]
             pending.set()
