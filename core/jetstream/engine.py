@@ -217,9 +217,9 @@ class JetStream:
                     consumer.server_shutdown()
 
     async def close_stores(self) -> None:
-        for key in list(self._config_writes):  # prepared creates' config files, still being put in place
-            with anyio.move_on_after(10):
-                await self.config_written(self.accounts[key[0]], key[1])
+        with anyio.move_on_after(10):  # prepared creates' config files, still being put in place
+            for pending in list(self._config_writes.values()):
+                await pending.wait()
         await self.prepared.close_all()
         for ajs in self.accounts.values():
             for stream in list(ajs.streams.values()):
