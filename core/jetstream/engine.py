@@ -217,9 +217,9 @@ class JetStream:
                     consumer.server_shutdown()
 
     async def close_stores(self) -> None:
-        for key in list(self._config_writes):  # prepared creates' config files, still being put in place
-            with anyio.move_on_after(10):
-                await self.config_written(self.accounts[key[0]], key[1])
+        with anyio.move_on_after(10):  # prepared creates' config files, still being put in place
+            for pending in list(self._config_writes.values()):
+                await pending.wait()
         await self.prepared.close_all()
         for ajs in self.accounts.values():
             for stream in list(ajs.streams.values()):
@@ -709,7 +709,7 @@ class JetStream:
         key = (ajs.account.name, cfg.name)
         pending = self._config_writes[key] = anyio.Event()
 
-        def done(error: OSError | None) -> None:
+        def done(error: Exception | None) -> None:
             if self._config_writes.get(key) is pending:
                 del self._config_writes[key]
             pending.set()
@@ -753,9 +753,13 @@ class JetStream:
             ajs.root / stream.name,
             reason,
         )
-        with anyio.CancelScope(shield=True):
-            await self._undo_start(ajs, stream.name, stream.store, "store open")
-        ajs.damaged[stream.name] = _NotOpened(stream.name, ajs.root / stream.name, reason, stream.config)
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._undo_start(ajs, stream.name, stream.store, "store open")
+        except Exception as e:  # a task of the engine's group: its failure must not end the engine
+            log.error("stream %s: undoing its start failed: %s", stream.name, describe_failure(e))
+        finally:
+            ajs.damaged[stream.name] = _NotOpened(stream.name, ajs.root / stream.name, reason, stream.config)
 
     async def prepare_stream(self, ajs: AccountJetStream, cfg: StreamConfig, created: int) -> None:
         """Make the stream ``cfg`` ready for its create at ``created`` (prepared.py): the hub's

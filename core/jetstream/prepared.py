@@ -94,14 +94,14 @@ class Prepared:
     staging_ended: anyio.Event = field(default_factory=anyio.Event)
     staged: Path | None = None  # the config file, written and fsynced under a temporary name
     # the create's commit_behind, waiting for the staging to end
-    _commit: tuple[Path, str, Callable[[OSError | None], None]] | None = None
+    _commit: tuple[Path, str, Callable[[Exception | None], None]] | None = None
 
     async def staged_file(self) -> Path | None:
         """The staged config file once its staging has ended (None: it failed)."""
         await self.staging_ended.wait()
         return self.staged
 
-    def commit_behind(self, path: Path, text: str, done: Callable[[OSError | None], None]) -> None:
+    def commit_behind(self, path: Path, text: str, done: Callable[[Exception | None], None]) -> None:
         """Once the staging has ended, the config file put in place as ``path`` on a store pool
         thread: the staged file renamed (or, if the staging failed, ``text`` written whole),
         the folder fsynced; ``done(error or None)`` is then called on the event loop. No task:
@@ -117,15 +117,15 @@ class Prepared:
             commit, self._commit = self._commit, None
             self._submit_commit(*commit)
 
-    def _submit_commit(self, path: Path, text: str, done: Callable[[OSError | None], None]) -> None:
+    def _submit_commit(self, path: Path, text: str, done: Callable[[Exception | None], None]) -> None:
         loop = asyncio.get_running_loop()
         staged = self.staged
 
         def job() -> None:
-            error: OSError | None = None
+            error: Exception | None = None
             try:
                 commit_staged(staged if staged is not None else stage_atomic(path, text), path)
-            except OSError as e:
+            except Exception as e:  # any failure still reaches done: config_written waits on it
                 error = e
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(done, error)

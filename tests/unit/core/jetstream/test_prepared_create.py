@@ -285,6 +285,25 @@ async def test_a_config_file_that_cannot_be_put_in_place_is_logged_and_the_strea
         assert await stream.store.apply([Append("s.1", None, b"x", 1)]) == [1]
 
 
+async def test_a_config_commit_that_fails_otherwise_still_ends_the_wait_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commit behind the answer that fails with other than an OSError (a bug) is logged too,
+    and the wait for the file (an update's, a delete's) ends: it does not wait for ever."""
+    from core.jetstream import prepared as prepared_module
+
+    def failing(tmp: Path, path: Path) -> None:
+        raise RuntimeError("a bug in the commit")
+
+    monkeypatch.setattr(prepared_module, "commit_staged", failing)
+    async with _jetstream(tmp_path) as (js, ajs):
+        await js.prepare_stream(ajs, _cfg(), 62)
+        await js.create_stream(ajs, _cfg(), created=62)
+        with anyio.fail_after(5):
+            await js.config_written(ajs, "S")
+        assert "its config file could not be written (a bug in the commit)" in caplog.text
+
+
 def _held_staging(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     """The preparation's config file staging (a pool job) held until the event is set."""
     from core.jetstream import prepared as prepared_module
