@@ -265,6 +265,7 @@ public final class BulkReader implements PartitionReader<ColumnarBatch> {
         throw new LeafjetException(
             "bulk read from " + seq + " failed for " + opts.where() + ": unexpected reply " + start);
       }
+      client.recycle(m.data); // the answer is parsed: its (reused) buffer takes the next reply
       int code = err.path("err_code").asInt();
       if (code == StreamApi.ERR_NOT_FOUND) {
         throw new LeafjetException.StreamNotFound(
