@@ -1229,7 +1229,11 @@ class SqliteStore:
                 if count == present:
                     with contextlib.suppress(StoreError):  # a damaged blob: read the rows, rebuild
                         cols = colblocks.unpack(encoding, body)
-                out.append((lo, cols if cols is not None and len(cols) == count else None))
+                # its rows in its range (they increase: decode checked), as many as it says
+                ends = cols.seqs[:1] + cols.seqs[-1:] if cols is not None else ()
+                if cols is not None and (len(cols) != count or any(s < lo or s > hi for s in ends)):
+                    cols = None
+                out.append((lo, cols))
             return out
 
         sql = colblocks.SELECT_COUNTED if counted else colblocks.SELECT

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,24 @@ def test_a_damaged_body_is_refused() -> None:
         colblocks.unpack(1, b"not zstd")
     with pytest.raises(StoreError):
         colblocks.unpack(7, body)
+
+
+def test_a_body_with_rows_out_of_order_is_refused() -> None:
+    c = columns_of([StoredMsg(10 + i, *message(i), T0 + i) for i in range(5)])
+    swapped = array("Q", reversed(c.seqs))
+    with pytest.raises(StoreError, match="sequences"):
+        colblocks.decode(colblocks.encode(MsgColumns(swapped, *_rest(c, 1))))
+    so = array("i", c.subject_offsets)
+    so[1] = so[len(c)]  # the first subject ends past the second: offsets go down
+    bad = MsgColumns(c.seqs, c.timestamps, so, *_rest(c, 3))
+    with pytest.raises(StoreError, match="offsets"):
+        colblocks.decode(colblocks.encode(bad))
+
+
+def _rest(c: MsgColumns, skip: int) -> list[Any]:
+    fields = [c.seqs, c.timestamps, c.subject_offsets, c.subjects]
+    fields += [c.header_offsets, c.headers, c.data_offsets, c.data]
+    return fields[skip:]
 
 
 def test_which_blocks_a_read_takes() -> None:
