@@ -1959,7 +1959,17 @@ class SqliteStore:
         """Pool: build (or rebuild) up to ``BLOCKS_PER_JOB`` blocks and drop those wholly below
         the first sequence; then again, behind the pool's other jobs, while more are due. A
         store under heavy ingest thus keeps building (a block costs ~1 us a row, far less than
-        storing the row) without holding a worker for long."""
+        storing the row) without holding a worker for long. An error outside a block's build
+        (a bug) is recorded and ends the job, so the next commit's kick can queue one again
+        (escaping, it would leave ``_blk_job_on`` set: no block built until a reopen)."""
+        try:
+            self._blk_job_run()
+        except Exception as e:
+            self._stats.last_error = repr(e)
+            with self._blk_lock:
+                self._blk_job_on = False
+
+    def _blk_job_run(self) -> None:
         more = failed = False
         for _ in range(colblocks.BLOCKS_PER_JOB):
             due = self._blk_due()

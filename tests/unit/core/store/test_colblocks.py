@@ -459,6 +459,30 @@ async def test_a_block_that_cannot_be_built_is_left_out_without_a_busy_loop(
         await store.close()
 
 
+async def test_a_block_job_that_fails_outside_a_build_lets_the_next_commit_queue_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db", block_rows=ROWS)
+    real, fails = store._blk_due, [True]
+
+    def due() -> Any:
+        if fails.pop() if fails else False:
+            raise RuntimeError("a bug in the job")
+        return real()
+
+    monkeypatch.setattr(store, "_blk_due", due)
+    try:
+        await store.apply(appends(0, 8))
+        with anyio.fail_after(30):
+            while fails or store._blk_job_on:
+                await anyio.sleep(0.01)
+        assert "a bug in the job" in (store.stats().last_error or "")
+        await store.apply(appends(8, 8))  # the next commit's kick: the job runs again
+        await blocks_through(store, 16)
+    finally:
+        await store.close()
+
+
 async def test_a_stream_of_large_messages_gets_no_new_blocks(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "large.db", block_rows=ROWS)
     try:
