@@ -2079,10 +2079,12 @@ class SqliteStore:
         store's batches wait for it as for another batch). It does not fsync even with
         ``sync="always"``: blocks are derived data, and the next durable commit fsyncs the WAL
         with it. True when written; False when it failed (recorded, the block left out); None
-        when the connection is closed."""
+        when the connection is closed, or the last write found the disk full (``_disk_full``:
+        derived data must not take the room the stream's next write needs; that write's success
+        kicks the job again)."""
         with self._wlock:
             conn = self._conn
-            if conn is None or self._shut or self._dead:
+            if conn is None or self._shut or self._dead or self._disk_full:
                 return None
             full = self._sync == "always"
             try:

@@ -483,6 +483,21 @@ async def test_a_block_job_that_fails_outside_a_build_lets_the_next_commit_queue
         await store.close()
 
 
+async def test_no_block_is_written_while_the_disk_is_full(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db", block_rows=ROWS)
+    try:
+        await store.apply(appends(0, 4))
+        store._disk_full = True  # as _w_fail leaves it after SQLITE_FULL
+        await store.apply(appends(4, 8))  # seals block 0; this success clears the flag
+        assert not store._disk_full
+        await blocks_through(store, ROWS)
+        store._disk_full = True
+        assert store._blk_build(1) is False  # sealed, but the disk was full: not written
+        assert [r[:2] for r in block_rows_in(store.path)] == [(1, ROWS)]
+    finally:
+        await store.close()
+
+
 async def test_a_stream_of_large_messages_gets_no_new_blocks(tmp_path: Path) -> None:
     store = await SqliteStore.open(tmp_path / "large.db", block_rows=ROWS)
     try:
