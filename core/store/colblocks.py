@@ -30,7 +30,7 @@ from typing import Final
 
 from core.errors import StoreError
 from core.store.columns import EMPTY, MsgColumns
-from core.vector import numpy
+from core.vector import increasing, non_decreasing, numpy
 
 # Rows per block: a 64-byte message's block is ~450 KiB. Large enough that a block's fixed costs
 # (a blob's row, its decode, a part to concatenate) are nothing per row, small enough that the
@@ -135,8 +135,11 @@ def decode(body: bytes) -> MsgColumns:
         data,
     )
     for off, blob in ((cols.subject_offsets, ls), (cols.header_offsets, lh), (cols.data_offsets, ld)):
-        if off[0] != 0 or off[n] != blob:
+        if off[0] != 0 or off[n] != blob or not non_decreasing(memoryview(off)):
             raise StoreError("column block: offsets do not match the columns")
+    # a damaged body: offsets that would cut the blobs wrongly, sequences that mislead rows_between
+    if not increasing(memoryview(cols.seqs)):
+        raise StoreError("column block: sequences out of order")
     return cols
 
 
@@ -206,8 +209,8 @@ def unpack(encoding: int, body: bytes) -> MsgColumns:
 
         try:
             body = zstandard.ZstdDecompressor().decompress(body)
-        except zstandard.ZstdError as e:
-            raise StoreError(f"column block: {e}") from None
+        except (zstandard.ZstdError, MemoryError) as e:  # a damaged frame's content size too
+            raise StoreError(f"column block: {e!r}") from None
     elif encoding != PLAIN:
         raise StoreError(f"column block: unknown encoding {encoding}")
     return decode(body)

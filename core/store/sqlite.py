@@ -1229,7 +1229,11 @@ class SqliteStore:
                 if count == present:
                     with contextlib.suppress(StoreError):  # a damaged blob: read the rows, rebuild
                         cols = colblocks.unpack(encoding, body)
-                out.append((lo, cols if cols is not None and len(cols) == count else None))
+                # its rows in its range (they increase: decode checked), as many as it says
+                ends = cols.seqs[:1] + cols.seqs[-1:] if cols is not None else ()
+                if cols is not None and (len(cols) != count or any(s < lo or s > hi for s in ends)):
+                    cols = None
+                out.append((lo, cols))
             return out
 
         sql = colblocks.SELECT_COUNTED if counted else colblocks.SELECT
@@ -1955,7 +1959,17 @@ class SqliteStore:
         """Pool: build (or rebuild) up to ``BLOCKS_PER_JOB`` blocks and drop those wholly below
         the first sequence; then again, behind the pool's other jobs, while more are due. A
         store under heavy ingest thus keeps building (a block costs ~1 us a row, far less than
-        storing the row) without holding a worker for long."""
+        storing the row) without holding a worker for long. An error outside a block's build
+        (a bug) is recorded and ends the job, so the next commit's kick can queue one again
+        (escaping, it would leave ``_blk_job_on`` set: no block built until a reopen)."""
+        try:
+            self._blk_job_run()
+        except Exception as e:
+            self._stats.last_error = repr(e)
+            with self._blk_lock:
+                self._blk_job_on = False
+
+    def _blk_job_run(self) -> None:
         more = failed = False
         for _ in range(colblocks.BLOCKS_PER_JOB):
             due = self._blk_due()
@@ -2065,10 +2079,12 @@ class SqliteStore:
         store's batches wait for it as for another batch). It does not fsync even with
         ``sync="always"``: blocks are derived data, and the next durable commit fsyncs the WAL
         with it. True when written; False when it failed (recorded, the block left out); None
-        when the connection is closed."""
+        when the connection is closed, or the last write found the disk full (``_disk_full``:
+        derived data must not take the room the stream's next write needs; that write's success
+        kicks the job again)."""
         with self._wlock:
             conn = self._conn
-            if conn is None or self._shut or self._dead:
+            if conn is None or self._shut or self._dead or self._disk_full:
                 return None
             full = self._sync == "always"
             try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,24 @@ def test_a_damaged_body_is_refused() -> None:
         colblocks.unpack(1, b"not zstd")
     with pytest.raises(StoreError):
         colblocks.unpack(7, body)
+
+
+def test_a_body_with_rows_out_of_order_is_refused() -> None:
+    c = columns_of([StoredMsg(10 + i, *message(i), T0 + i) for i in range(5)])
+    swapped = array("Q", reversed(c.seqs))
+    with pytest.raises(StoreError, match="sequences"):
+        colblocks.decode(colblocks.encode(MsgColumns(swapped, *_rest(c, 1))))
+    so = array("i", c.subject_offsets)
+    so[1] = so[len(c)]  # the first subject ends past the second: offsets go down
+    bad = MsgColumns(c.seqs, c.timestamps, so, *_rest(c, 3))
+    with pytest.raises(StoreError, match="offsets"):
+        colblocks.decode(colblocks.encode(bad))
+
+
+def _rest(c: MsgColumns, skip: int) -> list[Any]:
+    fields = [c.seqs, c.timestamps, c.subject_offsets, c.subjects]
+    fields += [c.header_offsets, c.headers, c.data_offsets, c.data]
+    return fields[skip:]
 
 
 def test_which_blocks_a_read_takes() -> None:
@@ -436,6 +455,45 @@ async def test_a_block_that_cannot_be_built_is_left_out_without_a_busy_loop(
         assert "out of order" in (store.stats().last_error or "")
         cols, _ = await store.read_columns(1, 24, 100)
         assert list(cols.seqs) == list(range(1, 25))
+    finally:
+        await store.close()
+
+
+async def test_a_block_job_that_fails_outside_a_build_lets_the_next_commit_queue_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db", block_rows=ROWS)
+    real, fails = store._blk_due, [True]
+
+    def due() -> Any:
+        if fails.pop() if fails else False:
+            raise RuntimeError("a bug in the job")
+        return real()
+
+    monkeypatch.setattr(store, "_blk_due", due)
+    try:
+        await store.apply(appends(0, 8))
+        with anyio.fail_after(30):
+            while fails or store._blk_job_on:
+                await anyio.sleep(0.01)
+        assert "a bug in the job" in (store.stats().last_error or "")
+        await store.apply(appends(8, 8))  # the next commit's kick: the job runs again
+        await blocks_through(store, 16)
+    finally:
+        await store.close()
+
+
+async def test_no_block_is_written_while_the_disk_is_full(tmp_path: Path) -> None:
+    store = await SqliteStore.open(tmp_path / "s.db", block_rows=ROWS)
+    try:
+        await store.apply(appends(0, 4))
+        store._disk_full = True  # as _w_fail leaves it after SQLITE_FULL
+        await store.apply(appends(4, 8))  # seals block 0; this success clears the flag
+        assert not store._disk_full
+        await blocks_through(store, ROWS)
+        store._disk_full = True
+        assert store._blk_build(1) is False  # sealed, but the disk was full: not written
+        assert [r[:2] for r in block_rows_in(store.path)] == [(1, ROWS)]
     finally:
         await store.close()
 
