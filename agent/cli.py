@@ -199,6 +199,8 @@ def _agent(args: argparse.Namespace) -> int:
             leaf_port = DEFAULT_HUB_LEAF_PORT
         if leaf_port is not None:
             server = server.replace(leafnodes=replace(server.leafnodes, port=leaf_port))
+        if server.jetstream.column_blocks is None:  # analytics read hubs: blocks there only
+            server = server.replace(jetstream=replace(server.jetstream, column_blocks=args.command == "hub"))
         return replace(agent_cfg, server=server)
 
     try:

@@ -183,7 +183,8 @@ def run_spark(
 
     jvm = build_jvm_reader() and jvm_reader_jar() is not None
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-spark-") as tmp:
-        srv = start_leafjet(Path(tmp) / "leafjet", {"jetstream": {"sync": "interval"}})
+        # column blocks as on a hub, where Spark reads (an agent has none by default)
+        srv = start_leafjet(Path(tmp) / "leafjet", {"jetstream": {"sync": "interval", "column_blocks": True}})
         try:
             load_s = asyncio.run(fill(srv.url, msgs, size))
             spark = quiet_session("leafjet-bench", master=f"local[{partitions}]", tmp_dir=Path(tmp) / "spark")

@@ -145,7 +145,10 @@ def run(
             for v in variants:
                 if v.startswith("leafjet"):  # the real source over a leafjet filled with the same count
                     if srv is None:
-                        srv = start_leafjet(Path(tmp) / "leafjet", {"jetstream": {"sync": "interval"}})
+                        # column blocks as on a hub, where Spark reads (an agent has none by default)
+                        srv = start_leafjet(
+                            Path(tmp) / "leafjet", {"jetstream": {"sync": "interval", "column_blocks": True}}
+                        )
                         asyncio.run(fill(srv.url, n, 64))
                     r = spark.read.format("leafjet").option("servers", srv.url).option("stream", STREAM)
                     r = r.option("numPartitions", str(partitions))

@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="leafjet-spark-profile-") as tmp:
         store = a.store or Path(tmp) / "leafjet"
         fresh = not (store / "data").exists()
-        srv = start_leafjet(store, {"jetstream": {"sync": "interval"}})
+        # column blocks as on a hub, where Spark reads (an agent has none by default)
+        srv = start_leafjet(store, {"jetstream": {"sync": "interval", "column_blocks": True}})
         try:
             if fresh:
                 took = asyncio.run(fill(srv.url, a.msgs, a.size))

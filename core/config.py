@@ -97,6 +97,11 @@ class JetStreamConfig:
     # next use. 0: derived from RLIMIT_NOFILE -- half the soft limit, 5 per store (102 stores
     # under the usual soft limit of 1,024). Process-wide: the last server started sets it.
     max_open_stores: int = 0
+    # Column blocks (core/store/colblocks.py): each sealed run of 4,096 messages also kept laid
+    # out in columns, for fast bulk reads (the Spark source). They cost memory (~30 MiB more RSS
+    # on an ingesting server) and some CPU at ingest, so only where analytics read: None (not
+    # set) means on for the ``hub`` role and off for the ``agent`` role (agent/cli.py).
+    column_blocks: bool | None = None
 
 
 LEAF_COMPRESSION_MODES = ("zstd", "off")
@@ -630,6 +635,7 @@ def _read_jetstream(data: Any) -> JetStreamConfig:
         max_buffered_size=t.size("max_buffered_size", d.max_buffered_size),
         max_buffered_account_size=t.size("max_buffered_account_size", d.max_buffered_account_size),
         max_open_stores=t.integer("max_open_stores", d.max_open_stores),
+        column_blocks=t.flag("column_blocks", False) if "column_blocks" in t.data else None,
     )
     if js.cipher not in ("chachapoly", "aes"):
         raise ConfigError("jetstream.cipher", f'expected "chachapoly" or "aes", got {js.cipher!r}')

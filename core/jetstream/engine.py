@@ -45,6 +45,7 @@ from core.server.accounts import Subscription
 from core.server.failures import describe_failure
 from core.server.internal import Backlog, InboundMsg, InternalReceiver
 from core.store.api import DelMetaOp, PurgeOp, SetMetaOp
+from core.store.colblocks import BLOCK_ROWS
 from core.store.memory import MemoryStore
 from core.store.pool import POOL, set_max_open_stores
 from core.store.spare import SpareStores
@@ -375,6 +376,8 @@ class JetStream:
             page_size=BULK_PAGE_SIZE if cfg.sources or cfg.mirror else DEFAULT_PAGE_SIZE,
             spare=self.spares,
             sync_new_folder=sync_new_folder,
+            # off: none built, and a store that holds some drops them (core/config.py)
+            block_rows=0 if self.config.column_blocks is False else BLOCK_ROWS,
         )
 
     async def _start_stream(

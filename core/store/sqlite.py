@@ -519,6 +519,7 @@ class SqliteStore:
         # Column blocks (colblocks.py, DESIGN.md "Column blocks"): built by ``_blk_job`` on the
         # pool, read by ``read_columns``. ``_blk_lock`` guards the fields below (a leaf lock).
         self._blk_rows = block_rows  # rows per block; 0: none (an encrypted store has none)
+        self._blk_leftover = False  # without blocks, but holding some it could not drop
         self._blk_lock = threading.Lock()
         self._blk_next = 0  # the next block to build: every one below is built, empty or gone
         self._blk_top = 0  # the last sequence of the newest block built: reads above skip blocks
@@ -1919,6 +1920,7 @@ class SqliteStore:
             self._blk_rows = 0
         rows = self._blk_rows
         if not rows:
+            self._w_blocks_drop(conn)
             return
         try:
             schema.ensure_colblocks(conn)
@@ -1934,6 +1936,18 @@ class SqliteStore:
             self._blk_low = low or 0
             self._blk_next = top // rows if top else colblocks.block_of(self._w.first_seq, rows)
         self._blk_kick()
+
+    def _w_blocks_drop(self, conn: sqlite3.Connection) -> None:
+        """A store opened without column blocks drops those built while it had them: nothing
+        would keep them in line with the messages (an erased message's copy in its block must
+        go with it), and they are derived data. A write only when there are some."""
+        try:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'colblocks'")
+            if found.fetchone() is not None and conn.execute("SELECT 1 FROM colblocks LIMIT 1").fetchone():
+                conn.execute("DELETE FROM colblocks")
+        except sqlite3.Error as e:  # a full disk: reads never use them; the next open tries again
+            self._stats.last_error = repr(e)
+            self._blk_leftover = True  # an erase still removes its message's block
 
     def _blk_kick(self) -> None:
         """After a commit or an open (any thread): queue the block job when there is work for it
@@ -2609,6 +2623,8 @@ class SqliteStore:
                     if k <= self._blk_next and hi <= self._w.last_seq:  # built, or being built
                         with self._blk_lock:  # from rows read before this: rebuilt, replacing it
                             self._blk_stale.add(k)
+                elif self._blk_leftover:  # blocks off, and dropping those left failed
+                    conn.execute("DELETE FROM colblocks WHERE lo <= ? AND hi >= ?", (op.seq, op.seq))
             finally:
                 conn.execute("PRAGMA secure_delete = OFF")
         else:

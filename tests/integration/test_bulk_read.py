@@ -29,7 +29,8 @@ READ = "$JS.API.LEAFJET.READ."
 
 @pytest.fixture
 def lj(tmp_path: Path) -> Iterator[RunningServer]:
-    srv = start_server("leafjet", tmp_path / "lj", jetstream=True)
+    # column blocks as on a hub, where analytics read (an agent has none by default)
+    srv = start_server("leafjet", tmp_path / "lj", {"jetstream": {"column_blocks": True}}, jetstream=True)
     try:
         yield srv
     finally:

@@ -286,6 +286,60 @@ async def test_another_block_size_drops_the_old_blocks(tmp_path: Path) -> None:
         await store.close()
 
 
+async def test_a_store_opened_without_blocks_drops_those_it_holds(tmp_path: Path) -> None:
+    """Column blocks turned off (``jetstream.column_blocks = false``, an agent's default):
+    blocks built before are dropped at the open -- nothing would keep them in line with the
+    messages -- and reads are the aggregate's."""
+    path = tmp_path / "s.db"
+    store = await SqliteStore.open(path, block_rows=ROWS)
+    await store.apply(appends(0, 24))
+    await blocks_through(store, 24)
+    before = await store.read_columns(1, 24, 100)
+    await store.close()
+    assert len(block_rows_in(path)) == 3
+    store = await SqliteStore.open(path, block_rows=0)
+    try:
+        assert block_rows_in(path) == []
+        await store.apply(appends(24, 16))  # two more ranges sealed: none built
+        assert columns((await store.read_columns(1, 24, 100))[0]) == columns(before[0])
+        await anyio.sleep(0.2)
+        assert block_rows_in(path) == [] and store.block_stats().served == 0
+    finally:
+        await store.close()
+
+
+async def test_an_erase_removes_a_block_that_could_not_be_dropped(tmp_path: Path) -> None:
+    """Blocks off, and dropping the old ones failed at the open (a full disk): an erased
+    message's copy in its block still goes with it."""
+    secret = b"SECRET-PAYLOAD-0123456789"
+    path = tmp_path / "erase.db"
+    store = await SqliteStore.open(path, block_rows=ROWS)
+    ops = appends(0, 16)
+    ops[4] = Append("orders.x", None, secret, T0 + 4)
+    await store.apply(ops)
+    await blocks_through(store, 16)
+    await store.close()
+    conn = sqlite3.connect(path)  # a trigger stands in for the disk that refused the drop
+    conn.execute(
+        "CREATE TRIGGER keep BEFORE DELETE ON colblocks WHEN (SELECT count(*) FROM colblocks) > 1 "
+        "BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+    )
+    conn.commit()
+    conn.close()
+    store = await SqliteStore.open(path, block_rows=0)
+    try:
+        assert store._blk_leftover and len(block_rows_in(path)) == 2
+        conn = sqlite3.connect(path)
+        conn.execute("DROP TRIGGER keep")
+        conn.commit()
+        conn.close()
+        await store.apply([DeleteOp(5, erase=True)])
+        assert [lo for lo, _, _ in block_rows_in(path)] == [9]
+    finally:
+        await store.close()
+    assert secret not in path.read_bytes()
+
+
 async def test_a_store_made_before_blocks_opens_and_gets_them(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     store = await SqliteStore.open(path, block_rows=0)
