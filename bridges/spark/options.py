@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -118,12 +119,35 @@ def parse_time_us(value: str, key: str = "time") -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+SERVER_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def _check_server_url(url: str) -> None:
+    """A server of option 'servers' as the clients take it (``nats://`` when it names no
+    scheme), refused here with its name: a NATS client would fail on it later, with a message
+    naming neither the option nor the URL, or keep retrying a name that cannot resolve."""
+    parts = urllib.parse.urlsplit(url if "://" in url else f"nats://{url}")
+    try:
+        parts.port  # noqa: B018 -- raises for a port that is no number or out of range
+    except ValueError:
+        raise OptionError(f"option 'servers' has a malformed URL {url!r}: bad port") from None
+    if parts.scheme.lower() not in SERVER_SCHEMES:
+        schemes = ", ".join(SERVER_SCHEMES)
+        raise OptionError(
+            f"option 'servers' has a malformed URL {url!r}: the scheme must be one of {schemes}"
+        )
+    if not parts.hostname or parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise OptionError(f"option 'servers' has a malformed URL {url!r}: expected scheme://host:port")
+
+
 def parse_options(opts: Mapping[str, str]) -> SourceOptions:
     """Validate Spark's option dict (keys case-insensitive) into :class:`SourceOptions`."""
     lower = {str(k).lower(): v for k, v in opts.items()}
     servers = tuple(s.strip() for s in str(lower.get("servers", "")).split(",") if s.strip())
     if not servers:
         raise OptionError("option 'servers' is required, e.g. nats://127.0.0.1:4222")
+    for url in servers:
+        _check_server_url(url)
     stream = str(lower.get("stream", "")).strip()
     if not stream or any(c in stream for c in " .*>\t"):
         raise OptionError(f"option 'stream' must name a stream (no spaces, '.', '*' or '>'), got {stream!r}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,27 @@ def test_absurd_batch_sizes_are_clamped_and_zero_is_refused(server: RunningServe
 def test_a_timeout_that_is_not_positive_seconds_is_refused(timeout: str) -> None:
     with pytest.raises(OptionError, match="option 'timeout' must be seconds"):
         parse_options({"servers": "nats://127.0.0.1:4222", "stream": "s", "timeout": timeout})
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "nats://127.0.0.1:notaport",
+        "nats://127.0.0.1:99999",
+        "nats://",
+        "http://127.0.0.1:4222",
+        "nats//x",
+        "h:1/p",
+    ],
+)
+def test_a_malformed_server_url_is_refused_naming_it(url: str) -> None:
+    with pytest.raises(OptionError, match=f"option 'servers' has a malformed URL '{re.escape(url)}'"):
+        parse_options({"servers": f"nats://127.0.0.1:4222,{url}", "stream": "s"})
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:4222", "nats://u:p@localhost:4222", "tls://[::1]:4222", "ws://h"])
+def test_server_urls_the_clients_take_are_accepted(url: str) -> None:
+    assert parse_options({"servers": url, "stream": "s"}).conn.servers == (url,)
 
 
 def test_message_too_large_for_a_bulk_reply_is_read_alone(tmp_path: Path) -> None:
