@@ -63,6 +63,9 @@ API_QUEUE_MSGS = 4096  # what an account's API queue holds
 API_QUEUE_BYTES = 64 * 1024 * 1024
 # A stream pipeline or consumer task that fails is restarted, this many times within RESTART_WINDOW
 # seconds; one more failure ends that asset (see _supervise).
+# An update or delete waits at most this long for a prepared create's config file to be put in
+# place (a rename and a folder fsync on a pool thread: milliseconds, unless the disk hangs).
+CONFIG_WRITE_WAIT = 30.0
 MAX_RESTARTS = 5
 RESTART_WINDOW = 60.0
 
@@ -730,10 +733,19 @@ class JetStream:
         prepared.commit_behind(ajs.root / cfg.name / "stream.json", json.dumps(body), done)
 
     async def config_written(self, ajs: AccountJetStream, name: str) -> None:
-        """Until a prepared create's config file is in place (at once when none is pending)."""
+        """Until a prepared create's config file is in place (at once when none is pending);
+        an ApiError after ``CONFIG_WRITE_WAIT`` (a hung disk): the update or delete waiting
+        for it fails and may be asked again, nothing waits for ever."""
         pending = self._config_writes.get((ajs.account.name, name))
-        if pending is not None:
+        if pending is None:
+            return
+        with anyio.move_on_after(CONFIG_WRITE_WAIT):
             await pending.wait()
+            return
+        raise api_error(
+            "JSStreamGeneralErrorF",
+            err=f"stream {name}: its config file is still being written after {CONFIG_WRITE_WAIT:g}s",
+        )
 
     def _opened_after_create(self, ajs: AccountJetStream, stream: Stream, reason: str | None) -> None:
         """The open of a created stream's store has ended (``reason``: why it failed)."""

@@ -351,6 +351,36 @@ async def test_a_create_is_answered_before_its_config_file_and_an_update_waits_f
         release.set()
 
 
+async def test_an_update_waits_for_the_create_s_config_file_only_so_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A config file that is not put in place (a hung disk) fails an update waiting for it with
+    an API error after CONFIG_WRITE_WAIT; once the file is in place, the update works."""
+    from core.jetstream import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "CONFIG_WRITE_WAIT", 0.2)
+    release = _held_staging(monkeypatch)
+    try:
+        async with _jetstream(tmp_path) as (js, ajs):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(js.prepare_stream, ajs, _cfg(), 72)
+                await anyio.sleep(0.05)
+                with anyio.fail_after(30):
+                    stream = await js.create_stream(ajs, _cfg(), created=72)
+                with (
+                    anyio.fail_after(10),
+                    pytest.raises(ApiError, match="config file is still being written"),
+                ):
+                    await js.update_stream(ajs, stream, _cfg(["s.>", "t.>"]))
+                release.set()
+                with anyio.fail_after(30):
+                    await js.config_written(ajs, "S")
+                    await js.update_stream(ajs, stream, _cfg(["s.>", "t.>"]))
+            assert _saved(ajs)["config"]["subjects"] == ["s.>", "t.>"]
+    finally:
+        release.set()
+
+
 async def test_a_stream_whose_config_file_a_crash_lost_is_created_again_on_its_store(
     tmp_path: Path,
 ) -> None:
