@@ -626,7 +626,7 @@ class MetaGroup:
                 return True
             try:  # held as damaged here (core/jetstream/damaged.py): its folder moves aside
                 await self.js.delete_damaged(ajs, damaged)
-            except OSError as e:
+            except Exception as e:  # a disk error, its config file still being written: again later
                 if worth_logging(self._failures_so_far(key) + 1):
                     log.error("stream %s/%s: cannot move the damaged stream aside: %s", account, name, e)
                 return False
