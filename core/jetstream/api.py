@@ -192,6 +192,11 @@ async def stream_create(
     else:
         check_subject_overlap(cfg, _held_configs(ajs))
         stream = await js.create_stream(ajs, cfg)
+    return await stream_create_answer(js, stream)
+
+
+async def stream_create_answer(js: JetStream, stream: Stream) -> dict[str, Any]:
+    """The answer to a create of ``stream`` (also a hub's placed server's, hub/meta/group.py)."""
     info = await _info(js, stream, with_domain=False)
     return api_response("stream_create_response", {**info, "did_create": True})
 
@@ -754,6 +759,15 @@ def _internal_error(msg: InboundMsg, failure: Exception) -> ApiError:
     return api_error("JSStreamGeneralErrorF", err=f"internal error ({type(failure).__name__})")
 
 
+def error_answer(type_name: str, e: ApiError) -> dict[str, Any]:
+    """The answer of kind ``type_name`` to a request that failed with ``e``."""
+    body = error_response(type_name, e)
+    if type_name in _PAGED_CONSUMER_RESPONSES:
+        body.update(paged_error_json(e))
+    body.update(_ERROR_ZERO_FIELDS.get(type_name, {}))
+    return body
+
+
 async def dispatch(
     js: JetStream, ajs: AccountJetStream, path: list[str], msg: InboundMsg, *, forwarded: bool = False
 ) -> None:
@@ -778,11 +792,7 @@ async def dispatch(
         if counted:
             ajs.api_total += 1
             ajs.api_errors += e.counts_as_error
-        body = error_response(type_name, e)
-        if type_name in _PAGED_CONSUMER_RESPONSES:
-            body.update(paged_error_json(e))
-        body.update(_ERROR_ZERO_FIELDS.get(type_name, {}))
-        js.reply_json(ajs, msg, body)
+        js.reply_json(ajs, msg, error_answer(type_name, e))
         if e is failure:
             raise
         raise e from failure

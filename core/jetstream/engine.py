@@ -639,7 +639,10 @@ class JetStream:
         prepared = await self.prepared.take((ajs.account.name, cfg.name), cfg, created)
         trace.point("create.prepared_taken", cfg.name)
         if prepared is None:  # a preparation made the folder
-            d.mkdir(parents=True, exist_ok=True)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as e:  # the name taken by a file, a disk error: as the reference, 10049
+                raise api_error("JSStreamCreateErrF", err=f"stream folder {d}: {e.strerror or e}") from None
         # built empty by this create (no file was there): nothing to read back from it
         fresh = cfg.first_seq == 0 and (
             cfg.storage == "memory" or prepared is not None or not (d / "msgs.db").exists()

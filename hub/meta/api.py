@@ -127,6 +127,8 @@ class MetaApi:
             a = self.group.state.streams.get((ajs.account.name, args[0]))
             if a is not None and self.group.me not in a.servers:
                 return self._forward_handler(a.servers[0]), type_name, args
+            if a is None and args[0] not in ajs.streams and not self.group.driver.is_leader():
+                return self._after_read_barrier(handler, args[0]), type_name, args
         return found
 
     # ------------------------------------------------------------------ handlers (any server)
@@ -157,7 +159,12 @@ class MetaApi:
         self._need_leader()
         trace.point("api.change", name)
         body = {"kind": kind, "account": ajs.account.name, "name": name, "data": _b64(msg.payload)}
+        if kind == "create" and msg.reply:
+            body["reply"] = msg.reply
         answer = await self.ask_leader(body)
+        if answer.get("answered"):  # the placed server answers the client once the stream runs
+            trace.point("api.placed_answers", name)
+            return
         index = int(answer["index"])
         trace.point("api.leader_answered", name)
         await self._caught_up(index)
@@ -262,6 +269,23 @@ class MetaApi:
                 continue
             out.append(a.name)
         return out
+
+    def _after_read_barrier(self, local: api.Handler, name: str) -> api.Handler:
+        """A stream this server's state does not hold (yet): catch up with the leader first.
+        A create is answered by the placed server as soon as the stream runs there, possibly
+        before this server applied it; a client asking here next must still find it."""
+
+        async def handler(
+            js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+        ) -> dict[str, Any] | None:
+            await self._read_barrier()
+            a = self.group.state.streams.get((ajs.account.name, name))
+            if a is not None and self.group.me not in a.servers:
+                await self._forward(a.servers[0], ajs, msg, 0)
+                return None
+            return await local(js, ajs, args, msg)
+
+        return handler
 
     def _forward_handler(self, server: str) -> api.Handler:
         async def handler(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
@@ -454,12 +478,15 @@ class MetaApi:
             if cfg.num_replicas > 1:  # placed as the reference would, then refused: R1 only yet
                 raise _r1_only()
             fields = {"account": account, "name": name, "config": cfg.to_json(), "created": time.time_ns()}
+            reply = body.get("reply")
+            if isinstance(reply, str) and reply:  # the placed server answers it (group.py)
+                fields["reply"] = reply
             index = await self._commit(encode_op("assign", **fields, servers=servers))
             # the next create's overlap check looks at this one: parsed already, not again
             a = group.state.streams.get((account, name))
             if a is not None and a.config == fields["config"]:
                 self._remember_parsed(a, cfg)
-            return {"server": servers[0], "index": index}
+            return {"server": servers[0], "index": index, "answered": "reply" in fields}
         if kind == "update":
             new = StreamConfig.from_json(
                 decode_request(payload), create=False, expected_name=name, lookup=lookup, clustered=True

@@ -29,6 +29,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from core import trace
+from core.api_errors import ApiError, api_error
+from core.jetstream import api
 from core.jetstream.models import StreamConfig
 from core.lograte import worth_logging
 from core.server.failures import describe_failure
@@ -56,6 +58,7 @@ REGISTER_RETRY = 1.0
 # A stream whose assignment (or removal) cannot be carried out here is tried again after 1, 2,
 # 4... seconds, at most this many apart; a new assignment of it is tried at once.
 LOCAL_RETRY_MAX = 30.0
+MAX_PENDING_REPLIES = 1024  # creates placed here whose clients wait for the answer from here
 MAX_PREPARED = 16  # streams made ready ahead of their create at once (see _entries_appended)
 
 
@@ -82,6 +85,8 @@ class MetaMachine:
         self.state = MetaState()
         self._changed = changed
         self._touched: set[tuple[str, str]] | None = None  # None: everything (a restore)
+        # an applied ``assign`` that carries the creating client's reply subject (not state)
+        self.on_reply: Callable[[dict[str, Any]], None] = lambda op: None
 
     def read_snapshot(self, data: bytes) -> MetaState:
         return MetaState.from_snapshot(data)  # in a worker thread: decompress and parse
@@ -96,12 +101,15 @@ class MetaMachine:
 
     def apply(self, entry: Entry) -> None:
         try:
-            key = self.state.apply(decode_op(entry.data))
+            op = decode_op(entry.data)
+            key = self.state.apply(op)
         except (ValueError, KeyError, TypeError) as e:
             log.error("meta group: skipping entry %d that cannot apply: %s", entry.index, e)
             return
         if key is not None and self._touched is not None:
             self._touched.add(key)
+        if "reply" in op:
+            self.on_reply(op)
         self._changed()
 
     def take_touched(self) -> set[tuple[str, str]] | None:
@@ -127,6 +135,11 @@ class MetaGroup:
         self._me_json = json.dumps(self.me).encode()  # this server's name as an entry spells it
         self.dir = store_dir / "jetstream" / SYSTEM_ACCOUNT / "_js_" / "_meta_"
         self.machine = MetaMachine(self._state_changed)
+        self.machine.on_reply = self._reply_assigned
+        # the creating client's reply subject of a stream assigned here: answered by the
+        # reconciler once the stream runs (or could not be made), as the reference's stream
+        # leader answers a create when it applies the assignment
+        self._replies: dict[tuple[str, str], tuple[str, int]] = {}
         cluster = server.config.cluster
         self.driver = RaftDriver(
             "meta",
@@ -513,17 +526,20 @@ class MetaGroup:
         try:
             local = ajs.streams.get(a.name)
             if local is not None and local.config.to_json() == a.config:
+                await self._answer_create(ajs, a, local)
                 return True  # the leader wrote a.config from a parsed config: already in line
             cfg = self._parsed_config(a.key, a.config)
             if local is None:
                 trace.point("meta.create", a.name)
-                await self.js.create_stream(ajs, cfg, created=a.created)
+                local = await self.js.create_stream(ajs, cfg, created=a.created)
                 trace.point("meta.created", a.name)
                 # debug, as the reference: a busy cluster creates streams all the time
                 log.debug("stream %s/%s: created here (meta assignment)", a.account, a.name)
+                await self._answer_create(ajs, a, local)
             elif local.config.to_json() != cfg.to_json():
                 await self.js.update_stream(ajs, local, cfg)
         except Exception as e:  # that stream's failure only
+            await self._answer_create(ajs, a, None, e)
             attempt = self._failures_so_far(a.key) + 1
             if worth_logging(attempt):
                 log.error(
@@ -536,6 +552,47 @@ class MetaGroup:
                 )
             return False
         return True
+
+    def _reply_assigned(self, op: dict[str, Any]) -> None:
+        """(The state machine) an applied ``assign`` with the creating client's reply: kept
+        for the reconciler when the stream is placed here. Not replicated state: after a
+        restart, a create whose stream is made from a replayed entry may answer a reply nobody
+        waits for any more (dropped: no interest), never a wrong one (inboxes are unique)."""
+        try:
+            servers, reply = op["servers"], op["reply"]
+            if not servers or servers[0] != self.me or not isinstance(reply, str) or not reply:
+                return
+            key, created = (str(op["account"]), str(op["name"])), int(op["created"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            return
+        if len(self._replies) >= MAX_PENDING_REPLIES:  # nobody answers that many: the oldest go
+            del self._replies[next(iter(self._replies))]
+        self._replies[key] = (reply, created)
+
+    async def _answer_create(
+        self, ajs: Any, a: StreamAssignment, stream: Any, failure: Exception | None = None
+    ) -> None:
+        """Answer the client that asked for ``a``'s create, if its reply came with it: the
+        stream's info (``stream``), or the API error of ``failure``. Once."""
+        pending = self._replies.get(a.key)
+        if pending is None or pending[1] != a.created:
+            return
+        del self._replies[a.key]
+        try:
+            if failure is None:
+                body = await api.stream_create_answer(self.js, stream)
+            else:
+                e = (
+                    failure
+                    if isinstance(failure, ApiError)
+                    else api_error("JSStreamCreateErrF", err=describe_failure(failure))
+                )
+                body = api.error_answer("stream_create_response", e)
+            ajs.account.publish(pending[0], None, None, json.dumps(body, separators=(",", ":")).encode())
+        except Exception:  # the answer is lost, not the reconcile: the client times out
+            log.exception("stream %s/%s: answering its create failed", a.account, a.name)
+            return
+        trace.point("api.answered", a.name)
 
     def _parsed_config(self, key: tuple[str, str], raw: dict[str, Any]) -> StreamConfig:
         """``raw`` as a StreamConfig; the parse made when the stream was prepared is used again

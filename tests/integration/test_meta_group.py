@@ -173,6 +173,36 @@ async def test_a_stream_whose_server_is_down_is_offline_and_nothing_else_breaks(
         c.close()
 
 
+async def test_a_create_that_fails_on_the_placed_server_is_answered_from_there(tmp_path):
+    """leafjet: the placed server answers a create itself once it has applied it, as the
+    reference's stream leader does (the client's reply travels in the assignment); when the
+    stream cannot be made there (its folder's name is taken by a file), the client hears the
+    reference's 10049 with the reason, and the server goes on."""
+    c = Cluster(tmp_path, "leafjet", size=3)
+    try:
+        start_js_cluster(c, TAGS)
+        c.wait_for_mesh()
+        ncs = [await _connect(c, i) for i in range(3)]
+        await _placed_on_all_servers(ncs)
+        on_n3 = {"name": "PROBE", "subjects": ["probe"], "placement": {"tags": ["az:3"]}}
+        probe = await api_until(ncs[0], "$JS.API.STREAM.CREATE.PROBE", on_n3, retry_on=(10008, 10005))
+        assert "error" not in probe, probe
+        [folder] = [p.parent for p in (tmp_path / c.nodes[2].name).rglob("PROBE/msgs.db")]
+        (folder.parent / "BROKEN").write_text("not a stream folder")
+        broken = {"name": "BROKEN", "subjects": ["broken"], "placement": {"tags": ["az:3"]}}
+        for nc in ncs[:2]:  # through both other servers (one of them may lead)
+            r = await api(nc, "$JS.API.STREAM.CREATE.BROKEN", broken)
+            assert r["error"]["err_code"] == 10049 and "BROKEN" in r["error"]["description"], r
+        assert "error" not in await api(ncs[1], "$JS.API.STREAM.INFO.PROBE")
+        (folder.parent / "BROKEN").unlink()  # the meta group tries again: the stream is made
+        ok = await api_until(ncs[1], "$JS.API.STREAM.INFO.BROKEN", retry_on=(10059, 10118))
+        assert ok["config"]["name"] == "BROKEN", ok
+        for nc in ncs:
+            await nc.close()
+    finally:
+        c.close()
+
+
 async def test_a_new_meta_leader_is_elected_after_the_leader_is_killed(tmp_path):
     """leafjet: /raftz shows one leader and its term on every server; SIGKILL it and the other
     two agree on a new one, in a later term."""
