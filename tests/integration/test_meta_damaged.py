@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import re
 
-import nats
 import pytest
 
-from tests.integration.test_meta_group import TAGS, _connect, _placed_on_all_servers
-from tests.support.cluster import Cluster
+from tests.integration.test_meta_group import TAGS, _tagged_leafjet
 from tests.support.jscluster import (
     api,
     api_until,
     publish_until,
     restart_js_node,
-    start_js_cluster,
     until_true,
 )
 
@@ -24,13 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.anyio, p
 
 
 async def test_a_damaged_stream_in_a_cluster_is_held_then_deleted_everywhere(tmp_path):
-    c = Cluster(tmp_path, "leafjet", size=3)
-    ncs: list[nats.NATS] = []
-    try:
-        start_js_cluster(c, TAGS)
-        c.wait_for_mesh()
-        ncs = [await _connect(c, i) for i in range(3)]
-        await _placed_on_all_servers(ncs)
+    async with _tagged_leafjet(tmp_path) as (c, ncs):
         on_n3 = {"name": "FAR", "subjects": ["far.>"], "placement": {"tags": ["az:3"]}}
         far = await api_until(ncs[0], "$JS.API.STREAM.CREATE.FAR", on_n3, retry_on=(10008, 10005))
         assert "error" not in far, far
@@ -73,8 +64,3 @@ async def test_a_damaged_stream_in_a_cluster_is_held_then_deleted_everywhere(tmp
         assert "error" not in again, again
         ack = await publish_until(ncs[0].jetstream(), "far.1", b"fresh")
         assert ack.seq == 1
-    finally:
-        for nc in ncs:
-            if not nc.is_closed:
-                await nc.close()
-        c.close()

@@ -11,6 +11,9 @@ it everywhere. The kill -9 and whole-cluster restart scenarios (leafjet) are ``c
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import nats
@@ -60,6 +63,24 @@ async def _placed_on_all_servers(ncs: list[nats.NATS]) -> None:
         assert "error" not in r, r
     for i in range(3):
         assert "error" not in await api_until(ncs[i], f"$JS.API.STREAM.DELETE.WARM{i}")
+
+
+@asynccontextmanager
+async def _tagged_leafjet(tmp_path: Path) -> AsyncIterator[tuple[Cluster, list[nats.NATS]]]:
+    """Three tagged leafjet hubs of a test's own, a client on each, every server known to the
+    meta leader with its tags; all closed at the end."""
+    c = Cluster(tmp_path, "leafjet", size=3)
+    ncs: list[nats.NATS] = []
+    try:
+        start_js_cluster(c, TAGS)
+        c.wait_for_mesh()
+        ncs = [await _connect(c, i) for i in range(3)]
+        await _placed_on_all_servers(ncs)
+        yield c, ncs
+    finally:
+        for nc in ncs:
+            await nc.close()
+        c.close()
 
 
 async def test_streams_are_placed_and_answered_from_any_server(cluster):
@@ -138,12 +159,7 @@ async def test_streams_are_placed_and_answered_from_any_server(cluster):
 async def test_a_stream_whose_server_is_down_is_offline_and_nothing_else_breaks(tmp_path):
     """leafjet: the stream's server stopped, its info is 10118 from the others; other streams,
     creates and deletes go on; back up, the stream is there with its messages."""
-    c = Cluster(tmp_path, "leafjet", size=3)
-    try:
-        start_js_cluster(c, TAGS)
-        c.wait_for_mesh()
-        ncs = [await _connect(c, i) for i in range(3)]
-        await _placed_on_all_servers(ncs)
+    async with _tagged_leafjet(tmp_path) as (c, ncs):
         on_n3 = {"name": "FAR", "subjects": ["far.>"], "placement": {"tags": ["az:3"]}}
         # 10005 until the third server's tags reached the meta leader
         far = await api_until(ncs[0], "$JS.API.STREAM.CREATE.FAR", on_n3, retry_on=(10008, 10005))
@@ -167,10 +183,6 @@ async def test_a_stream_whose_server_is_down_is_offline_and_nothing_else_breaks(
             return r.get("state", {}).get("messages") == 1
 
         await until_true(back, 30, what="the stream back with its message")
-        for nc in ncs[:2]:
-            await nc.close()
-    finally:
-        c.close()
 
 
 async def test_a_create_that_fails_on_the_placed_server_is_answered_from_there(tmp_path):
@@ -178,12 +190,7 @@ async def test_a_create_that_fails_on_the_placed_server_is_answered_from_there(t
     reference's stream leader does (the client's reply travels in the assignment); when the
     stream cannot be made there (its folder's name is taken by a file), the client hears the
     reference's 10049 with the reason, and the server goes on."""
-    c = Cluster(tmp_path, "leafjet", size=3)
-    try:
-        start_js_cluster(c, TAGS)
-        c.wait_for_mesh()
-        ncs = [await _connect(c, i) for i in range(3)]
-        await _placed_on_all_servers(ncs)
+    async with _tagged_leafjet(tmp_path) as (c, ncs):
         on_n3 = {"name": "PROBE", "subjects": ["probe"], "placement": {"tags": ["az:3"]}}
         probe = await api_until(ncs[0], "$JS.API.STREAM.CREATE.PROBE", on_n3, retry_on=(10008, 10005))
         assert "error" not in probe, probe
@@ -199,10 +206,6 @@ async def test_a_create_that_fails_on_the_placed_server_is_answered_from_there(t
         (folder.parent / "BROKEN").unlink()  # the meta group tries again: the stream is made
         ok = await api_until(ncs[1], "$JS.API.STREAM.INFO.BROKEN", retry_on=(10059, 10118))
         assert ok["config"]["name"] == "BROKEN", ok
-        for nc in ncs:
-            await nc.close()
-    finally:
-        c.close()
 
 
 async def test_a_new_meta_leader_is_elected_after_the_leader_is_killed(tmp_path):
