@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -28,25 +29,42 @@ def _alive(pid: int) -> bool:
         return f.read().split(b")")[-1].split()[0] != b"Z"
 
 
-@pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto is not installed")
-def test_a_demo_whose_output_reader_goes_away_leaves_no_process_behind():
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "deploy.demo"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert demo.stdout is not None
-    pids: list[int] = []
-    try:
-        # the hub and the three sites have started once their pids are printed
+def _demo_with_its_servers_started(tmp_path: Path) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """The demo, once it has printed the pids of the hub and the three sites. Started again
+    (twice at most) if it ends before that: it picks free ports, and a test running beside
+    it may take one first ("address already in use"); its stderr says why."""
+    for attempt in range(3):
+        err = tmp_path / f"demo-{attempt}.err"
+        with open(err, "wb") as stderr:
+            demo = subprocess.Popen(
+                [sys.executable, "-m", "deploy.demo"],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+        assert demo.stdout is not None
+        pids: list[int] = []
         while len(pids) < 4:
             line = demo.stdout.readline()
-            assert line, f"the demo ended before it started its servers (pids so far {pids})"
+            if not line:
+                break
             pids += [int(p) for p in PID.findall(line)]
-    finally:
-        demo.stdout.close()  # the reader goes away: the demo's next print fails
+        if len(pids) >= 4:
+            return demo, pids
+        demo.stdout.close()
+        demo.wait(timeout=60)
+        why = err.read_text(errors="replace")[-2000:]
+        if attempt == 2 or "address already in use" not in why.lower():
+            raise AssertionError(f"the demo ended before it started its servers (pids {pids}): {why}")
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto is not installed")
+def test_a_demo_whose_output_reader_goes_away_leaves_no_process_behind(tmp_path: Path) -> None:
+    demo, pids = _demo_with_its_servers_started(tmp_path)
+    assert demo.stdout is not None
+    demo.stdout.close()  # the reader goes away: the demo's next print fails
     try:
         demo.wait(timeout=120)
     finally:
