@@ -462,7 +462,7 @@ def _read_cluster(data: Any, base_dir: Path | None) -> ClusterConfig:
     return cfg
 
 
-def _check_url(url: str, path: str, schemes: tuple[str, ...], use: str, *, port_required: bool) -> None:
+def check_url(url: str, path: str, schemes: tuple[str, ...], use: str, *, port_required: bool) -> None:
     """A configured URL: ``schemes[0]`` when it has none, one of ``schemes``, a host, a port
     (that parses; present when ``port_required``). ``use`` is the hint for a wrong scheme."""
     from urllib.parse import urlsplit
@@ -481,7 +481,7 @@ def _check_url(url: str, path: str, schemes: tuple[str, ...], use: str, *, port_
 
 
 def _check_route_url(url: str, path: str) -> None:
-    _check_url(url, path, ROUTE_SCHEMES, '"nats-route://"', port_required=True)
+    check_url(url, path, ROUTE_SCHEMES, '"nats-route://"', port_required=True)
 
 
 def _leaf_compression(t: ConfigTable, default: str) -> str:
@@ -551,7 +551,7 @@ def _read_remote(t: ConfigTable, base_dir: Path | None) -> RemoteLeafConfig:
 
 
 def _check_leaf_url(url: str, path: str) -> None:
-    _check_url(url, path, LEAF_SCHEMES, '"nats-leaf://" or "tls://"', port_required=False)
+    check_url(url, path, LEAF_SCHEMES, '"nats-leaf://" or "tls://"', port_required=False)
 
 
 def _without_userinfo(url: str) -> str:

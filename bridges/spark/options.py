@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from core.config import check_url
+from core.errors import ConfigError
+
 BASE_COLUMNS = ("stream", "seq", "subject", "timestamp", "headers", "data")
 BASE_DDL = (
     "stream STRING, seq BIGINT, subject STRING, timestamp TIMESTAMP, headers MAP<STRING,STRING>, data BINARY"
@@ -124,19 +127,15 @@ SERVER_SCHEMES = ("nats", "tls", "ws", "wss")
 
 def _check_server_url(url: str) -> None:
     """A server of option 'servers' as the clients take it (``nats://`` when it names no
-    scheme), refused here with its name: a NATS client would fail on it later, with a message
-    naming neither the option nor the URL, or keep retrying a name that cannot resolve."""
-    parts = urllib.parse.urlsplit(url if "://" in url else f"nats://{url}")
+    scheme; core/config.py's URL check), refused here with its name: a NATS client would fail
+    on it later, with a message naming neither the option nor the URL, or keep retrying a name
+    that cannot resolve."""
     try:
-        parts.port  # noqa: B018 -- raises for a port that is no number or out of range
-    except ValueError:
-        raise OptionError(f"option 'servers' has a malformed URL {url!r}: bad port") from None
-    if parts.scheme.lower() not in SERVER_SCHEMES:
-        schemes = ", ".join(SERVER_SCHEMES)
-        raise OptionError(
-            f"option 'servers' has a malformed URL {url!r}: the scheme must be one of {schemes}"
-        )
-    if not parts.hostname or parts.path not in ("", "/") or parts.query or parts.fragment:
+        check_url(url, "", SERVER_SCHEMES, ", ".join(SERVER_SCHEMES), port_required=False)
+    except ConfigError as e:
+        raise OptionError(f"option 'servers' has a malformed URL {url!r}: {e.reason}") from None
+    parts = urllib.parse.urlsplit(url if "://" in url else f"nats://{url}")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:  # a server URL names no more
         raise OptionError(f"option 'servers' has a malformed URL {url!r}: expected scheme://host:port")
 
 
