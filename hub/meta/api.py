@@ -141,7 +141,11 @@ class MetaApi:
         if self.group.driver.is_leader():
             return
         answer = await self.ask_leader({"kind": "read"})
-        await self._caught_up(int(answer.get("index") or 0))
+        if not await self._caught_up(int(answer.get("index") or 0)):
+            # Answering from the state this server has would show a list or an info without
+            # changes already acknowledged to clients: "not available now" instead, and the
+            # client asks again.
+            raise api_error("JSClusterNotAvailErr")
 
     def _need_leader(self) -> None:
         if not self.group.ready or self.group.leader_name() is None:
@@ -172,11 +176,13 @@ class MetaApi:
         await self._forward(str(answer["server"]), ajs, msg, index)
         trace.point("api.forwarded", name)
 
-    async def _caught_up(self, index: int) -> None:
+    async def _caught_up(self, index: int) -> bool:
         """Until this server has applied ``index`` too (bounded): a client that hears of its
-        change then finds it in this server's state at once."""
+        change then finds it in this server's state at once. False: not within FORWARD_WAIT."""
         with anyio.move_on_after(FORWARD_WAIT):
             await self.group.driver.wait_applied(index)
+            return True
+        return False
 
     async def _delete(
         self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
