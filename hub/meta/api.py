@@ -139,7 +139,10 @@ class MetaApi:
         create because this server lags (the reference answers lists from the leader)."""
         self._need_leader()
         if self.group.driver.is_leader():
-            return
+            with anyio.move_on_after(FORWARD_WAIT):
+                await self._read_index()
+                return
+            raise api_error("JSClusterNotAvailErr")
         answer = await self.ask_leader({"kind": "read"})
         if not await self._caught_up(int(answer.get("index") or 0)):
             # Answering from the state this server has would show a list or an info without
@@ -408,6 +411,26 @@ class MetaApi:
                 )
             return {"error": api_error("JSBadRequestErr").to_json()}
 
+    def _unregistered_voters(self) -> list[int]:
+        """Members of the meta group with no server entry in the state yet (each registers with
+        the leader once it knows one)."""
+        group = self.group
+        registered = {e.peer for e in group.state.servers.values()}
+        return [v for v in group.driver.voters if peer_hex(v) not in registered]
+
+    async def _read_index(self) -> int:
+        """(Leader) Until this server has applied everything acknowledged so far: its commit
+        index once known (``RaftDriver.read_index``: a new leader learns it when its no-op
+        commits; its applied state may lag changes the last leader acknowledged until then).
+        The caller bounds the wait."""
+        driver = self.group.driver
+        while (index := driver.read_index()) is None:
+            if not driver.is_leader():
+                raise api_error("JSClusterNotAvailErr")
+            await driver.changed()
+        await driver.wait_applied(index)
+        return index
+
     async def _commit(self, data: bytes) -> int:
         driver = self.group.driver
         trace.point("leader.propose")
@@ -420,9 +443,13 @@ class MetaApi:
         group, state = self.group, self.group.state
         if not group.driver.is_leader():
             raise api_error("JSClusterNotAvailErr")
+        # Decided against everything committed so far: a new leader's applied state may lag
+        # what the former leader committed (its placements, the servers it registered) until
+        # its no-op commits. (At once when nothing is pending: the lock keeps changes apart.)
+        index = await self._read_index()
         kind = body.get("kind")
         if kind == "read":
-            return {"index": group.driver.applied}
+            return {"index": index}
         if kind == "register":
             s = body["server"]
             index = await self._commit(encode_op("server", **s))
@@ -480,6 +507,10 @@ class MetaApi:
                     list(placement.get("tags") or ()),
                 )
             except NoPeers as e:
+                if self._unregistered_voters():
+                    # a member that has not told its tags yet (a cluster just formed, a leader
+                    # just elected) may fit: "try again", not "no peers"
+                    raise api_error("JSClusterNotAvailErr") from None
                 raise api_error("JSClusterNoPeersErrF", err=str(e)) from None
             if cfg.num_replicas > 1:  # placed as the reference would, then refused: R1 only yet
                 raise _r1_only()

@@ -214,6 +214,10 @@ class RaftDriver:
     def is_leader(self) -> bool:
         return self.role is Role.LEADER
 
+    def read_index(self) -> int | None:
+        """``Node.read_index`` (None while the disk failed, as for ``leader``)."""
+        return self.node.read_index() if self.node is not None and self.healthy else None
+
     async def changed(self) -> None:
         """Wait for the next change of leader, role or applied index."""
         await self._changed.wait()

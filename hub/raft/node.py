@@ -326,6 +326,17 @@ class Node:
     def promotable(self) -> bool:
         return self.id in self.voters and not self.recovering
 
+    def read_index(self) -> int | None:
+        """(Leader) What a read of the state must have applied to see every change acknowledged
+        so far: the commit index -- known only once this leader has committed an entry of its
+        own term (its no-op). Until then entries a former leader acknowledged may be committed
+        without this one knowing it (paper §8): None. Not a leader: None. (Leadership itself
+        is taken on check-quorum's word, as for the leader's other answers.)"""
+        if self.role is not Role.LEADER:
+            return None
+        committed = self.log.committed
+        return committed if self.log.term(committed) == self.term else None
+
     def soft_state(self) -> SoftState:
         return self._soft_state()
 

@@ -23,6 +23,12 @@ class NoProposals:
     def is_leader(self) -> bool:
         return True
 
+    def read_index(self) -> int:
+        return 0  # everything committed is applied
+
+    async def wait_applied(self, index: int) -> int | None:
+        return None
+
     async def propose(self, data: list[bytes]) -> tuple[int, int]:
         raise AssertionError("a malformed request was proposed")
 

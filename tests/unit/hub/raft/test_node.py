@@ -139,6 +139,21 @@ def test_entries_of_an_earlier_term_commit_only_with_one_of_the_current_term() -
     assert [e.index for rd in readies for e in rd.committed] == [2, 3]
 
 
+def test_a_new_leader_gives_a_read_index_only_once_an_entry_of_its_term_commits() -> None:
+    # the entry of term 1 at index 2 may have been acknowledged by the former leader; until the
+    # no-op of term 2 commits, this leader cannot tell, so it names no index to read at
+    n = node(entries=(Entry(1, 2, EntryKind.NORMAL, b"old"),), hard=HardState(1, 0, 1))
+    assert n.read_index() is None  # a follower
+    make_leader(n)
+    assert n.read_index() is None
+    n.step(Message(MsgType.APPEND_RESP, 2, 1, n.term, index=2))
+    flush(n)
+    assert n.read_index() is None  # index 2 is of term 1: not known to be committed
+    n.step(Message(MsgType.APPEND_RESP, 2, 1, n.term, index=3))
+    flush(n)
+    assert n.read_index() == 3
+
+
 def test_the_leader_counts_its_own_entries_only_once_durable() -> None:
     n = node()
     make_leader(n)
