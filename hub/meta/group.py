@@ -18,7 +18,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import re
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,8 +32,10 @@ from anyio.abc import TaskStatus
 
 from core import trace
 from core.api_errors import ApiError, api_error
+from core.fsync import fsync_dir
 from core.jetstream import api
 from core.jetstream.models import StreamConfig
+from core.jetstream.prepared import CONFIG_FILE
 from core.lograte import worth_logging
 from core.server.failures import describe_failure
 from hub.meta.api import MetaApi
@@ -152,6 +156,9 @@ class MetaGroup:
         self.api = MetaApi(self)
         self.ready = False  # the log is open and the driver runs
         self.reconciled = 0  # the applied index this server's streams were last brought in line with
+        # set once the first pass after the start has brought this server's streams in line:
+        # before it, a stream placed here may not run yet (answering "not found" would be wrong)
+        self.first_pass_done = anyio.Event()
         self._dirty = anyio.Event()
         self._reconciled_event = anyio.Event()
         self._unanswered = 0  # founding: peers that did not answer whether they have a log
@@ -448,6 +455,7 @@ class MetaGroup:
             retry, done = await self._reconcile(self.machine.take_touched())
             trace.point("meta.reconciled", index)
             self.reconciled = index
+            self.first_pass_done.set()
             self._reconciled_event.set()
             self._reconciled_event = anyio.Event()
             # after the waiters are released: asking the leader may take a while
@@ -680,7 +688,7 @@ class MetaGroup:
         if local is None:
             damaged = ajs.damaged.get(name)
             if damaged is None:
-                return True
+                return await self._remove_cut_short_folder(key, ajs.root / name)
             try:  # held as damaged here (core/jetstream/damaged.py): its folder moves aside
                 await self.js.delete_damaged(ajs, damaged)
             except Exception as e:  # a disk error, its config file still being written: again later
@@ -697,6 +705,28 @@ class MetaGroup:
                 log.error("stream %s/%s: cannot delete (attempt %d): %s", account, name, attempt, why)
             return False
         log.info("stream %s/%s: deleted here (meta removal)", account, name)
+        return True
+
+    async def _remove_cut_short_folder(self, key: tuple[str, str], d: Path) -> bool:
+        """The removed stream's folder without its ``stream.json``, if there is one: a create is
+        answered before that file is in place (the meta log is its record), so a crash in
+        between leaves the folder, messages and all, and recovery skips it. Its stream was
+        removed meanwhile: nothing would ever delete it (a disk leak), and a later create of
+        the name would open its store, old messages and all. A preparation of a new create of
+        the name is left alone (one not used removes its folder). False: to be tried again."""
+        if key in self._prepared_at or not d.is_dir() or (d / CONFIG_FILE).exists():
+            return True
+        try:
+            await anyio.to_thread.run_sync(_remove_durably, d)
+        except OSError as e:
+            if worth_logging(self._failures_so_far(key) + 1):
+                log.error("stream %s/%s: cannot remove the folder of the deleted stream: %s", *key, e)
+            return False
+        log.warning(
+            "stream %s/%s: deleted here; its folder had no config file (its create was cut short "
+            "by a crash): removed",
+            *key,
+        )
         return True
 
     async def _forget_tombstones(self, done: dict[tuple[str, str], int]) -> set[tuple[str, str]]:
@@ -732,3 +762,12 @@ def _log_facts_from(answer: dict[str, Any]) -> dict[str, Any] | None:
 
 def _has_log(d: Path) -> bool:
     return d.is_dir() and any(p.name == "snapshot" for p in d.iterdir())
+
+
+def _remove_durably(d: Path) -> None:
+    """Move ``d`` aside under a name no stream can have (its parent fsynced: a crash after this
+    never finds it as a stream folder again), then delete it."""
+    aside = d.with_name(f"{d.name}.removed-{time.time_ns()}")
+    os.rename(d, aside)
+    fsync_dir(d.parent)
+    shutil.rmtree(aside, ignore_errors=True)

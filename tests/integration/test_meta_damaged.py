@@ -64,3 +64,42 @@ async def test_a_damaged_stream_in_a_cluster_is_held_then_deleted_everywhere(tmp
         assert "error" not in again, again
         ack = await publish_until(ncs[0].jetstream(), "far.1", b"fresh")
         assert ack.seq == 1
+
+
+async def test_a_folder_without_config_of_a_stream_deleted_while_down_is_removed(tmp_path):
+    """A create is answered before its stream.json is in place (hub/meta/DESIGN.md): a crash in
+    that window leaves the stream's folder, messages and all, without it, and the meta group
+    makes the stream again from its assignment. If the stream is deleted while its server is
+    down, the assignment is gone: the folder must go at the server's start, not stay for ever
+    (a disk leak) nor be reused by a later create of the name (its old messages back)."""
+    async with _tagged_leafjet(tmp_path) as (c, ncs):
+        on_n3 = {"name": "GONE", "subjects": ["gone.>"], "placement": {"tags": ["az:3"]}}
+        r = await api_until(ncs[0], "$JS.API.STREAM.CREATE.GONE", on_n3, retry_on=(10008, 10005))
+        assert "error" not in r, r
+        for k in range(3):
+            await publish_until(ncs[0].jetstream(), "gone.1", b"old %d" % k)
+        await ncs[2].close()
+        folder = tmp_path / c.nodes[2].name / "data" / "jetstream" / "$G" / "streams" / "GONE"
+        # still assigned: the start keeps the folder and the stream is made again on it
+        c.stop(2, kill=True)
+        (folder / "stream.json").unlink()  # the crash came before it was in place
+        restart_js_node(c, 2, TAGS)
+        c.wait_for_mesh()
+        # (not "not found" while its restarted server is still starting its streams)
+        info = await api_until(ncs[0], "$JS.API.STREAM.INFO.GONE", retry_on=(10008, 10118))
+        assert info.get("state", {}).get("messages") == 3, info
+        # deleted while its server is down: the start removes the folder
+        c.stop(2, kill=True)
+        (folder / "stream.json").unlink()
+        r = await api_until(ncs[0], "$JS.API.STREAM.DELETE.GONE")
+        assert r.get("success") is True, r
+        restart_js_node(c, 2, TAGS)
+        c.wait_for_mesh()
+
+        async def removed() -> bool:
+            return not folder.exists()
+
+        await until_true(removed, 60, what="the folder of the deleted stream removed at the start")
+        again = await api_until(ncs[0], "$JS.API.STREAM.CREATE.GONE", on_n3, retry_on=(10008, 10005))
+        assert "error" not in again, again
+        assert again["state"]["messages"] == 0, again
