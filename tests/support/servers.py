@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import re
@@ -29,9 +30,56 @@ NATS_SERVER = Path(sys.executable).parent / "nats-server"
 READY = re.compile(r"listening on nats://[^:]+:(\d+)")
 
 
+# Ports for the servers the tests start come from below the kernel's ephemeral range: a port
+# found free inside it can be taken by any client's outgoing connection (they draw their local
+# ports from that range) before the server binds it -- "address already in use" now and then
+# in a full run. Each pytest-xdist worker scans a slice of its own, so two workers never pick
+# the same port either; a port is still checked free (bound) before it is handed out.
+_PORT_BASE = 10000
+_PORT_SLICES = 16
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _port_slice() -> range | None:
+    """This process's slice of ports below the ephemeral range (None: no room below it)."""
+    width = (_ephemeral_low() - _PORT_BASE) // _PORT_SLICES
+    if width < 100:
+        return None
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    k = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else os.getpid()
+    lo = _PORT_BASE + (k % _PORT_SLICES) * width
+    return range(lo, lo + width)
+
+
+_SLICE = _port_slice()
+_cursor = itertools.count(os.getpid())  # where this process's scan of its slice goes on
+
+
+def _bound_socket() -> socket.socket:
+    """A socket bound to a free port of this process's slice (or any free port)."""
+    if _SLICE is not None:
+        for _ in range(len(_SLICE)):
+            port = _SLICE[next(_cursor) % len(_SLICE)]
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
+            return s
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+    with _bound_socket() as s:
         return s.getsockname()[1]
 
 
@@ -50,8 +98,7 @@ def free_ports(n: int) -> list[int]:
     with contextlib.ExitStack() as stack:
         ports = []
         for _ in range(n):
-            s = stack.enter_context(socket.socket())
-            s.bind(("127.0.0.1", 0))
+            s = stack.enter_context(_bound_socket())
             ports.append(s.getsockname()[1])
         return ports
 
