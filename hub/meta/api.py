@@ -329,7 +329,8 @@ class MetaApi:
 
     async def _answer_here(self, ajs: AccountJetStream, msg: InboundMsg, index: int) -> None:
         with anyio.move_on_after(FORWARD_WAIT):
-            await self.group.first_pass_done.wait()  # just started: its streams are starting
+            if not self.group.first_pass_done.is_set():  # just started: its streams are starting
+                await self.group.first_pass_done.wait()
             await self.group.wait_reconciled(index)
         trace.point("api.reconciled", msg.subject)
         path = _api_path(msg.subject, self.js.domain)
