@@ -49,7 +49,8 @@ from hub.raft.types import NONE, Entry, EntryKind, Role, Snapshot
 from hub.routes.mesh import SYSTEM_ACCOUNT  # made by the routes before any route is up
 
 if TYPE_CHECKING:
-    from core.jetstream.engine import JetStream
+    from core.jetstream.engine import AccountJetStream, JetStream
+    from core.jetstream.stream import Stream
     from core.server.server import Server
     from hub.routes.manager import Routes
 
@@ -578,7 +579,11 @@ class MetaGroup:
         self._replies[key] = (reply, created)
 
     async def _answer_create(
-        self, ajs: Any, a: StreamAssignment, stream: Any, failure: Exception | None = None
+        self,
+        ajs: AccountJetStream,
+        a: StreamAssignment,
+        stream: Stream | None,
+        failure: Exception | None = None,
     ) -> None:
         """Answer the client that asked for ``a``'s create, if its reply came with it: the
         stream's info (``stream``), or the API error of ``failure``. Once."""
@@ -588,6 +593,7 @@ class MetaGroup:
         del self._replies[a.key]
         try:
             if failure is None:
+                assert stream is not None, "a create that did not fail has its stream"
                 body = await api.stream_create_answer(self.js, stream)
             else:
                 e = (
