@@ -2,7 +2,7 @@
 
     python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--requests 2000] [--runs 1]
                             [--rounds 5] [--clients raw|natspy]
-                            [--parts pubsub,pubsub-once,meta,clientcpu] [--creates 50]
+                            [--parts pubsub,pubsub-once,meta,clientcpu] [--creates 50] [--paired]
                             [--failover-runs 3]
 
 ``pubsub`` (since 2026-11-27): bench/cluster_rounds.py -- both clusters side by side, a warm-up,
@@ -22,7 +22,8 @@ round trip. Ratios are leafjet to the reference in the same run; nothing asserts
 process of its own and the kinds alternating run after run (bench/cluster_client.py).
 
 ``meta``: on three servers of each kind with JetStream, stream create latency through a non-leader
-and through the meta leader, and the meta leader's failover after kill -9 (bench/cluster_meta.py).
+and through the meta leader (back to back, or with ``--paired`` alternating between the two clusters),
+and the meta leader's failover after kill -9 (bench/cluster_meta.py).
 """
 
 from __future__ import annotations
@@ -39,11 +40,11 @@ from typing import Any
 import nats
 
 from bench.cluster_client import client_cpu_matrix
-from bench.cluster_meta import run_meta
+from bench.cluster_meta import PAIR_GAP, paired_creates, run_meta
 from bench.cluster_rounds import pubsub_rounds
 from bench.leaf import pub_sub_throughput
 from bench.procstat import cpu_seconds
-from bench.stats import median_or_nan
+from bench.stats import median_or_nan, quantile
 from tests.support.cluster import Cluster, answer_probes, probe_subject, wait_for_interest
 
 KINDS = ("reference", "leafjet")
@@ -139,17 +140,54 @@ def cluster_matrix(args: argparse.Namespace) -> int:
 
 def _meta_matrix(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-meta-") as tmp:
-        res = {kind: run_meta(Path(tmp), kind, args.creates, args.failover_runs) for kind in KINDS}
-    ref, lj = res["reference"], res["leafjet"]
+        paired = paired_creates(Path(tmp), KINDS, args.creates) if args.paired and args.creates > 0 else None
+        creates = 0 if args.paired else args.creates
+        res = {
+            kind: run_meta(Path(tmp), kind, creates, args.failover_runs)
+            for kind in KINDS
+            if args.failover_runs > 0 or creates > 0
+        }
     print(f"\ncluster meta Creates={args.creates},FailoverRuns={args.failover_runs} (3 servers each)")
-    print("  R1 file-stream creates, sequential, raw API request; failover: SIGKILL of the meta leader,")
-    print("  times from the kill (median of runs, each a fresh cluster). ratio = leafjet/reference.")
+    if paired is not None:
+        gap = f"{PAIR_GAP * 1e3:.0f} ms"
+        print("  R1 file-stream creates, sequential, raw API request, alternating between the two")
+        print(f"  clusters (both running, {gap} before each create); ratio = leafjet/reference,")
+        print("  for creates the median of the pairs' ratios.")
+    else:
+        print("  R1 file-stream creates, sequential (back to back), raw API request, one cluster after")
+        print("  the other; ratio = leafjet/reference.")
+    print(
+        "  Failover: SIGKILL of the meta leader, times from the kill (median of runs, each a fresh cluster)."
+    )
     print(f"{'figure':44s} {'reference':>10s} {'leafjet':>10s} {'ratio':>7s}  goal")
+    create_rows: list[tuple[str, float, float, float | None, float]] = []
+    if paired is None and res:
+        ref, lj = res["reference"], res["leafjet"]
+        for label, r, v, bound in (
+            ("create via a non-leader, p50 ms", ref.create_follower_p50_ms, lj.create_follower_p50_ms, 2.0),
+            ("create via a non-leader, p90 ms", ref.create_follower_p90_ms, lj.create_follower_p90_ms, None),
+            ("create via the leader, p50 ms", ref.create_leader_p50_ms, lj.create_leader_p50_ms, 2.0),
+            ("create via the leader, p90 ms", ref.create_leader_p90_ms, lj.create_leader_p90_ms, None),
+        ):
+            create_rows.append((label, r, v, bound, _ratio(v, r)))
+    if paired is not None:
+        for way, label in (("follower", "via a non-leader"), ("leader", "via the leader")):
+            r_ms, l_ms = paired.ms["reference"][way], paired.ms["leafjet"][way]
+            pair = quantile(paired.ratios[way], 0.5)
+            create_rows.append(
+                (f"create {label}, p50 ms", quantile(r_ms, 0.5), quantile(l_ms, 0.5), 2.0, pair)
+            )
+            p90 = _ratio(quantile(l_ms, 0.9), quantile(r_ms, 0.9))
+            create_rows.append(
+                (f"create {label}, p90 ms", quantile(r_ms, 0.9), quantile(l_ms, 0.9), None, p90)
+            )
+    for label, r, v, bound, ratio in create_rows:
+        goal = "" if bound is None else f"<= {bound:g}x: {'met' if ratio <= bound else 'NOT met'}"
+        print(f"{label:44s} {r:>10.2f} {v:>10.2f} {ratio:7.2f}  {goal}")
+    if args.failover_runs <= 0:
+        return
+    ref, lj = res["reference"], res["leafjet"]
     rows = (
-        ("create via a non-leader, p50 ms", ref.create_follower_p50_ms, lj.create_follower_p50_ms, 2.0),
-        ("create via a non-leader, p90 ms", ref.create_follower_p90_ms, lj.create_follower_p90_ms, None),
-        ("create via the leader, p50 ms", ref.create_leader_p50_ms, lj.create_leader_p50_ms, 2.0),
-        ("create via the leader, p90 ms", ref.create_leader_p90_ms, lj.create_leader_p90_ms, None),
         (
             "kill -9 -> new leader shown, median s",
             median_or_nan(ref.leader_after_kill_s),
@@ -222,4 +260,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--creates", type=int, default=50, help="sequential creates per server measured")
     p.add_argument(
         "--failover-runs", type=int, default=3, help="kill -9 of the meta leader, fresh cluster each"
+    )
+    p.add_argument(
+        "--paired",
+        action="store_true",
+        help="meta: both clusters at once, creates alternating between them, a pause before each "
+        "(bench/cluster_meta.py paired_creates) instead of back to back, one cluster after the other",
     )

@@ -3,7 +3,15 @@ failover after kill -9, on three leafjet hubs and on three nats-server processes
 
 Create latency: ``--creates`` sequential R1 file-stream creates (each a new name, the raw
 ``$JS.API.STREAM.CREATE`` request of a stock nats-py client), through a server that is not the
-meta leader and through the leader; p50 and p90 of the round trip.
+meta leader and through the leader; p50 and p90 of the round trip. By default back to back, on
+one cluster, then on the other. With ``--paired`` (``paired_creates``) both clusters run at once
+and the creates alternate between them (which one goes first alternates too), each after a
+pause of PAIR_GAP (the work a server does behind its answer must not land on the other's
+create), so that the machine's speed, which drifts over a run, is the same for both: besides
+each side's percentiles, the median of the per-pair ratios (leafjet / reference) is given.
+The two ways measure different things: back to back keeps every server's threads busy; paired,
+each create finds its servers idle for a while (bench/RESULTS.md: the reference's p50 is then
+several times its back-to-back figure on this machine, ours moves less).
 
 Failover: SIGKILL the meta leader; t0 is the kill. Two times from t0, each run on a fresh
 cluster (``--failover-runs``, median):
@@ -35,6 +43,7 @@ from tests.support.jscluster import raftz, start_js_cluster
 from tests.support.servers import wait_until
 
 ATTEMPT_EVERY = 0.1
+PAIR_GAP = 0.05  # s before each paired create
 ATTEMPT_TIMEOUT = 5.0
 FAILOVER_DEADLINE = 90.0
 
@@ -127,6 +136,64 @@ async def _create_latencies(url: str, prefix: str, n: int) -> list[float]:
         return out
     finally:
         await nc.close()
+
+
+@dataclass
+class PairedCreates:
+    """Create round trips in ms by kind ("reference", "leafjet") and way in ("follower",
+    "leader"), taken in alternation; ``ratios[way]``: leafjet / reference of each pair."""
+
+    ms: dict[str, dict[str, list[float]]]
+    ratios: dict[str, list[float]]
+
+
+def paired_creates(workdir: Path, kinds: tuple[str, str], creates: int) -> PairedCreates:
+    """Start a three-server cluster of each kind, then alternate their creates (above)."""
+    clusters = {kind: Cluster(workdir / f"{kind}-creates", kind, size=3) for kind in kinds}
+    try:
+        urls: dict[str, dict[str, str]] = {}
+        for kind, c in clusters.items():
+            _start(c)
+            agreed = wait_until(
+                lambda c=c: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader"
+            )
+            assert agreed is not None
+            leader = agreed[0]
+            urls[kind] = {"follower": c.url((leader + 1) % c.size), "leader": c.url(leader)}
+        return asyncio.run(_alternate(urls, kinds, creates))
+    finally:
+        for c in clusters.values():
+            c.close()
+
+
+async def _alternate(urls: dict[str, dict[str, str]], kinds: tuple[str, str], n: int) -> PairedCreates:
+    ways = ("follower", "leader")
+    ncs = {(kind, way): await nats.connect(urls[kind][way]) for kind in kinds for way in ways}
+    ms: dict[str, dict[str, list[float]]] = {kind: {way: [] for way in ways} for kind in kinds}
+    ratios: dict[str, list[float]] = {way: [] for way in ways}
+    try:
+        for (_kind, way), nc in ncs.items():
+            await _create_until_ok(nc, f"W{way[0].upper()}")
+        for k in range(n):
+            for way in ways:
+                order = kinds if k % 2 == 0 else kinds[::-1]
+                took: dict[str, float] = {}
+                for kind in order:
+                    name = f"P{way[0].upper()}{k}"
+                    # the work a server does behind its answer (a config file, a checkpoint)
+                    # must not land on the other cluster's create
+                    await asyncio.sleep(PAIR_GAP)
+                    t0 = time.perf_counter()
+                    resp = await _create(ncs[(kind, way)], name, 30.0)
+                    took[kind] = (time.perf_counter() - t0) * 1e3
+                    if "error" in resp:
+                        raise RuntimeError(f"{kind} create {name}: {resp['error']}")
+                    ms[kind][way].append(took[kind])
+                ratios[way].append(took[kinds[1]] / took[kinds[0]])
+        return PairedCreates(ms, ratios)
+    finally:
+        for nc in ncs.values():
+            await nc.close()
 
 
 async def _failover_once(c: Cluster, leader: int, survivor: int) -> tuple[float, float]:
