@@ -684,10 +684,48 @@ async def leafjet_read(js: JetStream, ajs: AccountJetStream, args: list[str], ms
         js.reads.start(ajs, stream, req, msg.reply)
 
 
-async def cluster_only(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
+def _cluster_required(js: JetStream) -> None:
     """Leader stepdowns and peer removal exist only in a cluster: a single server answers them
     with the reference's "clustering support required", before looking anything up."""
-    raise api_error("JSClusterRequiredErr")
+    if js.cluster is None:
+        raise api_error("JSClusterRequiredErr")
+
+
+# In a hub cluster a stream is R1 (hub/meta/DESIGN.md), and these requests reach the stream's
+# own server (the meta group forwards stream-scoped requests there, and one for a stream it
+# does not know gets its "not found" there too). An R1 stream or consumer has no group to
+# lead: the reference answers a stepdown of one with success, and refuses to move its only peer.
+
+
+async def stream_leader_stepdown(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    _cluster_required(js)
+    _stream(ajs, args[0])
+    return api_response("stream_leader_stepdown_response", {"success": True})
+
+
+async def consumer_leader_stepdown(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    _cluster_required(js)
+    _consumer(_stream(ajs, args[0]), args[1])
+    return api_response("consumer_leader_stepdown_response", {"success": True})
+
+
+async def stream_remove_peer(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    """The reference's order: the body (required, JSON, a ``peer``), the stream, membership."""
+    _cluster_required(js)
+    assert js.cluster is not None
+    peer = _request(msg, "stream_remove_peer", required=True).get("peer")
+    if not peer:
+        raise api_error("JSBadRequestErr")
+    _stream(ajs, args[0])
+    if not js.cluster.is_this_server(peer):
+        raise api_error("JSClusterPeerNotMemberErr")
+    raise api_error("JSPeerRemapErr")  # its only peer: nowhere to move it
 
 
 # token path -> (handler, response type for errors, fewest and most name tokens after the path;
@@ -715,9 +753,9 @@ ROUTES: dict[tuple[str, ...], tuple[Handler, str, int, int | None]] = {
     ("CONSUMER", "MSG", "NEXT"): (consumer_next, "consumer_next", 2, 2),
     ("CONSUMER", "PAUSE"): (consumer_pause, "consumer_pause_response", 2, 2),
     ("CONSUMER", "RESET"): (consumer_reset, "consumer_reset_response", 2, 2),
-    ("STREAM", "LEADER", "STEPDOWN"): (cluster_only, "stream_leader_stepdown_response", 1, 1),
-    ("CONSUMER", "LEADER", "STEPDOWN"): (cluster_only, "consumer_leader_stepdown_response", 2, 2),
-    ("STREAM", "PEER", "REMOVE"): (cluster_only, "stream_remove_peer_response", 1, 1),
+    ("STREAM", "LEADER", "STEPDOWN"): (stream_leader_stepdown, "stream_leader_stepdown_response", 1, 1),
+    ("CONSUMER", "LEADER", "STEPDOWN"): (consumer_leader_stepdown, "consumer_leader_stepdown_response", 2, 2),
+    ("STREAM", "PEER", "REMOVE"): (stream_remove_peer, "stream_remove_peer_response", 1, 1),
     bulk_read.READ_PATH: (leafjet_read, bulk_read.TYPE_NAME, 1, 1),
 }
 

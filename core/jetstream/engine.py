@@ -155,6 +155,10 @@ class ClusterApi(Protocol):
         self, ajs: AccountJetStream, path: list[str], found: tuple[api.Handler, str, list[str]] | None
     ) -> tuple[api.Handler, str, list[str]] | None: ...
 
+    def is_this_server(self, peer: str) -> bool:
+        """Whether ``peer`` (a server name or a meta peer id) names this server."""
+        ...
+
 
 class JetStream:
     def __init__(self, server: Server, config: JetStreamConfig, store_dir: Path) -> None:

@@ -559,6 +559,7 @@ _API_REQUESTS = {
         },
     ),
     "msg_delete": _Struct("server.JSApiMsgDeleteRequest", {"seq": _U64, "no_erase": _BOOL}),
+    "stream_remove_peer": _Struct("server.JSApiStreamRemovePeerRequest", {"peer": _STR}),
     "stream_snapshot": _Struct(
         "server.JSApiStreamSnapshotRequest",
         {

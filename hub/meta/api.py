@@ -62,6 +62,9 @@ _STREAM_SCOPED = {
     ("CONSUMER", "MSG", "NEXT"),
     ("CONSUMER", "PAUSE"),
     ("CONSUMER", "RESET"),
+    ("STREAM", "LEADER", "STEPDOWN"),
+    ("STREAM", "PEER", "REMOVE"),
+    ("CONSUMER", "LEADER", "STEPDOWN"),
 }
 
 
@@ -130,6 +133,9 @@ class MetaApi:
             if a is None and args[0] not in ajs.streams and not self.group.driver.is_leader():
                 return self._after_read_barrier(handler, args[0]), type_name, args
         return found
+
+    def is_this_server(self, peer: str) -> bool:
+        return peer in (self.group.me, self.group.peer)
 
     # ------------------------------------------------------------------ handlers (any server)
 

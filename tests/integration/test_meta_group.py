@@ -10,6 +10,7 @@ it everywhere. The kill -9 and whole-cluster restart scenarios (leafjet) are ``c
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -369,3 +370,42 @@ async def test_the_whole_cluster_restarts_with_its_streams(tmp_path):
             await nc.close()
     finally:
         c.close()
+
+
+async def test_stepdowns_and_peer_removal_of_an_r1_stream_answer_as_the_reference(cluster):
+    """An R1 stream and its consumer have no group to lead: a stepdown of either succeeds, one of
+    what does not exist is "not found", and removing a peer is refused: 10040 for a server that
+    does not hold the stream, 10075 for the one that does (nowhere to move it), after the body's
+    checks (10003, 10025)."""
+    c = cluster
+    ncs = [await _connect(c, i) for i in range(3)]
+    try:
+        await _placed_on_all_servers(ncs)
+        cfg = {"name": "SD", "subjects": ["sd.>"], "placement": {"tags": ["az:2"]}}
+        created = await api_until(ncs[0], "$JS.API.STREAM.CREATE.SD", cfg, retry_on=(10008, 10005))
+        assert "error" not in created, created
+        holder = created["cluster"]["leader"]
+        consumer = {"stream_name": "SD", "config": {"durable_name": "C", "ack_policy": "explicit"}}
+        r = await api_until(ncs[1], "$JS.API.CONSUMER.DURABLE.CREATE.SD.C", consumer)
+        assert "error" not in r, r
+
+        def code(r: dict) -> object:
+            return r["error"]["err_code"] if "error" in r else r.get("success")
+
+        for nc in (ncs[0], ncs[2]):  # a server that holds nothing of it, and its holder's peer
+            assert code(await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.SD")) is True
+            assert code(await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.NOPE")) == 10059
+            assert code(await api(nc, "$JS.API.CONSUMER.LEADER.STEPDOWN.SD.C")) is True
+            assert code(await api(nc, "$JS.API.CONSUMER.LEADER.STEPDOWN.SD.NOPE")) == 10014
+            remove = "$JS.API.STREAM.PEER.REMOVE.SD"
+            assert code(await api(nc, remove)) == 10003
+            bad = await nc.request(remove, b"{bad", timeout=10)
+            assert code(json.loads(bad.data)) == 10025
+            assert code(await api(nc, remove, {"peer": ""})) == 10003
+            assert code(await api(nc, remove, {"peer": "nobody"})) == 10040
+            other = next(n.name for n in c.nodes if n.name != holder)
+            assert code(await api(nc, remove, {"peer": other})) == 10040
+            assert code(await api(nc, remove, {"peer": holder})) == 10075
+    finally:
+        for nc in ncs:
+            await nc.close()
