@@ -409,3 +409,35 @@ async def test_stepdowns_and_peer_removal_of_an_r1_stream_answer_as_the_referenc
     finally:
         for nc in ncs:
             await nc.close()
+
+
+MISSING_STREAM_CASES = [
+    # the reference's meta leader: a stream's own requests are "not found" before the body is read
+    ("$JS.API.STREAM.INFO.NOPE", b"{bad", 10059),
+    ("$JS.API.STREAM.PURGE.NOPE", b"{bad", 10059),
+    ("$JS.API.STREAM.MSG.GET.NOPE", b"{bad", 10059),
+    ("$JS.API.STREAM.MSG.DELETE.NOPE", b"{bad", 10059),
+    ("$JS.API.STREAM.MSG.GET.NOPE", b'{"seq":1}', 10059),
+    # consumer requests read their body first
+    ("$JS.API.CONSUMER.CREATE.NOPE", b"{bad", 10025),
+    ("$JS.API.CONSUMER.INFO.NOPE.c", b"{bad", 10038),
+    ("$JS.API.CONSUMER.NAMES.NOPE", b"{bad", 10025),
+    ("$JS.API.CONSUMER.NAMES.NOPE", b"", 10059),
+    ("$JS.API.CONSUMER.LIST.NOPE", b"{bad", 10025),
+    ("$JS.API.CONSUMER.LIST.NOPE", b"", None),  # an empty list: no consumer assignments
+]
+
+
+async def test_requests_for_a_stream_that_does_not_exist_answer_as_the_reference(cluster):
+    ncs = [await _connect(cluster, i) for i in range(3)]
+    try:
+        await _placed_on_all_servers(ncs)
+        for nc in ncs:
+            for subject, body, expected in MISSING_STREAM_CASES:
+                got = json.loads((await nc.request(subject, body, timeout=10)).data)
+                assert err_code(got) == expected, (subject, body, got)
+                if expected is None:
+                    assert (got["total"], got["consumers"]) == (0, []), got
+    finally:
+        for nc in ncs:
+            await nc.close()
