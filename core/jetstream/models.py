@@ -369,6 +369,11 @@ _SOURCE = _Struct(
     },
     _shape_source,
 )
+_PLACEMENT = _Struct(
+    "server.Placement",
+    {"cluster": _STR, "tags": _Slice(_STR, "[]string"), "preferred": _STR},
+    _shape_omitempty(("cluster", "tags", "preferred")),
+)
 _STREAM_CONFIG_REQUEST = _Struct(
     "StreamConfigRequest",
     {
@@ -387,11 +392,7 @@ _STREAM_CONFIG_REQUEST = _Struct(
         "num_replicas": _Int("int", _INT64),
         "no_ack": _BOOL,
         "duplicate_window": _DUR,
-        "placement": _Struct(
-            "server.Placement",
-            {"cluster": _STR, "tags": _Slice(_STR, "[]string"), "preferred": _STR},
-            _shape_omitempty(("cluster", "tags", "preferred")),
-        ),
+        "placement": _PLACEMENT,
         "mirror": _SOURCE,
         "sources": _Slice(_SOURCE, "[]*server.StreamSource"),
         "compression": _Compression(),
@@ -560,6 +561,7 @@ _API_REQUESTS = {
     ),
     "msg_delete": _Struct("server.JSApiMsgDeleteRequest", {"seq": _U64, "no_erase": _BOOL}),
     "stream_remove_peer": _Struct("server.JSApiStreamRemovePeerRequest", {"peer": _STR}),
+    "meta_leader_stepdown": _Struct("server.JSApiLeaderStepdownRequest", {"placement": _PLACEMENT}),
     "stream_snapshot": _Struct(
         "server.JSApiStreamSnapshotRequest",
         {

@@ -215,9 +215,39 @@ class MetaApi:
     async def _stepdown(
         self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
     ) -> dict[str, Any]:
+        body = api._request(msg, "meta_leader_stepdown")  # read when a JSON object, as the reference
         self._need_leader()
+        if body.get("placement"):
+            self._check_stepdown_placement(body["placement"])
         await self.ask_leader({"kind": "stepdown"})
         return api_response("meta_leader_stepdown_response", {"success": True})
+
+    def _check_stepdown_placement(self, placement: dict[str, Any]) -> None:
+        """The reference's checks of a stepdown's ``placement`` (10005 with its reasons): a
+        ``preferred`` server known and not the leader, else some other server online that is in
+        ``cluster`` and has every tag. Checked only: this RAFT has no leader transfer yet, so
+        the next leader is whichever wins the election (README, "not yet")."""
+        group = self.group
+        leader = group.leader_name()
+        preferred = placement.get("preferred")
+        if preferred:
+            if preferred == leader:
+                why = f'preferred server "{preferred}" is already leader'
+            elif preferred not in group.state.servers:
+                why = f'preferred server "{preferred}" not known'
+            else:
+                return
+            raise api_error("JSClusterNoPeersErrF", err=why)
+        cluster, tags = placement.get("cluster"), placement.get("tags") or []
+        online = group.online()
+        if not any(
+            s.name != leader
+            and s.name in online
+            and (not cluster or s.cluster == cluster)
+            and all(t in s.tags for t in tags)
+            for s in group.state.servers.values()
+        ):
+            raise api_error("JSClusterNoPeersErrF", err="no replacement peer connected")
 
     async def _server_remove(
         self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg

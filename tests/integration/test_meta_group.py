@@ -441,3 +441,33 @@ async def test_requests_for_a_stream_that_does_not_exist_answer_as_the_reference
     finally:
         for nc in ncs:
             await nc.close()
+
+
+async def test_a_meta_leader_stepdown_checks_its_body_and_placement_as_the_reference(tmp_path):
+    """leafjet (the reference takes this request from its system account only; its checks read
+    from its source, jsLeaderStepDownRequest): a body that is not JSON is 10025, a placement
+    nobody fits is 10005 with the reference's reasons, and one some other server fits steps the
+    leader down."""
+    async with _tagged_leafjet(tmp_path) as (c, ncs):
+        leader = await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: meta_leader(c, [0, 1, 2]), 60, interval=0.1, what="a meta leader")
+        )
+        subject = "$JS.API.META.LEADER.STEPDOWN"
+        bad = json.loads((await ncs[0].request(subject, b"{bad", timeout=10)).data)
+        assert err_code(bad) == 10025, bad
+        for placement, why in (
+            ({"preferred": "nobody"}, 'preferred server "nobody" not known'),
+            ({"preferred": leader}, f'preferred server "{leader}" is already leader'),
+            ({"tags": ["nope"]}, "no replacement peer connected"),
+        ):
+            r = await api(ncs[0], subject, {"placement": placement})
+            assert (err_code(r), r["error"]["description"]) == (10005, why), r
+        assert raftz(c, 0) is not None and meta_leader(c, [0, 1, 2]) == leader  # none stepped down
+        tag = next(t for i, t in enumerate(["az:1", "az:2", "az:3"]) if c.nodes[i].name != leader)
+        r = await api(ncs[0], subject, {"placement": {"tags": [tag]}})
+        assert r.get("success") is True, r
+
+        def another() -> bool:
+            return meta_leader(c, [0, 1, 2]) not in (None, leader)
+
+        await anyio.to_thread.run_sync(lambda: wait_until(another, 60, interval=0.1, what="another leader"))
