@@ -472,6 +472,24 @@ class MetaApi:
                 )
             return {"error": api_error("JSBadRequestErr").to_json()}
 
+    def _refuse_move(self, server: str, placement: dict[str, Any]) -> None:
+        """An update whose placement the stream's server does not fit would have the reference
+        move the stream there (its messages copied to a server that fits, then the old copy
+        dropped). leafjet cannot move a stream yet: refused, rather than kept where the new
+        config says it is not (README, "not yet")."""
+        entry = self.group.state.servers.get(server)
+        if entry is None:
+            return  # not registered (yet): nothing to compare with
+        cluster, tags = placement.get("cluster"), list(placement.get("tags") or ())
+        missing = [t for t in tags if not t.startswith("!") and t not in entry.tags]
+        excluded = [t[1:] for t in tags if t.startswith("!") and t[1:] in entry.tags]
+        if (cluster and cluster != entry.cluster) or missing or excluded:
+            raise api_error(
+                "JSStreamUpdateErrF",
+                err=f"moving a stream to another server is not supported yet: its server {server} "
+                "does not fit the new placement",
+            )
+
     def _unregistered_voters(self) -> list[int]:
         """Members of the meta group with no server entry in the state yet (each registers with
         the leader once it knows one)."""
@@ -596,6 +614,7 @@ class MetaApi:
             old = StreamConfig.from_json(existing.config, create=False, clustered=True)
             cfg = StreamConfig.check_update(old, new, clustered=True)
             check_subject_overlap(cfg, [c for c in others if c is not None])
+            self._refuse_move(existing.servers[0], cfg.placement or {})
             if cfg.to_json() == existing.config:
                 return {"server": existing.servers[0], "index": group.driver.applied}
             index = await self._commit(encode_op("update", account=account, name=name, config=cfg.to_json()))

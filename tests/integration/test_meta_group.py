@@ -471,3 +471,21 @@ async def test_a_meta_leader_stepdown_checks_its_body_and_placement_as_the_refer
             return meta_leader(c, [0, 1, 2]) not in (None, leader)
 
         await anyio.to_thread.run_sync(lambda: wait_until(another, 60, interval=0.1, what="another leader"))
+
+
+async def test_an_update_that_would_move_the_stream_is_refused_clearly(tmp_path):
+    """leafjet: the reference moves a stream whose new placement its server does not fit (its
+    messages copied to one that fits); leafjet cannot move one yet and refuses the update
+    (10069 saying so) instead of keeping it where its config says it is not. An update its
+    server still fits goes through."""
+    async with _tagged_leafjet(tmp_path) as (c, ncs):
+        cfg = {"name": "MV", "subjects": ["mv.>"], "placement": {"tags": ["az:1"]}}
+        created = await api_until(ncs[1], "$JS.API.STREAM.CREATE.MV", cfg, retry_on=(10008, 10005))
+        assert created["cluster"]["leader"] == c.nodes[0].name, created
+        move = await api(ncs[2], "$JS.API.STREAM.UPDATE.MV", {**cfg, "placement": {"tags": ["az:2"]}})
+        assert err_code(move) == 10069 and "not supported yet" in move["error"]["description"], move
+        info = await api(ncs[2], "$JS.API.STREAM.INFO.MV")
+        assert info["config"]["placement"] == {"tags": ["az:1"]}, info  # unchanged
+        fits = {**cfg, "subjects": ["mv.>", "more.>"], "placement": {"tags": ["ssd"]}}  # n1 has it too
+        r = await api(ncs[2], "$JS.API.STREAM.UPDATE.MV", fits)
+        assert "error" not in r and r["config"]["subjects"] == ["mv.>", "more.>"], r
