@@ -451,7 +451,7 @@ def _refuse_damaged_consumer(stream: Stream, name: str) -> None:
 async def _create_consumer(
     js: JetStream, ajs: AccountJetStream, subject: str, msg: InboundMsg
 ) -> dict[str, Any] | None:
-    req = parse_create_request(subject, msg.payload)
+    req = parse_create_request(subject, msg.payload, clustered=js.cluster is not None)
     stream = _stream(ajs, req.stream_name)
     identity = None
     if req.config.direct or req.config.sourcing:

@@ -62,6 +62,7 @@ _STREAM_SCOPED = {
     ("CONSUMER", "MSG", "NEXT"),
     ("CONSUMER", "PAUSE"),
     ("CONSUMER", "RESET"),
+    ("STREAM", "SNAPSHOT"),
     ("STREAM", "LEADER", "STEPDOWN"),
     ("STREAM", "PEER", "REMOVE"),
     ("CONSUMER", "LEADER", "STEPDOWN"),

@@ -406,6 +406,13 @@ async def test_stepdowns_and_peer_removal_of_an_r1_stream_answer_as_the_referenc
             other = next(n.name for n in c.nodes if n.name != holder)
             assert code(await api(nc, remove, {"peer": other})) == 10040
             assert code(await api(nc, remove, {"peer": holder})) == 10075
+            # a consumer of more replicas than its R1 stream: the reference's 10126, not
+            # "replicas > 1 not supported in non-clustered mode"
+            r3 = {"stream_name": "SD", "config": {"name": "R3", "ack_policy": "explicit", "num_replicas": 3}}
+            assert code(await api(nc, "$JS.API.CONSUMER.CREATE.SD.R3", r3)) == 10126
+            if c.kind == "leafjet":  # leafjet makes no snapshots: said by the stream's server
+                snap = await api(nc, "$JS.API.STREAM.SNAPSHOT.SD", {"deliver_subject": "snap.x"})
+                assert code(snap) == 10064, snap
     finally:
         for nc in ncs:
             await nc.close()
