@@ -168,10 +168,13 @@ def paired_creates(workdir: Path, kinds: tuple[str, str], creates: int) -> Paire
 
 async def _alternate(urls: dict[str, dict[str, str]], kinds: tuple[str, str], n: int) -> PairedCreates:
     ways = ("follower", "leader")
-    ncs = {(kind, way): await nats.connect(urls[kind][way]) for kind in kinds for way in ways}
+    ncs: dict[tuple[str, str], nats.NATS] = {}
     ms: dict[str, dict[str, list[float]]] = {kind: {way: [] for way in ways} for kind in kinds}
     ratios: dict[str, list[float]] = {way: [] for way in ways}
     try:
+        for kind in kinds:  # one by one: a failed connect leaves the others closed below
+            for way in ways:
+                ncs[(kind, way)] = await nats.connect(urls[kind][way])
         for (_kind, way), nc in ncs.items():
             await _create_until_ok(nc, f"W{way[0].upper()}")
         for k in range(n):

@@ -48,7 +48,7 @@ from core.server.internal import InboundMsg
 from core.store.api import StoredMsg
 
 if TYPE_CHECKING:
-    from core.jetstream.engine import AccountJetStream, JetStream
+    from core.jetstream.engine import AccountJetStream, ClusterApi, JetStream
     from core.jetstream.stream import Stream
 
 Handler = Callable[["JetStream", "AccountJetStream", list[str], InboundMsg], Awaitable[dict[str, Any] | None]]
@@ -684,11 +684,12 @@ async def leafjet_read(js: JetStream, ajs: AccountJetStream, args: list[str], ms
         js.reads.start(ajs, stream, req, msg.reply)
 
 
-def _cluster_required(js: JetStream) -> None:
+def _cluster_required(js: JetStream) -> ClusterApi:
     """Leader stepdowns and peer removal exist only in a cluster: a single server answers them
     with the reference's "clustering support required", before looking anything up."""
     if js.cluster is None:
         raise api_error("JSClusterRequiredErr")
+    return js.cluster
 
 
 # In a hub cluster a stream is R1 (hub/meta/DESIGN.md), and these requests reach the stream's
@@ -717,13 +718,12 @@ async def stream_remove_peer(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
     """The reference's order: the body (required, JSON, a ``peer``), the stream, membership."""
-    _cluster_required(js)
-    assert js.cluster is not None
+    cluster = _cluster_required(js)
     peer = _request(msg, "stream_remove_peer", required=True).get("peer")
     if not peer:
         raise api_error("JSBadRequestErr")
     _stream(ajs, args[0])
-    if not js.cluster.is_this_server(peer):
+    if not cluster.is_this_server(peer):
         raise api_error("JSClusterPeerNotMemberErr")
     raise api_error("JSPeerRemapErr")  # its only peer: nowhere to move it
 

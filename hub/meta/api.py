@@ -32,7 +32,7 @@ from core.lograte import worth_logging
 from core.server.internal import InboundMsg
 from hub.meta.bus import Unreachable
 from hub.meta.peers import node_id, peer_hex
-from hub.meta.placement import NoPeers, place
+from hub.meta.placement import NoPeers, fits, place
 from hub.meta.state import StreamAssignment, encode_op
 from hub.raft.node import ProposalError
 from hub.raft.types import ConfChange, ConfChangeKind
@@ -348,7 +348,7 @@ class MetaApi:
                 try:
                     return await local(js, ajs, args, msg)  # its body is checked first
                 except ApiError as e:
-                    if e.err_code != API_ERRORS["JSStreamNotFoundErr"].err_code:
+                    if e.name != "JSStreamNotFoundErr":
                         raise
                 empty = {"total": 0, "offset": 0, "limit": api.LIST_LIMIT, "consumers": []}
                 return api_response("consumer_list_response", empty)
@@ -481,10 +481,7 @@ class MetaApi:
         entry = self.group.state.servers.get(server)
         if entry is None:
             return  # not registered (yet): nothing to compare with
-        cluster, tags = placement.get("cluster"), list(placement.get("tags") or ())
-        missing = [t for t in tags if not t.startswith("!") and t not in entry.tags]
-        excluded = [t[1:] for t in tags if t.startswith("!") and t[1:] in entry.tags]
-        if (cluster and cluster != entry.cluster) or missing or excluded:
+        if not fits(entry, placement.get("cluster"), list(placement.get("tags") or ())):
             raise api_error(
                 "JSStreamUpdateErrF",
                 err=f"moving a stream to another server is not supported yet: its server {server} "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import re
 import shutil
 import time
@@ -32,8 +31,8 @@ from anyio.abc import TaskStatus
 
 from core import trace
 from core.api_errors import ApiError, api_error
-from core.fsync import fsync_dir
 from core.jetstream import api
+from core.jetstream.damaged import move_aside
 from core.jetstream.models import StreamConfig
 from core.jetstream.prepared import CONFIG_FILE
 from core.lograte import worth_logging
@@ -720,14 +719,16 @@ class MetaGroup:
         removed meanwhile: nothing would ever delete it (a disk leak), and a later create of
         the name would open its store, old messages and all. A preparation of a new create of
         the name is left alone (one not used removes its folder). False: to be tried again."""
-        if key in self._prepared_at or not d.is_dir() or (d / CONFIG_FILE).exists():
+        if key in self._prepared_at:
             return True
         try:
-            await anyio.to_thread.run_sync(_remove_durably, d)
+            removed = await anyio.to_thread.run_sync(_remove_if_cut_short, d)
         except OSError as e:
             if worth_logging(self._failures_so_far(key) + 1):
                 log.error("stream %s/%s: cannot remove the folder of the deleted stream: %s", *key, e)
             return False
+        if not removed:
+            return True
         log.warning(
             "stream %s/%s: deleted here; its folder had no config file (its create was cut short "
             "by a crash): removed",
@@ -770,10 +771,11 @@ def _has_log(d: Path) -> bool:
     return d.is_dir() and any(p.name == "snapshot" for p in d.iterdir())
 
 
-def _remove_durably(d: Path) -> None:
-    """Move ``d`` aside under a name no stream can have (its parent fsynced: a crash after this
-    never finds it as a stream folder again), then delete it."""
-    aside = d.with_name(f"{d.name}.removed-{time.time_ns()}")
-    os.rename(d, aside)
-    fsync_dir(d.parent)
-    shutil.rmtree(aside, ignore_errors=True)
+def _remove_if_cut_short(d: Path) -> bool:
+    """(A worker thread) When ``d`` is a stream folder without its config file: moved aside
+    durably first (``move_aside``: a crash after this never finds it as a stream folder
+    again), then deleted. False: no such folder."""
+    if not d.is_dir() or (d / CONFIG_FILE).exists():
+        return False
+    shutil.rmtree(move_aside(d), ignore_errors=True)
+    return True

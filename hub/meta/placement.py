@@ -23,6 +23,19 @@ class NoPeers(Exception):
         return self.reason
 
 
+def _tag_misfits(s: ServerEntry, tags: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The ``tags`` ``s`` lacks, and the ``!tag`` ones it has (without the ``!``)."""
+    missing = [t for t in tags if not t.startswith("!") and t not in s.tags]
+    forbidden = [t[1:] for t in tags if t.startswith("!") and t[1:] in s.tags]
+    return missing, forbidden
+
+
+def fits(s: ServerEntry, cluster: str | None, tags: Sequence[str]) -> bool:
+    """Whether ``s`` fits a placement (online or not): ``place``'s filters."""
+    missing, forbidden = _tag_misfits(s, tags)
+    return not (cluster and s.cluster != cluster) and not missing and not forbidden
+
+
 def place(
     servers: Sequence[ServerEntry],
     online: Collection[str],
@@ -39,8 +52,7 @@ def place(
     for s in servers:
         if cluster and s.cluster != cluster:
             continue
-        missing = [t for t in tags if not t.startswith("!") and t not in s.tags]
-        forbidden = [t[1:] for t in tags if t.startswith("!") and t[1:] in s.tags]
+        missing, forbidden = _tag_misfits(s, tags)
         if missing:
             unmatched.extend(t for t in missing if t not in unmatched)
             continue
