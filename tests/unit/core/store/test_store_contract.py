@@ -4,6 +4,7 @@ the writes and the reads (``h.reopen()``; a no-op for the others)."""
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 
 import pytest
 
@@ -603,6 +604,56 @@ async def test_a_large_append_batch_stores_what_its_appends_would(h: StoreHarnes
     msgs = await store.range(2, n + 3)
     assert [(m.seq, m.subject, m.headers, m.data, m.ts) for m in msgs] == expected
     assert (await store.subjects_state())["s.0"] == len(range(0, n, 5))
+
+
+_N = 70  # more rows than the live tail keeps (TAIL_MAX_ROWS): the SQLite store inserts them from the columns
+_BATCH_SHAPES = {
+    "one subject, all with headers": (
+        ["src.a"] * _N,
+        [b"NATS/1.0\r\nNats-Stream-Source: S %d\r\n\r\n" % i for i in range(_N)],
+        [b"x" * i for i in range(_N)],
+    ),
+    "one subject, none with headers, all empty": (["e"] * _N, [None] * _N, [b""] * _N),
+    "empty headers and empty data": (
+        [f"s.{i % 2}" for i in range(_N)],
+        [b"" if i % 2 else None for i in range(_N)],
+        [b"" if i % 3 else b"d" for i in range(_N)],
+    ),
+    "UTF-8 subjects": (
+        [("grüße.ü" if i % 4 else "a.b") for i in range(_N)],
+        [None] * _N,
+        [b"\x00\xff" * (i % 3) for i in range(_N)],
+    ),
+    "one UTF-8 subject": (["日本.語"] * _N, [b"h"] * _N, [b"%d" % i for i in range(_N)]),
+}
+
+
+@pytest.mark.parametrize("shape", list(_BATCH_SHAPES))
+async def test_a_large_append_batch_of_any_shape_stores_what_its_appends_would(
+    h: StoreHarness, shape: str
+) -> None:
+    """Every shape of a large batch (one subject or many, headers absent, empty or present,
+    empty data, subjects beyond ASCII) reads back as its appends would have stored it, with
+    their sizes, before and after a reopen; and a removal takes off what each message added."""
+    subjects, headers, data = _BATCH_SHAPES[shape]
+    assert await h.store.apply([AppendBatch(subjects, headers, data, 9)]) == [_N]
+    expected = [
+        (i + 1, s, hd, d, 9) for i, (s, hd, d) in enumerate(zip(subjects, headers, data, strict=True))
+    ]
+    sizes = sum(h.store.size_of(s, hd, d) for s, hd, d in zip(subjects, headers, data, strict=True))
+    for reopen in (False, True):
+        store = await h.reopen() if reopen else h.store
+        msgs = await store.range(1, _N)
+        assert [(m.seq, m.subject, m.headers, m.data, m.ts) for m in msgs] == expected
+        st = await store.state()
+        assert (st.msgs, st.last_seq, st.bytes) == (_N, _N, sizes)
+        assert await store.subjects_state() == dict(Counter(subjects))
+        last = await store.last_by_subject(subjects[-1])
+        assert last is not None and (last.seq, last.headers, last.data) == (_N, headers[-1], data[-1])
+    # a removal takes off the size stored in each row
+    await store.apply([DeleteOp(seq) for seq in (1, 2, 3)])
+    gone = sum(store.size_of(s, hd, d) for s, hd, d in zip(subjects[:3], headers[:3], data[:3], strict=True))
+    assert (await store.state()).bytes == sizes - gone
 
 
 async def test_per_subject_counts(h: StoreHarness) -> None:
