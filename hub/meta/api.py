@@ -218,16 +218,16 @@ class MetaApi:
     ) -> dict[str, Any]:
         body = api._request(msg, "meta_leader_stepdown")  # read when a JSON object, as the reference
         self._need_leader()
+        ask: dict[str, Any] = {"kind": "stepdown"}
         if body.get("placement"):
-            self._check_stepdown_placement(body["placement"])
-        await self.ask_leader({"kind": "stepdown"})
+            ask["to"] = self._stepdown_candidates(body["placement"])
+        await self.ask_leader(ask)
         return api_response("meta_leader_stepdown_response", {"success": True})
 
-    def _check_stepdown_placement(self, placement: dict[str, Any]) -> None:
-        """The reference's checks of a stepdown's ``placement`` (10005 with its reasons): a
-        ``preferred`` server known and not the leader, else some other server online that is in
-        ``cluster`` and has every tag. Checked only: this RAFT has no leader transfer yet, so
-        the next leader is whichever wins the election (README, "not yet")."""
+    def _stepdown_candidates(self, placement: dict[str, Any]) -> list[str]:
+        """The servers a stepdown's ``placement`` lets leadership go to, after the reference's
+        checks (10005 with its reasons): the ``preferred`` server, known and not the leader;
+        else the other servers online that are in ``cluster`` and have every tag."""
         group = self.group
         leader = group.leader_name()
         preferred = placement.get("preferred")
@@ -237,18 +237,42 @@ class MetaApi:
             elif preferred not in group.state.servers:
                 why = f'preferred server "{preferred}" not known'
             else:
-                return
+                return [preferred]
             raise api_error("JSClusterNoPeersErrF", err=why)
         cluster, tags = placement.get("cluster"), placement.get("tags") or []
         online = group.online()
-        if not any(
-            s.name != leader
+        fit = [
+            s.name
+            for s in group.state.servers.values()
+            if s.name != leader
             and s.name in online
             and (not cluster or s.cluster == cluster)
             and all(t in s.tags for t in tags)
-            for s in group.state.servers.values()
-        ):
+        ]
+        if not fit:
             raise api_error("JSClusterNoPeersErrF", err="no replacement peer connected")
+        return fit
+
+    async def _hand_over(self, names: list[str] | None) -> None:
+        """(Leader) Stop leading, as the reference's stepdown does: hand leadership to the most
+        caught-up live follower -- one of ``names`` when they name one that is live, else any
+        -- so the group has its next leader within a round trip or two instead of an election
+        timeout; when there is none, or the hand-over has not happened within an election
+        timeout (hub/raft: the leader then leads on), step down and let an election decide."""
+        driver = self.group.driver
+        servers = self.group.state.servers
+        among = {node_id(n) for n in names or () if n in servers}
+        target = driver.best_transferee(among) if among else None
+        if target is None:
+            target = driver.best_transferee()
+        if target is not None:
+            with contextlib.suppress(ProposalError):
+                await driver.transfer_leadership(target)
+                with anyio.move_on_after(driver.election_timeout + 2 * driver.tick_interval):
+                    while driver.is_leader():
+                        await driver.changed()
+        if driver.is_leader() and not await driver.step_down():
+            raise api_error("JSClusterNotAvailErr")
 
     async def _server_remove(
         self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
@@ -532,8 +556,8 @@ class MetaApi:
             index = await self._commit(encode_op("server", **s))
             return {"index": index}
         if kind == "stepdown":
-            if not await group.driver.step_down():
-                raise api_error("JSClusterNotAvailErr")
+            to = body.get("to")
+            await self._hand_over([str(n) for n in to] if isinstance(to, list) else None)
             return {}
         if kind == "remove_server":
             return await self._remove_server(body)

@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import logging
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -65,8 +65,12 @@ class _Proposal:
     done: anyio.Event
     conf: ConfChange | None = None  # a membership change instead of data
     stepdown: bool = False  # give up leading instead
+    transfer_to: NodeId = NONE  # hand leadership to this voter instead
     result: tuple[int, int] | None = None
     error: ProposalError | None = None
+
+    def is_data(self) -> bool:
+        return self.conf is None and not self.stepdown and self.transfer_to == NONE
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +256,21 @@ class RaftDriver:
             return False
         return True
 
+    async def transfer_leadership(self, target: NodeId) -> None:
+        """Start handing leadership to ``target`` (``Node.transfer_leadership``); raises
+        ProposalError (NotLeader, or a target that is not another voter). Whether it happened
+        shows in ``leader``: the caller waits for that, bounded (``election_timeout``)."""
+        await self._submit(_Proposal([], anyio.Event(), transfer_to=target))
+
+    def best_transferee(self, among: Collection[NodeId] | None = None) -> NodeId | None:
+        """``Node.best_transferee``: the follower leadership could go to soonest, if any."""
+        return self.node.best_transferee(among) if self.node is not None and self.healthy else None
+
+    @property
+    def election_timeout(self) -> float:
+        """The shortest time a follower waits for a leader before it campaigns, in seconds."""
+        return self._config.election_ticks * self.tick_interval
+
     async def _submit(self, p: _Proposal) -> tuple[int, int]:
         """Hand ``p`` to the node's task and wait for its outcome (raises its ProposalError)."""
         await self._send_events.send(p)
@@ -347,7 +366,7 @@ class RaftDriver:
     def _handle(self, event: Message | _Proposal | _Tick) -> None:
         node = self.node
         assert node is not None
-        if isinstance(event, _Proposal) and event.conf is None and not event.stepdown:
+        if isinstance(event, _Proposal) and event.is_data():
             self._queued.append(event)  # proposed with the others queued now: one append message
             return
         self._propose_queued()  # in order: before anything else reaches the node
@@ -360,6 +379,9 @@ class RaftDriver:
                 if event.stepdown:
                     if not node.step_down():
                         raise NotLeader(node.lead)
+                    event.result = (0, node.term)
+                elif event.transfer_to:
+                    node.transfer_leadership(event.transfer_to)
                     event.result = (0, node.term)
                 elif event.conf is not None:
                     event.result = (node.propose_conf_change(event.conf), node.term)

@@ -13,7 +13,8 @@ Safety rules this file keeps (hub/raft/DESIGN.md lists them all):
 - only entries of the leader's current term are committed by counting replicas (paper §5.4.2),
   which is what the no-op a new leader appends is for;
 - pre-vote and check-quorum: a node that cannot win does not bump terms, and a node that has heard
-  from a live leader within the election timeout ignores vote requests (thesis §9.6, §4.2.3).
+  from a live leader within the election timeout ignores vote requests (thesis §9.6, §4.2.3) --
+  except a transfer's (thesis §3.10): the leader itself asked that candidate to campaign.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from hub.raft.log import RaftLog
@@ -149,6 +150,9 @@ class Node:
         self.heartbeat_elapsed = 0
         self.randomized_timeout = 0
         self.pending_conf_index = 0
+        # (leader) the voter leadership is being handed to, and the ticks the hand-over has taken
+        self.transferee: NodeId = NONE
+        self._transfer_ticks = 0
         self.voters: frozenset[NodeId] = frozenset()
         self.conf_index = 0  # index of the newest configuration entry (0: the snapshot's)
         self._msgs: list[Message] = []
@@ -180,7 +184,8 @@ class Node:
             self._become_candidate()
 
     def propose(self, data: Iterable[bytes]) -> int:
-        """Append application entries; returns the index of the last one. Raises NotLeader."""
+        """Append application entries; returns the index of the last one. Raises NotLeader, or
+        ProposalError while leadership is being handed over."""
         self._require_leader()
         return self._append([(EntryKind.NORMAL, d) for d in data])
 
@@ -197,6 +202,37 @@ class Node:
         index = self._append([(EntryKind.CONF, change.encode())])
         self.pending_conf_index = index
         return index
+
+    def transfer_leadership(self, target: NodeId) -> None:
+        """(Leader) Hand leadership to the voter ``target`` (thesis §3.10): no new entries are
+        taken meanwhile; once its log matches ours, TIMEOUT_NOW has it campaign at once, and
+        its votes pass the other voters' lease. A hand-over that has not happened within an
+        election timeout is given up and this node leads on (the target may be down or slow).
+        Raises NotLeader, or ProposalError for a target that is not another voter."""
+        self._require_leader()
+        if target == self.id or target not in self.prs:
+            raise ProposalError(f"cannot hand leadership to {target}: not another voter")
+        if self.transferee == target:
+            return
+        self.transferee = target
+        self._transfer_ticks = 0
+        if self.prs[target].match == self.log.last_index():
+            self._send_timeout_now()
+        else:
+            self._send_all(target)
+
+    def best_transferee(self, among: Collection[NodeId] | None = None) -> NodeId | None:
+        """(Leader) The voter (of ``among``, when given) leadership could go to soonest: heard
+        from within the election timeout, with the longest matching log (ties: the lowest id).
+        None when there is none."""
+        if self.role is not Role.LEADER:
+            return None
+        live = [
+            (pr.match, -peer)
+            for peer, pr in self.prs.items()
+            if pr.recent_active and peer in self.voters and (among is None or peer in among)
+        ]
+        return -max(live)[1] if live else None
 
     def step_down(self) -> bool:
         """A leader gives up leading (an operator's stepdown): it becomes a follower of no one
@@ -218,7 +254,7 @@ class Node:
             )
             return
         if m.term > self.term:
-            if m.type in (MsgType.PRE_VOTE, MsgType.VOTE) and self._in_lease():
+            if m.type in (MsgType.PRE_VOTE, MsgType.VOTE) and self._in_lease() and not m.transfer:
                 return  # a live leader exists: a disruptive candidate must not unseat it
             if m.type is MsgType.PRE_VOTE or (m.type is MsgType.PRE_VOTE_RESP and not m.reject):
                 pass  # pre-votes are about a future term and change nothing here
@@ -349,6 +385,7 @@ class Node:
         self.lead = lead
         self.role = Role.FOLLOWER
         self.prs = {}
+        self.transferee = NONE
         self._reset_timeout()
 
     def _become_pre_candidate(self) -> None:
@@ -359,22 +396,22 @@ class Node:
         self._reset_timeout()
         self._request_votes(MsgType.PRE_VOTE, self.term + 1)
 
-    def _become_candidate(self) -> None:
+    def _become_candidate(self, transfer: bool = False) -> None:
         self.term += 1
         self.vote = self.id
         self.lead = NONE
         self.role = Role.CANDIDATE
         self.votes = {}
         self._reset_timeout()
-        self._request_votes(MsgType.VOTE, self.term)
+        self._request_votes(MsgType.VOTE, self.term, transfer)
 
-    def _request_votes(self, kind: MsgType, term: int) -> None:
+    def _request_votes(self, kind: MsgType, term: int, transfer: bool = False) -> None:
         self.votes[self.id] = True
         if self._poll() is not None:
             return
         for peer in sorted(self.voters - {self.id}):
             last, last_term = self.log.last_index(), self.log.last_term()
-            self._send(Message(kind, self.id, peer, term, index=last, log_term=last_term))
+            self._send(Message(kind, self.id, peer, term, index=last, log_term=last_term, transfer=transfer))
 
     def _poll(self) -> bool | None:
         """Count votes; act on a decided election. Returns the outcome, None while undecided."""
@@ -403,11 +440,17 @@ class Node:
         # uncommitted configuration of an earlier term may still be in the log: no change until
         # everything up to here has committed
         self.pending_conf_index = last
+        self.transferee = NONE
         self._append([(EntryKind.NOOP, b"")])
 
     def _tick_leader(self) -> None:
         self.heartbeat_elapsed += 1
         self.election_elapsed += 1
+        if self.transferee != NONE:
+            self._transfer_ticks += 1
+            if self._transfer_ticks >= self.config.election_ticks:
+                logger.info("raft node %d: leadership hand-over to %d timed out", self.id, self.transferee)
+                self.transferee = NONE
         if self.election_elapsed >= self.config.election_ticks:
             self.election_elapsed = 0
             if self.config.check_quorum:
@@ -456,6 +499,11 @@ class Node:
     # -- follower --------------------------------------------------------------------------------
 
     def _step_follower(self, m: Message) -> None:
+        if m.type is MsgType.TIMEOUT_NOW:
+            # only from our leader (same term: step dropped older ones): it hands over to us
+            if m.src == self.lead and self.promotable():
+                self._become_candidate(transfer=True)  # no pre-vote: the leader wants this
+            return
         if m.type not in (MsgType.APPEND, MsgType.HEARTBEAT, MsgType.SNAPSHOT):
             return
         self.election_elapsed = 0
@@ -556,6 +604,8 @@ class Node:
                 self._broadcast_append()
             else:
                 self._send_all(m.src)
+            if m.src == self.transferee and pr.match == self.log.last_index():
+                self._send_timeout_now()
         elif m.type is MsgType.HEARTBEAT_RESP:
             pr.probe_sent = False
             if pr.state is ProgressState.SNAPSHOT:
@@ -566,6 +616,11 @@ class Node:
                 pr.inflight.popleft()  # let one message through: it will find a lost one
             if pr.match < self.log.last_index():
                 self._send_append(m.src, send_if_empty=True)
+            elif m.src == self.transferee:  # matched, and the TIMEOUT_NOW may have been lost
+                self._send_timeout_now()
+
+    def _send_timeout_now(self) -> None:
+        self._send(Message(MsgType.TIMEOUT_NOW, self.id, self.transferee, self.term))
 
     def _maybe_commit(self) -> bool:
         if not self.voters:
@@ -627,6 +682,9 @@ class Node:
         return bool(entries)
 
     def _append(self, items: list[tuple[EntryKind, bytes]]) -> int:
+        if self.transferee != NONE:
+            # the target must catch up with a log that stops growing (thesis §3.10)
+            raise ProposalError(f"leadership is being handed to {self.transferee}")
         start = self.log.last_index() + 1
         entries = [Entry(self.term, start + k, kind, data) for k, (kind, data) in enumerate(items)]
         self.log.append(entries)

@@ -98,6 +98,7 @@ class MsgType(enum.IntEnum):
     HEARTBEAT = 6
     HEARTBEAT_RESP = 7
     SNAPSHOT = 8  # install snapshot; answered by APPEND_RESP
+    TIMEOUT_NOW = 9  # a leader handing over: campaign now (thesis §3.10); no answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +111,9 @@ class Message:
       ``reject_hint`` the follower's last index so the leader can skip back in one step;
     - ``lost`` (APPEND_RESP, HEARTBEAT_RESP): the sender lost its log (a wiped store) and is catching
       up; ``reject_hint`` is then its last index even on success, so a leader that believed it
-      matched further finds out (RAFT assumes a disk that never forgets; this is the exception).
+      matched further finds out (RAFT assumes a disk that never forgets; this is the exception);
+    - ``transfer`` (VOTE): the candidate campaigns because the leader handed over to it
+      (TIMEOUT_NOW), so a voter that heard from that leader lately grants it all the same.
     """
 
     type: MsgType
@@ -125,6 +128,7 @@ class Message:
     reject_hint: int = 0
     snapshot: Snapshot | None = None
     lost: bool = False
+    transfer: bool = False
 
 
 class Role(enum.Enum):

@@ -1,10 +1,10 @@
 """The byte form of a RAFT ``Message`` on the wire: explicit, versioned, length-checked.
 
 Layout (little-endian): ``VERSION u8 | type u8 | src u64 | dst u64 | term u64 | index u64 |
-log_term u64 | commit u64 | flags u8 (bit 0: reject, bit 1: lost) | reject_hint u64 | entry count
-u32 | entries | has snapshot u8 | snapshot``; an entry is ``term u64 | index u64 | kind u8 |
-length u32 | data``; a snapshot is ``index u64 | term u64 | voter count u32 | voters u64… |
-length u32 | data``.
+log_term u64 | commit u64 | flags u8 (bit 0: reject, bit 1: lost, bit 2: transfer) |
+reject_hint u64 | entry count u32 | entries | has snapshot u8 | snapshot``; an entry is
+``term u64 | index u64 | kind u8 | length u32 | data``; a snapshot is ``index u64 | term u64 |
+voter count u32 | voters u64… | length u32 | data``.
 
 Decoding checks every length against what is left and refuses trailing bytes: a peer's bytes
 give a ``Message`` or ``WireError``, never an exception from deep inside (the node then checks
@@ -41,7 +41,7 @@ def encode_message(m: Message) -> bytes:
             m.index,
             m.log_term,
             m.commit,
-            (1 if m.reject else 0) | (2 if m.lost else 0),
+            (1 if m.reject else 0) | (2 if m.lost else 0) | (4 if m.transfer else 0),
             m.reject_hint,
             len(m.entries),
         )
@@ -79,7 +79,7 @@ def _decode(buf: memoryview) -> Message:
         msg_type = MsgType(kind)
     except ValueError:
         raise WireError(f"unknown message type {kind}") from None
-    if reject & ~3:
+    if reject & ~7:
         raise WireError(f"unknown flags {reject:#x}")
     at = _HEAD.size
     if count > (len(buf) - at) // _ENTRY.size:
@@ -128,5 +128,6 @@ def _decode(buf: memoryview) -> Message:
         reject=bool(reject & 1),
         reject_hint=hint,
         lost=bool(reject & 2),
+        transfer=bool(reject & 4),
         snapshot=snapshot,
     )

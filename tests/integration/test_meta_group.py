@@ -453,8 +453,8 @@ async def test_requests_for_a_stream_that_does_not_exist_answer_as_the_reference
 async def test_a_meta_leader_stepdown_checks_its_body_and_placement_as_the_reference(tmp_path):
     """leafjet (the reference takes this request from its system account only; its checks read
     from its source, jsLeaderStepDownRequest): a body that is not JSON is 10025, a placement
-    nobody fits is 10005 with the reference's reasons, and one some other server fits steps the
-    leader down."""
+    nobody fits is 10005 with the reference's reasons, and one some other server fits hands
+    leadership to that server (as the reference's StepDown does, to its preferred peer)."""
     async with _tagged_leafjet(tmp_path) as (c, ncs):
         leader = await anyio.to_thread.run_sync(
             lambda: wait_until(lambda: meta_leader(c, [0, 1, 2]), 60, interval=0.1, what="a meta leader")
@@ -470,14 +470,25 @@ async def test_a_meta_leader_stepdown_checks_its_body_and_placement_as_the_refer
             r = await api(ncs[0], subject, {"placement": placement})
             assert (err_code(r), r["error"]["description"]) == (10005, why), r
         assert raftz(c, 0) is not None and meta_leader(c, [0, 1, 2]) == leader  # none stepped down
-        tag = next(t for i, t in enumerate(["az:1", "az:2", "az:3"]) if c.nodes[i].name != leader)
+        k, tag = next((i, t) for i, t in enumerate(["az:1", "az:2", "az:3"]) if c.nodes[i].name != leader)
         r = await api(ncs[0], subject, {"placement": {"tags": [tag]}})
         assert r.get("success") is True, r
+        await _leader_becomes(c, c.nodes[k].name)
+        # and by name: to the third server
+        third = next(n.name for n in c.nodes if n.name not in (leader, c.nodes[k].name))
+        r = await api(ncs[0], subject, {"placement": {"preferred": third}})
+        assert r.get("success") is True, r
+        await _leader_becomes(c, third)
 
-        def another() -> bool:
-            return meta_leader(c, [0, 1, 2]) not in (None, leader)
 
-        await anyio.to_thread.run_sync(lambda: wait_until(another, 60, interval=0.1, what="another leader"))
+async def _leader_becomes(c, name: str) -> None:
+    """Until every server names ``name`` meta leader (a stepdown answers once the old leader
+    has handed over; the others hear of the new one by its first append)."""
+    await anyio.to_thread.run_sync(
+        lambda: wait_until(
+            lambda: meta_leader(c, [0, 1, 2]) == name, 30, interval=0.05, what=f"{name} leading"
+        )
+    )
 
 
 async def test_an_update_that_would_move_the_stream_is_refused_clearly(tmp_path):

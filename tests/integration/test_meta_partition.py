@@ -185,12 +185,12 @@ async def test_a_create_prepared_on_a_cut_off_leader_that_never_commits_leaves_n
         nc2 = await nats.connect(c.url(2))
         r = await api_until(nc2, "$JS.API.STREAM.CREATE.BEFORE", {"name": "BEFORE", "subjects": ["before"]})
         assert "error" not in r, r
-        # server 2 (the one the proxies cut off) must lead: step the leader down until it does
+        # server 2 (the one the proxies cut off) must lead: hand leadership to it
         deadline = anyio.current_time() + 120
         while (leader := await anyio.to_thread.run_sync(meta_leader, c, [0, 1, 2])) != lonely:
             assert anyio.current_time() < deadline, "server 2 never became the meta leader"
             if leader is not None:
-                await api(nc0, "$JS.API.META.LEADER.STEPDOWN")
+                await api(nc0, "$JS.API.META.LEADER.STEPDOWN", {"placement": {"preferred": lonely}})
             await anyio.sleep(0.5)
 
         for p in proxies:

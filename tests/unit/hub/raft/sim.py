@@ -61,6 +61,7 @@ FAULT_KINDS = (
     "add",  # add a fresh server (one at a time, through the leader)
     "remove",  # remove a member (never below three)
     "burst",  # arg: a burst of proposals
+    "transfer",  # the leader hands leadership to a member (to its best follower when it is the one)
 )
 
 
@@ -153,6 +154,8 @@ class Sim:
             "torn": 0,
             "applied": 0,
             "early_messages": 0,
+            "transfers_asked": 0,
+            "transfer_campaigns": 0,  # candidates made by a TIMEOUT_NOW
         }
         founders = frozenset(range(1, nodes + 1))
         for i in founders:
@@ -233,7 +236,10 @@ class Sim:
             if srv is None or srv.node is None or (m.src, m.dst) in self.blocked:
                 continue
             self._record(f"d{m.src}>{m.dst}:{m.type.name}:{m.term}:{m.index}")
+            term = srv.node.term
             srv.node.step(m)
+            if m.type is MsgType.TIMEOUT_NOW and srv.node.term > term:
+                self.stats["transfer_campaigns"] += 1
             self._check_commit_durable(srv)  # before anything of the new commit index goes out
             self._drain(srv)
 
@@ -443,6 +449,8 @@ class Sim:
             self._propose(f.arg)
         elif f.kind in ("add", "remove"):
             self._change_membership(f.kind, target.id)
+        elif f.kind == "transfer":
+            self._transfer(target.id)
 
     def _change_membership(self, kind: str, target: NodeId) -> None:
         lead = self.leader()
@@ -465,6 +473,20 @@ class Sim:
                 lead.node.propose_conf_change(ConfChange(ConfChangeKind.REMOVE, target))
             except ProposalError:
                 return
+        self._drain(lead)
+
+    def _transfer(self, target: NodeId) -> None:
+        lead = self.leader()
+        if lead is None or lead.node is None:
+            return
+        to = target if target != lead.id else lead.node.best_transferee()
+        if to is None:
+            return
+        try:
+            lead.node.transfer_leadership(to)
+        except ProposalError:
+            return
+        self.stats["transfers_asked"] += 1
         self._drain(lead)
 
     def _propose(self, count: int) -> None:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from hub.raft.node import ConfChangeInProgress, Config, Node, NotLeader, bootstrap_snapshot
+from hub.raft.node import ConfChangeInProgress, Config, Node, NotLeader, ProposalError, bootstrap_snapshot
 from hub.raft.types import (
     ConfChange,
     ConfChangeKind,
@@ -348,3 +348,112 @@ def test_a_lost_log_is_caught_up_by_the_leader_and_then_votes_again() -> None:
     for _ in range(30):
         wiped.tick()
     assert sent(flush(wiped), MsgType.PRE_VOTE)
+
+
+# -- leadership hand-over (thesis §3.10) ---------------------------------------------------------
+
+
+def acked_leader() -> Node:
+    """Node 1 leading term 2 with its no-op durable and matched by 2 and 3 (heard from both)."""
+    n = node()
+    make_leader(n)
+    last = n.log.last_index()
+    for peer in (2, 3):
+        n.step(Message(MsgType.APPEND_RESP, peer, 1, n.term, index=last))
+    flush(n)
+    return n
+
+
+def test_a_leader_hands_over_to_a_caught_up_follower_at_once() -> None:
+    n = acked_leader()
+    n.transfer_leadership(2)
+    (now,) = sent(flush(n), MsgType.TIMEOUT_NOW)
+    assert (now.dst, now.term) == (2, n.term)
+    with pytest.raises(ProposalError, match="handed"):
+        n.propose([b"x"])  # the target must catch up with a log that stops growing
+    # the target (holding the leader's log, as its match says) campaigns at once, no pre-vote
+    log = tuple(n.log.entry(i) for i in range(2, n.log.last_index() + 1))
+    f = node(2, entries=log)
+    f.step(Message(MsgType.HEARTBEAT, 1, 2, n.term))
+    flush(f)
+    f.step(now)
+    votes = sent(flush(f), MsgType.VOTE)
+    assert f.role is Role.CANDIDATE and f.term == n.term + 1
+    assert {m.dst for m in votes} == {1, 3} and all(m.transfer for m in votes)
+    # a voter that heard from the leader lately grants it all the same; so does the old leader
+    v = node(3, entries=log)
+    v.step(Message(MsgType.HEARTBEAT, 1, 3, n.term))
+    flush(v)
+    for voter in (v, n):
+        voter.step(next(m for m in votes if m.dst == voter.id))
+        (grant,) = sent(flush(voter), MsgType.VOTE_RESP)
+        assert not grant.reject and voter.vote == 2 and voter.role is Role.FOLLOWER
+
+
+def test_a_hand_over_to_a_lagging_follower_waits_until_it_has_caught_up() -> None:
+    n = acked_leader()
+    n.propose([b"a", b"b"])
+    flush(n)
+    n.transfer_leadership(3)
+    readies = flush(n)
+    assert not sent(readies, MsgType.TIMEOUT_NOW)
+    n.step(Message(MsgType.APPEND_RESP, 3, 1, n.term, index=n.log.last_index() - 1))
+    assert not sent(flush(n), MsgType.TIMEOUT_NOW)
+    n.step(Message(MsgType.APPEND_RESP, 3, 1, n.term, index=n.log.last_index()))
+    (now,) = sent(flush(n), MsgType.TIMEOUT_NOW)
+    assert now.dst == 3
+
+
+def test_a_hand_over_that_does_not_happen_is_given_up_after_an_election_timeout() -> None:
+    n = acked_leader()
+    n.transfer_leadership(2)  # the TIMEOUT_NOW is lost; 2 and 3 keep answering heartbeats
+    flush(n)
+    for _ in range(9):
+        n.tick()
+        n.step(Message(MsgType.HEARTBEAT_RESP, 3, 1, n.term))
+        flush(n)
+        with pytest.raises(ProposalError):
+            n.propose([b"x"])
+    n.tick()
+    assert n.role is Role.LEADER and n.transferee == 0
+    n.propose([b"x"])
+
+
+def test_a_voter_in_its_lease_ignores_a_vote_that_is_no_hand_over() -> None:
+    v = node(3)
+    v.step(Message(MsgType.HEARTBEAT, 1, 3, 2))
+    flush(v)
+    v.step(Message(MsgType.VOTE, 2, 3, 3, index=9, log_term=2))
+    assert v.term == 2 and not sent(flush(v), MsgType.VOTE_RESP)
+
+
+def test_only_the_leader_can_make_a_follower_campaign_with_timeout_now() -> None:
+    f = node(2)
+    f.step(Message(MsgType.HEARTBEAT, 1, 2, 2))
+    flush(f)
+    f.step(Message(MsgType.TIMEOUT_NOW, 3, 2, 2))  # not its leader
+    assert f.role is Role.FOLLOWER and f.term == 2 and not sent(flush(f))
+
+
+def test_only_another_voter_can_be_handed_leadership() -> None:
+    n = acked_leader()
+    for bad in (1, 7):
+        with pytest.raises(ProposalError, match="not another voter"):
+            n.transfer_leadership(bad)
+    with pytest.raises(NotLeader):
+        node(2).transfer_leadership(3)
+
+
+def test_in_a_cluster_the_hand_over_elects_the_target_without_an_election_timeout() -> None:
+    sim = Sim(21)
+    _run_until(sim, lambda: (lead := sim.leader()) is not None and lead.applied_index > 1)
+    old = sim.leader()
+    assert old is not None and old.node is not None
+    target = min(sid for sid in sim.servers if sid != old.id)
+    old.node.transfer_leadership(target)
+    sim._drain(old)
+    start = sim.now
+    _run_until(sim, lambda: (lead := sim.leader()) is not None and lead.id == target, limit=50)
+    assert sim.now - start < Sim.ELECTION_TICKS  # messages' delays only: no timeout waited for
+    assert sim.stats["transfer_campaigns"] == 1
+    sim.settle()

@@ -97,6 +97,16 @@ def test_membership_changes_one_server_at_a_time_keep_every_invariant(
     replay(seed, schedule, steps=STEPS)
 
 
+TRANSFERS = ("transfer", "burst", "crash", "isolate", "heal", "lossy", "slow", "duplicate")
+
+
+@default(300)
+@given(seed=SEEDS, schedule=schedules(kinds=TRANSFERS, max_faults=14))
+def test_leadership_hand_overs_keep_every_invariant(seed: int, schedule: list[Fault]) -> None:
+    # hand-overs among proposals, lost and late TIMEOUT_NOWs, crashed and cut-off targets
+    replay(seed, schedule, steps=STEPS)
+
+
 def test_a_seed_replays_exactly() -> None:
     # the whole event trace (deliveries, applies, faults) is a function of (seed, schedule)
     first, second = replay(1234), replay(1234)
@@ -121,6 +131,7 @@ def test_the_schedules_reach_the_interesting_paths() -> None:
     assert totals["crashes"] > 10 and totals["torn"] > 0
     assert totals["snapshots_sent"] > 0 and totals["elections"] > 40
     assert totals["early_messages"] > 0  # leaders' appends sent while their own write runs
+    assert totals["transfers_asked"] > 0 and totals["transfer_campaigns"] > 0
     assert grew > 0 and shrank > 0
 
 

@@ -30,6 +30,7 @@ messages = st.builds(
     reject_hint=u64,
     snapshot=st.none() | snapshots,
     lost=st.booleans(),
+    transfer=st.booleans(),
 )
 
 
@@ -55,3 +56,12 @@ def test_truncated_and_padded_messages_are_refused() -> None:
         decode_message(raw + b"\x00")
     with pytest.raises(WireError, match="version"):
         decode_message(b"\x09" + raw[1:])
+
+
+def test_unknown_flags_are_refused() -> None:
+    raw = bytearray(encode_message(Message(MsgType.VOTE, 1, 2, 3, transfer=True)))
+    flags_at = 2 + 6 * 8  # version, type, then six u64 fields
+    assert raw[flags_at] == 4
+    raw[flags_at] |= 8
+    with pytest.raises(WireError, match="flags"):
+        decode_message(bytes(raw))
