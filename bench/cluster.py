@@ -2,8 +2,8 @@
 
     python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--requests 2000] [--runs 1]
                             [--rounds 5] [--clients raw|natspy]
-                            [--parts pubsub,pubsub-once,meta,clientcpu] [--creates 50] [--paired]
-                            [--failover-runs 3]
+                            [--parts pubsub,pubsub-once,meta,clientcpu,stepdown] [--creates 50]
+                            [--paired] [--failover-runs 3] [--stepdowns 5]
 
 ``pubsub`` (since 2026-11-27): bench/cluster_rounds.py -- both clusters side by side, a warm-up,
 then ``--rounds`` rounds with the kinds interleaved, raw-socket clients that cost well under a
@@ -24,6 +24,9 @@ process of its own and the kinds alternating run after run (bench/cluster_client
 ``meta``: on three servers of each kind with JetStream, stream create latency through a non-leader
 and through the meta leader (back to back, or with ``--paired`` alternating between the two clusters),
 and the meta leader's failover after kill -9 (bench/cluster_meta.py).
+
+``stepdown``: ``$JS.API.META.LEADER.STEPDOWN`` on three servers of each kind: the time until all
+servers name the new leader, and until a create succeeds again (bench/cluster_stepdown.py).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import nats
 from bench.cluster_client import client_cpu_matrix
 from bench.cluster_meta import PAIR_GAP, paired_creates, run_meta
 from bench.cluster_rounds import pubsub_rounds
+from bench.cluster_stepdown import print_stepdowns, run_stepdowns
 from bench.leaf import pub_sub_throughput
 from bench.procstat import cpu_seconds
 from bench.stats import median_or_nan, quantile
@@ -124,8 +128,8 @@ def _ratio(a: float, b: float) -> float:
 
 def cluster_matrix(args: argparse.Namespace) -> int:
     parts = {p for p in str(args.parts).split(",") if p}
-    if unknown := parts - {"pubsub", "pubsub-once", "meta", "clientcpu"}:
-        print(f"unknown --parts {sorted(unknown)}; choose from pubsub,pubsub-once,meta,clientcpu")
+    if unknown := parts - {"pubsub", "pubsub-once", "meta", "clientcpu", "stepdown"}:
+        print(f"unknown --parts {sorted(unknown)}; choose from pubsub,pubsub-once,meta,clientcpu,stepdown")
         return 2
     if "pubsub" in parts:
         pubsub_rounds(args)
@@ -135,6 +139,10 @@ def cluster_matrix(args: argparse.Namespace) -> int:
         client_cpu_matrix(args)
     if "meta" in parts:
         _meta_matrix(args)
+    if "stepdown" in parts:
+        with tempfile.TemporaryDirectory(prefix="leafjet-bench-stepdown-") as tmp:
+            res = {kind: run_stepdowns(Path(tmp), kind, args.stepdowns) for kind in KINDS}
+        print_stepdowns(res, args.stepdowns)
     return 0
 
 
@@ -255,12 +263,14 @@ def add_parser(sub: Any) -> None:
         "--parts",
         default="pubsub,meta",
         help="pubsub (over a route, interleaved rounds), pubsub-once (the old one-run figure), "
-        "meta (creates, failover), clientcpu (the subscriber's CPU, alternating)",
+        "meta (creates, failover), clientcpu (the subscriber's CPU, alternating), "
+        "stepdown (meta leader stepdown -> new leader)",
     )
     p.add_argument("--creates", type=int, default=50, help="sequential creates per server measured")
     p.add_argument(
         "--failover-runs", type=int, default=3, help="kill -9 of the meta leader, fresh cluster each"
     )
+    p.add_argument("--stepdowns", type=int, default=5, help="stepdown: meta leader stepdowns per kind")
     p.add_argument(
         "--paired",
         action="store_true",
