@@ -126,6 +126,7 @@ class RaftDriver:
         self._applied_terms: dict[int, int] = {}  # index -> term, for waiters (pruned as they go)
         self._waiters: dict[int, list[anyio.Event]] = {}
         self._changed = anyio.Event()  # set (and replaced) on every leader or applied change
+        self._announced: tuple[NodeId, Role] = (NONE, Role.FOLLOWER)  # the leader and role last told
         self._queued: list[_Proposal] = []  # data proposals taken since the last node.propose
         self._send_events, self._events = anyio.create_memory_object_stream[Message | _Proposal | _Tick](
             EVENT_QUEUE
@@ -416,7 +417,6 @@ class RaftDriver:
         assert node is not None
         self._propose_queued()
         while (rd := node.ready()) is not None:
-            before = (self.leader, self.role)
             if trace.ENABLED:
                 trace.point("raft.ready", f"{len(rd.entries)} new, {len(rd.committed)} committed")
             self._send_all(rd.early_messages)  # the leader's appends: the followers write meanwhile
@@ -440,11 +440,14 @@ class RaftDriver:
                 await anyio.to_thread.run_sync(self.store.mark_recovering, False)
                 log.info("raft %s: caught up with the leader at %d; voting again", self.group, self.applied)
             await self._maybe_snapshot()
+            # against what was last announced, not the node's state before this Ready: the
+            # change (a vote, an append of a new term) happened in step(), before ready()
             soft = rd.soft_state
-            if (soft.leader, soft.role) != before or rd.committed or rd.snapshot is not None:
+            if (soft.leader, soft.role) != self._announced or rd.committed or rd.snapshot is not None:
                 self._notify()
-            if rd.soft_state.leader != NONE and soft.role is Role.LEADER and before[1] is not Role.LEADER:
+            if soft.leader != NONE and soft.role is Role.LEADER and self._announced[1] is not Role.LEADER:
                 log.info("raft %s: this server leads, term %d", self.group, node.term)
+            self._announced = (soft.leader, soft.role)
 
     def _tell_appended(self, entries: Sequence[Entry]) -> None:
         assert self.on_appended is not None

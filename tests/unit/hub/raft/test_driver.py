@@ -280,3 +280,29 @@ async def test_the_appended_hook_hears_of_durable_entries_and_its_failure_stops_
     assert indexes == sorted(indexes) and len(indexes) >= 3  # the leader's no-op and the three
     assert all(durable for _, durable in heard)  # told only once persisted
     assert "appended-entries hook failed" in caplog.text
+
+
+async def test_a_waiter_hears_of_a_lost_leadership_that_commits_nothing(tmp_path: Path) -> None:
+    """A leader that a newer term's heartbeat makes a follower (no entry committed by it) wakes
+    ``changed()`` waiters at once, seeing the new leader: the role changed in ``step``, before
+    the Ready that carries it, and that Ready is what must be announced (a stepdown waited
+    for this; before, the waiter slept until the next commit, here the re-election's)."""
+    driver, _machine = _driver(tmp_path)
+    async with anyio.create_task_group() as tg:
+        await tg.start(driver.run)
+        await _until_leader(driver)
+        woke: list[tuple[int, Role]] = []
+
+        async def wait() -> None:
+            await driver.changed()
+            woke.append((driver.leader, driver.role))
+
+        tg.start_soon(wait)
+        await anyio.sleep(0.05)
+        assert not woke  # nothing changed yet
+        driver.step(Message(MsgType.HEARTBEAT, 9, NODE, driver.term + 5))
+        with anyio.fail_after(5):
+            while not woke:
+                await anyio.sleep(0.001)
+        tg.cancel_scope.cancel()
+    assert woke == [(9, Role.FOLLOWER)]
