@@ -171,8 +171,23 @@ async def _serve(
                 log.info("received %s: shutting down", signal.Signals(signum).name)
                 systemd.notify("STOPPING=1")
                 bridges.stop_all()
+                if meta is not None:
+                    await _leave_meta_leadership(meta)
                 server.request_shutdown()
                 break
+
+
+LEAVE_LEADERSHIP_TIMEOUT = 2.0  # as long as the reference's lame duck mode waits for its hand-overs
+
+
+async def _leave_meta_leadership(meta: MetaGroup) -> None:
+    """A stopping meta leader hands leadership over first (a rolling restart then leaves the
+    JetStream API without a leader for a round trip instead of an election timeout); bounded:
+    a group that cannot take it elects a leader after this server has gone, as before."""
+    with anyio.move_on_after(LEAVE_LEADERSHIP_TIMEOUT):
+        new = await meta.api.leave_leadership()
+        if new is not None:
+            log.info("meta group: handed leadership to %s before stopping", new)
 
 
 async def _reload(server: Server, bridges: BridgeSet, reload_source: ReloadSource | None) -> None:

@@ -12,6 +12,11 @@ the client uses its user). t0 is the send. Two times from t0:
 Before the next round the cluster must agree on a leader and have answered a create, and a
 second passes. Medians over ``--stepdowns`` rounds.
 
+A second figure, *stop -> new leader*: SIGTERM to the meta leader (what systemd sends on a stop
+or restart), t0 the signal; until both survivors name the same new leader. The stopped server is
+started again before the next round. Both hand leadership over before they exit (leafjet:
+agent/app.py; the reference steps its RAFT leaders down on shutdown).
+
 The reference hands leadership to a peer it chooses (an append that makes that peer campaign
 at once); leafjet hands it to its most caught-up live follower (hub/raft, TIMEOUT_NOW). Before
 leafjet had the hand-over, its leader stepped down and the group waited for an election
@@ -33,6 +38,7 @@ import nats
 
 from bench.cluster_meta import _agreed_leader, _create, _create_until_ok, _start, meta_leader_seen_by
 from tests.support.cluster import Cluster
+from tests.support.jscluster import restart_js_node
 from tests.support.servers import wait_until
 
 POLL = 0.02
@@ -48,6 +54,7 @@ APP_USER = ("app", "app")
 class StepdownFigures:
     leader_s: list[float]
     create_s: list[float]
+    stop_s: list[float]
 
 
 def _reference_accounts() -> dict[str, Any]:
@@ -136,10 +143,36 @@ async def _settled(c: Cluster) -> int:
     return via
 
 
+async def _stop_once(c: Cluster) -> float:
+    """SIGTERM the meta leader; seconds until both survivors name one new leader. The stopped
+    server is started again (and the cluster settled) by the caller's next ``_settled``."""
+    agreed = _agreed_leader(c, [0, 1, 2])
+    assert agreed is not None
+    leader = agreed[0]
+    old = c.nodes[leader].name
+    others = [i for i in range(c.size) if i != leader]
+
+    def seen() -> bool:
+        names = {meta_leader_seen_by(c, i) for i in others}
+        return len(names) == 1 and not names & {None, old}
+
+    t0 = time.monotonic()
+    stopping = asyncio.ensure_future(asyncio.to_thread(c.stop, leader))
+    while not await asyncio.to_thread(seen):
+        if time.monotonic() - t0 > DEADLINE:
+            raise TimeoutError("no new meta leader after the leader stopped")
+        await asyncio.sleep(POLL)
+    took = time.monotonic() - t0
+    await stopping
+    await asyncio.to_thread(restart_js_node, c, leader)
+    await asyncio.to_thread(c.wait_for_mesh, 60)
+    return took
+
+
 def run_stepdowns(workdir: Path, kind: str, rounds: int) -> StepdownFigures:
     extra = _reference_accounts() if kind == "reference" else {}
     c = Cluster(workdir / f"{kind}-stepdown", kind, size=3, extra=extra)
-    out = StepdownFigures([], [])
+    out = StepdownFigures([], [], [])
     try:
         _start(c)
         for _ in range(rounds):
@@ -147,6 +180,9 @@ def run_stepdowns(workdir: Path, kind: str, rounds: int) -> StepdownFigures:
             leader_s, create_s = asyncio.run(_stepdown_once(c, via))
             out.leader_s.append(leader_s)
             out.create_s.append(create_s)
+        for _ in range(rounds):
+            asyncio.run(_settled(c))
+            out.stop_s.append(asyncio.run(_stop_once(c)))
     finally:
         c.close()
     return out
@@ -159,9 +195,11 @@ def print_stepdowns(res: dict[str, StepdownFigures], rounds: int) -> None:
     for label, r, v in (
         ("stepdown -> new leader shown, s", ref.leader_s, lj.leader_s),
         ("stepdown -> create ok, s", ref.create_s, lj.create_s),
+        ("SIGTERM of the leader -> new leader shown, s", ref.stop_s, lj.stop_s),
     ):
         a, b = statistics.median(r), statistics.median(v)
         print(f"{label:44s} {a:>10.3f} {b:>10.3f} {b / a if a else float('nan'):7.2f}")
     for kind, f in res.items():
         runs = ", ".join(f"{a:.2f}/{b:.2f}" for a, b in zip(f.leader_s, f.create_s, strict=True))
         print(f"  {kind} rounds (new leader / create ok, s): {runs}")
+        print(f"  {kind} SIGTERM rounds (new leader, s): {', '.join(f'{a:.2f}' for a in f.stop_s)}")

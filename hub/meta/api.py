@@ -35,7 +35,7 @@ from hub.meta.peers import node_id, peer_hex
 from hub.meta.placement import NoPeers, fits, place
 from hub.meta.state import StreamAssignment, encode_op
 from hub.raft.node import ProposalError
-from hub.raft.types import ConfChange, ConfChangeKind
+from hub.raft.types import NONE, ConfChange, ConfChangeKind
 
 if TYPE_CHECKING:
     from core.jetstream.engine import AccountJetStream, JetStream
@@ -252,6 +252,25 @@ class MetaApi:
         if not fit:
             raise api_error("JSClusterNoPeersErrF", err="no replacement peer connected")
         return fit
+
+    async def leave_leadership(self) -> str | None:
+        """(A stopping server) When this server leads the group: hand leadership to the most
+        caught-up live follower, after the change being decided (if any), so the group has its
+        next leader before this server goes instead of an election timeout after; the new
+        leader's name, or None (not leading, or nobody took it). The caller bounds the wait."""
+        driver = self.group.driver
+        if not driver.is_leader():
+            return None
+        async with self._op_lock:
+            target = driver.best_transferee()
+            if target is None:
+                return None
+            with contextlib.suppress(ProposalError):
+                await driver.transfer_leadership(target)
+                # until this server follows someone (the target's first append names it)
+                while driver.is_leader() or driver.leader == NONE:
+                    await driver.changed()
+        return self.group.leader_name() if driver.leader == target else None
 
     async def _hand_over(self, names: list[str] | None) -> None:
         """(Leader) Stop leading, as the reference's stepdown does: hand leadership to the most

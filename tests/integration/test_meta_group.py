@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -235,6 +236,29 @@ async def test_a_new_meta_leader_is_elected_after_the_leader_is_killed(tmp_path)
         assert new != victim
         z = raftz(c, new) or {}
         assert z["role"] == "leader" and z["term"] > term
+    finally:
+        c.close()
+
+
+async def test_a_stopping_meta_leader_hands_leadership_over_first(tmp_path):
+    """leafjet (as the reference steps its RAFT leaders down on shutdown): on SIGTERM the meta
+    leader hands leadership to a follower before it exits -- the one its log names, which the
+    two survivors then agree on, one term later -- so a rolling restart does not leave the API
+    without a leader for an election timeout."""
+    c = Cluster(tmp_path, "leafjet", size=3)
+    try:
+        await anyio.to_thread.run_sync(start_js_cluster, c)
+        await anyio.to_thread.run_sync(c.wait_for_mesh)
+        victim = await anyio.to_thread.run_sync(_leader_index, c)
+        term = (raftz(c, victim) or {})["term"]
+        srv = c.servers[victim]
+        assert srv is not None
+        c.stop(victim)
+        handed = re.search(r"handed leadership to (\S+) before stopping", srv.log())
+        assert handed is not None, srv.log()[-2000:]
+        new = await anyio.to_thread.run_sync(_leader_index, c)
+        assert c.nodes[new].name == handed.group(1)
+        assert (raftz(c, new) or {})["term"] == term + 1  # the hand-over's election, no other
     finally:
         c.close()
 
