@@ -253,6 +253,12 @@ class MetaApi:
             raise api_error("JSClusterNoPeersErrF", err="no replacement peer connected")
         return fit
 
+    def _reachable(self) -> set[int]:
+        """The node ids of the other servers this one has a route to: a follower that went
+        away keeps RAFT's "recently active" mark for up to an election timeout, and a
+        hand-over to it would only wait that long."""
+        return {node_id(n) for n in self.group.online() if n != self.group.me}
+
     async def leave_leadership(self) -> str | None:
         """(A stopping server) When this server leads the group: hand leadership to the most
         caught-up live follower, after the change being decided (if any), so the group has its
@@ -262,7 +268,7 @@ class MetaApi:
         if not driver.is_leader():
             return None
         async with self._op_lock:
-            target = driver.best_transferee()
+            target = driver.best_transferee(self._reachable())
             if target is None:
                 return None
             with contextlib.suppress(ProposalError):
@@ -279,11 +285,11 @@ class MetaApi:
         timeout; when there is none, or the hand-over has not happened within an election
         timeout (hub/raft: the leader then leads on), step down and let an election decide."""
         driver = self.group.driver
-        servers = self.group.state.servers
-        among = {node_id(n) for n in names or () if n in servers}
+        reachable = self._reachable()
+        among = {node_id(n) for n in names or ()} & reachable
         target = driver.best_transferee(among) if among else None
         if target is None:
-            target = driver.best_transferee()
+            target = driver.best_transferee(reachable)
         if target is not None:
             with contextlib.suppress(ProposalError):
                 await driver.transfer_leadership(target)

@@ -22,6 +22,7 @@ import nats
 import nats.errors
 import pytest
 
+from hub.meta.peers import node_id
 from tests.support.cluster import Cluster
 from tests.support.jscluster import (
     THREE_TAGGED,
@@ -259,6 +260,30 @@ async def test_a_stopping_meta_leader_hands_leadership_over_first(tmp_path):
         new = await anyio.to_thread.run_sync(_leader_index, c)
         assert c.nodes[new].name == handed.group(1)
         assert (raftz(c, new) or {})["term"] == term + 1  # the hand-over's election, no other
+    finally:
+        c.close()
+
+
+async def test_a_stopping_meta_leader_hands_over_only_to_a_server_it_can_reach(tmp_path):
+    """leafjet: with one follower gone (stopped a moment ago: RAFT still counts it recently
+    active, and it is the one the tie-break would pick), the stopping leader hands over to the
+    follower it has a route to."""
+    c = Cluster(tmp_path, "leafjet", size=3)
+    try:
+        await anyio.to_thread.run_sync(start_js_cluster, c)
+        await anyio.to_thread.run_sync(c.wait_for_mesh)
+        victim = await anyio.to_thread.run_sync(_leader_index, c)
+        followers = sorted((i for i in range(3) if i != victim), key=lambda i: node_id(c.nodes[i].name))
+        gone, left = followers  # the lower node id: the one best_transferee prefers on a tie
+        c.stop(gone)
+        await anyio.to_thread.run_sync(
+            lambda: wait_until(lambda: c.nodes[gone].name not in c.peers(victim), 30, what="the route gone")
+        )
+        srv = c.servers[victim]
+        assert srv is not None
+        c.stop(victim)
+        handed = re.search(r"handed leadership to (\S+) before stopping", srv.log())
+        assert handed is not None and handed.group(1) == c.nodes[left].name, srv.log()[-2000:]
     finally:
         c.close()
 
