@@ -634,7 +634,13 @@ class Node:
             return False
         self.log.commit_to(index)
         if self.id not in self.voters and self.log.committed >= self.conf_index:
-            # our own removal has committed: hand over by going quiet (we cannot campaign)
+            # our own removal has committed: hand over -- TIMEOUT_NOW to the most caught-up
+            # follower when it holds our whole log (else the others elect after their timeout)
+            # -- and go quiet (we cannot campaign)
+            to = self.best_transferee()
+            if to is not None and self.prs[to].match == self.log.last_index():
+                self.transferee = to
+                self._send_timeout_now()
             self._become_follower(self.term, NONE)
             return False
         return True

@@ -261,8 +261,11 @@ def test_a_removed_leader_hands_over_and_an_added_server_joins() -> None:
     old = sim.leader()
     assert old is not None and old.node is not None and old.node.voters == {1, 2, 3, 4}
     _run_until(sim, settled_leader)
+    campaigns = sim.stats["transfer_campaigns"]
     sim._change_membership("remove", old.id)
     _run_until(sim, lambda: (lead := sim.leader()) is not None and lead is not old)
+    # handed over (TIMEOUT_NOW once the removal committed), not left to an election timeout
+    assert sim.stats["transfer_campaigns"] == campaigns + 1
     new = sim.leader()
     assert new is not None and new.node is not None and new.node.voters == {1, 2, 3, 4} - {old.id}
     assert old.node is not None and old.node.role is Role.FOLLOWER and not old.node.promotable()
