@@ -199,53 +199,72 @@ async def _alternate(urls: dict[str, dict[str, str]], kinds: tuple[str, str], n:
             await nc.close()
 
 
+async def until_new_leader_and_create(
+    c: Cluster,
+    nc: nats.NATS,
+    watch: list[int],
+    old: str,
+    t0: float,
+    prefix: str,
+    *,
+    deadline: float = FAILOVER_DEADLINE,
+    attempt_every: float = ATTEMPT_EVERY,
+    poll: float = 0.05,
+) -> tuple[float, float]:
+    """After a disruption of the meta leader ``old`` at ``t0`` (monotonic): seconds from t0
+    until the servers ``watch`` all name one new leader, and until a create through ``nc``
+    succeeds (an attempt every ``attempt_every`` s, a new name each, each waiting up to
+    ATTEMPT_TIMEOUT, so a slow or lost attempt does not hide a later success)."""
+    created = asyncio.Event()
+    created_at: list[float] = []
+
+    async def attempt(name: str) -> None:
+        try:
+            resp = await _create(nc, name, ATTEMPT_TIMEOUT)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+            return
+        if "error" not in resp and not created.is_set():
+            created_at.append(time.monotonic())
+            created.set()
+
+    async def new_leader() -> float:
+        def seen() -> bool:
+            names = {meta_leader_seen_by(c, i) for i in watch}
+            return len(names) == 1 and not names & {None, old}
+
+        while not await asyncio.to_thread(seen):
+            if time.monotonic() - t0 > deadline:
+                raise TimeoutError(f"no new meta leader after {old}")
+            await asyncio.sleep(poll)
+        return time.monotonic()
+
+    tag = secrets.token_hex(2).upper()
+    leader_task = asyncio.ensure_future(new_leader())
+    tasks = []
+    k = 0
+    while not created.is_set():
+        if time.monotonic() - t0 > deadline:
+            leader_task.cancel()
+            raise TimeoutError(f"no create succeeded after {old}")
+        k += 1
+        tasks.append(asyncio.ensure_future(attempt(f"{prefix}{tag}{k}")))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(created.wait(), attempt_every)
+    leader_at = await leader_task
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return leader_at - t0, created_at[0] - t0
+
+
 async def _failover_once(c: Cluster, leader: int, survivor: int) -> tuple[float, float]:
     nc = await nats.connect(c.url(survivor), max_reconnect_attempts=-1)
     try:
         await _create_until_ok(nc, "PRE")
         others = [i for i in range(c.size) if i != leader]
-        old = c.nodes[leader].name
-        created = asyncio.Event()
-        created_at: list[float] = []
-
-        async def attempt(name: str) -> None:
-            try:
-                resp = await _create(nc, name, ATTEMPT_TIMEOUT)
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-                return
-            if "error" not in resp and not created.is_set():
-                created_at.append(time.monotonic())
-                created.set()
-
-        async def new_leader() -> float:
-            def seen() -> bool:
-                names = {meta_leader_seen_by(c, i) for i in others}
-                return len(names) == 1 and (names - {None, old}) == names
-
-            while not await asyncio.to_thread(seen):
-                if time.monotonic() - t0 > FAILOVER_DEADLINE:
-                    raise TimeoutError("no new meta leader")
-                await asyncio.sleep(0.05)
-            return time.monotonic()
-
-        tag = secrets.token_hex(2).upper()
         await asyncio.to_thread(c.stop, leader, kill=True)
         t0 = time.monotonic()
-        leader_task = asyncio.ensure_future(new_leader())
-        tasks = []
-        k = 0
-        while not created.is_set():
-            if time.monotonic() - t0 > FAILOVER_DEADLINE:
-                raise TimeoutError("no create succeeded after the kill")
-            k += 1
-            tasks.append(asyncio.ensure_future(attempt(f"FO{tag}{k}")))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(created.wait(), ATTEMPT_EVERY)
-        leader_at = await leader_task
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        return leader_at - t0, created_at[0] - t0
+        return await until_new_leader_and_create(c, nc, others, c.nodes[leader].name, t0, "FO")
     finally:
         await nc.close()
 

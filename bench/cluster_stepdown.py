@@ -26,8 +26,6 @@ timeout (1.5-3 s).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import secrets
 import statistics
 import time
 from dataclasses import dataclass
@@ -36,14 +34,19 @@ from typing import Any
 
 import nats
 
-from bench.cluster_meta import _agreed_leader, _create, _create_until_ok, _start, meta_leader_seen_by
+from bench.cluster_meta import (
+    _agreed_leader,
+    _create_until_ok,
+    _start,
+    meta_leader_seen_by,
+    until_new_leader_and_create,
+)
 from tests.support.cluster import Cluster
 from tests.support.jscluster import restart_js_node
 from tests.support.servers import wait_until
 
 POLL = 0.02
 ATTEMPT_EVERY = 0.05
-ATTEMPT_TIMEOUT = 5.0
 DEADLINE = 60.0
 # the reference's stepdown is a system-account request: its cluster gets one, and a user each
 SYS_USER = ("sys", "sys")
@@ -70,6 +73,7 @@ def _reference_accounts() -> dict[str, Any]:
 
 async def _stepdown_once(c: Cluster, via: int) -> tuple[float, float]:
     old = meta_leader_seen_by(c, via)
+    assert old is not None
     app = await nats.connect(c.url(via), max_reconnect_attempts=-1)
     if c.kind == "reference":
         user, password = SYS_USER
@@ -77,49 +81,21 @@ async def _stepdown_once(c: Cluster, via: int) -> tuple[float, float]:
     else:
         sys_nc = app
     try:
-        created = asyncio.Event()
-        created_at: list[float] = []
-
-        async def attempt(name: str) -> None:
-            try:
-                resp = await _create(app, name, ATTEMPT_TIMEOUT)
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-                return
-            if "error" not in resp and not created.is_set():
-                created_at.append(time.monotonic())
-                created.set()
-
-        async def new_leader() -> float:
-            def seen() -> bool:
-                names = {meta_leader_seen_by(c, i) for i in range(c.size)}
-                return len(names) == 1 and not names & {None, old}
-
-            while not await asyncio.to_thread(seen):
-                if time.monotonic() - t0 > DEADLINE:
-                    raise TimeoutError("no new meta leader after the stepdown")
-                await asyncio.sleep(POLL)
-            return time.monotonic()
-
-        tag = secrets.token_hex(2).upper()
         t0 = time.monotonic()
         reply = await sys_nc.request("$JS.API.META.LEADER.STEPDOWN", b"", timeout=10)
         if b'"success":true' not in reply.data.replace(b" ", b""):
             raise RuntimeError(f"{c.kind}: the stepdown was refused: {reply.data[:200]!r}")
-        leader_task = asyncio.ensure_future(new_leader())
-        tasks = []
-        k = 0
-        while not created.is_set():
-            if time.monotonic() - t0 > DEADLINE:
-                raise TimeoutError("no create succeeded after the stepdown")
-            k += 1
-            tasks.append(asyncio.ensure_future(attempt(f"SD{tag}{k}")))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(created.wait(), ATTEMPT_EVERY)
-        leader_at = await leader_task
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        return leader_at - t0, created_at[0] - t0
+        return await until_new_leader_and_create(
+            c,
+            app,
+            list(range(c.size)),
+            old,
+            t0,
+            "SD",
+            deadline=DEADLINE,
+            attempt_every=ATTEMPT_EVERY,
+            poll=POLL,
+        )
     finally:
         if sys_nc is not app:
             await sys_nc.close()

@@ -223,22 +223,39 @@ async def test_a_create_that_fails_on_the_placed_server_is_answered_from_there(t
         assert ok["config"]["name"] == "BROKEN", ok
 
 
-async def test_a_new_meta_leader_is_elected_after_the_leader_is_killed(tmp_path):
-    """leafjet: /raftz shows one leader and its term on every server; SIGKILL it and the other
-    two agree on a new one, in a later term."""
+@asynccontextmanager
+async def _led_leafjet(tmp_path: Path) -> AsyncIterator[tuple[Cluster, int, int]]:
+    """Three leafjet hubs of a test's own: (the cluster, its meta leader's index, its term);
+    all stopped at the end."""
     c = Cluster(tmp_path, "leafjet", size=3)
     try:
         await anyio.to_thread.run_sync(start_js_cluster, c)
         await anyio.to_thread.run_sync(c.wait_for_mesh)
-        victim = await anyio.to_thread.run_sync(_leader_index, c)
-        term = (raftz(c, victim) or {})["term"]
+        leader = await anyio.to_thread.run_sync(_leader_index, c)
+        yield c, leader, (raftz(c, leader) or {})["term"]
+    finally:
+        c.close()
+
+
+def _stop_and_read_hand_over(c: Cluster, i: int) -> str:
+    """SIGTERM server ``i`` (until it exits); the server it says it handed leadership to."""
+    srv = c.servers[i]
+    assert srv is not None
+    c.stop(i)
+    handed = re.search(r"handed leadership to (\S+) before stopping", srv.log())
+    assert handed is not None, srv.log()[-2000:]
+    return handed.group(1)
+
+
+async def test_a_new_meta_leader_is_elected_after_the_leader_is_killed(tmp_path):
+    """leafjet: /raftz shows one leader and its term on every server; SIGKILL it and the other
+    two agree on a new one, in a later term."""
+    async with _led_leafjet(tmp_path) as (c, victim, term):
         c.stop(victim, kill=True)
         new = await anyio.to_thread.run_sync(_leader_index, c)
         assert new != victim
         z = raftz(c, new) or {}
         assert z["role"] == "leader" and z["term"] > term
-    finally:
-        c.close()
 
 
 async def test_a_stopping_meta_leader_hands_leadership_over_first(tmp_path):
@@ -246,46 +263,25 @@ async def test_a_stopping_meta_leader_hands_leadership_over_first(tmp_path):
     leader hands leadership to a follower before it exits -- the one its log names, which the
     two survivors then agree on, one term later -- so a rolling restart does not leave the API
     without a leader for an election timeout."""
-    c = Cluster(tmp_path, "leafjet", size=3)
-    try:
-        await anyio.to_thread.run_sync(start_js_cluster, c)
-        await anyio.to_thread.run_sync(c.wait_for_mesh)
-        victim = await anyio.to_thread.run_sync(_leader_index, c)
-        term = (raftz(c, victim) or {})["term"]
-        srv = c.servers[victim]
-        assert srv is not None
-        c.stop(victim)
-        handed = re.search(r"handed leadership to (\S+) before stopping", srv.log())
-        assert handed is not None, srv.log()[-2000:]
+    async with _led_leafjet(tmp_path) as (c, victim, term):
+        handed = _stop_and_read_hand_over(c, victim)
         new = await anyio.to_thread.run_sync(_leader_index, c)
-        assert c.nodes[new].name == handed.group(1)
+        assert c.nodes[new].name == handed
         assert (raftz(c, new) or {})["term"] == term + 1  # the hand-over's election, no other
-    finally:
-        c.close()
 
 
 async def test_a_stopping_meta_leader_hands_over_only_to_a_server_it_can_reach(tmp_path):
     """leafjet: with one follower gone (stopped a moment ago: RAFT still counts it recently
     active, and it is the one the tie-break would pick), the stopping leader hands over to the
     follower it has a route to."""
-    c = Cluster(tmp_path, "leafjet", size=3)
-    try:
-        await anyio.to_thread.run_sync(start_js_cluster, c)
-        await anyio.to_thread.run_sync(c.wait_for_mesh)
-        victim = await anyio.to_thread.run_sync(_leader_index, c)
+    async with _led_leafjet(tmp_path) as (c, victim, _term):
         followers = sorted((i for i in range(3) if i != victim), key=lambda i: node_id(c.nodes[i].name))
         gone, left = followers  # the lower node id: the one best_transferee prefers on a tie
         c.stop(gone)
         await anyio.to_thread.run_sync(
             lambda: wait_until(lambda: c.nodes[gone].name not in c.peers(victim), 30, what="the route gone")
         )
-        srv = c.servers[victim]
-        assert srv is not None
-        c.stop(victim)
-        handed = re.search(r"handed leadership to (\S+) before stopping", srv.log())
-        assert handed is not None and handed.group(1) == c.nodes[left].name, srv.log()[-2000:]
-    finally:
-        c.close()
+        assert _stop_and_read_hand_over(c, victim) == c.nodes[left].name
 
 
 # ---------------------------------------------------------------------------------------- chaos
