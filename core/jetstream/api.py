@@ -613,6 +613,42 @@ async def consumer_pause(
     return api_response("consumer_pause_response", pause_json(until, time.time_ns()))
 
 
+# the reference's valid priority group name (consumer.go)
+_GROUP_NAME = re.compile(r"[a-zA-Z0-9/_=-]{1,16}")
+
+
+def _unpin_group(payload: bytes) -> str:
+    """An unpin request's ``group``, read as the reference reads it (Go's ``json.Unmarshal``:
+    an empty body is an error, unknown fields are not), with its checks: 10025 for bad JSON or
+    no group, 10162 for a name that is not a group name."""
+    if not payload.strip(b" \t\r\n"):
+        raise api_error("JSInvalidJSONErr", err="unexpected end of JSON input")
+    group = decode_api_body("consumer_unpin", decode_request(payload), strict=False).get("group") or ""
+    if not group:
+        raise api_error("JSInvalidJSONErr", err="consumer group not specified")
+    if not _GROUP_NAME.fullmatch(group):
+        raise api_error("JSConsumerInvalidGroupNameErr")
+    return group
+
+
+async def consumer_unpin(
+    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
+) -> dict[str, Any]:
+    """``CONSUMER.UNPIN.<stream>.<consumer>`` (ADR-42: let another client of a priority group be
+    pinned). leafjet refuses priority groups when a consumer is created (README), so no consumer
+    here has a group to unpin; the request is checked as the reference checks it -- the stream
+    and consumer first in a cluster (its assignments), the body first on a single server -- and
+    one that names an existing consumer gets the reference's "priority group does not exist"
+    (10160). Before, it had no answer at all."""
+    if js.cluster is not None:
+        _consumer(_stream(ajs, args[0]), args[1])
+        _unpin_group(msg.payload)
+    else:
+        _unpin_group(msg.payload)
+        _consumer(_stream(ajs, args[0]), args[1])
+    raise api_error("JSConsumerInvalidPriorityGroupErr")  # the consumer has no priority groups
+
+
 async def consumer_names(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
@@ -752,6 +788,7 @@ ROUTES: dict[tuple[str, ...], tuple[Handler, str, int, int | None]] = {
     ("CONSUMER", "LIST"): (consumer_list, "consumer_list_response", 1, 1),
     ("CONSUMER", "MSG", "NEXT"): (consumer_next, "consumer_next", 2, 2),
     ("CONSUMER", "PAUSE"): (consumer_pause, "consumer_pause_response", 2, 2),
+    ("CONSUMER", "UNPIN"): (consumer_unpin, "consumer_unpin_response", 2, 2),
     ("CONSUMER", "RESET"): (consumer_reset, "consumer_reset_response", 2, 2),
     ("STREAM", "LEADER", "STEPDOWN"): (stream_leader_stepdown, "stream_leader_stepdown_response", 1, 1),
     ("CONSUMER", "LEADER", "STEPDOWN"): (consumer_leader_stepdown, "consumer_leader_stepdown_response", 2, 2),

@@ -561,6 +561,7 @@ _API_REQUESTS = {
     ),
     "msg_delete": _Struct("server.JSApiMsgDeleteRequest", {"seq": _U64, "no_erase": _BOOL}),
     "stream_remove_peer": _Struct("server.JSApiStreamRemovePeerRequest", {"peer": _STR}),
+    "consumer_unpin": _Struct("server.JSApiConsumerUnpinRequest", {"group": _STR}),
     "meta_leader_stepdown": _Struct("server.JSApiLeaderStepdownRequest", {"placement": _PLACEMENT}),
     "stream_snapshot": _Struct(
         "server.JSApiStreamSnapshotRequest",

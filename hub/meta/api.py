@@ -61,6 +61,7 @@ _STREAM_SCOPED = {
     ("CONSUMER", "LIST"),
     ("CONSUMER", "MSG", "NEXT"),
     ("CONSUMER", "PAUSE"),
+    ("CONSUMER", "UNPIN"),
     ("CONSUMER", "RESET"),
     ("STREAM", "SNAPSHOT"),
     ("STREAM", "LEADER", "STEPDOWN"),
@@ -71,6 +72,7 @@ _STREAM_SCOPED = {
 # Requests the reference's meta leader answers "stream not found" for before reading their body
 # (measured: a bad JSON body to a missing stream is 10059 there, 10025 on a single server).
 _STREAM_FIRST = {
+    ("CONSUMER", "UNPIN"),
     ("STREAM", "INFO"),
     ("STREAM", "PURGE"),
     ("STREAM", "MSG", "GET"),

@@ -58,6 +58,10 @@ CASES: list[tuple[str, bytes, int | str]] = [
     ("$JS.API.CONSUMER.PAUSE.S1.nope", b"{}", 10014),
     ("$JS.API.CONSUMER.DELETE.S1.nope", b"", 10014),
     ("$JS.API.CONSUMER.PAUSE.NOPE.c", b"{}", 10059),
+    # a cluster looks the stream and consumer up before an unpin's body (a server: the body first)
+    ("$JS.API.CONSUMER.UNPIN.NOPE.c", b"{bad", 10059),
+    ("$JS.API.CONSUMER.UNPIN.S1.c", b"{bad", 10014),
+    ("$JS.API.CONSUMER.UNPIN.S1.c", b'{"group":"g"}', 10014),
     ("$JS.API.CONSUMER.CREATE.NOPE", b'{"stream_name":"NOPE","config":{}}', 10059),
     ("$JS.API.STREAM.CREATE.S3", b'{"name":"S3","subjects":["s3"],"mirror":{"name":"S1"}}', 10034),
     ("$JS.API.STREAM.CREATE.S8", b'{"name":"S8","subjects":["s8"],"placement":{"preferred":"x"}}', 10052),

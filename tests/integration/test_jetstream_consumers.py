@@ -2538,3 +2538,35 @@ async def test_a_catch_up_never_delivers_what_was_deleted_mid_way(js_server):
             await js.publish(f"s.{i % 2}", b"late")
         rest = await _fetch_seqs(sub, 442)
         assert rest == [s for s in range(257, 701) if s not in (300, 513)]
+
+
+UNPIN_CASES = [
+    # (stream, consumer, body, err_code, description or None)
+    ("S", "C", b"", 10025, "invalid JSON: unexpected end of JSON input"),
+    ("S", "C", b"{bad", 10025, None),
+    ("S", "C", b"{}", 10025, "invalid JSON: consumer group not specified"),
+    ("S", "C", b"null", 10025, "invalid JSON: consumer group not specified"),
+    ("S", "C", b'{"group":"no spaces"}', 10162, None),
+    ("S", "C", b'{"group":"seventeen-chars-xx"}', 10162, None),
+    ("NOPE", "C", b'{"group":"g"}', 10059, "stream not found"),
+    ("S", "NOPE", b'{"group":"g"}', 10014, "consumer not found"),
+    ("S", "C", b'{"group":"g"}', 10160, "Provided priority group does not exist for this consumer"),
+    ("S", "C", b'{"group":"g","other":1}', 10160, None),  # unknown fields are ignored here
+]
+
+
+async def test_unpin_requests_are_answered_as_the_reference(js_server):
+    """``CONSUMER.UNPIN`` (ADR-42) gets the reference's answer: the body (JSON, a group, a valid
+    group name) before the stream and the consumer, and for a consumer without that priority
+    group 10160 (leafjet has no priority groups, so that is every existing consumer). Before,
+    leafjet did not answer at all."""
+    async with jetstream(js_server) as (nc, js):
+        await make_stream(js, n=1)
+        await create(nc, "S", {"durable_name": "C", "ack_policy": "explicit"})
+        for stream, consumer, body, code, description in UNPIN_CASES:
+            r = await api(nc, f"$JS.API.CONSUMER.UNPIN.{stream}.{consumer}", body)
+            assert r["type"] == "io.nats.jetstream.api.v1.consumer_unpin_response", r
+            err = r.get("error") or {}
+            assert err.get("err_code") == code, (stream, consumer, body, r)
+            if description is not None:
+                assert err["description"] == description, (body, r)
