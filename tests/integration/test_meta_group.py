@@ -368,11 +368,7 @@ async def test_stepdowns_while_clients_create_lose_no_acknowledged_create(tmp_pa
     again and again (each a hand-over: proposals refused while the target catches up, answered
     10008, retried by nobody here): a new leader each time, and every acknowledged create is on
     every server, once."""
-    c = Cluster(tmp_path, "leafjet", size=3)
-    try:
-        start_js_cluster(c)
-        c.wait_for_mesh()
-        _leader_index(c)
+    async with _led_leafjet(tmp_path) as (c, _leader, _term):
         churn = _Churn(c, deletes=False)
         nc = await _connect(c, 0)
         async with anyio.create_task_group() as tg:
@@ -387,8 +383,6 @@ async def test_stepdowns_while_clients_create_lose_no_acknowledged_create(tmp_pa
             churn.stop.set()
         await nc.close()
         await churn.check()
-    finally:
-        c.close()
 
 
 @pytest.mark.chaos
@@ -397,11 +391,7 @@ async def test_killing_the_meta_leader_loses_no_acknowledged_change(tmp_path):
     """Clients on every server create and delete streams while the meta leader is SIGKILLed
     (twice): a new leader is elected, every acknowledged create is there, no acknowledged delete
     is, and every server lists the same streams, each once."""
-    c = Cluster(tmp_path, "leafjet", size=3)
-    try:
-        start_js_cluster(c)
-        c.wait_for_mesh()
-        _leader_index(c)
+    async with _led_leafjet(tmp_path) as (c, _leader, _term):
         churn = _Churn(c, deletes=True)
         async with anyio.create_task_group() as tg:
             for w in range(4):
@@ -420,8 +410,6 @@ async def test_killing_the_meta_leader_loses_no_acknowledged_change(tmp_path):
                 await anyio.to_thread.run_sync(c.wait_for_mesh)
             churn.stop.set()
         await churn.check()
-    finally:
-        c.close()
 
 
 @pytest.mark.chaos
