@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 
 import anyio
 import pytest
@@ -336,6 +337,39 @@ async def test_checkpoints_run_on_a_timer_and_truncate_past_the_brake(tmp_path: 
         await store.apply([Append("a", None, os.urandom(1024), 1) for _ in range(64)])
         await anyio.to_thread.run_sync(lambda: wait_until(lambda: store.stats().wal_truncations >= 1))
         assert store.stats().checkpoints >= 1
+        assert Path(f"{tmp_path / 's.db'}-wal").stat().st_size < 16 << 10
+    finally:
+        await store.close()
+
+
+def _threads_in(function: str) -> int:
+    """How many threads are inside ``function`` now (their stacks, innermost frame outwards)."""
+    n = 0
+    for frame in sys._current_frames().values():
+        f: FrameType | None = frame
+        while f is not None and f.f_code.co_name != function:
+            f = f.f_back
+        n += f is not None
+    return n
+
+
+async def test_a_busy_writer_is_not_held_up_by_a_truncation(tmp_path: Path) -> None:
+    """Past the brake, the TRUNCATE checkpoint waits for an idle writer instead of waiting for
+    its lock and then holding it (a catch-up's commits stalled behind it): the housekeeping
+    job leaves the writer alone; the commit after arms the next try, which truncates."""
+    store = await SqliteStore.open(tmp_path / "s.db", checkpoint_interval=0.05, wal_brake_bytes=16 << 10)
+    try:
+        await store.apply([Append("a", None, os.urandom(1024), 1) for _ in range(64)])
+        assert store._wlock.acquire(timeout=5)  # the writer at work, as in a transaction
+        try:
+            await anyio.to_thread.run_sync(lambda: wait_until(lambda: store.stats().checkpoints >= 1))
+            await anyio.sleep(0.2)
+            assert _threads_in("_checkpoint") == 0, "the housekeeping waits for the writer's lock"
+            assert store.stats().wal_truncations == 0
+        finally:
+            store._wlock.release()
+        await store.apply([Append("a", None, b"x", 2)])
+        await anyio.to_thread.run_sync(lambda: wait_until(lambda: store.stats().wal_truncations >= 1))
         assert Path(f"{tmp_path / 's.db'}-wal").stat().st_size < 16 << 10
     finally:
         await store.close()
