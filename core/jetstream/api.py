@@ -693,9 +693,20 @@ async def stream_snapshot(
 async def stream_restore(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
-    """Not built: the reference's bad request for an empty one, else "restore failed"."""
+    """Not built: the reference's checks of the request -- empty (10003), its JSON read
+    strictly (10025), the subject's name against the config's (10056), path separators
+    (10128), a name in use (10130; in a cluster, anywhere in it) -- then "restore failed". Not
+    checked here: the config as a create would check it (the reference does, before the name)."""
     if is_empty_request(msg.payload):
         raise api_error("JSBadRequestErr")
+    body = decode_api_body("stream_restore", decode_request(msg.payload))
+    name = args[0]
+    if (body.get("config") or {}).get("name", name) not in ("", name):
+        raise api_error("JSStreamMismatchErr")
+    if "/" in name or "\\" in name:
+        raise api_error("JSStreamNameContainsPathSeparatorsErr")
+    if name in ajs.streams or (js.cluster is not None and js.cluster.stream_exists(ajs.account.name, name)):
+        raise api_error("JSStreamNameExistRestoreFailedErr")
     raise api_error("JSStreamRestoreErrF", err="stream restores are not supported by leafjet")
 
 

@@ -159,6 +159,10 @@ class ClusterApi(Protocol):
         """Whether ``peer`` (a server name or a meta peer id) names this server."""
         ...
 
+    def stream_exists(self, account: str, name: str) -> bool:
+        """Whether the cluster has a stream of that name in that account, on any server."""
+        ...
+
 
 class JetStream:
     def __init__(self, server: Server, config: JetStreamConfig, store_dir: Path) -> None:

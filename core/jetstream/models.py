@@ -245,6 +245,20 @@ class _StrMap(_T):
         return out
 
 
+class _Map(_T):
+    """``map[string]<item>``."""
+
+    def __init__(self, item: _T, go: str) -> None:
+        self.item, self.go = item, go
+
+    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
+        if v is None:
+            return _ABSENT
+        if not isinstance(v, dict):
+            raise _type_error(_json_kind(v), path, root, self.go)
+        return {k: self.item.decode(item, [*path, k], root, strict) for k, item in v.items()}
+
+
 class _Enum(_T):
     """A type with its own UnmarshalJSON: ``can not unmarshal "<raw>"`` for anything not listed."""
 
@@ -562,6 +576,36 @@ _API_REQUESTS = {
     "msg_delete": _Struct("server.JSApiMsgDeleteRequest", {"seq": _U64, "no_erase": _BOOL}),
     "stream_remove_peer": _Struct("server.JSApiStreamRemovePeerRequest", {"peer": _STR}),
     "consumer_unpin": _Struct("server.JSApiConsumerUnpinRequest", {"group": _STR}),
+    # a restore's stream config is the create request's without ``pedantic``; its state, as
+    # stream info shows it
+    "stream_restore": _Struct(
+        "server.JSApiStreamRestoreRequest",
+        {
+            "config": _Struct(
+                "server.StreamConfig",
+                {k: v for k, v in _STREAM_CONFIG_REQUEST.spec.items() if k != "pedantic"},
+            ),
+            "state": _Struct(
+                "server.StreamState",
+                {
+                    "messages": _U64,
+                    "bytes": _U64,
+                    "first_seq": _U64,
+                    "first_ts": _Time(),
+                    "last_seq": _U64,
+                    "last_ts": _Time(),
+                    "num_subjects": _OFFSET,
+                    "subjects": _Map(_U64, "map[string]uint64"),
+                    "num_deleted": _OFFSET,
+                    "deleted": _Slice(_U64, "[]uint64"),
+                    "lost": _Struct(
+                        "server.LostStreamData", {"msgs": _Slice(_U64, "[]uint64"), "bytes": _U64}
+                    ),
+                    "consumer_count": _OFFSET,
+                },
+            ),
+        },
+    ),
     "meta_leader_stepdown": _Struct("server.JSApiLeaderStepdownRequest", {"placement": _PLACEMENT}),
     "stream_snapshot": _Struct(
         "server.JSApiStreamSnapshotRequest",

@@ -149,6 +149,9 @@ class MetaApi:
     def is_this_server(self, peer: str) -> bool:
         return peer in (self.group.me, self.group.peer)
 
+    def stream_exists(self, account: str, name: str) -> bool:
+        return (account, name) in self.group.state.streams
+
     # ------------------------------------------------------------------ handlers (any server)
 
     async def _read_barrier(self) -> None:

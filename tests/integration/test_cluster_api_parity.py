@@ -62,6 +62,9 @@ CASES: list[tuple[str, bytes, int | str]] = [
     ("$JS.API.CONSUMER.UNPIN.NOPE.c", b"{bad", 10059),
     ("$JS.API.CONSUMER.UNPIN.S1.c", b"{bad", 10014),
     ("$JS.API.CONSUMER.UNPIN.S1.c", b'{"group":"g"}', 10014),
+    # a restore of a name in use on another server
+    ("$JS.API.STREAM.RESTORE.S1", b'{"config":{"name":"S1","subjects":["s1.>"]}}', 10130),
+    ("$JS.API.STREAM.RESTORE.S9", b'{"config":{"name":"S8"}}', 10056),
     ("$JS.API.CONSUMER.CREATE.NOPE", b'{"stream_name":"NOPE","config":{}}', 10059),
     ("$JS.API.STREAM.CREATE.S3", b'{"name":"S3","subjects":["s3"],"mirror":{"name":"S1"}}', 10034),
     ("$JS.API.STREAM.CREATE.S8", b'{"name":"S8","subjects":["s8"],"placement":{"preferred":"x"}}', 10052),

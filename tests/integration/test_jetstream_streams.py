@@ -1223,6 +1223,37 @@ async def test_snapshot_and_restore_requests_are_checked(js_server):
         assert restore["error"]["err_code"] == 10003 and restore["deliver_subject"] == ""
 
 
+RESTORE_CASES = [
+    # (stream in the subject, body, err_code): the reference's checks before it restores
+    ("R", b"{}", 10003),
+    ("R", b"{bad", 10025),
+    ("R", b"[]", 10025),
+    ("R", b'{"seq":1}', 10025),  # read strictly: an unknown field
+    ("R", b'{"config":1}', 10025),
+    ("R", b'{"state":{"messages":"x"}}', 10025),
+    ("R", b'{"state":{"subjects":{"a":-1}}}', 10025),
+    ("R", b'{"config":{"name":"OTHER"}}', 10056),
+    ("a/b", b'{"config":{}}', 10128),
+    ("S", b'{"config":{"name":"S","subjects":["s"]}}', 10130),
+]
+
+
+async def test_restore_requests_are_checked_as_the_reference_checks_them(js_server):
+    """A restore request (not built in leafjet: refused with 10062 once checked) gets the
+    reference's answer to a request it would not take: an empty one, bad JSON (read strictly:
+    an unknown field, a wrong type in the config or the state), a name that differs from the
+    subject's, path separators, a name in use."""
+    async with jetstream(js_server) as (nc, _js):
+        await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s"]})
+        for stream, body, code in RESTORE_CASES:
+            r = await api(nc, f"$JS.API.STREAM.RESTORE.{stream}", body)
+            assert r["type"] == "io.nats.jetstream.api.v1.stream_restore_response", r
+            assert (r.get("error") or {}).get("err_code") == code, (stream, body, r)
+        if js_server.kind == "leafjet":  # one it would take: leafjet has no restore yet
+            r = await api(nc, "$JS.API.STREAM.RESTORE.R", b'{"config":{"name":"R","subjects":["r"]}}')
+            assert r["error"]["err_code"] == 10062 and "not supported" in r["error"]["description"], r
+
+
 @pytest.mark.parametrize(
     ("subject", "missing"),
     [
