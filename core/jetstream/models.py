@@ -256,7 +256,11 @@ class _Map(_T):
             return _ABSENT
         if not isinstance(v, dict):
             raise _type_error(_json_kind(v), path, root, self.go)
-        return {k: self.item.decode(item, [*path, k], root, strict) for k, item in v.items()}
+        out = {}
+        for k, item in v.items():
+            d = self.item.decode(item, [*path, k], root, strict)
+            out[k] = self.item.zero if d is _ABSENT else d  # null: Go's zero value, as in a slice
+        return out
 
 
 class _Enum(_T):
