@@ -184,10 +184,13 @@ async def _leave_meta_leadership(meta: MetaGroup) -> None:
     """A stopping meta leader hands leadership over first (a rolling restart then leaves the
     JetStream API without a leader for a round trip instead of an election timeout); bounded:
     a group that cannot take it elects a leader after this server has gone, as before."""
-    with anyio.move_on_after(LEAVE_LEADERSHIP_TIMEOUT):
-        new = await meta.api.leave_leadership()
-        if new is not None:
-            log.info("meta group: handed leadership to %s before stopping", new)
+    try:
+        with anyio.move_on_after(LEAVE_LEADERSHIP_TIMEOUT):
+            new = await meta.api.leave_leadership()
+            if new is not None:
+                log.info("meta group: handed leadership to %s before stopping", new)
+    except Exception:  # the shutdown goes on: the others elect a leader after their timeout
+        log.exception("meta group: handing leadership over before stopping failed")
 
 
 async def _reload(server: Server, bridges: BridgeSet, reload_source: ReloadSource | None) -> None:

@@ -87,7 +87,38 @@ def _agreed_leader(c: Cluster, running: list[int]) -> tuple[int] | None:
     return next(((i,) for i in running if c.nodes[i].name == name), None)
 
 
-def _start(c: Cluster) -> None:
+def agreed_leader(c: Cluster, timeout: float = 90.0) -> int:
+    """The index of the meta leader all of ``c``'s servers name, once they agree; a timeout
+    names what each server names."""
+    try:
+        agreed = wait_until(
+            lambda: _agreed_leader(c, list(range(c.size))), timeout, interval=0.1, what="a meta leader"
+        )
+    except TimeoutError as e:
+        seen = [meta_leader_seen_by(c, i) for i in range(c.size)]
+        raise TimeoutError(f"{c.kind}: {e}; the servers name {seen}") from None
+    assert agreed is not None
+    return agreed[0]
+
+
+async def until_new_leader(
+    c: Cluster, watch: list[int], old: str, t0: float, deadline: float = FAILOVER_DEADLINE, poll: float = 0.05
+) -> float:
+    """The time (monotonic) at which the servers ``watch`` all name one leader other than
+    ``old``, polled every ``poll`` s; TimeoutError ``deadline`` s after ``t0``."""
+
+    def seen() -> bool:
+        names = {meta_leader_seen_by(c, i) for i in watch}
+        return len(names) == 1 and not names & {None, old}
+
+    while not await asyncio.to_thread(seen):
+        if time.monotonic() - t0 > deadline:
+            raise TimeoutError(f"no new meta leader after {old}")
+        await asyncio.sleep(poll)
+    return time.monotonic()
+
+
+def start_cluster(c: Cluster) -> None:
     if c.kind == "leafjet":
         start_js_cluster(c)
     else:  # the reference: a store dir each
@@ -106,7 +137,7 @@ async def _create(nc: nats.NATS, name: str, timeout: float) -> dict[str, Any]:
     return out
 
 
-async def _create_until_ok(nc: nats.NATS, prefix: str, deadline_s: float = 60.0) -> None:
+async def create_until_ok(nc: nats.NATS, prefix: str, deadline_s: float = 60.0) -> None:
     """Creates until one succeeds (the meta group elected, every server registered)."""
     deadline = time.monotonic() + deadline_s
     n = 0
@@ -125,7 +156,7 @@ async def _create_until_ok(nc: nats.NATS, prefix: str, deadline_s: float = 60.0)
 async def _create_latencies(url: str, prefix: str, n: int) -> list[float]:
     nc = await nats.connect(url)
     try:
-        await _create_until_ok(nc, f"{prefix}W")
+        await create_until_ok(nc, f"{prefix}W")
         out = []
         for k in range(n):
             t0 = time.perf_counter()
@@ -153,12 +184,8 @@ def paired_creates(workdir: Path, kinds: tuple[str, str], creates: int) -> Paire
     try:
         urls: dict[str, dict[str, str]] = {}
         for kind, c in clusters.items():
-            _start(c)
-            agreed = wait_until(
-                lambda c=c: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader"
-            )
-            assert agreed is not None
-            leader = agreed[0]
+            start_cluster(c)
+            leader = agreed_leader(c)
             urls[kind] = {"follower": c.url((leader + 1) % c.size), "leader": c.url(leader)}
         return asyncio.run(_alternate(urls, kinds, creates))
     finally:
@@ -176,7 +203,7 @@ async def _alternate(urls: dict[str, dict[str, str]], kinds: tuple[str, str], n:
             for way in ways:
                 ncs[(kind, way)] = await nats.connect(urls[kind][way])
         for (_kind, way), nc in ncs.items():
-            await _create_until_ok(nc, f"W{way[0].upper()}")
+            await create_until_ok(nc, f"W{way[0].upper()}")
         for k in range(n):
             for way in ways:
                 order = kinds if k % 2 == 0 else kinds[::-1]
@@ -227,19 +254,8 @@ async def until_new_leader_and_create(
             created_at.append(time.monotonic())
             created.set()
 
-    async def new_leader() -> float:
-        def seen() -> bool:
-            names = {meta_leader_seen_by(c, i) for i in watch}
-            return len(names) == 1 and not names & {None, old}
-
-        while not await asyncio.to_thread(seen):
-            if time.monotonic() - t0 > deadline:
-                raise TimeoutError(f"no new meta leader after {old}")
-            await asyncio.sleep(poll)
-        return time.monotonic()
-
     tag = secrets.token_hex(2).upper()
-    leader_task = asyncio.ensure_future(new_leader())
+    leader_task = asyncio.ensure_future(until_new_leader(c, watch, old, t0, deadline, poll))
     tasks = []
     k = 0
     while not created.is_set():
@@ -260,7 +276,7 @@ async def until_new_leader_and_create(
 async def _failover_once(c: Cluster, leader: int, survivor: int) -> tuple[float, float]:
     nc = await nats.connect(c.url(survivor), max_reconnect_attempts=-1)
     try:
-        await _create_until_ok(nc, "PRE")
+        await create_until_ok(nc, "PRE")
         others = [i for i in range(c.size) if i != leader]
         await asyncio.to_thread(c.stop, leader, kill=True)
         t0 = time.monotonic()
@@ -276,16 +292,8 @@ def run_meta(workdir: Path, kind: str, creates: int, failover_runs: int) -> Meta
     for r in range(max(1, failover_runs)):
         c = Cluster(workdir / f"{kind}-{r}", kind, size=3)
         try:
-            _start(c)
-            try:
-                agreed = wait_until(
-                    lambda c=c: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader"
-                )
-            except TimeoutError as e:
-                seen = [meta_leader_seen_by(c, i) for i in range(c.size)]
-                raise TimeoutError(f"{kind}: {e}; the servers name {seen}") from None
-            assert agreed is not None
-            leader = agreed[0]
+            start_cluster(c)
+            leader = agreed_leader(c)
             survivor = (leader + 1) % c.size
             if r == 0 and creates > 0:
                 follower_lat = asyncio.run(_create_latencies(c.url(survivor), "CF", creates))

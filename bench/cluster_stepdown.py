@@ -35,15 +35,15 @@ from typing import Any
 import nats
 
 from bench.cluster_meta import (
-    _agreed_leader,
-    _create_until_ok,
-    _start,
+    agreed_leader,
+    create_until_ok,
     meta_leader_seen_by,
+    start_cluster,
+    until_new_leader,
     until_new_leader_and_create,
 )
 from tests.support.cluster import Cluster
 from tests.support.jscluster import restart_js_node
-from tests.support.servers import wait_until
 
 POLL = 0.02
 ATTEMPT_EVERY = 0.05
@@ -105,14 +105,10 @@ async def _stepdown_once(c: Cluster, via: int) -> tuple[float, float]:
 async def _settled(c: Cluster) -> int:
     """The index of a server that does not lead, once the cluster agrees on a leader and
     answers a create."""
-    agreed = await asyncio.to_thread(
-        wait_until, lambda: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader"
-    )
-    assert agreed is not None
-    via = (agreed[0] + 1) % c.size
+    via = (await asyncio.to_thread(agreed_leader, c) + 1) % c.size
     nc = await nats.connect(c.url(via))
     try:
-        await _create_until_ok(nc, "PRE")
+        await create_until_ok(nc, "PRE")
     finally:
         await nc.close()
     await asyncio.sleep(1.0)
@@ -122,23 +118,11 @@ async def _settled(c: Cluster) -> int:
 async def _stop_once(c: Cluster) -> float:
     """SIGTERM the meta leader; seconds until both survivors name one new leader. The stopped
     server is started again (and the cluster settled) by the caller's next ``_settled``."""
-    agreed = _agreed_leader(c, [0, 1, 2])
-    assert agreed is not None
-    leader = agreed[0]
-    old = c.nodes[leader].name
+    leader = await asyncio.to_thread(agreed_leader, c)
     others = [i for i in range(c.size) if i != leader]
-
-    def seen() -> bool:
-        names = {meta_leader_seen_by(c, i) for i in others}
-        return len(names) == 1 and not names & {None, old}
-
     t0 = time.monotonic()
     stopping = asyncio.ensure_future(asyncio.to_thread(c.stop, leader))
-    while not await asyncio.to_thread(seen):
-        if time.monotonic() - t0 > DEADLINE:
-            raise TimeoutError("no new meta leader after the leader stopped")
-        await asyncio.sleep(POLL)
-    took = time.monotonic() - t0
+    took = await until_new_leader(c, others, c.nodes[leader].name, t0, DEADLINE, POLL) - t0
     await stopping
     await asyncio.to_thread(restart_js_node, c, leader)
     await asyncio.to_thread(c.wait_for_mesh, 60)
@@ -150,7 +134,7 @@ def run_stepdowns(workdir: Path, kind: str, rounds: int) -> StepdownFigures:
     c = Cluster(workdir / f"{kind}-stepdown", kind, size=3, extra=extra)
     out = StepdownFigures([], [], [])
     try:
-        _start(c)
+        start_cluster(c)
         for _ in range(rounds):
             via = asyncio.run(_settled(c))
             leader_s, create_s = asyncio.run(_stepdown_once(c, via))

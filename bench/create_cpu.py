@@ -20,11 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.cluster_meta import _agreed_leader
+from bench.cluster_meta import agreed_leader
 from bench.stream_create import seconds, timed_creates
 from tests.support.cluster import Cluster
 from tests.support.jscluster import start_js_cluster
-from tests.support.servers import wait_until
 
 
 def _cpu_by_thread(pid: int) -> dict[str, float]:
@@ -46,9 +45,7 @@ def start_roles(c: Cluster, via_leader: bool) -> tuple[int, int, int]:
     keeps one role (the leader is also the arrival with ``via_leader``)."""
     start_js_cluster(c, [["n0"], ["n1"], ["n2"]])
     c.wait_for_mesh(timeout=60)
-    agreed = wait_until(lambda: _agreed_leader(c, [0, 1, 2]), 90, interval=0.1, what="a meta leader")
-    assert agreed is not None
-    leader = agreed[0]
+    leader = agreed_leader(c)
     via = leader if via_leader else (leader + 1) % 3
     placed = next(i for i in range(3) if i not in (leader, via))
     deadline = time.monotonic() + 60

@@ -226,25 +226,6 @@ class _Slice(_T):
         return out
 
 
-class _StrMap(_T):
-    go = "map[string]string"
-
-    def decode(self, v: Any, path: list[Any], root: str, strict: bool) -> Any:
-        if v is None:
-            return _ABSENT
-        if not isinstance(v, dict):
-            raise _type_error(_json_kind(v), path, root, self.go)
-        out = {}
-        for k, item in v.items():
-            if item is None:
-                out[k] = ""
-            elif not isinstance(item, str):
-                raise _type_error(_json_kind(item), [*path, k], root, "string")
-            else:
-                out[k] = item
-        return out
-
-
 class _Map(_T):
     """``map[string]<item>``."""
 
@@ -261,6 +242,13 @@ class _Map(_T):
             d = self.item.decode(item, [*path, k], root, strict)
             out[k] = self.item.zero if d is _ABSENT else d  # null: Go's zero value, as in a slice
         return out
+
+
+class _StrMap(_Map):
+    """``map[string]string`` (a stream's or consumer's metadata)."""
+
+    def __init__(self) -> None:
+        super().__init__(_Str(), "map[string]string")
 
 
 class _Enum(_T):

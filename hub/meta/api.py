@@ -246,6 +246,7 @@ class MetaApi:
             raise api_error("JSClusterNoPeersErrF", err=why)
         cluster, tags = placement.get("cluster"), placement.get("tags") or []
         online = group.online()
+        # not placement.fits: the reference's stepdown matches tags as they are (no "!tag")
         fit = [
             s.name
             for s in group.state.servers.values()
@@ -276,12 +277,18 @@ class MetaApi:
             target = driver.best_transferee(self._reachable())
             if target is None:
                 return None
-            with contextlib.suppress(ProposalError):
-                await driver.transfer_leadership(target)
-                # until this server follows someone (the target's first append names it)
-                while driver.is_leader() or driver.leader == NONE:
-                    await driver.changed()
+            await self._hand_to(target)
         return self.group.leader_name() if driver.leader == target else None
+
+    async def _hand_to(self, target: int) -> None:
+        """Start handing leadership to ``target`` and wait until this server follows someone
+        (the new leader's first append names it); the caller bounds the wait. A hand-over the
+        node refuses (no longer leading, not a voter) ends it at once."""
+        driver = self.group.driver
+        with contextlib.suppress(ProposalError):
+            await driver.transfer_leadership(target)
+            while driver.is_leader() or driver.leader == NONE:
+                await driver.changed()
 
     async def _hand_over(self, names: list[str] | None) -> None:
         """(Leader) Stop leading, as the reference's stepdown does: hand leadership to the most
@@ -296,11 +303,8 @@ class MetaApi:
         if target is None:
             target = driver.best_transferee(reachable)
         if target is not None:
-            with contextlib.suppress(ProposalError):
-                await driver.transfer_leadership(target)
-                with anyio.move_on_after(driver.election_timeout + 2 * driver.tick_interval):
-                    while driver.is_leader():
-                        await driver.changed()
+            with anyio.move_on_after(driver.election_timeout + 2 * driver.tick_interval):
+                await self._hand_to(target)
         if driver.is_leader() and not await driver.step_down():
             raise api_error("JSClusterNotAvailErr")
 

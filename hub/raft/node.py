@@ -217,7 +217,7 @@ class Node:
         self.transferee = target
         self._transfer_ticks = 0
         if self.prs[target].match == self.log.last_index():
-            self._send_timeout_now()
+            self._send_timeout_now(target)
         else:
             self._send_all(target)
 
@@ -605,7 +605,7 @@ class Node:
             else:
                 self._send_all(m.src)
             if m.src == self.transferee and pr.match == self.log.last_index():
-                self._send_timeout_now()
+                self._send_timeout_now(m.src)
         elif m.type is MsgType.HEARTBEAT_RESP:
             pr.probe_sent = False
             if pr.state is ProgressState.SNAPSHOT:
@@ -617,10 +617,10 @@ class Node:
             if pr.match < self.log.last_index():
                 self._send_append(m.src, send_if_empty=True)
             elif m.src == self.transferee:  # matched, and the TIMEOUT_NOW may have been lost
-                self._send_timeout_now()
+                self._send_timeout_now(m.src)
 
-    def _send_timeout_now(self) -> None:
-        self._send(Message(MsgType.TIMEOUT_NOW, self.id, self.transferee, self.term))
+    def _send_timeout_now(self, to: NodeId) -> None:
+        self._send(Message(MsgType.TIMEOUT_NOW, self.id, to, self.term))
 
     def _maybe_commit(self) -> bool:
         if not self.voters:
@@ -639,8 +639,7 @@ class Node:
             # -- and go quiet (we cannot campaign)
             to = self.best_transferee()
             if to is not None and self.prs[to].match == self.log.last_index():
-                self.transferee = to
-                self._send_timeout_now()
+                self._send_timeout_now(to)
             self._become_follower(self.term, NONE)
             return False
         return True
