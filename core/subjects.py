@@ -162,6 +162,30 @@ class SubjectIndex(Generic[T]):
             node.here = []
         node.here.append(value)
 
+    def remove(self, subject: str, value: T) -> bool:
+        """Take one ``add(subject, value)`` back (False: there was none). Nodes left holding
+        nothing are dropped, so that an index that lives through much churn (the meta group's
+        streams: hub/meta/state.py) stays the size of what it holds."""
+        path: list[tuple[_IndexNode, str]] = []
+        node = self._root
+        for token in subject.split("."):
+            if token == ">":
+                return _drop_value(node.rest, value) and self._prune(node, path)
+            child = node.children.get(token)
+            if child is None:
+                return False
+            path.append((node, token))
+            node = child
+        return _drop_value(node.here, value) and self._prune(node, path)
+
+    @staticmethod
+    def _prune(node: _IndexNode, path: list[tuple[_IndexNode, str]]) -> bool:
+        while path and not node.here and not node.rest and not node.children:
+            parent, token = path.pop()
+            del parent.children[token]
+            node = parent
+        return True
+
     def overlapping(self, subject: str) -> list[T]:
         """The values of the subjects ``s`` with ``overlaps(subject, s)``."""
         tokens = subject.split(".")
@@ -215,6 +239,17 @@ class SubjectIndex(Generic[T]):
                 if child is not None:
                     stack.append((child, i + 1))
         return out
+
+
+def _drop_value(values: list[Any] | None, value: Any) -> bool:
+    """Remove one ``value`` from a node's list (by equality); False: it is not there."""
+    if not values:
+        return False
+    try:
+        values.remove(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _collect_below(node: _IndexNode, out: list[Any]) -> None:

@@ -27,7 +27,7 @@ import anyio
 from core import trace
 from core.api_errors import API_ERRORS, ApiError, api_error
 from core.jetstream import api
-from core.jetstream.models import StreamConfig, api_response, check_subject_overlap, decode_request
+from core.jetstream.models import StreamConfig, api_response, decode_request
 from core.lograte import worth_logging
 from core.server.internal import InboundMsg
 from hub.meta.bus import Unreachable
@@ -366,7 +366,7 @@ class MetaApi:
             await self._read_barrier()
             body = await local(js, ajs, args, msg)
             if body is not None:
-                body["streams"] = len(self.group.state.account_streams(ajs.account.name))
+                body["streams"] = self.group.state.account_stream_count(ajs.account.name)
             return body
 
         return handler
@@ -615,13 +615,16 @@ class MetaApi:
             )
             return {"index": index}
         payload = base64.b64decode(body["data"])
-        assigned = {a.name: a for a in state.account_streams(account)}
 
         def lookup(n: str) -> StreamConfig | None:
-            a = assigned.get(n)
+            a = state.streams.get((account, n))
             return self._parsed_config(a) if a is not None else None
 
-        others = [lookup(n) for n in assigned if n != name]
+        def check_overlap(cfg: StreamConfig) -> None:
+            # the state's index of the account's subjects: not a pass over its every stream
+            if state.overlapping_streams(account, cfg.subjects) - {name}:
+                raise api_error("JSStreamSubjectOverlapErr")
+
         if kind == "create":
             cfg = StreamConfig.from_json(
                 decode_request(payload), expected_name=name, lookup=lookup, clustered=True
@@ -630,7 +633,7 @@ class MetaApi:
                 if existing.config != cfg.to_json():
                     raise api_error("JSStreamNameExistErr")
                 return {"server": existing.servers[0], "index": group.driver.applied}
-            check_subject_overlap(cfg, [c for c in others if c is not None])
+            check_overlap(cfg)
             placement = cfg.placement or {}
             try:
                 servers = place(
@@ -669,7 +672,7 @@ class MetaApi:
                 raise _r1_only()
             old = StreamConfig.from_json(existing.config, create=False, clustered=True)
             cfg = StreamConfig.check_update(old, new, clustered=True)
-            check_subject_overlap(cfg, [c for c in others if c is not None])
+            check_overlap(cfg)
             self._refuse_move(existing.servers[0], cfg.placement or {})
             if cfg.to_json() == existing.config:
                 return {"server": existing.servers[0], "index": group.driver.applied}

@@ -28,8 +28,12 @@ import hashlib
 import json
 import logging
 import zlib
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from core.subjects import SubjectIndex
 
 log = logging.getLogger("leafjet.meta")
 
@@ -61,26 +65,79 @@ class StreamAssignment:
 
 
 @dataclass
+class _AccountStreams:
+    """One account's assignments by name, and their subjects in an index (the value: the
+    stream's name)."""
+
+    by_name: dict[str, StreamAssignment] = field(default_factory=dict)
+    subjects: SubjectIndex[str] = field(default_factory=SubjectIndex)
+
+
+@dataclass
 class MetaState:
     servers: dict[str, ServerEntry] = field(default_factory=dict)
     streams: dict[tuple[str, str], StreamAssignment] = field(default_factory=dict)
     # (account, stream) -> (server, created) of a removed stream its server still has to delete
     tombstones: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    # Derived from ``streams`` and kept in step with it by ``apply`` (the only writer of
+    # ``streams``): the leader reads them for every create, and a pass over every stream per
+    # create made its latency grow with the cluster's streams (5.2 -> 8 ms over 1,250 streams).
+    _accounts: dict[str, _AccountStreams] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _placed: Counter[str] = field(default_factory=Counter, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for a in list(self.streams.values()):  # a state built with its streams: indexed too
+            self._put(a)
 
     # ------------------------------------------------------------------ reading
 
     def account_streams(self, account: str) -> list[StreamAssignment]:
-        return sorted((a for a in self.streams.values() if a.account == account), key=lambda a: a.name)
+        held = self._accounts.get(account)
+        return sorted(held.by_name.values(), key=lambda a: a.name) if held is not None else []
+
+    def account_stream_count(self, account: str) -> int:
+        held = self._accounts.get(account)
+        return len(held.by_name) if held is not None else 0
+
+    def overlapping_streams(self, account: str, subjects: Iterable[str]) -> set[str]:
+        """The account's streams with a subject that overlaps one of ``subjects``."""
+        held = self._accounts.get(account)
+        if held is None:
+            return set()
+        return {name for s in subjects for name in held.subjects.overlapping(s)}
 
     def load(self) -> dict[str, int]:
         """Streams assigned per server (placement's "least loaded")."""
         counts = {name: 0 for name in self.servers}
-        for a in self.streams.values():
-            for s in a.servers:
-                counts[s] = counts.get(s, 0) + 1
+        counts.update(self._placed)
         return counts
 
     # ------------------------------------------------------------------ applying
+
+    def _put(self, a: StreamAssignment) -> None:
+        self._drop(a.key)
+        self.streams[a.key] = a
+        held = self._accounts.setdefault(a.account, _AccountStreams())
+        held.by_name[a.name] = a
+        for subject in _subjects(a.config):
+            held.subjects.add(subject, a.name)
+        self._placed.update(a.servers)
+
+    def _drop(self, key: tuple[str, str]) -> StreamAssignment | None:
+        old = self.streams.pop(key, None)
+        if old is None:
+            return None
+        held = self._accounts[old.account]
+        del held.by_name[old.name]
+        for subject in _subjects(old.config):
+            held.subjects.remove(subject, old.name)
+        if not held.by_name:
+            del self._accounts[old.account]
+        self._placed.subtract(old.servers)
+        for server in old.servers:
+            if self._placed[server] <= 0:
+                del self._placed[server]
+        return old
 
     def apply(self, entry: dict[str, Any]) -> tuple[str, str] | None:
         """Apply one entry; the (account, stream) it changed, if it is about one stream."""
@@ -100,20 +157,19 @@ class MetaState:
                 del self.tombstones[key]
         elif op == "assign":
             a = _assignment(entry)
-            self.streams[a.key] = a
+            self._put(a)
             self.tombstones.pop(a.key, None)
             return a.key
         elif op == "update":
             key = (str(entry["account"]), str(entry["name"]))
             old = self.streams.get(key)
             if old is not None:
-                self.streams[key] = StreamAssignment(
-                    old.account, old.name, dict(entry["config"]), old.created, old.servers
-                )
+                config = dict(entry["config"])
+                self._put(StreamAssignment(old.account, old.name, config, old.created, old.servers))
             return key
         elif op == "remove":
             key = (str(entry["account"]), str(entry["name"]))
-            old = self.streams.pop(key, None)
+            old = self._drop(key)
             if old is not None:
                 for server in old.servers:
                     self.tombstones[key] = (server, old.created)
@@ -217,6 +273,12 @@ def _assignment_json(a: StreamAssignment) -> dict[str, Any]:
         "created": a.created,
         "servers": list(a.servers),
     }
+
+
+def _subjects(config: dict[str, Any]) -> list[str]:
+    """A stream's subjects as its config (the leader's parse, written back) lists them."""
+    subjects = config.get("subjects")
+    return [s for s in subjects if isinstance(s, str)] if isinstance(subjects, list) else []
 
 
 def _assignment(entry: dict[str, Any]) -> StreamAssignment:

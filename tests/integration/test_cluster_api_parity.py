@@ -68,6 +68,12 @@ CASES: list[tuple[str, bytes, int | str]] = [
     ("$JS.API.CONSUMER.CREATE.NOPE", b'{"stream_name":"NOPE","config":{}}', 10059),
     ("$JS.API.STREAM.CREATE.S3", b'{"name":"S3","subjects":["s3"],"mirror":{"name":"S1"}}', 10034),
     ("$JS.API.STREAM.CREATE.S8", b'{"name":"S8","subjects":["s8"],"placement":{"preferred":"x"}}', 10052),
+    # an update's subjects checked against the account's other streams, not against its own
+    ("$JS.API.STREAM.UPDATE.P2", b'{"name":"P2","subjects":["s1.x"],"placement":{"tags":["az:2"]}}', 10065),
+    ("$JS.API.STREAM.UPDATE.P2", b'{"name":"P2","subjects":["p2","p2.>"],"placement":{"tags":["az:2"]}}', OK),
+    ("$JS.API.STREAM.CREATE.X", b'{"name":"X","subjects":["p2.a"]}', 10065),
+    ("$JS.API.STREAM.UPDATE.P2", b'{"name":"P2","subjects":["p2"],"placement":{"tags":["az:2"]}}', OK),
+    ("$JS.API.STREAM.CREATE.X", b'{"name":"X","subjects":["p2.a"]}', OK),
 ]
 
 

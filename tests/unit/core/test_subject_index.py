@@ -23,6 +23,31 @@ def test_queries_agree_with_a_scan_of_every_subject(subjects, query):
     assert sorted(index.supersets(query)) == [i for i, s in enumerate(subjects) if is_subset(query, s)]
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), SUBJECT, st.integers(0, 3)), max_size=40), SUBJECT)
+def test_after_adds_and_removes_queries_agree_with_a_scan_of_what_is_left(ops, query):
+    index: SubjectIndex[int] = SubjectIndex()
+    held: list[tuple[str, int]] = []
+    for add, subject, value in ops:
+        if add:
+            index.add(subject, value)
+            held.append((subject, value))
+        else:  # a ">" token ends a subject in the index (and in both functions' walks)
+            same = [h for h in held if _upto_rest(h[0]) == _upto_rest(subject) and h[1] == value]
+            assert index.remove(subject, value) == bool(same)
+            if same:
+                held.remove(same[0])
+    assert sorted(index.overlapping(query)) == sorted(v for s, v in held if overlaps(query, s))
+    assert sorted(index.supersets(query)) == sorted(v for s, v in held if is_subset(query, s))
+    if not held:  # every node that held something went with it
+        assert not index._root.children and not index._root.here and not index._root.rest
+
+
+def _upto_rest(subject: str) -> str:
+    tokens = subject.split(".")
+    return ".".join(tokens[: tokens.index(">") + 1] if ">" in tokens else tokens)
+
+
 def test_each_value_once_even_for_duplicates():
     index = SubjectIndex([("a.b", 1), ("a.b", 2), ("a.>", 3), ("*.b", 4), ("a", 5)])
     assert sorted(index.overlapping("a.b")) == [1, 2, 3, 4]

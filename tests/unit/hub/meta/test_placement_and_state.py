@@ -6,7 +6,10 @@ from __future__ import annotations
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from core.subjects import overlaps
 from hub.meta import state as state_module
 from hub.meta.group import MetaMachine
 from hub.meta.peers import node_id, peer_of
@@ -207,3 +210,52 @@ def test_a_snapshot_that_decompresses_past_the_bound_is_refused(monkeypatch: pyt
     assert len(bomb) < 2000
     with pytest.raises(ValueError, match="more than"):
         MetaState.from_snapshot(bomb)
+
+
+_ACCOUNTS = st.sampled_from(["A", "B"])
+_NAMES = st.sampled_from(["s1", "s2", "s3"])
+_SUBJECTS = st.lists(st.sampled_from(["a", "a.b", "a.*", "a.>", "b.>", "*.b"]), max_size=3)
+_OPS = st.one_of(
+    st.tuples(st.just("assign"), _ACCOUNTS, _NAMES, _SUBJECTS, st.sampled_from(["n1", "n2", "n3"])),
+    st.tuples(st.just("update"), _ACCOUNTS, _NAMES, _SUBJECTS, st.just("")),
+    st.tuples(st.just("remove"), _ACCOUNTS, _NAMES, _SUBJECTS, st.just("")),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_OPS, max_size=30), st.sampled_from(["a.b", "a", "b.c", ">", "x"]))
+def test_the_indexed_views_answer_what_a_scan_of_the_streams_would(ops, query) -> None:
+    """account_streams, load and overlapping_streams are kept in step by apply, not computed
+    from every stream per call: after any ops, and after a snapshot round trip, they answer
+    what a scan of ``streams`` answers."""
+    s = MetaState()
+    for server in ("n1", "n2", "n3"):
+        s.apply({"op": "server", "name": server, "peer": peer_of(server)})
+    for op, account, name, subjects, server in ops:
+        fields = {"account": account, "name": name}
+        if op == "assign":
+            s.apply(
+                {
+                    "op": "assign",
+                    **fields,
+                    "config": {"subjects": subjects},
+                    "created": 1,
+                    "servers": [server],
+                }
+            )
+        elif op == "update":
+            s.apply({"op": "update", **fields, "config": {"subjects": subjects}})
+        else:
+            s.apply({"op": "remove", **fields})
+    for state in (s, MetaState.from_snapshot(s.to_snapshot())):
+        counts = {"n1": 0, "n2": 0, "n3": 0}
+        for a in state.streams.values():
+            counts[a.servers[0]] += 1
+        assert state.load() == counts
+        for account in ("A", "B"):
+            mine = sorted((a for a in state.streams.values() if a.account == account), key=lambda a: a.name)
+            assert state.account_streams(account) == mine
+            assert state.account_stream_count(account) == len(mine)
+            assert state.overlapping_streams(account, [query]) == {
+                a.name for a in mine if any(overlaps(query, x) for x in a.config["subjects"])
+            }
