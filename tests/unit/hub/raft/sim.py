@@ -181,6 +181,10 @@ class Sim:
             srv.restart_at = self.now + 1
             return
         self.stats["torn"] += loaded.torn_bytes > 0
+        # what the store read back is on the disk now, whether or not it was synced before the
+        # power loss (whole records of a torn write survive it): the quorum check counts it
+        srv.durable = {e.index: e.term for e in loaded.entries}
+        srv.durable_snapshot = loaded.snapshot.index
         cfg = Config(
             srv.id,
             election_ticks=self.ELECTION_TICKS,
