@@ -3,7 +3,7 @@
     python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--requests 2000] [--runs 1]
                             [--rounds 5] [--clients raw|natspy]
                             [--parts pubsub,pubsub-once,meta,clientcpu,stepdown] [--creates 50]
-                            [--paired] [--failover-runs 3] [--stepdowns 5]
+                            [--paired] [--existing 0] [--failover-runs 3] [--stepdowns 5]
 
 ``pubsub`` (since 2026-11-27): bench/cluster_rounds.py -- both clusters side by side, a warm-up,
 then ``--rounds`` rounds with the kinds interleaved, raw-socket clients that cost well under a
@@ -151,11 +151,14 @@ def _meta_matrix(args: argparse.Namespace) -> None:
         paired = paired_creates(Path(tmp), KINDS, args.creates) if args.paired and args.creates > 0 else None
         creates = 0 if args.paired else args.creates
         res = {
-            kind: run_meta(Path(tmp), kind, creates, args.failover_runs)
+            kind: run_meta(Path(tmp), kind, creates, args.failover_runs, args.existing)
             for kind in KINDS
             if args.failover_runs > 0 or creates > 0
         }
-    print(f"\ncluster meta Creates={args.creates},FailoverRuns={args.failover_runs} (3 servers each)")
+    existing = f",Existing={args.existing}" if args.existing and not args.paired else ""
+    print(
+        f"\ncluster meta Creates={args.creates}{existing},FailoverRuns={args.failover_runs} (3 servers each)"
+    )
     if paired is not None:
         gap = f"{PAIR_GAP * 1e3:.0f} ms"
         print("  R1 file-stream creates, sequential, raw API request, alternating between the two")
@@ -269,6 +272,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--creates", type=int, default=50, help="sequential creates per server measured")
     p.add_argument(
         "--failover-runs", type=int, default=3, help="kill -9 of the meta leader, fresh cluster each"
+    )
+    p.add_argument(
+        "--existing",
+        type=int,
+        default=0,
+        help="meta (back to back): streams created in the cluster before the measured creates",
     )
     p.add_argument("--stepdowns", type=int, default=5, help="stepdown: meta leader stepdowns per kind")
     p.add_argument(

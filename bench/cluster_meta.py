@@ -3,7 +3,8 @@ failover after kill -9, on three leafjet hubs and on three nats-server processes
 
 Create latency: ``--creates`` sequential R1 file-stream creates (each a new name, the raw
 ``$JS.API.STREAM.CREATE`` request of a stock nats-py client), through a server that is not the
-meta leader and through the leader; p50 and p90 of the round trip. By default back to back, on
+meta leader and through the leader; p50 and p90 of the round trip. ``--existing N`` creates N
+streams first (not timed): a create among many streams. By default back to back, on
 one cluster, then on the other. With ``--paired`` (``paired_creates``) both clusters run at once
 and the creates alternate between them (which one goes first alternates too), each after a
 pause of PAIR_GAP (the work a server does behind its answer must not land on the other's
@@ -153,10 +154,16 @@ async def create_until_ok(nc: nats.NATS, prefix: str, deadline_s: float = 60.0) 
         await asyncio.sleep(0.2)
 
 
-async def _create_latencies(url: str, prefix: str, n: int) -> list[float]:
+async def _create_latencies(url: str, prefix: str, n: int, existing: int = 0) -> list[float]:
+    """``n`` timed creates through ``url``, after ``existing`` untimed ones (a cluster that holds
+    many streams: a create's work must not grow with them)."""
     nc = await nats.connect(url)
     try:
         await create_until_ok(nc, f"{prefix}W")
+        for k in range(existing):
+            resp = await _create(nc, f"{prefix}X{k}", 30.0)
+            if "error" in resp:
+                raise RuntimeError(f"create {prefix}X{k}: {resp['error']}")
         out = []
         for k in range(n):
             t0 = time.perf_counter()
@@ -285,7 +292,7 @@ async def _failover_once(c: Cluster, leader: int, survivor: int) -> tuple[float,
         await nc.close()
 
 
-def run_meta(workdir: Path, kind: str, creates: int, failover_runs: int) -> MetaFigures:
+def run_meta(workdir: Path, kind: str, creates: int, failover_runs: int, existing: int = 0) -> MetaFigures:
     follower_lat: list[float] = []
     leader_lat: list[float] = []
     after_kill: list[tuple[float, float]] = []
@@ -296,7 +303,7 @@ def run_meta(workdir: Path, kind: str, creates: int, failover_runs: int) -> Meta
             leader = agreed_leader(c)
             survivor = (leader + 1) % c.size
             if r == 0 and creates > 0:
-                follower_lat = asyncio.run(_create_latencies(c.url(survivor), "CF", creates))
+                follower_lat = asyncio.run(_create_latencies(c.url(survivor), "CF", creates, existing))
                 leader_lat = asyncio.run(_create_latencies(c.url(leader), "CL", creates))
             if failover_runs > 0:
                 after_kill.append(asyncio.run(_failover_once(c, leader, survivor)))
