@@ -66,6 +66,9 @@ API_QUEUE_BYTES = 64 * 1024 * 1024
 # An update or delete waits at most this long for a prepared create's config file to be put in
 # place (a rename and a folder fsync on a pool thread: milliseconds, unless the disk hangs).
 CONFIG_WRITE_WAIT = 30.0
+# streams recovered at once at start (``JetStream._recover``): enough to keep the store pool's
+# threads busy while the loop does each one's own part
+RECOVERY_WORKERS = 8
 MAX_RESTARTS = 5
 RESTART_WINDOW = 60.0
 
@@ -254,27 +257,60 @@ class JetStream:
     async def _recover(self, ajs: AccountJetStream) -> None:
         """Every stream on disk, each on its own: one that cannot be read or opened is held as
         damaged (core/jetstream/damaged.py) and the others start. Only an encryption key that
-        does not fit (a configuration mistake every stream shares) stops the start."""
+        does not fit (a configuration mistake every stream shares) stops the start.
+
+        ``RECOVERY_WORKERS`` streams at a time: a stream's recovery is mostly waits (its store
+        opened on a pool thread, its state read back), and one after the other a server with
+        2,000 streams took 8.4 s to come back (the reference: ~1 s)."""
         if not ajs.root.is_dir():
             return
-        for d in sorted(ajs.root.iterdir()):
-            if is_set_aside(d.name) or not (d / "stream.json").is_file():
-                continue
-            cfg: StreamConfig | None = None
-            try:
-                cfg, created = _read_stream_meta(d / "stream.json")
-                if cfg.storage == "memory":
-                    shutil.rmtree(d, ignore_errors=True)
-                    continue
-                for left in d.glob(TMP_GLOB):  # a config write that a crash cut short
-                    left.unlink(missing_ok=True)
-                await self._recover_stream(ajs, cfg, created, d)
-            except StoreKeyError as e:
-                raise StartupError(f"stream {d.name}: {e}") from None
-            except Exception as e:  # this stream's failure only
-                self._hold_damaged(ajs, d, e, cfg)
-                continue
-            log.info("recovered stream %s (account %s)", cfg.name, ajs.account.name)
+        folders = iter(
+            d
+            for d in sorted(ajs.root.iterdir())
+            if not is_set_aside(d.name) and (d / "stream.json").is_file()
+        )
+        refused: list[StartupError] = []
+        began, held = time.monotonic(), len(ajs.damaged)
+
+        async def worker() -> None:
+            for d in folders:  # one iterator for all the workers: each folder is taken once
+                if refused:
+                    return
+                try:
+                    await self._recover_folder(ajs, d)
+                except StartupError as e:
+                    refused.append(e)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(RECOVERY_WORKERS):
+                tg.start_soon(worker)
+        if refused:
+            raise refused[0]
+        if ajs.streams or len(ajs.damaged) > held:  # one line (each stream's is at debug level)
+            log.info(
+                "recovered %d stream(s) of account %s in %.2f s%s",
+                len(ajs.streams),
+                ajs.account.name,
+                time.monotonic() - began,
+                f"; {len(ajs.damaged) - held} held as damaged" if len(ajs.damaged) > held else "",
+            )
+
+    async def _recover_folder(self, ajs: AccountJetStream, d: Path) -> None:
+        cfg: StreamConfig | None = None
+        try:
+            cfg, created = _read_stream_meta(d / "stream.json")
+            if cfg.storage == "memory":
+                shutil.rmtree(d, ignore_errors=True)
+                return
+            for left in d.glob(TMP_GLOB):  # a config write that a crash cut short
+                left.unlink(missing_ok=True)
+            await self._recover_stream(ajs, cfg, created, d)
+        except StoreKeyError as e:
+            raise StartupError(f"stream {d.name}: {e}") from None
+        except Exception as e:  # this stream's failure only
+            self._hold_damaged(ajs, d, e, cfg)
+            return
+        log.debug("recovered stream %s (account %s)", cfg.name, ajs.account.name)
 
     async def _recover_stream(self, ajs: AccountJetStream, cfg: StreamConfig, created: int, d: Path) -> None:
         """Open and start one stream found on disk; on a failure nothing of it keeps running."""
@@ -446,8 +482,11 @@ class JetStream:
     async def _recover_consumers(self, stream: Stream) -> None:
         """The stream's recorded consumers, each on its own: one whose records cannot be read
         is left out and its name held (``Stream.damaged_consumers``), its rows kept."""
-        for key, raw in await stream.store.meta_items(STATE_PREFIX):
-            if not key.endswith("/config"):
+        meta = stream.take_loaded_meta()  # read by the stream's load just before: not again
+        if meta is None:
+            meta = await stream.store.meta_items(STATE_PREFIX)
+        for key, raw in meta:
+            if not key.startswith(STATE_PREFIX) or not key.endswith("/config"):
                 continue
             name = key[len(STATE_PREFIX) : -len("/config")]
             try:

@@ -247,6 +247,9 @@ class Stream:
         self._predicted: _Running | None = None
         self._ack_prefix: bytes | None = None
         self.first_seq_set = False  # see FIRST_SEQ_SET_KEY
+        # the store's metadata as ``load`` read it, until the engine recovered the consumers
+        # from it (``take_loaded_meta``); None once taken, or when nothing was read
+        self.loaded_meta: list[tuple[str, bytes]] | None = None
         self._sdm_pending: dict[int, int] = {}  # seq -> when its delete marker was published
         self._next_expiry_ns = 0  # when the housekeeper looks next (wall ns)
         self.failed: str | None = None  # why the pipeline was given up (see fail)
@@ -349,7 +352,10 @@ class Stream:
         st = self._state = await self.store.state()
         if fresh:
             return
-        self.first_seq_set = await self.store.meta_get(FIRST_SEQ_SET_KEY) is not None
+        # all the metadata in one read (a trip to a store thread each: a restart of a server
+        # with thousands of streams made five per stream), kept for the consumers' recovery
+        meta = self.loaded_meta = await self.store.meta_items()
+        self.first_seq_set = any(key == FIRST_SEQ_SET_KEY for key, _v in meta)
         now = time.time_ns()
         window = self.config.duplicate_window
         # none is in the window, or a mirror (it stores what its upstream decided; nothing is
@@ -363,19 +369,22 @@ class Stream:
             )
             if last_id is not None:
                 self._last_msg_id = last_id
-        await self._migrate_dedup_rows(now)
-        for key, value in await self.store.meta_items(_TTL_PREFIX):
-            self._add_ttl(int(key[len(_TTL_PREFIX) :]), int(value))
-        self._never = {
-            int(key[len(_NEVER_PREFIX) :]) for key, _v in await self.store.meta_items(_NEVER_PREFIX)
-        }
+        await self._migrate_dedup_rows(now, [(k, v) for k, v in meta if k.startswith(_DEDUP_PREFIX)])
+        for key, value in meta:
+            if key.startswith(_TTL_PREFIX):
+                self._add_ttl(int(key[len(_TTL_PREFIX) :]), int(value))
+        self._never = {int(key[len(_NEVER_PREFIX) :]) for key, _v in meta if key.startswith(_NEVER_PREFIX)}
 
-    async def _migrate_dedup_rows(self, now: int) -> None:
+    def take_loaded_meta(self) -> list[tuple[str, bytes]] | None:
+        """What ``load`` read of the metadata, once (the consumers' records are among it)."""
+        meta, self.loaded_meta = self.loaded_meta, None
+        return meta
+
+    async def _migrate_dedup_rows(self, now: int, rows: list[tuple[str, bytes]]) -> None:
         """Files written before the window lived in memory only hold a meta row per id
         (``dedup/<id>`` = ``seq:ts``). They are read once: the ids still in the window join the
         rebuilt ones (the row outlives its message, so a removed message's id is kept until
         the window passes, as before), then every row is deleted in one transaction."""
-        rows = await self.store.meta_items(_DEDUP_PREFIX)
         if not rows:
             return
         window = self.config.duplicate_window

@@ -273,3 +273,40 @@ async def test_a_damaged_consumer_ends_only_that_consumer(tmp_path: Path) -> Non
             await nc.close()
     finally:
         srv.stop()
+
+
+async def test_many_streams_are_recovered_at_once_with_damaged_ones_among_them(tmp_path: Path) -> None:
+    """Streams are recovered several at a time (engine.RECOVERY_WORKERS): every one comes back
+    with its messages, and the damaged ones among them are held, whichever worker met them."""
+    srv, port = start_with_monitor("leafjet", tmp_path)
+    names = [f"R{k:02d}" for k in range(30)]
+    damaged = {"R03", "R17", "R29"}
+    try:
+        nc = await nats.connect(srv.url)
+        try:
+            js = nc.jetstream(timeout=10)
+            for k, name in enumerate(names):
+                await js.add_stream(name=name, subjects=[f"{name.lower()}.>"])
+                for i in range(k % 4):
+                    await js.publish(f"{name.lower()}.x", b"%d" % i)
+        finally:
+            await nc.close()
+        srv.stop()
+        for name in damaged:
+            (_stream_dir(srv, name) / "stream.json").write_bytes(b"{not json")
+        srv.restart()
+        wait_until(lambda: _health(port)[0] == 503, 30, what="healthz to report the damaged streams")
+        nc = await nats.connect(srv.url)
+        try:
+            for k, name in enumerate(names):
+                info = await _request(nc, f"$JS.API.STREAM.INFO.{name}")
+                if name in damaged:
+                    assert info["error"]["err_code"] == OFFLINE, info
+                else:
+                    assert info["state"]["messages"] == k % 4, info
+            listed = await _request(nc, "$JS.API.STREAM.NAMES")
+            assert listed["streams"] == names  # by name, damaged ones included, as before
+        finally:
+            await nc.close()
+    finally:
+        srv.stop()
