@@ -29,6 +29,7 @@ from core.store import (
     StoreFull,
     schema,
 )
+from core.store import sqlite as sqlite_module
 from core.store.rowcodec import F_DATA_ZSTD, F_SEALED
 from core.store.sqlite import INLINE_DURABLE_COMMIT_S
 from tests.unit.core.store.conftest import FakeClock
@@ -460,6 +461,59 @@ async def test_damaged_page_is_detected_at_open(tmp_path: Path) -> None:
     with db.open("r+b") as f:
         f.seek(page * 3)
         f.write(os.urandom(page))
+    with pytest.raises(StoreError, match=str(db)):
+        await SqliteStore.open(db)
+
+
+async def _store_with_a_damaged_middle_page(db: Path) -> None:
+    """A cleanly closed store whose page holding a message in the middle is garbage: a page the
+    open's own reads (the counters, the first and last message, the subject index) never touch."""
+    store = await SqliteStore.open(db)
+    try:
+        await store.apply(
+            [Append(f"c.{i % 13}", None, b"MSG-%05d-" % i + b"x" * 900, i) for i in range(2000)]
+        )
+    finally:
+        await store.close()
+    page = raw_rows(db, "PRAGMA page_size")[0][0]
+    at = db.read_bytes().index(b"MSG-01000-")
+    with db.open("r+b") as f:
+        f.seek(at - at % page)
+        f.write(os.urandom(page))
+
+
+async def test_a_large_store_closed_cleanly_is_not_read_whole_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """quick_check reads the whole file (a restart would grow with the data): past
+    QUICK_CHECK_ALWAYS_BYTES a cleanly closed file opens without it, and the damage fails the
+    read that meets it, with the file named."""
+    monkeypatch.setattr(sqlite_module, "QUICK_CHECK_ALWAYS_BYTES", 0)
+    db = tmp_path / "large.db"
+    await _store_with_a_damaged_middle_page(db)
+    store = await SqliteStore.open(db)
+    try:
+        with pytest.raises(StoreError, match=str(db)):
+            await store.range(1, 2000, 2000)
+    finally:
+        await store.close()
+
+
+async def test_a_store_whose_last_close_was_not_clean_is_checked_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "QUICK_CHECK_ALWAYS_BYTES", 0)
+    db = tmp_path / "crashed.db"
+    await _store_with_a_damaged_middle_page(db)
+    db.with_name("crashed.db-wal").write_bytes(b"")  # what a crash leaves: the WAL, even empty
+    with pytest.raises(StoreError, match=str(db)):
+        await SqliteStore.open(db)
+
+
+async def test_a_small_store_is_checked_at_open_however_it_was_closed(tmp_path: Path) -> None:
+    db = tmp_path / "small.db"
+    await _store_with_a_damaged_middle_page(db)
+    assert db.stat().st_size <= sqlite_module.QUICK_CHECK_ALWAYS_BYTES
     with pytest.raises(StoreError, match=str(db)):
         await SqliteStore.open(db)
 
