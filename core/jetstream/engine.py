@@ -299,6 +299,10 @@ class JetStream:
         cfg: StreamConfig | None = None
         try:
             cfg, created = _read_stream_meta(d / "stream.json")
+            if cfg.name != d.name:  # a folder copied or renamed by hand: two could claim a name
+                why = StoreError(f"{d / 'stream.json'} is the config of stream {cfg.name!r}, not {d.name!r}")
+                self._hold_damaged(ajs, d, why, None)  # held by its folder's name
+                return
             if cfg.storage == "memory":
                 shutil.rmtree(d, ignore_errors=True)
                 return

@@ -10,6 +10,7 @@ name held, 10194, delete moving the data aside) runs against leafjet.
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -308,5 +309,29 @@ async def test_many_streams_are_recovered_at_once_with_damaged_ones_among_them(t
             assert listed["streams"] == names  # by name, damaged ones included, as before
         finally:
             await nc.close()
+    finally:
+        srv.stop()
+
+
+async def test_a_stream_folder_copied_under_another_name_is_held_not_run_twice(tmp_path: Path) -> None:
+    """A folder whose config names another stream (copied or renamed by hand) would make two
+    streams of one name: it is held as damaged by its folder's name, the real one runs."""
+    srv, _port = start_with_monitor("leafjet", tmp_path)
+    try:
+        await _setup(srv)
+        srv.stop()
+        shutil.copytree(_stream_dir(srv, "S"), _stream_dir(srv, "COPY"))
+        srv.restart()
+        nc = await nats.connect(srv.url)
+        try:
+            copy = await _request(nc, "$JS.API.STREAM.INFO.COPY")
+            assert copy["error"]["err_code"] == OFFLINE, copy
+            assert "is the config of stream 'S'" in copy["error"]["description"], copy
+            js = nc.jetstream(timeout=10)
+            assert (await js.stream_info("S")).state.messages == 3
+            assert (await js.publish("s.x", b"after")).seq == 4
+        finally:
+            await nc.close()
+        await _the_other_stream_works(srv)
     finally:
         srv.stop()
