@@ -13,6 +13,7 @@
     python -m bench sources-latency [--rate 1000] [--seconds 5] [--size 128] [--runs 1] [--pairs ...]
     python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--rounds 5] [--clients raw] [--parts ...]
     python -m bench raft [--entries 20000] [--window 256] [--sequential 1000] [--size 128] [--runs 1]
+    python -m bench restart [--streams 2000] [--big-msgs 1000000] [--runs 1]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
 core/jetstream/consumers figures are medians over --runs runs; each run uses a fresh server of each
@@ -45,6 +46,8 @@ from bench.putfloor import add_parser as add_putfloor_parser
 from bench.putfloor import putfloor_matrix
 from bench.raft import add_parser as add_raft_parser
 from bench.raft import raft_matrix
+from bench.restart import add_parser as add_restart_parser
+from bench.restart import restart_matrix
 from bench.sources import add_parser as add_sources_parser
 from bench.sources import sources_matrix
 from bench.sources_latency import add_parser as add_sources_latency_parser
@@ -338,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     add_sources_latency_parser(sub)
     add_cluster_parser(sub)
     add_raft_parser(sub)
+    add_restart_parser(sub)
     args = p.parse_args(argv)
     if args.matrix == "core":
         return core_matrix(args)
@@ -365,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         return cluster_matrix(args)
     if args.matrix == "raft":
         return raft_matrix(args)
+    if args.matrix == "restart":
+        return restart_matrix(args)
     if args.matrix == "mqtt" and args.commands:
         return run_mqtt_commands(args.msgs, args.size)
     if args.matrix == "mqtt":

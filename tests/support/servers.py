@@ -182,6 +182,11 @@ class RunningServer:
         self.proc, self.port = fresh.proc, fresh.port  # the fixture that owns self stops it
         return self
 
+    def start_again(self) -> RunningServer:
+        """A new server of the same kind on the same port, config and data, once this one's
+        process has ended (the caller stopped it, and timed the stop)."""
+        return self._start({**self.config, "port": self.port})
+
     def _start(self, config: dict[str, Any]) -> RunningServer:
         if self.kind == "leafjet":
             return start_leafjet(self.workdir, config)
