@@ -13,6 +13,7 @@
     python -m bench sources-latency [--rate 1000] [--seconds 5] [--size 128] [--runs 1] [--pairs ...]
     python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--rounds 5] [--clients raw] [--parts ...]
     python -m bench raft [--entries 20000] [--window 256] [--sequential 1000] [--size 128] [--runs 1]
+    python -m bench many-consumers [--consumers 1000] [--publishes 300] [--runs 1]
     python -m bench restart [--streams 2000] [--big-msgs 1000000] [--runs 1]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
@@ -39,6 +40,8 @@ from bench.footprint import footprint_matrix
 from bench.jetstream import JsFigures, run_jetstream
 from bench.leaf import add_parser as add_leaf_parser
 from bench.leaf import leaf_matrix
+from bench.many_consumers import add_parser as add_many_consumers_parser
+from bench.many_consumers import many_consumers_matrix
 from bench.monitoring import add_parser as add_monitoring_parser
 from bench.monitoring import monitoring_matrix
 from bench.mqtt import run_mqtt, run_mqtt_commands
@@ -342,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     add_cluster_parser(sub)
     add_raft_parser(sub)
     add_restart_parser(sub)
+    add_many_consumers_parser(sub)
     args = p.parse_args(argv)
     if args.matrix == "core":
         return core_matrix(args)
@@ -371,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         return raft_matrix(args)
     if args.matrix == "restart":
         return restart_matrix(args)
+    if args.matrix == "many-consumers":
+        return many_consumers_matrix(args)
     if args.matrix == "mqtt" and args.commands:
         return run_mqtt_commands(args.msgs, args.size)
     if args.matrix == "mqtt":

@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -296,6 +296,15 @@ class Consumer:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def wants(self, stored: Collection[str]) -> bool:
+        """Whether messages of the subjects ``stored``, just stored, can give this consumer something to
+        deliver: not when it is a pull consumer nobody is pulling from (a pull request wakes it),
+        nor when its filters take none of them. (Its timers wake it on their own.)"""
+        if self.is_pull and not self.waiting:
+            return False
+        filters = self.filters
+        return not filters or any(subjects.match(f, s) for f in filters for s in stored)
 
     # ------------------------------------------------------------------ tasks
 

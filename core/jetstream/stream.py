@@ -20,7 +20,7 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -204,6 +204,26 @@ class _Batch:
     republish: list[Republish] = field(default_factory=list)  # sent once the batch committed
 
 
+# a commit storing more messages than this wakes every consumer (matching each one's filters
+# against that many subjects would cost more than the wake-ups)
+WAKE_SUBJECTS_MAX = 64
+
+
+def stored_subjects(ops: Sequence[Op]) -> set[str] | None:
+    """The subjects a commit's ops store, or None when there are too many to look at."""
+    out: set[str] = set()
+    for op in ops:
+        if isinstance(op, Append):
+            out.add(op.subject)
+        elif isinstance(op, AppendBatch):
+            if len(op.subjects) > WAKE_SUBJECTS_MAX:
+                return None
+            out.update(op.subjects)
+        if len(out) > WAKE_SUBJECTS_MAX:
+            return None
+    return out
+
+
 class Stream:
     def __init__(
         self,
@@ -267,10 +287,14 @@ class Stream:
     def consumer_count(self) -> int:
         return len(self.consumers)
 
-    def wake_consumers(self) -> None:
-        """Messages were stored: consumers and waiting bulk reads look again."""
+    def wake_consumers(self, subjects: Collection[str] | None = None) -> None:
+        """Messages were stored: consumers and waiting bulk reads look again. Given the
+        subjects stored (``stored_subjects``), only the consumers that may have something to
+        deliver now (``Consumer.wants``): a wake-up of each of 1,000 consumers on a publish
+        took 24 ms (the reference's publish: 0.2 ms)."""
         for c in self.consumers.values():
-            c.wake()
+            if subjects is None or c.wants(subjects):
+                c.wake()
         if self._appended is not None:
             self._appended.set()
             self._appended = None
@@ -836,7 +860,7 @@ class Stream:
             if plan.removes:
                 self._removed_messages(subjects=plan.removed_subjects)
             await self._enforce_limits()
-            self.wake_consumers()
+            self.wake_consumers(stored_subjects(plan.ops))
             if plan.republish:  # after the commit, before the acks (as the reference)
                 results = flight.results or []
                 self._republish(plan.republish, lambda rp: int(results[rp.index]))
@@ -1037,7 +1061,7 @@ class Stream:
             touched = {d.subject for d in msgs} if cfg.max_msgs_per_subject > 0 else ()
             await self._enforce_limits(touched)
             if msgs:
-                self.wake_consumers()
+                self.wake_consumers({d.subject for d in msgs} if len(msgs) <= WAKE_SUBJECTS_MAX else None)
             self._republish(republish, lambda rp: msgs[rp.index].sseq)
 
     async def _mirrored_republish(self, msgs: Sequence[Delivery]) -> list[Republish]:

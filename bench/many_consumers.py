@@ -1,0 +1,94 @@
+"""A stream with many consumers: what a publish and a consumer create cost then.
+
+    python -m bench many-consumers [--consumers 1000] [--publishes 300] [--runs 1]
+
+For each kind (leafjet, the reference), one server with JetStream and a stream ``S`` (``s.>``)
+holding 100 messages; ``--consumers`` durable pull consumers are created, each filtered on one of
+``s.0`` .. ``s.99`` (nobody pulls from them: think of one per device, waiting for its device),
+and timed; then ``--publishes`` sequential publishes, each waiting for its ack, to ``s.<k>``.
+Printed: the create p50 of the first and of the last 100 consumers, and the publish p50 with all
+of them in place, each with its ratio leafjet / reference. No goal: the issues name none; a
+publish is what an application waits for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+
+from tests.support.servers import start_server
+
+KINDS = ("reference", "leafjet")
+
+
+async def _measure(url: str, consumers: int, publishes: int) -> dict[str, float]:
+    nc = await nats.connect(url)
+    try:
+        stream = {"name": "S", "subjects": ["s.>"]}
+        await nc.request("$JS.API.STREAM.CREATE.S", json.dumps(stream).encode(), timeout=10)
+        for i in range(100):
+            await nc.request(f"s.{i}", b"x", timeout=10)
+        created: list[float] = []
+        for k in range(consumers):
+            cfg = {"durable_name": f"C{k}", "ack_policy": "explicit", "filter_subject": f"s.{k % 100}"}
+            body = {"stream_name": "S", "config": cfg}
+            t0 = time.perf_counter()
+            msg = await nc.request(f"$JS.API.CONSUMER.CREATE.S.C{k}", json.dumps(body).encode(), timeout=30)
+            created.append(time.perf_counter() - t0)
+            if b'"error"' in msg.data:
+                raise RuntimeError(f"consumer C{k}: {msg.data!r}")
+        published: list[float] = []
+        for i in range(publishes):
+            t0 = time.perf_counter()
+            await nc.request(f"s.{i % 100}", b"y", timeout=30)
+            published.append(time.perf_counter() - t0)
+        return {
+            "create_first_ms": statistics.median(created[:100]) * 1e3,
+            "create_last_ms": statistics.median(created[-100:]) * 1e3,
+            "publish_ms": statistics.median(published) * 1e3,
+        }
+    finally:
+        await nc.close()
+
+
+def many_consumers_matrix(args: argparse.Namespace) -> int:
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
+    with tempfile.TemporaryDirectory(prefix="leafjet-bench-many-consumers-") as tmp:
+        for r in range(args.runs):
+            for kind in KINDS:
+                srv = start_server(kind, Path(tmp) / f"{kind}-{r}", jetstream=True)
+                try:
+                    runs[kind].append(asyncio.run(_measure(srv.url, args.consumers, args.publishes)))
+                finally:
+                    srv.stop()
+    med = {kind: {k: statistics.median(x[k] for x in v) for k in v[0]} for kind, v in runs.items()}
+    print(
+        f"\nmany consumers Consumers={args.consumers},Publishes={args.publishes},runs={args.runs} "
+        "(p50 ms, medians of runs)"
+    )
+    print("  durable pull consumers filtered on s.0..s.99, nobody pulling; sync publishes to s.<k>")
+    print(f"{'figure':40s} {'reference':>10s} {'leafjet':>10s} {'ratio':>7s}")
+    labels = {
+        "create_first_ms": "consumer create, first 100",
+        "create_last_ms": f"consumer create, last 100 of {args.consumers}",
+        "publish_ms": f"publish with {args.consumers} consumers",
+    }
+    for key, label in labels.items():
+        ref, lj = med["reference"][key], med["leafjet"][key]
+        print(f"{label:40s} {ref:10.2f} {lj:10.2f} {lj / ref if ref else float('nan'):7.2f}")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("many-consumers", help="a stream with many filtered consumers: publish and create")
+    p.add_argument("--consumers", type=int, default=1000)
+    p.add_argument("--publishes", type=int, default=300)
+    p.add_argument("--runs", type=int, default=1)
