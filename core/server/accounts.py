@@ -14,6 +14,7 @@ the link's ``InterestLedger``) and routes messages to links by the rules of
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
@@ -27,6 +28,8 @@ from core.server.interest import (
     with_ack_subject,
 )
 from core.sublist import Sublist, SublistResult
+
+log = logging.getLogger("leafjet.accounts")
 
 
 class Receiver(Protocol):
@@ -112,7 +115,16 @@ _PLANS_MAX = 4096
 
 
 class Account:
-    __slots__ = ("_attached", "_plans", "lds_subject", "link_watchers", "links", "name", "sublist")
+    __slots__ = (
+        "_attached",
+        "_interest_watchers",
+        "_plans",
+        "lds_subject",
+        "link_watchers",
+        "links",
+        "name",
+        "sublist",
+    )
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -123,6 +135,11 @@ class Account:
         # Called after a link attached (its interest burst sent): JetStream's sourcing streams
         # retry a source that waits out a backoff at once (the reference's leaf-connect kick).
         self.link_watchers: list[Callable[[], None]] = []
+        # subject -> callbacks told once when a subscription on exactly that subject arrives,
+        # local or a link's: a push consumer created before its client subscribes to the
+        # deliver subject (nats-py's ordered consumers do so) delivers at once, as the
+        # reference's interest notifications make it, not at its next look
+        self._interest_watchers: dict[str, list[Callable[[], None]]] = {}
         # A match result's plain subscriptions split into local ones and the distinct links,
         # kept per result object (results are immutable and replaced on any change, and the plan
         # holds its result, so an id is never reused while its plan lives): the per-message
@@ -137,11 +154,34 @@ class Account:
         sublist = self.sublist
         if not self.links:
             sublist.insert(sub.subject, sub.queue, sub)
-            return
-        n = len(sublist)
-        sublist.insert(sub.subject, sub.queue, sub)
-        if len(sublist) != n:  # a repeated insert of the same entry is no new interest
-            self._announce(sub, sub.weight)
+        else:
+            n = len(sublist)
+            sublist.insert(sub.subject, sub.queue, sub)
+            if len(sublist) != n:  # a repeated insert of the same entry is no new interest
+                self._announce(sub, sub.weight)
+        if self._interest_watchers:
+            self._interest_arrived(sub.subject)
+
+    def watch_interest(self, subject: str, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, when a subscription on exactly ``subject`` arrives (see
+        ``_interest_watchers``); watching again with the same callback adds nothing."""
+        callbacks = self._interest_watchers.setdefault(subject, [])
+        if callback not in callbacks:
+            callbacks.append(callback)
+
+    def unwatch_interest(self, subject: str, callback: Callable[[], None]) -> None:
+        callbacks = self._interest_watchers.get(subject)
+        if callbacks is not None and callback in callbacks:
+            callbacks.remove(callback)
+            if not callbacks:
+                del self._interest_watchers[subject]
+
+    def _interest_arrived(self, subject: str) -> None:
+        for callback in self._interest_watchers.pop(subject, ()):
+            try:
+                callback()
+            except Exception:  # one watcher's fault must not undo the subscription
+                log.exception("account %s: an interest watcher of %s failed", self.name, subject)
 
     def unsubscribe(self, sub: Subscription) -> None:
         if self.sublist.remove(sub.subject, sub.queue, sub) and self.links:
@@ -454,6 +494,8 @@ class Account:
         self.sublist.insert(subject, queue, sub)  # raises ValueError before anything is recorded
         state.subs[key] = sub
         self._announce(sub, weight)
+        if self._interest_watchers:
+            self._interest_arrived(subject)
         return True
 
     def link_unsubscribe(self, link: Link, subject: str, queue: str | None = None) -> bool:

@@ -374,3 +374,35 @@ def test_publish_many_across_links_sends_what_one_publish_per_message_would():
             assert many[0] == ("many", len(MSGS)), "forward_many: one call for the run"
             assert [f[1] for f in many[1:]] == [f"{r}@{s}" for s, r, _h, _p in MSGS], "subject after @"
             assert all(f[0] == "inbox.x" for f in many[1:]), "on the deliver subject"
+
+
+def test_an_interest_watcher_is_told_once_when_its_exact_subject_is_subscribed():
+    """Account.watch_interest: a push consumer waiting for a subscriber on its deliver subject
+    hears of one at once, whether a local client or a link brings it; a wildcard covering the
+    subject is no such subscriber (the consumer does not deliver for it), nor another subject."""
+    from core.server.interest import LinkKind
+
+    acc = Account("A")
+    rec = Recorder(acc, [])
+    told: list[str] = []
+
+    def watcher(name: str):
+        return lambda: told.append(name)
+
+    local, remote, gone = watcher("local"), watcher("remote"), watcher("gone")
+    acc.watch_interest("deliver.1", local)
+    acc.watch_interest("deliver.1", local)  # once is enough
+    acc.watch_interest("deliver.2", remote)
+    acc.watch_interest("deliver.3", gone)
+    acc.unwatch_interest("deliver.3", gone)
+    acc.subscribe(Subscription(rec, "deliver.*", None, "1"))
+    acc.subscribe(Subscription(rec, "other", None, "2"))
+    assert told == []
+    acc.subscribe(Subscription(rec, "deliver.1", None, "3"))
+    acc.subscribe(Subscription(rec, "deliver.1", "q", "4"))  # told already: not again
+    assert told == ["local"]
+    link = _Link(LinkKind.LEAF_SOLICITED)
+    acc.attach_link(link)
+    acc.link_subscribe(link, "deliver.2")
+    acc.subscribe(Subscription(rec, "deliver.3", None, "5"))
+    assert told == ["local", "remote"]

@@ -1,0 +1,50 @@
+"""A push consumer created before its client subscribes to the deliver subject (nats-py's
+ordered consumers, KV watchers, do so) is woken when that subscription arrives, not at its next
+look: it watches the account for it while nobody subscribes, and stops watching when it ends."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from core.jetstream.consumer import NO_INTEREST_LOOK, Consumer
+from core.jetstream.consumer_models import ConsumerConfig
+from core.server.accounts import Account, Subscription
+
+
+class Sink:
+    echo = True
+
+    def deliver(self, *args: object) -> None:
+        pass
+
+
+def push_consumer(account: Account) -> Consumer:
+    stream = SimpleNamespace(
+        name="S",
+        domain=None,
+        account=account,
+        receiver=SimpleNamespace(backlog=None),
+        config=SimpleNamespace(retention="limits"),
+    )
+    cfg = ConsumerConfig(durable_name="C", deliver_subject="deliver.c", ack_policy="explicit")
+    return Consumer(stream, "C", cfg, 0)  # type: ignore[arg-type]
+
+
+def test_a_push_consumer_without_a_subscriber_is_woken_when_one_subscribes() -> None:
+    account = Account("A")
+    c = push_consumer(account)
+    assert c._next_wake_in() <= NO_INTEREST_LOOK  # nobody subscribes: it looks again later ...
+    assert not c._wake.is_set()
+    account.subscribe(Subscription(Sink(), "deliver.c", None, "1"))  # type: ignore[arg-type]
+    assert c._wake.is_set()  # ... and is woken as soon as someone does
+    assert c.has_interest()
+
+
+def test_a_consumer_that_stops_watching_leaves_no_watcher_behind() -> None:
+    account = Account("A")
+    c = push_consumer(account)
+    c._next_wake_in()
+    c._next_wake_in()  # watched once, however often it looks
+    assert account._interest_watchers == {"deliver.c": [c._interest_arrived]}
+    c._unwatch_interest()
+    assert account._interest_watchers == {}
