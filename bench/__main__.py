@@ -13,7 +13,7 @@
     python -m bench sources-latency [--rate 1000] [--seconds 5] [--size 128] [--runs 1] [--pairs ...]
     python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--rounds 5] [--clients raw] [--parts ...]
     python -m bench raft [--entries 20000] [--window 256] [--sequential 1000] [--size 128] [--runs 1]
-    python -m bench many-consumers [--consumers 1000] [--publishes 300] [--runs 1]
+    python -m bench many-consumers [--consumers 1000] [--publishes 300] [--away 100] [--runs 1]
     python -m bench restart [--streams 2000] [--big-msgs 1000000] [--runs 1]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 

@@ -367,13 +367,17 @@ class Consumer:
                 due = min(due, max(0.0, (w.expires_at - now) / 1e9))
             if w.heartbeat_ns:
                 due = min(due, max(0.0, (w.last_sent + w.heartbeat_ns - now) / 1e9))
-        if not self.is_pull and not self.has_interest():
+        if self.is_pull:
+            pass
+        elif not self.has_interest():
             # Clients often create the consumer before their SUB arrives: the account wakes us
             # when a subscription on the deliver subject does (``_watch_interest``); a look every
             # NO_INTEREST_LOOK besides, which a consumer nobody reads from pays while it waits.
+            # (No heartbeat is due then: nobody would get it, and a heartbeat overdue because
+            # none went out had such a consumer wake every millisecond.)
             self._watch_interest()
             due = min(due, NO_INTEREST_LOOK)
-        if not self.is_pull and self.config.idle_heartbeat:
+        elif self.config.idle_heartbeat:
             due = min(due, max(0.0, (self._last_push_ns + self.config.idle_heartbeat - now) / 1e9))
         return max(due, 0.001)
 

@@ -48,3 +48,19 @@ def test_a_consumer_that_stops_watching_leaves_no_watcher_behind() -> None:
     assert account._interest_watchers == {"deliver.c": [c._interest_arrived]}
     c._unwatch_interest()
     assert account._interest_watchers == {}
+
+
+def test_an_overdue_heartbeat_nobody_would_get_does_not_make_it_spin() -> None:
+    """A consumer with idle heartbeats whose client went away sends none (nobody would get them),
+    so one is always overdue: that must not wake it every millisecond (it did: 30 stopped KV
+    watchers cost a third of a core)."""
+    account = Account("A")
+    stream = push_consumer(account).stream
+    cfg = ConsumerConfig(
+        durable_name="H", deliver_subject="deliver.h", ack_policy="none", idle_heartbeat=5_000_000_000
+    )
+    c = Consumer(stream, "H", cfg, 0)
+    c._last_push_ns -= 60 * 1_000_000_000  # the last heartbeat went out a minute ago
+    assert c._next_wake_in() == NO_INTEREST_LOOK
+    account.subscribe(Subscription(Sink(), "deliver.h", None, "1"))  # type: ignore[arg-type]
+    assert c._next_wake_in() == 0.001  # with a subscriber, the overdue heartbeat goes at once
