@@ -30,6 +30,7 @@ from typing import Any
 import nats
 
 from bench.procstat import cpu_seconds
+from bench.stats import medians_by_kind, print_kind_rows
 from tests.support.servers import start_server
 
 KINDS = ("reference", "leafjet")
@@ -110,13 +111,13 @@ def many_consumers_matrix(args: argparse.Namespace) -> int:
                 finally:
                     srv.stop()
                 runs[kind].append(figs)
-    med = {kind: {k: statistics.median(x[k] for x in v) for k in v[0]} for kind, v in runs.items()}
+    med = medians_by_kind(runs)
     print(
         f"\nmany consumers Consumers={args.consumers},Publishes={args.publishes},runs={args.runs} "
         "(p50 ms, medians of runs)"
     )
     print("  durable pull consumers filtered on s.0..s.99, nobody pulling; sync publishes to s.<k>")
-    print(f"{'figure':40s} {'reference':>10s} {'leafjet':>10s} {'ratio':>7s}  (ms unless said)")
+    print("  ms unless said")
     labels = {
         "create_first_ms": "consumer create, first 100",
         "create_last_ms": f"consumer create, last 100 of {args.consumers}",
@@ -124,9 +125,7 @@ def many_consumers_matrix(args: argparse.Namespace) -> int:
         "watch_first_ms": "KV watch -> first update",
         "away_cpu_ms_per_s": f"CPU, {args.away} push consumers away, ms/s",
     }
-    for key, label in labels.items():
-        ref, lj = med["reference"][key], med["leafjet"][key]
-        print(f"{label:40s} {ref:10.2f} {lj:10.2f} {lj / ref if ref else float('nan'):7.2f}")
+    print_kind_rows(labels, med)
     return 0
 
 

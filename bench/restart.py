@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import signal
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 import nats
 
+from bench.stats import medians_by_kind, print_kind_rows
 from tests.support.servers import RunningServer, start_server
 
 KINDS = ("reference", "leafjet")
@@ -126,21 +126,17 @@ def restart_matrix(args: argparse.Namespace) -> int:
         for r in range(args.runs):
             for kind in KINDS:
                 runs[kind].append(_run(Path(tmp) / f"r{r}", kind, args.streams, args.big_msgs))
-    med = {kind: {k: statistics.median(x[k] for x in v) for k in v[0]} for kind, v in runs.items()}
+    med = medians_by_kind(runs)
     print(f"\nrestart Streams={args.streams},BigMsgs={args.big_msgs}x1KiB,runs={args.runs} (medians, s)")
     print("  stop: SIGTERM until the process ended; start: until a client connects and the")
     print("  last stream's STREAM.INFO is answered (the process's own start included)")
-    print(f"{'figure':40s} {'reference':>10s} {'leafjet':>10s} {'ratio':>7s}")
     labels = {
         "many_stop_s": f"{args.streams} streams: stop",
         "many_start_s": f"{args.streams} streams: start",
         "big_stop_s": f"{args.big_msgs} x 1 KiB in one stream: stop",
         "big_start_s": f"{args.big_msgs} x 1 KiB in one stream: start",
     }
-    for key, label in labels.items():
-        if key in med["leafjet"]:
-            ref, lj = med["reference"][key], med["leafjet"][key]
-            print(f"{label:40s} {ref:10.2f} {lj:10.2f} {lj / ref if ref else float('nan'):7.2f}")
+    print_kind_rows(labels, med)
     return 0
 
 

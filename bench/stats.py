@@ -16,3 +16,17 @@ def quantile(xs: Iterable[float], q: float) -> float:
 
 def median_or_nan(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
+
+
+def medians_by_kind(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per kind, each figure's median over the runs (figures keyed alike in every run)."""
+    return {kind: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for kind, rs in runs.items()}
+
+
+def print_kind_rows(labels: dict[str, str], med: dict[str, dict[str, float]]) -> None:
+    """One row per figure leafjet has: its label, the reference's value, leafjet's, the ratio."""
+    print(f"{'figure':40s} {'reference':>10s} {'leafjet':>10s} {'ratio':>7s}")
+    for key, label in labels.items():
+        if key in med["leafjet"]:
+            ref, lj = med["reference"][key], med["leafjet"][key]
+            print(f"{label:40s} {ref:10.2f} {lj:10.2f} {lj / ref if ref else float('nan'):7.2f}")
