@@ -29,8 +29,9 @@ from typing import Any
 
 import nats
 
+from bench import median_figures
 from bench.procstat import cpu_seconds
-from bench.stats import medians_by_kind, print_kind_rows
+from bench.stats import print_kind_rows
 from tests.support.servers import start_server
 
 KINDS = ("reference", "leafjet")
@@ -111,7 +112,7 @@ def many_consumers_matrix(args: argparse.Namespace) -> int:
                 finally:
                     srv.stop()
                 runs[kind].append(figs)
-    med = medians_by_kind(runs)
+    med = {kind: median_figures(figs) for kind, figs in runs.items()}
     print(
         f"\nmany consumers Consumers={args.consumers},Publishes={args.publishes},runs={args.runs} "
         "(p50 ms, medians of runs)"

@@ -27,7 +27,8 @@ from typing import Any
 
 import nats
 
-from bench.stats import medians_by_kind, print_kind_rows
+from bench import median_figures
+from bench.stats import print_kind_rows
 from tests.support.servers import RunningServer, start_server
 
 KINDS = ("reference", "leafjet")
@@ -126,7 +127,7 @@ def restart_matrix(args: argparse.Namespace) -> int:
         for r in range(args.runs):
             for kind in KINDS:
                 runs[kind].append(_run(Path(tmp) / f"r{r}", kind, args.streams, args.big_msgs))
-    med = medians_by_kind(runs)
+    med = {kind: median_figures(figs) for kind, figs in runs.items()}
     print(f"\nrestart Streams={args.streams},BigMsgs={args.big_msgs}x1KiB,runs={args.runs} (medians, s)")
     print("  stop: SIGTERM until the process ended; start: until a client connects and the")
     print("  last stream's STREAM.INFO is answered (the process's own start included)")

@@ -18,11 +18,6 @@ def median_or_nan(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def medians_by_kind(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Per kind, each figure's median over the runs (figures keyed alike in every run)."""
-    return {kind: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for kind, rs in runs.items()}
-
-
 def print_kind_rows(labels: dict[str, str], med: dict[str, dict[str, float]]) -> None:
     """One row per figure leafjet has: its label, the reference's value, leafjet's, the ratio."""
     print(f"{'figure':40s} {'reference':>10s} {'leafjet':>10s} {'ratio':>7s}")

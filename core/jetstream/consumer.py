@@ -367,18 +367,14 @@ class Consumer:
                 due = min(due, max(0.0, (w.expires_at - now) / 1e9))
             if w.heartbeat_ns:
                 due = min(due, max(0.0, (w.last_sent + w.heartbeat_ns - now) / 1e9))
-        if self.is_pull:
-            pass
-        elif not self.has_interest():
-            # Clients often create the consumer before their SUB arrives: the account wakes us
-            # when a subscription on the deliver subject does (``_watch_interest``); a look every
-            # NO_INTEREST_LOOK besides, which a consumer nobody reads from pays while it waits.
-            # (No heartbeat is due then: nobody would get it, and a heartbeat overdue because
-            # none went out had such a consumer wake every millisecond.)
-            self._watch_interest()
-            due = min(due, NO_INTEREST_LOOK)
-        elif self.config.idle_heartbeat:
-            due = min(due, max(0.0, (self._last_push_ns + self.config.idle_heartbeat - now) / 1e9))
+        if not self.is_pull:
+            if not self.has_interest():
+                # the account wakes us when a subscriber comes (``_has_push_interest``); a look
+                # every NO_INTEREST_LOOK besides. No heartbeat is due: nobody would get it (an
+                # overdue one had a consumer whose client went away wake every millisecond).
+                due = min(due, NO_INTEREST_LOOK)
+            elif self.config.idle_heartbeat:
+                due = min(due, max(0.0, (self._last_push_ns + self.config.idle_heartbeat - now) / 1e9))
         return max(due, 0.001)
 
     def _expire_timers(self) -> None:
@@ -821,9 +817,13 @@ class Consumer:
         self.last_interest_ns = time.monotonic_ns()
 
     def _has_push_interest(self) -> bool:
+        """``has_interest``, noted: with a subscriber, the time it was seen (inactivity); without
+        one, the account is asked to wake us when one subscribes (clients often create the
+        consumer before their SUB arrives: nats-py's ordered consumers do)."""
         if self.has_interest():
             self.touch()
             return True
+        self._watch_interest()
         return False
 
     def _room(self) -> bool:

@@ -439,7 +439,7 @@ class JetStream:
         store's thread: a create skips five)."""
         backlog = Backlog(self.config.max_buffered_msgs, self.config.max_buffered_size, parent=ajs.inbound)
         stream = Stream(cfg, store, created, ajs.account, self.domain, backlog=backlog)
-        await stream.load(fresh=fresh)
+        meta = await stream.load(fresh=fresh)
         assert self._tg is not None
         scope = anyio.CancelScope()
         self._stream_scopes[(ajs.account.name, cfg.name)] = scope
@@ -455,7 +455,7 @@ class JetStream:
         except StoreError as e:
             log.error("stream %s: expiry at start failed: %s", cfg.name, e)
         if not fresh:
-            await self._recover_consumers(stream)
+            await self._recover_consumers(stream, meta)
         stream.subscribe()
         ajs.streams[cfg.name] = stream
         if cfg.sources or cfg.mirror is not None:
@@ -483,12 +483,10 @@ class JetStream:
 
     # ------------------------------------------------------------------ consumers
 
-    async def _recover_consumers(self, stream: Stream) -> None:
-        """The stream's recorded consumers, each on its own: one whose records cannot be read
-        is left out and its name held (``Stream.damaged_consumers``), its rows kept."""
-        meta = stream.take_loaded_meta()  # read by the stream's load just before: not again
-        if meta is None:
-            meta = await stream.store.meta_items(STATE_PREFIX)
+    async def _recover_consumers(self, stream: Stream, meta: list[tuple[str, bytes]]) -> None:
+        """The stream's recorded consumers (from ``meta``, its metadata rows as its load read
+        them), each on its own: one whose records cannot be read is left out and its name held
+        (``Stream.damaged_consumers``), its rows kept."""
         for key, raw in meta:
             if not key.startswith(STATE_PREFIX) or not key.endswith("/config"):
                 continue

@@ -204,8 +204,8 @@ class _Batch:
     republish: list[Republish] = field(default_factory=list)  # sent once the batch committed
 
 
-# a commit storing more messages than this wakes every consumer (matching each one's filters
-# against that many subjects would cost more than the wake-ups)
+# a commit storing messages of more subjects than this (or a batch of more messages) wakes every
+# consumer: matching each one's filters against that many would cost more than the wake-ups
 WAKE_SUBJECTS_MAX = 64
 
 
@@ -267,9 +267,6 @@ class Stream:
         self._predicted: _Running | None = None
         self._ack_prefix: bytes | None = None
         self.first_seq_set = False  # see FIRST_SEQ_SET_KEY
-        # the store's metadata as ``load`` read it, until the engine recovered the consumers
-        # from it (``take_loaded_meta``); None once taken, or when nothing was read
-        self.loaded_meta: list[tuple[str, bytes]] | None = None
         self._sdm_pending: dict[int, int] = {}  # seq -> when its delete marker was published
         self._next_expiry_ns = 0  # when the housekeeper looks next (wall ns)
         self.failed: str | None = None  # why the pipeline was given up (see fail)
@@ -369,16 +366,18 @@ class Stream:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def load(self, *, fresh: bool = False) -> None:
+    async def load(self, *, fresh: bool = False) -> list[tuple[str, bytes]]:
         """Rebuild the in-memory indexes from the store: the dedup window from the stored
-        messages' ``Nats-Msg-Id`` headers (dedup_window.py), TTLs from the metadata.
-        ``fresh``: the store was built empty just now, so it has nothing to read."""
+        messages' ``Nats-Msg-Id`` headers (dedup_window.py), TTLs from the metadata. Returns
+        the metadata rows it read, the consumers' records among them (the engine recovers the
+        consumers from them). ``fresh``: the store was built empty just now, so it has nothing
+        to read."""
         st = self._state = await self.store.state()
         if fresh:
-            return
+            return []
         # all the metadata in one read (a trip to a store thread each: a restart of a server
-        # with thousands of streams made five per stream), kept for the consumers' recovery
-        meta = self.loaded_meta = await self.store.meta_items()
+        # with thousands of streams made five per stream)
+        meta = await self.store.meta_items()
         self.first_seq_set = any(key == FIRST_SEQ_SET_KEY for key, _v in meta)
         now = time.time_ns()
         window = self.config.duplicate_window
@@ -398,10 +397,6 @@ class Stream:
             if key.startswith(_TTL_PREFIX):
                 self._add_ttl(int(key[len(_TTL_PREFIX) :]), int(value))
         self._never = {int(key[len(_NEVER_PREFIX) :]) for key, _v in meta if key.startswith(_NEVER_PREFIX)}
-
-    def take_loaded_meta(self) -> list[tuple[str, bytes]] | None:
-        """What ``load`` read of the metadata, once (the consumers' records are among it)."""
-        meta, self.loaded_meta = self.loaded_meta, None
         return meta
 
     async def _migrate_dedup_rows(self, now: int, rows: list[tuple[str, bytes]]) -> None:

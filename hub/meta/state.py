@@ -133,10 +133,7 @@ class MetaState:
             held.subjects.remove(subject, old.name)
         if not held.by_name:
             del self._accounts[old.account]
-        self._placed.subtract(old.servers)
-        for server in old.servers:
-            if self._placed[server] <= 0:
-                del self._placed[server]
+        self._placed -= Counter(old.servers)  # keeps only servers that still hold some
         return old
 
     def apply(self, entry: dict[str, Any]) -> tuple[str, str] | None:

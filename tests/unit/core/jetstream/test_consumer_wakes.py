@@ -117,13 +117,12 @@ async def test_a_publish_wakes_only_the_consumers_it_gives_something_to(
             requester = InternalReceiver("requester", ajs.account)  # a request nobody waits for ends
             requester.subscribe("_INBOX.w")
             stream.consumers["WAITING"].add_waiter(PullWaiter("_INBOX.w", 1, 0, 0, False, 0))
-            await anyio.sleep(0.05)  # the consumers' first rounds are done
             monkeypatch.setattr(Consumer, "wake", counting_wake)
             ajs.account.publish("s.1", None, None, b"x")
             with anyio.fail_after(10):
                 while (await stream.state()).msgs < 1 or not woken:
                     await anyio.sleep(0.01)
-            await anyio.sleep(0.05)
+            # (one call wakes them all: Stream.wake_consumers, once the commit is settled)
             assert sorted(woken) == ["PUSH1", "WAITING"]
         finally:
             tg.cancel_scope.cancel()

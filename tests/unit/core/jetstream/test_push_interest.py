@@ -1,6 +1,7 @@
 """A push consumer created before its client subscribes to the deliver subject (nats-py's
 ordered consumers, KV watchers, do so) is woken when that subscription arrives, not at its next
-look: it watches the account for it while nobody subscribes, and stops watching when it ends."""
+look: a delivery round that finds nobody (``_has_push_interest``) watches the account for a
+subscriber, and the consumer stops watching when it ends."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def push_consumer(account: Account) -> Consumer:
 def test_a_push_consumer_without_a_subscriber_is_woken_when_one_subscribes() -> None:
     account = Account("A")
     c = push_consumer(account)
+    assert not c._has_push_interest()  # a delivery round finds nobody (and watches for someone)
     assert c._next_wake_in() <= NO_INTEREST_LOOK  # nobody subscribes: it looks again later ...
     assert not c._wake.is_set()
     account.subscribe(Subscription(Sink(), "deliver.c", None, "1"))  # type: ignore[arg-type]
@@ -43,8 +45,8 @@ def test_a_push_consumer_without_a_subscriber_is_woken_when_one_subscribes() -> 
 def test_a_consumer_that_stops_watching_leaves_no_watcher_behind() -> None:
     account = Account("A")
     c = push_consumer(account)
-    c._next_wake_in()
-    c._next_wake_in()  # watched once, however often it looks
+    c._has_push_interest()
+    c._has_push_interest()  # watched once, however often it looks
     assert account._interest_watchers == {"deliver.c": [c._interest_arrived]}
     c._unwatch_interest()
     assert account._interest_watchers == {}

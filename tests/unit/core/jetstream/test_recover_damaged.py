@@ -45,10 +45,10 @@ async def test_a_stream_whose_start_fails_is_held_and_leaves_nothing_running(
 
     real_load = Stream.load
 
-    async def load(self: Stream, **kw: Any) -> None:
+    async def load(self: Stream, **kw: Any) -> list[tuple[str, bytes]]:
         if self.name == "S":
             raise RuntimeError("a bug in the load")
-        await real_load(self, **kw)
+        return await real_load(self, **kw)
 
     monkeypatch.setattr(Stream, "load", load)
     js = _jetstream(tmp_path)
