@@ -8,6 +8,7 @@ reference's (ADR-1).
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import re
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from core import subjects
 from core.api_errors import ApiError, api_error
 from core.jetstream import bulk_read, direct
+from core.jetstream.backup import SnapshotRequest
 from core.jetstream.consumer import Consumer
 from core.jetstream.consumer_models import (
     consumer_list_json,
@@ -184,6 +186,8 @@ async def stream_create(
     name = args[0]
     cfg = StreamConfig.from_json(decode_request(msg.payload), expected_name=name, lookup=_lookup_config(ajs))
     _refuse_damaged(ajs, name)
+    if js.backups.restoring(ajs, name):  # its name is taken once the restore ends
+        raise api_error("JSStreamNameExistErr")
     existing = ajs.streams.get(name)
     if existing is not None:
         if existing.config.to_json() != cfg.to_json():
@@ -675,39 +679,51 @@ async def consumer_list(
     return api_response("consumer_list_response", body)
 
 
-async def stream_snapshot(
-    js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
-) -> dict[str, Any]:
-    """Not built: the reference's checks (an empty request, the stream, the body, the deliver
-    subject), then the reference's "snapshot failed" error."""
+async def stream_snapshot(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
+    """The reference's checks (an empty request, the stream, the body, the deliver subject), then
+    the snapshot (core/jetstream/backup.py), which answers once its copy has begun."""
     if is_empty_request(msg.payload):
         raise api_error("JSBadRequestErr")
-    _stream(ajs, args[0])
+    stream = _stream(ajs, args[0])
     body = decode_api_body("stream_snapshot", decode_request(msg.payload))
-    deliver = body.get("deliver_subject", "")
-    if not subjects.is_valid_literal_subject(deliver):
-        raise api_error("JSSnapshotDeliverSubjectInvalidErr")
-    raise api_error("JSStreamSnapshotErrF", err="stream snapshots are not supported by leafjet")
+    req = SnapshotRequest.from_body(body)
+    info = await _info(js, stream, with_domain=False)
+    js.backups.start_snapshot(ajs, stream, req, {"config": info["config"], "state": info["state"]}, msg.reply)
 
 
 async def stream_restore(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
-    """Not built: the reference's checks of the request -- empty (10003), its JSON read
-    strictly (10025), the subject's name against the config's (10056), path separators
-    (10128), a name in use (10130; in a cluster, anywhere in it) -- then "restore failed". Not
-    checked here: the config as a create would check it (the reference does, before the name)."""
+    """The reference's checks of the request -- empty (10003), its JSON read strictly (10025), the
+    subject's name against the config's (10056), path separators (10128), the config as a create
+    checks it, a name in use (10130; in a cluster, anywhere in it) -- then the restore
+    (core/jetstream/backup.py): the answer names the subject the backup's chunks go to. Not in
+    a hub cluster yet (10062 after the checks)."""
     if is_empty_request(msg.payload):
         raise api_error("JSBadRequestErr")
     body = decode_api_body("stream_restore", decode_request(msg.payload))
     name = args[0]
-    if (body.get("config") or {}).get("name", name) not in ("", name):
+    config = body.get("config") or {}
+    if config.get("name", name) not in ("", name):
         raise api_error("JSStreamMismatchErr")
     if "/" in name or "\\" in name:
         raise api_error("JSStreamNameContainsPathSeparatorsErr")
-    if name in ajs.streams or (js.cluster is not None and js.cluster.stream_exists(ajs.account.name, name)):
+    if js.cluster is not None:
+        if name in ajs.streams or js.cluster.stream_exists(ajs.account.name, name):
+            raise api_error("JSStreamNameExistRestoreFailedErr")
+        raise api_error("JSStreamRestoreErrF", err="restores are not supported in a hub cluster yet")
+    cfg = StreamConfig.from_json({**config, "name": name}, expected_name=name, lookup=_lookup_config(ajs))
+    if name in ajs.streams or name in ajs.damaged or js.backups.restoring(ajs, name):
         raise api_error("JSStreamNameExistRestoreFailedErr")
-    raise api_error("JSStreamRestoreErrF", err="stream restores are not supported by leafjet")
+    check_subject_overlap(cfg, _held_configs(ajs))
+    deliver = js.backups.start_restore(ajs, cfg, functools.partial(_restored_answer, js))
+    return api_response("stream_restore_response", {"deliver_subject": deliver})
+
+
+async def _restored_answer(js: JetStream, stream: Stream) -> dict[str, Any]:
+    """The answer to a restore's last chunk, as the reference's: a create response with the
+    restored stream's info."""
+    return api_response("stream_create_response", await _info(js, stream, with_domain=False))
 
 
 async def consumer_next(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:

@@ -191,8 +191,8 @@ class OpeningStore:
     async def source_positions(self) -> dict[str, int]:
         return await (await self._open()).source_positions()
 
-    async def snapshot(self) -> AsyncIterator[bytes]:
-        it = (await self._open()).snapshot()
+    async def snapshot(self, keep_meta: Callable[[str], bool] | None = None) -> AsyncIterator[bytes]:
+        it = (await self._open()).snapshot(keep_meta)
         try:
             async for chunk in it:
                 yield chunk
@@ -201,8 +201,10 @@ class OpeningStore:
             if aclose is not None:
                 await aclose()
 
-    async def restore(self, chunks: AsyncIterator[bytes] | Iterable[bytes]) -> None:
-        await (await self._open()).restore(chunks)
+    async def restore(
+        self, chunks: AsyncIterator[bytes] | Iterable[bytes], *, batch_bytes: int | None = None
+    ) -> None:
+        await (await self._open()).restore(chunks, batch_bytes=batch_bytes)
 
     async def flush(self) -> None:
         await (await self._open()).flush()

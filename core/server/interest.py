@@ -103,9 +103,14 @@ def announces(origin: LinkKind | None, target: LinkKind, subject: str, queue: st
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
+def nuid() -> str:
+    """22 random base62 characters, the shape of nats-server's nuid (a subject token)."""
+    return "".join(secrets.choice(_BASE62) for _ in range(22))
+
+
 def new_lds_subject() -> str:
-    """``$LDS.<22 base62 characters>``, the shape of nats-server's nuid."""
-    return LDS_PREFIX + "".join(secrets.choice(_BASE62) for _ in range(22))
+    """``$LDS.<nuid>``."""
+    return LDS_PREFIX + nuid()
 
 
 class LeafInterestFrame(NamedTuple):

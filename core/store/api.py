@@ -525,12 +525,15 @@ class StreamStore(Protocol):
         """What ``SourcePosOp`` recorded: source key -> last upstream sequence stored."""
         ...
 
-    def snapshot(self) -> AsyncIterator[bytes]:
-        """A consistent point-in-time copy in the versioned snapshot format (see ``snapshot.py``)."""
+    def snapshot(self, keep_meta: Callable[[str], bool] | None = None) -> AsyncIterator[bytes]:
+        """A consistent point-in-time copy in the versioned snapshot format (see ``snapshot.py``);
+        with ``keep_meta``, only the metadata entries whose key it keeps."""
         ...
 
-    async def restore(self, chunks: AsyncIterator[bytes] | Iterable[bytes]) -> None:
-        """Load a snapshot into this (fresh, empty) store."""
+    async def restore(
+        self, chunks: AsyncIterator[bytes] | Iterable[bytes], *, batch_bytes: int | None = None
+    ) -> None:
+        """Load a snapshot into this (fresh, empty) store (``snapshot.restore_into``)."""
         ...
 
     async def flush(self) -> None:

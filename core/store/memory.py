@@ -371,12 +371,12 @@ class MemoryStore:
 
     # ------------------------------------------------------------------------- snapshot, lifecycle
 
-    async def snapshot(self) -> AsyncIterator[bytes]:
+    async def snapshot(self, keep_meta: Callable[[str], bool] | None = None) -> AsyncIterator[bytes]:
         self._check_open()
         # Take the point-in-time copy before the first yield: messages are immutable, so copying the
         # references is enough.
         msgs = [self._msgs[q] for q in self._seqs]
-        metas = sorted(self._meta.items())
+        metas = sorted(kv for kv in self._meta.items() if keep_meta is None or keep_meta(kv[0]))
         st = await self.state()
         enc = SnapshotEncoder(SnapshotHeader(st.first_seq, st.last_seq, st.last_ts, len(msgs), len(metas)))
         for m in msgs:
@@ -387,9 +387,11 @@ class MemoryStore:
                 yield chunk
         yield enc.finish()
 
-    async def restore(self, chunks: AsyncIterator[bytes] | Iterable[bytes]) -> None:
+    async def restore(
+        self, chunks: AsyncIterator[bytes] | Iterable[bytes], *, batch_bytes: int | None = None
+    ) -> None:
         self._check_open()
-        await restore_into(self, chunks)
+        await restore_into(self, chunks, batch_bytes=batch_bytes)
 
     async def flush(self) -> None:
         self._check_open()

@@ -12,7 +12,10 @@ that wrote it. Layout (integers big-endian)::
       END    u64 msgs, u64 metas, u32 crc32 of every byte before the END record   (last record)
 
 The encoder and the decoder are pure (bytes in, records out); ``restore_into`` turns a decoded snapshot
-into store operations and applies them in one call, so a restore is all-or-nothing.
+into store operations and applies them in one call, so a restore is all-or-nothing. With
+``batch_bytes`` it applies them in batches as they are decoded instead (memory bounded by a batch,
+not by the stream): the store then holds a partial copy when the snapshot turns out bad, and the
+caller discards that store (a stream restore builds it in a staging folder: jetstream/backup.py).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ MAGIC = b"LJSNAP\x00"
 VERSION = 1
 MAX_RECORD = 64 << 20
 CHUNK = 256 << 10
+BATCH_MSGS = 10_000  # a batched restore applies at most about this many messages per call
 
 K_STATE, K_MSG, K_META, K_END = 1, 2, 3, 4
 
@@ -150,12 +154,36 @@ class SnapshotDecoder:
         self._msgs: list[StoredMsg] = []
         self._metas: list[tuple[str, bytes]] = []
         self._done = False
+        # counted over the whole snapshot: ``drain`` empties the lists as it goes
+        self._n_msgs = 0
+        self._n_metas = 0
+        self._last_seq = 0
+        self._pending_bytes = 0
 
     def feed(self, chunk: bytes) -> None:
         if not isinstance(chunk, bytes | bytearray | memoryview):
             raise SnapshotError("snapshot chunks must be bytes")
         self._buf += chunk
         self._parse()
+
+    @property
+    def header(self) -> SnapshotHeader | None:
+        return self._header
+
+    @property
+    def pending_bytes(self) -> int:
+        """Payload bytes of the messages decoded and not yet drained."""
+        return self._pending_bytes
+
+    @property
+    def pending_msgs(self) -> int:
+        return len(self._msgs)
+
+    def drain_msgs(self) -> list[StoredMsg]:
+        """The messages decoded since the last drain (in order), handed over: a restore applies
+        them in batches. ``finish`` still checks the whole snapshot."""
+        msgs, self._msgs, self._pending_bytes = self._msgs, [], 0
+        return msgs
 
     def _consume(self, n: int) -> bytes:
         b = bytes(self._buf[:n])
@@ -230,12 +258,15 @@ class SnapshotDecoder:
             raise SnapshotError("bad message header length")
         hdr = None if hlen == -1 else p[off : off + hlen]
         data = p[off + max(hlen, 0) :]
-        prev = self._msgs[-1].seq if self._msgs else h.first_seq - 1
-        if not (prev < seq <= h.last_seq) or (not self._msgs and seq != h.first_seq):
+        prev = self._last_seq if self._n_msgs else h.first_seq - 1
+        if not (prev < seq <= h.last_seq) or (not self._n_msgs and seq != h.first_seq):
             raise SnapshotError(f"message sequence {seq} out of order or outside the snapshot range")
         if ts < 0 or not is_valid_literal_subject(subject):
             raise SnapshotError(f"bad message {seq}")
         self._msgs.append(StoredMsg(seq, subject, hdr, data, ts))
+        self._n_msgs += 1
+        self._last_seq = seq
+        self._pending_bytes += len(data) + len(hdr or b"")
 
     def _meta(self, p: bytes) -> None:
         if len(p) < _KLEN.size:
@@ -248,6 +279,7 @@ class SnapshotDecoder:
         except UnicodeDecodeError:
             raise SnapshotError("meta key is not UTF-8") from None
         self._metas.append((key, p[_KLEN.size + klen :]))
+        self._n_metas += 1
 
     def _end(self, payload: bytes) -> None:
         if self._header is None or len(payload) != _END.size:
@@ -256,28 +288,33 @@ class SnapshotDecoder:
         if crc != self._crc:
             raise SnapshotError("snapshot checksum mismatch")
         h = self._header
-        if (msgs, metas) != (len(self._msgs), len(self._metas)) or (msgs, metas) != (h.msgs, h.metas):
+        if (msgs, metas) != (self._n_msgs, self._n_metas) or (msgs, metas) != (h.msgs, h.metas):
             raise SnapshotError("snapshot record counts do not match")
         if not msgs and h.first_seq != h.last_seq + 1:
             raise SnapshotError("an empty snapshot must have first_seq = last_seq + 1")
         self._done = True
 
     def finish(self) -> Snapshot:
+        """The validated snapshot (its messages and metadata: those not drained)."""
         if not self._done or self._buf:
             raise SnapshotError("snapshot is truncated" if not self._done else "trailing data in snapshot")
         assert self._header is not None
         return Snapshot(self._header, self._msgs, self._metas)
 
 
+def _msg_ops(msgs: Iterable[StoredMsg]) -> list[Op]:
+    return [Append(m.subject, m.headers, m.data, m.ts, seq=m.seq) for m in msgs]
+
+
+def _tail_ops(h: SnapshotHeader, metas: Iterable[tuple[str, bytes]]) -> list[Op]:
+    # A tail of deleted or skipped sequences, or an empty purged stream: carry last_seq and last_ts.
+    ops: list[Op] = [SkipOp(h.last_seq, ts=h.last_ts)] if h.last_seq else []
+    return ops + [SetMetaOp(k, v) for k, v in metas]
+
+
 def snapshot_ops(snap: Snapshot) -> list[Op]:
     """The operations that rebuild ``snap`` in an empty store."""
-    h = snap.header
-    ops: list[Op] = [Append(m.subject, m.headers, m.data, m.ts, seq=m.seq) for m in snap.msgs]
-    if h.last_seq:
-        # A tail of deleted or skipped sequences, or an empty purged stream: carry last_seq and last_ts.
-        ops.append(SkipOp(h.last_seq, ts=h.last_ts))
-    ops += [SetMetaOp(k, v) for k, v in snap.metas]
-    return ops
+    return _msg_ops(snap.msgs) + _tail_ops(snap.header, snap.metas)
 
 
 async def decode_chunks(chunks: AsyncIterator[bytes] | Iterable[bytes]) -> Snapshot:
@@ -291,14 +328,44 @@ async def decode_chunks(chunks: AsyncIterator[bytes] | Iterable[bytes]) -> Snaps
     return dec.finish()
 
 
-async def restore_into(store: StreamStore, chunks: AsyncIterator[bytes] | Iterable[bytes]) -> None:
-    """Decode a whole snapshot (validating it before touching the store), then apply it in one call."""
-    snap = await decode_chunks(chunks)
+async def restore_into(
+    store: StreamStore, chunks: AsyncIterator[bytes] | Iterable[bytes], *, batch_bytes: int | None = None
+) -> None:
+    """Decode a whole snapshot (validating it before touching the store), then apply it in one
+    call; with ``batch_bytes``, apply its messages in batches of about that many payload bytes
+    as they are decoded (see the module's docstring: a bad snapshot leaves a partial copy)."""
     st = await store.state()
     if st.last_seq != 0 or st.msgs or await store.meta_items(""):
         raise SnapshotError("restore needs a fresh, empty store")
-    await store.apply(snapshot_ops(snap))
+    if batch_bytes is None:
+        snap = await decode_chunks(chunks)
+        await store.apply(snapshot_ops(snap))
+    else:
+        snap = await _apply_in_batches(store, chunks, batch_bytes)
     after = await store.state()
     h = snap.header
     if (after.msgs, after.last_seq) != (h.msgs, h.last_seq) or (h.msgs and after.first_seq != h.first_seq):
         raise SnapshotError(f"restored state {after} does not match the snapshot {h}")
+
+
+async def _apply_in_batches(
+    store: StreamStore, chunks: AsyncIterator[bytes] | Iterable[bytes], batch_bytes: int
+) -> Snapshot:
+    dec = SnapshotDecoder()
+
+    async def feed(c: bytes) -> None:
+        dec.feed(c)
+        if dec.pending_bytes >= batch_bytes or dec.pending_msgs >= BATCH_MSGS:
+            await store.apply(_msg_ops(dec.drain_msgs()))
+
+    if hasattr(chunks, "__aiter__"):
+        async for c in chunks:
+            await feed(c)
+    else:
+        for c in chunks:
+            await feed(c)
+    snap = dec.finish()
+    ops = _msg_ops(snap.msgs) + _tail_ops(snap.header, snap.metas)
+    if ops:
+        await store.apply(ops)
+    return snap

@@ -1377,7 +1377,7 @@ class SqliteStore:
 
     # ------------------------------------------------------------------------ snapshot/restore
 
-    async def snapshot(self) -> AsyncIterator[bytes]:
+    async def snapshot(self, keep_meta: Callable[[str], bool] | None = None) -> AsyncIterator[bytes]:
         """A consistent copy, read in one read transaction on a connection of its own (writes go on).
         Use it to the end, or close it: ``async with contextlib.aclosing(store.snapshot()) as it``.
         Its connection's files are beyond the cap on open stores while it runs."""
@@ -1404,7 +1404,11 @@ class SqliteStore:
 
         try:
             (first_seq, last_seq, last_ts, msgs, _), *_rest = await q(schema.SELECT_STATE)
-            metas = await q("SELECT key, value FROM meta ORDER BY key")
+            metas = [
+                kv
+                for kv in await q("SELECT key, value FROM meta ORDER BY key")
+                if keep_meta is None or keep_meta(kv[0])
+            ]
             header = SnapshotHeader(first_seq if msgs else last_seq + 1, last_seq, last_ts, msgs, len(metas))
             enc = SnapshotEncoder(header)
             after = 0
@@ -1429,9 +1433,12 @@ class SqliteStore:
                 with anyio.CancelScope(shield=True):
                     await self._offload(conn.close)
 
-    async def restore(self, chunks: AsyncIterator[bytes] | Iterable[bytes]) -> None:
-        """Load a snapshot into this fresh store, all-or-nothing (one transaction)."""
-        await restore_into(self, chunks)
+    async def restore(
+        self, chunks: AsyncIterator[bytes] | Iterable[bytes], *, batch_bytes: int | None = None
+    ) -> None:
+        """Load a snapshot into this fresh store: all-or-nothing (one transaction), or in batches
+        (``snapshot.restore_into``)."""
+        await restore_into(self, chunks, batch_bytes=batch_bytes)
 
     # ---------------------------------------------------------------------------------- close
 

@@ -1239,19 +1239,18 @@ RESTORE_CASES = [
 
 
 async def test_restore_requests_are_checked_as_the_reference_checks_them(js_server):
-    """A restore request (not built in leafjet: refused with 10062 once checked) gets the
-    reference's answer to a request it would not take: an empty one, bad JSON (read strictly:
-    an unknown field, a wrong type in the config or the state), a name that differs from the
-    subject's, path separators, a name in use."""
+    """A restore request gets the reference's answer to a request it would not take: an empty
+    one, bad JSON (read strictly: an unknown field, a wrong type in the config or the state), a
+    name that differs from the subject's, path separators, a name in use; one it takes is
+    answered with the subject the backup goes to (tests/integration/test_stream_backup.py)."""
     async with jetstream(js_server) as (nc, _js):
         await api(nc, "$JS.API.STREAM.CREATE.S", {"name": "S", "subjects": ["s"]})
         for stream, body, code in RESTORE_CASES:
             r = await api(nc, f"$JS.API.STREAM.RESTORE.{stream}", body)
             assert r["type"] == "io.nats.jetstream.api.v1.stream_restore_response", r
             assert (r.get("error") or {}).get("err_code") == code, (stream, body, r)
-        if js_server.kind == "leafjet":  # one it would take: leafjet has no restore yet
-            r = await api(nc, "$JS.API.STREAM.RESTORE.R", b'{"config":{"name":"R","subjects":["r"]}}')
-            assert r["error"]["err_code"] == 10062 and "not supported" in r["error"]["description"], r
+        r = await api(nc, "$JS.API.STREAM.RESTORE.R", b'{"config":{"name":"R","subjects":["r"]}}')
+        assert "error" not in r and r["deliver_subject"].startswith("$JS.SNAPSHOT.RESTORE.R."), r
 
 
 @pytest.mark.parametrize(

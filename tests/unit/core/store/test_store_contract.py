@@ -706,6 +706,37 @@ async def test_snapshot_restores_into_a_fresh_store(h: StoreHarness) -> None:
     assert (await target.append("z", None, b""))[0] == 7
 
 
+async def test_a_restore_in_batches_builds_the_same_store(h: StoreHarness) -> None:
+    """``batch_bytes`` applies the messages as they are decoded, a few at a time (a stream
+    backup's restore): the same store as the one-call restore, interior deletes, metadata and
+    the sequence after the last included; ``keep_meta`` leaves metadata out of a snapshot."""
+    await fill(h.store, [f"s.{i % 4}" for i in range(60)], data=b"x" * 300)
+    await h.store.apply(
+        [DeleteOp(7), DeleteOp(60), SetMetaOp("consumer/C/config", b"{}"), SetMetaOp("k", b"v")]
+    )
+    chunks = [c async for c in h.store.snapshot()]
+    target = await h.fresh()
+    await target.restore(chunks, batch_bytes=1000)
+    assert await target.state(with_deleted=True) == await h.store.state(with_deleted=True)
+    assert await target.range(1) == await h.store.range(1)
+    assert await target.meta_items() == [("consumer/C/config", b"{}"), ("k", b"v")]
+    assert (await target.append("z", None, b""))[0] == 61
+    other = await h.fresh()
+    await other.restore([c async for c in h.store.snapshot(lambda key: not key.startswith("consumer/"))])
+    assert await other.meta_items() == [("k", b"v")]
+
+
+async def test_a_bad_snapshot_fails_a_restore_in_batches(h: StoreHarness) -> None:
+    from core.store.snapshot import SnapshotError
+
+    await fill(h.store, [f"s.{i}" for i in range(30)], data=b"y" * 200)
+    whole = b"".join([c async for c in h.store.snapshot()])
+    for bad in (whole[:-10], whole[:-5] + b"\x00" * 5, whole + b"more"):
+        target = await h.fresh()
+        with pytest.raises(SnapshotError):
+            await target.restore([bad], batch_bytes=500)
+
+
 async def test_snapshot_of_an_empty_purged_stream_keeps_its_sequences(h: StoreHarness) -> None:
     await fill(h.store, ["a", "b"])
     await h.store.apply([PurgeOp()])

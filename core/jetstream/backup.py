@@ -1,0 +1,441 @@
+"""Stream backups: ``$JS.API.STREAM.SNAPSHOT.<stream>`` and ``$JS.API.STREAM.RESTORE.<stream>``
+on the reference's wire protocol, the one ``nats stream backup`` / ``nats stream restore`` and
+nats.go's ``SnapshotStream`` / ``RestoreSnapshot`` speak.
+
+Snapshot. The request (``deliver_subject``, ``no_consumers``, ``chunk_size``, ``window_size``,
+``jsck``) is answered with the stream's config and state once the copy has begun; then the
+bytes go to ``deliver_subject`` in chunks of ``chunk_size`` (clamped to 1 KiB-1 MiB, default
+128 KiB), each with a reply subject ``$JS.SNAPSHOT.ACK.<stream>.<id>.<size>.<index>`` the
+receiver answers (anything) to acknowledge it; at most ``window_size`` (1 KiB-32 MiB, default
+8 MiB) is unacknowledged at a time. The end is an empty message with status 204; a failure
+ends it with an empty message of status 408 (``No Flow Response``: no acknowledgement for
+``ACK_TIMEOUT``; ``No Interest``: nobody subscribes to the deliver subject any more, or came
+within ``INTEREST_WAIT``) or 500 (the store failed).
+
+Restore. The request (``config``, ``state``) is checked as the reference checks it -- the
+config as a create checks it, then the name (10130 when taken) -- and answered with a
+``deliver_subject``; the client sends the bytes there in order, each chunk as a request that is
+answered (empty) once the chunk is on disk, then an empty message, answered with the restored
+stream's info (or the error, 10062). A restore with no chunk for ``RESTORE_IDLE`` is given up.
+
+The bytes are leafjet's own, not the reference's (a tar of its block files): a zstd stream of the
+store snapshot (core/store/snapshot.py), which holds the messages with their sequences and times,
+the deleted sequences, the consumers' configs and states (unless ``no_consumers``) and the
+sources' positions. So a backup restores into leafjet, and a nats-server backup into
+nats-server: each refuses the other's bytes with a clear error.
+
+A restore is all-or-nothing: the chunks are spooled to a file in a staging folder
+(``<name>.restoring-<id>``, which a restart removes), the store is built there, checked (counts
+and checksum) and only then renamed into place and started, as a restart starts a stream. The
+name is reserved meanwhile (a create of it is refused). Memory is bounded by a batch of the
+restore (``RESTORE_BATCH_BYTES``), not by the stream.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import zstandard
+
+from core import subjects
+from core.api_errors import ApiError, api_error
+from core.errors import StoreError
+from core.jetstream.consumer import STATE_PREFIX
+from core.jetstream.models import error_response
+from core.server.interest import nuid
+from core.server.internal import InternalReceiver
+
+if TYPE_CHECKING:
+    from core.jetstream.engine import AccountJetStream, JetStream
+    from core.jetstream.models import StreamConfig
+    from core.jetstream.stream import Stream
+    from core.server.internal import InboundMsg
+
+log = logging.getLogger("leafjet.jetstream.backup")
+
+SNAPSHOT_TYPE = "io.nats.jetstream.api.v1.stream_snapshot_response"
+CREATE_TYPE = "io.nats.jetstream.api.v1.stream_create_response"
+ACK_SUBJECT = "$JS.SNAPSHOT.ACK.{stream}.{id}"
+RESTORE_SUBJECT = "$JS.SNAPSHOT.RESTORE.{stream}.{id}"
+STAGING_MARK = ".restoring-"  # a staging folder's name: <stream>.restoring-<id>
+
+# The reference's defaults and clamps (nats-server's streamSnapshot)
+CHUNK_DEFAULT = 128 << 10
+CHUNK_MIN, CHUNK_MAX = 1 << 10, 1 << 20
+WINDOW_DEFAULT = 8 << 20
+WINDOW_MIN, WINDOW_MAX = 1 << 10, 32 << 20
+ACK_TIMEOUT = 5.0  # no acknowledgement for this long ends a snapshot (408 No Flow Response)
+INTEREST_WAIT = 2.0  # how long a snapshot waits for a subscriber on its deliver subject
+RESTORE_IDLE = 5.0  # no chunk for this long gives a restore up (the reference's activity interval)
+RESTORE_BATCH_BYTES = 8 << 20  # payload bytes a restore applies to the store per call
+SPOOL_READ = 256 << 10  # decompressed bytes read back from the spool at a time
+ZSTD_LEVEL = 1
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+MAX_SNAPSHOTS = 8  # running at once (each holds a read transaction on its store)
+MAX_RESTORES = 4  # running at once (each holds a staging folder)
+
+NO_INTEREST = b"NATS/1.0 408 No Interest\r\n\r\n"
+NO_FLOW = b"NATS/1.0 408 No Flow Response\r\n\r\n"
+END_OK = b"NATS/1.0 204\r\n\r\n"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRequest:
+    deliver_subject: str
+    no_consumers: bool
+    chunk_size: int
+    window_size: int
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> SnapshotRequest:
+        deliver = body.get("deliver_subject") or ""
+        if not isinstance(deliver, str) or not subjects.is_valid_literal_subject(deliver):
+            raise api_error("JSSnapshotDeliverSubjectInvalidErr")
+        chunk = _int(body.get("chunk_size")) or CHUNK_DEFAULT
+        window = _int(body.get("window_size")) or WINDOW_DEFAULT
+        chunk = min(max(CHUNK_MIN, chunk), CHUNK_MAX)
+        window = max(min(max(WINDOW_MIN, window), WINDOW_MAX), chunk)
+        return cls(deliver, bool(body.get("no_consumers")), chunk, window)
+
+
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def is_staging(folder_name: str) -> bool:
+    return STAGING_MARK in folder_name
+
+
+class Backups:
+    """The snapshots and restores of one JetStream, each in a task of its own (a restore waits
+    for its client between chunks; the API's queue must not). Owned by JetStream's task group."""
+
+    def __init__(self, js: JetStream) -> None:
+        self.js = js
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.snapshots = 0  # running
+        self.restores: dict[tuple[str, str], str] = {}  # (account, stream) -> deliver subject
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                self._tg = None
+                tg.cancel_scope.cancel()
+
+    def restoring(self, ajs: AccountJetStream, name: str) -> bool:
+        return (ajs.account.name, name) in self.restores
+
+    # ------------------------------------------------------------------ snapshot
+
+    def start_snapshot(
+        self,
+        ajs: AccountJetStream,
+        stream: Stream,
+        req: SnapshotRequest,
+        answer: dict[str, Any],
+        reply: str | None,
+    ) -> None:
+        """Send ``stream``'s snapshot as ``req`` asks; ``answer`` (its config and state) goes to
+        ``reply`` once the copy has begun."""
+        if self._tg is None:
+            raise api_error("JSStreamSnapshotErrF", err="snapshots are not being served")
+        if self.snapshots >= MAX_SNAPSHOTS:
+            raise api_error(
+                "JSStreamSnapshotErrF", err=f"{MAX_SNAPSHOTS} snapshots are running; try again later"
+            )
+        self.snapshots += 1
+        self._tg.start_soon(self._snapshot, ajs, stream, req, answer, reply)
+
+    async def _snapshot(
+        self,
+        ajs: AccountJetStream,
+        stream: Stream,
+        req: SnapshotRequest,
+        answer: dict[str, Any],
+        reply: str | None,
+    ) -> None:
+        account, name = ajs.account, stream.name
+        keep = (lambda key: not key.startswith(STATE_PREFIX)) if req.no_consumers else None
+        chunks = stream.store.snapshot(keep)
+        try:
+            try:
+                first = await chunks.__anext__()  # the copy's read transaction has begun
+            except (StoreError, OSError) as e:
+                log.warning("snapshot of stream %s/%s failed: %s", account.name, name, e)
+                if reply:
+                    err = api_error("JSStreamSnapshotErrF", err=str(e))
+                    account.publish(reply, None, None, _json(error_response("stream_snapshot_response", err)))
+                return
+            if reply:
+                account.publish(reply, None, None, _json({"type": SNAPSHOT_TYPE, **answer}))
+            began = time.monotonic()
+            stream.advise(
+                f"$JS.EVENT.ADVISORY.STREAM.SNAPSHOT_CREATE.{name}",
+                "advisory.v1.snapshot_create",
+                {"stream": name, "state": answer.get("state")},
+            )
+            error, sent = await self._send(ajs, name, first, chunks, req)
+            stream.advise(
+                f"$JS.EVENT.ADVISORY.STREAM.SNAPSHOT_COMPLETE.{name}",
+                "advisory.v1.snapshot_complete",
+                {"stream": name, **({"error": error} if error else {})},
+            )
+            took = time.monotonic() - began
+            if error:
+                log.warning(
+                    "snapshot of stream %s/%s failed after %.1fs: %s", account.name, name, took, error
+                )
+            else:
+                log.info("snapshot of stream %s/%s: %d bytes in %.2fs", account.name, name, sent, took)
+        finally:
+            self.snapshots -= 1
+            with anyio.CancelScope(shield=True):
+                await chunks.aclose()  # type: ignore[attr-defined]
+
+    async def _send(
+        self,
+        ajs: AccountJetStream,
+        name: str,
+        first: bytes,
+        chunks: AsyncIterator[bytes],
+        req: SnapshotRequest,
+    ) -> tuple[str | None, int]:
+        """Compress and send the copy with the reference's flow control; (the error, or None;
+        the bytes sent)."""
+        account = ajs.account
+        deliver = req.deliver_subject
+        ack_subject = ACK_SUBJECT.format(stream=name, id=nuid())
+        acks = InternalReceiver(
+            f"snapshot-acks-{name}", account, capacity=req.window_size // req.chunk_size + 64
+        )
+        acks.subscribe(ack_subject + ".>")
+        slots = req.window_size // req.chunk_size
+        index, sent = 1, 0
+        pending = bytearray()
+        comp = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj()
+
+        def interest() -> bool:
+            found = account.sublist.match(deliver)
+            return bool(found.plain or found.queues)
+
+        async def send_ready(final: bool) -> str | None:
+            nonlocal slots, index, sent
+            while len(pending) >= req.chunk_size or (final and pending):
+                while True:  # the acknowledgements that came meanwhile
+                    try:
+                        acks.inbox.receive_nowait()
+                        slots += 1
+                    except anyio.WouldBlock:
+                        break
+                if slots <= 0:
+                    with anyio.move_on_after(ACK_TIMEOUT):
+                        await acks.inbox.receive()
+                        slots += 1
+                    if slots <= 0:
+                        return "no flow response"
+                if not interest():
+                    return "no interest"
+                chunk = bytes(pending[: req.chunk_size])
+                del pending[: req.chunk_size]
+                account.publish(deliver, f"{ack_subject}.{len(chunk)}.{index}", None, chunk)
+                slots -= 1
+                index += 1
+                sent += len(chunk)
+            return None
+
+        error: str | None = None
+        header = END_OK
+        try:
+            with anyio.move_on_after(INTEREST_WAIT):
+                while not interest():
+                    await anyio.sleep(0.02)
+            piece: bytes | None = first
+            while piece is not None:
+                pending += await anyio.to_thread.run_sync(comp.compress, piece)
+                error = await send_ready(False)
+                if error:
+                    break
+                piece = await anext(chunks, None)
+            else:
+                pending += comp.flush()
+                error = await send_ready(True)
+            if error:
+                header = NO_FLOW if error == "no flow response" else NO_INTEREST
+        except (StoreError, OSError) as e:
+            error = str(e)
+            header = f"NATS/1.0 500 {_one_line(error)}\r\n\r\n".encode()
+        finally:
+            acks.unsubscribe_all()
+        account.publish(deliver, None, header, b"")
+        return error, sent
+
+    # ------------------------------------------------------------------ restore
+
+    def start_restore(
+        self,
+        ajs: AccountJetStream,
+        cfg: StreamConfig,
+        answer: Callable[[Stream], Awaitable[dict[str, Any]]],
+    ) -> str:
+        """Take a restore of ``cfg`` (already checked as a create): its name is reserved and the
+        deliver subject the client sends the bytes to is returned. ``answer`` builds the reply
+        to the last chunk from the restored stream."""
+        if self._tg is None:
+            raise api_error("JSStreamRestoreErrF", err="restores are not being served")
+        if len(self.restores) >= MAX_RESTORES:
+            raise api_error(
+                "JSStreamRestoreErrF", err=f"{MAX_RESTORES} restores are running; try again later"
+            )
+        key = (ajs.account.name, cfg.name)
+        if key in self.restores:
+            raise api_error("JSStreamNameExistRestoreFailedErr")
+        token = nuid()
+        deliver = RESTORE_SUBJECT.format(stream=cfg.name, id=token)
+        rx = InternalReceiver(f"restore-{cfg.name}", ajs.account, capacity=1024)
+        rx.subscribe(deliver)
+        self.restores[key] = deliver
+        self._tg.start_soon(self._restore, ajs, cfg, rx, token, answer)
+        return deliver
+
+    async def _restore(
+        self,
+        ajs: AccountJetStream,
+        cfg: StreamConfig,
+        rx: InternalReceiver,
+        token: str,
+        answer: Callable[[Stream], Awaitable[dict[str, Any]]],
+    ) -> None:
+        account, name = ajs.account, cfg.name
+        staging = ajs.root / f"{name}{STAGING_MARK}{token}"
+        spool = staging / "backup.part"
+        began = time.monotonic()
+        try:
+            await anyio.to_thread.run_sync(_make_staging, staging)
+            fd = await anyio.to_thread.run_sync(_open_spool, spool)
+            try:
+                reply, total = await self._receive(ajs, name, rx, fd)
+            finally:
+                await anyio.to_thread.run_sync(os.close, fd)
+            rx.unsubscribe_all()
+            if reply is None:
+                return
+            try:
+                stream = await self.js.restore_stream(ajs, cfg, staging, _spooled_chunks(spool))
+                body = await answer(stream)
+            except Exception as e:
+                err = e if isinstance(e, ApiError) else api_error("JSStreamRestoreErrF", err=_why(e))
+                if not isinstance(e, ApiError | StoreError | OSError):
+                    log.exception("restore of stream %s/%s failed", account.name, name)
+                log.warning("restore of stream %s/%s failed: %s", account.name, name, err.description)
+                account.publish(reply, None, None, _json(error_response("stream_create_response", err)))
+                return
+            account.publish(reply, None, None, _json(body))
+            log.info(
+                "restored stream %s/%s from %d bytes in %.2fs",
+                account.name,
+                name,
+                total,
+                time.monotonic() - began,
+            )
+        except OSError as e:
+            log.warning("restore of stream %s/%s failed: %s", account.name, name, e)
+        finally:
+            rx.unsubscribe_all()
+            self.restores.pop((account.name, name), None)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(shutil.rmtree, staging, True)
+
+    async def _receive(
+        self, ajs: AccountJetStream, name: str, rx: InternalReceiver, fd: int
+    ) -> tuple[str | None, int]:
+        """Write the chunks to ``fd``, acknowledging each once written, until the empty one:
+        (its reply subject, the bytes received); (None, ...) when the restore was given up."""
+        account = ajs.account
+        total = 0
+        while True:
+            msg: InboundMsg | None = None
+            with anyio.move_on_after(RESTORE_IDLE):
+                msg = await rx.inbox.receive()
+            if msg is None:
+                why = f"no chunk for {RESTORE_IDLE:g}s after {total} bytes"
+            elif not msg.reply:
+                why = "a chunk came without a reply subject"
+            elif not msg.payload:
+                return msg.reply, total
+            else:
+                try:
+                    await anyio.to_thread.run_sync(_write_all, fd, msg.payload)
+                except OSError as e:
+                    err = api_error("JSStreamRestoreErrF", err=f"cannot store the backup: {e.strerror or e}")
+                    account.publish(
+                        msg.reply, None, None, _json(error_response("stream_create_response", err))
+                    )
+                    why = f"cannot store the backup: {e}"
+                else:
+                    total += len(msg.payload)
+                    account.publish(msg.reply, None, None, b"")
+                    continue
+            log.warning("restore of stream %s/%s given up: %s", account.name, name, why)
+            return None, total
+
+
+def _json(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:200]
+
+
+def _why(e: Exception) -> str:
+    return str(e) or type(e).__name__
+
+
+def _make_staging(staging: Path) -> None:
+    staging.mkdir(parents=True)
+
+
+def _open_spool(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+async def _spooled_chunks(spool: Path) -> AsyncIterator[bytes]:
+    """The snapshot bytes of a spooled backup, decompressed a piece at a time off the loop."""
+    f = await anyio.to_thread.run_sync(open, spool, "rb")
+    try:
+        magic = await anyio.to_thread.run_sync(f.read, len(ZSTD_MAGIC))
+        if magic != ZSTD_MAGIC:
+            raise StoreError(
+                "not a leafjet stream backup (a nats-server backup restores only into nats-server)"
+            )
+        await anyio.to_thread.run_sync(f.seek, 0)
+        reader = zstandard.ZstdDecompressor().stream_reader(f)
+        while True:
+            try:
+                piece = await anyio.to_thread.run_sync(reader.read, SPOOL_READ)
+            except zstandard.ZstdError as e:
+                raise StoreError(f"the backup is damaged: {e}") from None
+            if not piece:
+                return
+            yield piece
+    finally:
+        await anyio.to_thread.run_sync(f.close)

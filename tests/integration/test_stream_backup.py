@@ -1,0 +1,277 @@
+"""Stream backups (``STREAM.SNAPSHOT`` / ``STREAM.RESTORE``, core/jetstream/backup.py) on the
+reference's wire protocol, the same scenarios against leafjet and nats-server: what a backup
+restores (messages, deleted sequences, consumers and their positions), its flow control, and
+bad input (bytes that are no backup, a client that stops acknowledging or stops sending).
+
+Each server restores its own backups only (the bytes are each one's own format)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from typing import Any
+
+import nats
+import pytest
+
+from tests.support.jsapi import api, jetstream
+from tests.support.jscluster import api_until
+from tests.support.servers import start_leafjet
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+WHOLE = "204"
+RESTORE_TYPE = "io.nats.jetstream.api.v1.stream_restore_response"
+CREATE_TYPE = "io.nats.jetstream.api.v1.stream_create_response"
+
+
+async def take_snapshot(
+    nc: Any, stream: str, *, ack: bool = True, timeout: float = 30.0, **opts: Any
+) -> tuple[dict, bytes, str | None]:
+    """A snapshot of ``stream`` as `nats stream backup` takes it: (the answer, the bytes, the
+    status of the last message: "204", or none when the reference's snapshot fits in one chunk,
+    when whole). ``ack=False``: chunks are not acknowledged."""
+    inbox = nc.new_inbox()
+    chunks: list[bytes] = []
+    ended: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+    async def on_chunk(msg: Any) -> None:
+        if msg.data:
+            chunks.append(msg.data)
+            if ack and msg.reply:  # the reference sends its last chunk without one
+                await msg.respond(b"")
+        elif not ended.done():
+            ended.set_result((msg.headers or {}).get("Status", WHOLE))
+
+    sub = await nc.subscribe(inbox, cb=on_chunk)
+    try:
+        answer = await api(nc, f"$JS.API.STREAM.SNAPSHOT.{stream}", {"deliver_subject": inbox, **opts})
+        if "error" in answer:
+            return answer, b"", None
+        status = await asyncio.wait_for(ended, timeout)
+    finally:
+        await sub.unsubscribe()
+    return answer, b"".join(chunks), status
+
+
+async def restore(nc: Any, stream: str, snapshot_answer: dict, data: bytes, chunk: int = 64 << 10) -> dict:
+    """`nats stream restore`: the request, each chunk as a request, then the empty end; the
+    answer to the end (the restored stream's info, or the error)."""
+    body = {"config": snapshot_answer["config"], "state": snapshot_answer["state"]}
+    started = await api(nc, f"$JS.API.STREAM.RESTORE.{stream}", body)
+    assert started["type"] == RESTORE_TYPE and started.get("deliver_subject"), started
+    return await send_backup(nc, started["deliver_subject"], data, chunk)
+
+
+async def send_backup(nc: Any, deliver: str, data: bytes, chunk: int = 64 << 10) -> dict:
+    for i in range(0, len(data), chunk):
+        ack = await nc.request(deliver, data[i : i + chunk], timeout=10)
+        if ack.data:  # an error answers a chunk the server could not take
+            return json.loads(ack.data)
+    end = await nc.request(deliver, b"", timeout=60)
+    return json.loads(end.data)
+
+
+async def fill(js: Any, nc: Any) -> None:
+    """A stream ``S`` with 300 messages on five subjects, one deleted in the middle, and a
+    durable consumer ``C`` that has 40 acknowledged and 10 more delivered, not acknowledged."""
+    await js.add_stream(name="S", subjects=["s.>"])
+    for i in range(300):
+        await js.publish(
+            f"s.{i % 5}", f"m{i}".encode() * (1 + i % 7), headers={"N": str(i)} if i % 3 else None
+        )
+    await js.delete_msg("S", 150)
+    sub = await js.pull_subscribe("s.>", durable="C", stream="S")
+    msgs = await sub.fetch(50, timeout=5)
+    for m in msgs[:40]:
+        await m.ack_sync()
+
+
+def _state(info: dict) -> dict:
+    s = info["state"]
+    return {
+        k: s.get(k) for k in ("messages", "bytes", "first_seq", "last_seq", "num_deleted", "num_subjects")
+    }
+
+
+async def test_a_backup_restores_messages_deleted_sequences_and_consumers(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await fill(js, nc)
+        before = await api(nc, "$JS.API.STREAM.INFO.S")
+        consumer_before = await api(nc, "$JS.API.CONSUMER.INFO.S.C")
+        answer, data, status = await take_snapshot(nc, "S", chunk_size=4096)
+        assert answer["type"] == "io.nats.jetstream.api.v1.stream_snapshot_response", answer
+        assert answer["config"]["name"] == "S" and answer["state"]["messages"] == 299
+        assert status == WHOLE and data
+        await js.delete_stream("S")
+
+        restored = await restore(nc, "S", answer, data)
+        assert restored["type"] == CREATE_TYPE and "error" not in restored, restored
+        assert _state(restored) == _state(before)
+        info = await api(nc, "$JS.API.STREAM.INFO.S")
+        assert _state(info) == _state(before)
+        for seq in (1, 2, 149, 151, 300):
+            got = await js.get_msg("S", seq)
+            assert (got.subject, got.data) == (
+                f"s.{(seq - 1) % 5}",
+                f"m{seq - 1}".encode() * (1 + (seq - 1) % 7),
+            )
+            assert (got.headers or {}).get("N") == (str(seq - 1) if (seq - 1) % 3 else None)
+        with pytest.raises(nats.js.errors.NotFoundError):
+            await js.get_msg("S", 150)
+
+        consumer = await api(nc, "$JS.API.CONSUMER.INFO.S.C")
+        assert consumer["ack_floor"]["stream_seq"] == consumer_before["ack_floor"]["stream_seq"] == 40
+        assert consumer["delivered"]["stream_seq"] == consumer_before["delivered"]["stream_seq"] == 50
+        ack = await js.publish("s.9", b"after")
+        assert ack.seq == 301  # the stream goes on after its last sequence
+
+
+async def test_a_backup_without_consumers_restores_none(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await fill(js, nc)
+        answer, data, status = await take_snapshot(nc, "S", no_consumers=True)
+        assert status == WHOLE
+        await js.delete_stream("S")
+        restored = await restore(nc, "S", answer, data)
+        assert restored["state"]["messages"] == 299 and restored["state"]["consumer_count"] == 0, restored
+        names = await api(nc, "$JS.API.CONSUMER.NAMES.S")
+        assert not names["consumers"]
+
+
+async def test_a_snapshot_nobody_acknowledges_ends_with_408(js_server):
+    """With a window of two chunks and no acknowledgement the snapshot stops after two chunks
+    and ends, 5 s later, with 408 (the reference's "No Flow Response")."""
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="S", subjects=["s"])
+        for _ in range(200):
+            await js.publish("s", os.urandom(1000))  # nothing to compress
+        answer, data, status = await take_snapshot(
+            nc, "S", ack=False, timeout=20, chunk_size=1024, window_size=2048
+        )
+        assert "error" not in answer, answer
+        assert status == "408" and len(data) == 2048
+
+
+async def test_bytes_that_are_no_backup_are_refused_and_the_name_stays_free(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="S", subjects=["s"])
+        await js.publish("s", b"x")
+        answer, _data, status = await take_snapshot(nc, "S")
+        assert status == WHOLE
+        await js.delete_stream("S")
+        refused = await restore(nc, "S", answer, b"this is not a backup at all" * 100)
+        assert refused["error"]["err_code"] == 10062, refused
+        info = await api(nc, "$JS.API.STREAM.INFO.S")
+        assert info["error"]["err_code"] == 10059
+        await js.add_stream(name="S", subjects=["s"])  # the name is free again
+
+
+async def test_a_restore_checks_the_config_as_a_create_does(js_server):
+    """Both servers refuse a config a create would refuse before taking any byte; leafjet also
+    refuses subjects another stream holds then (the reference finds out at the end, after the
+    whole backup was sent)."""
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="T", subjects=["t.>"])
+        bad = await api(
+            nc, "$JS.API.STREAM.RESTORE.S", {"config": {"name": "S", "subjects": ["s"], "max_age": -5}}
+        )
+        assert bad["type"] == RESTORE_TYPE and bad["error"]["err_code"] == 10052, bad  # invalid config
+        if js_server.kind == "leafjet":
+            overlap = await api(
+                nc, "$JS.API.STREAM.RESTORE.S", {"config": {"name": "S", "subjects": ["t.x"]}}
+            )
+            assert overlap["error"]["err_code"] == 10065, overlap  # subjects overlap
+
+
+async def test_a_restore_whose_client_goes_away_frees_its_name(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="S", subjects=["s"])
+        await js.publish("s", b"x")
+        answer, data, _status = await take_snapshot(nc, "S")
+        await js.delete_stream("S")
+        started = await api(
+            nc, "$JS.API.STREAM.RESTORE.S", {"config": answer["config"], "state": answer["state"]}
+        )
+        await nc.request(started["deliver_subject"], data[:10], timeout=5)
+        # the client stops here; after the server's idle time the name can be restored again
+        for _ in range(100):
+            again = await api(nc, "$JS.API.STREAM.RESTORE.S", {"config": answer["config"]})
+            if "error" not in again:
+                break
+            await asyncio.sleep(0.2)
+        assert "error" not in again, again
+        done = await send_backup(nc, again["deliver_subject"], data)
+        assert done["state"]["messages"] == 1, done
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(180)
+async def test_a_snapshot_through_another_server_of_a_cluster(tagged_cluster):
+    """The stream lives on server 0; the client asks through server 1: the snapshot comes
+    across the route with its flow control. (A restore in a cluster: nats-server restores,
+    leafjet refuses it with 10062 for now.)"""
+    c = tagged_cluster
+    nc = await nats.connect(c.url(1))
+    try:
+        cfg = {"name": "S1", "subjects": ["s1.>"], "placement": {"tags": ["az:1"]}}
+        created = await api_until(nc, "$JS.API.STREAM.CREATE.S1", cfg, retry_on=(10008, 10005))
+        assert created["cluster"]["leader"] == c.nodes[0].name, created
+        js = nc.jetstream()
+        for i in range(100):
+            await js.publish(f"s1.{i % 3}", os.urandom(900))
+        answer, data, status = await take_snapshot(nc, "S1", chunk_size=8192, window_size=16384)
+        assert answer["state"]["messages"] == 100 and status == WHOLE, answer
+        assert len(data) > 90_000  # random payloads: about as large as the stream
+        restore_answer = await api(
+            nc, "$JS.API.STREAM.RESTORE.R1", {"config": {"name": "R1", "subjects": ["r1"]}}
+        )
+        if c.kind == "leafjet":
+            assert restore_answer["error"]["err_code"] == 10062, restore_answer
+    finally:
+        await nc.close()
+
+
+async def test_a_memory_stream_restores(js_server):
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="M", subjects=["m.*"], storage="memory")
+        for i in range(50):
+            await js.publish(f"m.{i % 2}", f"v{i}".encode())
+        answer, data, status = await take_snapshot(nc, "M")
+        assert status == WHOLE
+        await js.delete_stream("M")
+        restored = await restore(nc, "M", answer, data)
+        assert restored["config"]["storage"] == "memory" and restored["state"]["messages"] == 50, restored
+        assert (await js.get_msg("M", 50)).data == b"v49"
+
+
+async def test_a_restore_cut_short_by_a_restart_leaves_nothing(tmp_path):
+    """leafjet: the staging folder of a restore that a stop ended is gone after the restart,
+    the name is free, and the other streams are there."""
+    srv = start_leafjet(tmp_path)
+    try:
+        nc = await nats.connect(srv.url)
+        js = nc.jetstream()
+        await js.add_stream(name="KEEP", subjects=["k"])
+        await js.publish("k", b"kept")
+        answer, data, _ = await take_snapshot(nc, "KEEP")
+        started = await api(
+            nc, "$JS.API.STREAM.RESTORE.R", {"config": {**answer["config"], "name": "R", "subjects": ["r"]}}
+        )
+        await nc.request(started["deliver_subject"], data[:5], timeout=5)
+        staging = [d for d in (tmp_path / "data").rglob("R.restoring-*") if d.is_dir()]
+        assert len(staging) == 1
+        await nc.close()
+    finally:
+        srv.stop(signal.SIGKILL)
+    srv = srv.start_again()
+    try:
+        assert not staging[0].exists()
+        async with jetstream(srv) as (nc, js):
+            assert (await js.get_msg("KEEP", 1)).data == b"kept"
+            assert (await api(nc, "$JS.API.STREAM.INFO.R"))["error"]["err_code"] == 10059
+            await js.add_stream(name="R", subjects=["r"])
+    finally:
+        srv.stop()
