@@ -15,6 +15,7 @@
     python -m bench raft [--entries 20000] [--window 256] [--sequential 1000] [--size 128] [--runs 1]
     python -m bench many-consumers [--consumers 1000] [--publishes 300] [--away 100] [--runs 1]
     python -m bench restart [--streams 2000] [--big-msgs 1000000] [--runs 1]
+    python -m bench backup [--msgs 200000] [--size 1024] [--runs 1]
     python -m bench store [--msgs 100000] [--size 128] [--window 1000] [--runs 3] [--modes apply,...]
 
 core/jetstream/consumers figures are medians over --runs runs; each run uses a fresh server of each
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import median_figures
+from bench.backup import add_parser as add_backup_parser
+from bench.backup import backup_matrix
 from bench.cluster import add_parser as add_cluster_parser
 from bench.cluster import cluster_matrix
 from bench.consumers import KV_WRITERS, ConsumerFigures, run_consumers
@@ -346,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     add_raft_parser(sub)
     add_restart_parser(sub)
     add_many_consumers_parser(sub)
+    add_backup_parser(sub)
     args = p.parse_args(argv)
     if args.matrix == "core":
         return core_matrix(args)
@@ -377,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         return restart_matrix(args)
     if args.matrix == "many-consumers":
         return many_consumers_matrix(args)
+    if args.matrix == "backup":
+        return backup_matrix(args)
     if args.matrix == "mqtt" and args.commands:
         return run_mqtt_commands(args.msgs, args.size)
     if args.matrix == "mqtt":

@@ -50,7 +50,9 @@ from core import subjects
 from core.api_errors import ApiError, api_error
 from core.errors import StoreError
 from core.jetstream.consumer import STATE_PREFIX
+from core.jetstream.gotime import rfc3339_nano
 from core.jetstream.models import error_response
+from core.jetstream.stream import advise
 from core.server.interest import nuid
 from core.server.internal import InternalReceiver
 
@@ -66,6 +68,8 @@ SNAPSHOT_TYPE = "io.nats.jetstream.api.v1.stream_snapshot_response"
 CREATE_TYPE = "io.nats.jetstream.api.v1.stream_create_response"
 ACK_SUBJECT = "$JS.SNAPSHOT.ACK.{stream}.{id}"
 RESTORE_SUBJECT = "$JS.SNAPSHOT.RESTORE.{stream}.{id}"
+RESTORE_CREATE = "$JS.EVENT.ADVISORY.STREAM.RESTORE_CREATE"
+RESTORE_COMPLETE = "$JS.EVENT.ADVISORY.STREAM.RESTORE_COMPLETE"
 STAGING_MARK = ".restoring-"  # a staging folder's name: <stream>.restoring-<id>
 
 # The reference's defaults and clamps (nats-server's streamSnapshot)
@@ -181,17 +185,18 @@ class Backups:
                 return
             if reply:
                 account.publish(reply, None, None, _json({"type": SNAPSHOT_TYPE, **answer}))
-            began = time.monotonic()
+            began, start = time.monotonic(), time.time_ns()
             stream.advise(
                 f"$JS.EVENT.ADVISORY.STREAM.SNAPSHOT_CREATE.{name}",
                 "advisory.v1.snapshot_create",
                 {"stream": name, "state": answer.get("state")},
             )
             error, sent = await self._send(ajs, name, first, chunks, req)
+            fields = {"stream": name, "start": rfc3339_nano(start), "end": rfc3339_nano(time.time_ns())}
             stream.advise(
                 f"$JS.EVENT.ADVISORY.STREAM.SNAPSHOT_COMPLETE.{name}",
                 "advisory.v1.snapshot_complete",
-                {"stream": name, **({"error": error} if error else {})},
+                {**fields, **({"error": error} if error else {})},
             )
             took = time.monotonic() - began
             if error:
@@ -321,7 +326,10 @@ class Backups:
         account, name = ajs.account, cfg.name
         staging = ajs.root / f"{name}{STAGING_MARK}{token}"
         spool = staging / "backup.part"
-        began = time.monotonic()
+        began, start = time.monotonic(), time.time_ns()
+        domain = self.js.domain
+        advise(account, domain, f"{RESTORE_CREATE}.{name}", "advisory.v1.restore_create", {"stream": name})
+        total = 0
         try:
             await anyio.to_thread.run_sync(_make_staging, staging)
             fd = await anyio.to_thread.run_sync(_open_spool, spool)
@@ -355,6 +363,9 @@ class Backups:
         finally:
             rx.unsubscribe_all()
             self.restores.pop((account.name, name), None)
+            end = time.time_ns()
+            fields = {"stream": name, "start": rfc3339_nano(start), "end": rfc3339_nano(end), "bytes": total}
+            advise(account, domain, f"{RESTORE_COMPLETE}.{name}", "advisory.v1.restore_complete", fields)
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(shutil.rmtree, staging, True)
 

@@ -224,6 +224,29 @@ def stored_subjects(ops: Sequence[Op]) -> set[str] | None:
     return out
 
 
+def advise(
+    account: Account,
+    domain: str | None,
+    subject: str,
+    event_type: str,
+    fields: dict[str, Any],
+    *,
+    namespace: str = "io.nats.jetstream",
+) -> None:
+    """Publish a JetStream event, framed as the reference frames them: ``type``
+    (``io.nats.jetstream.<event_type>``; leafjet's own events name another ``namespace``), a
+    unique ``id``, ``timestamp``, then ``fields``, then ``domain`` when the server has one."""
+    body: dict[str, Any] = {
+        "type": f"{namespace}.{event_type}",
+        "id": secrets.token_hex(11),
+        "timestamp": rfc3339_nano(time.time_ns()),
+        **fields,
+    }
+    if domain:
+        body["domain"] = domain
+    account.publish(subject, None, None, json.dumps(body).encode())
+
+
 class Stream:
     def __init__(
         self,
@@ -681,20 +704,8 @@ class Stream:
     def advise(
         self, subject: str, event_type: str, fields: dict[str, Any], *, namespace: str = "io.nats.jetstream"
     ) -> None:
-        """Publish a JetStream event about this stream or one of its consumers, framed as the
-        reference frames them: ``type`` (``io.nats.jetstream.<event_type>``; leafjet's own
-        events name another ``namespace``), a unique ``id``, ``timestamp``, then ``fields``,
-        then ``domain`` when the server has one."""
-        now = time.time_ns()
-        body: dict[str, Any] = {
-            "type": f"{namespace}.{event_type}",
-            "id": secrets.token_hex(11),
-            "timestamp": rfc3339_nano(now),
-            **fields,
-        }
-        if self.domain:
-            body["domain"] = self.domain
-        self.account.publish(subject, None, None, json.dumps(body).encode())
+        """Publish a JetStream event about this stream or one of its consumers (``advise``)."""
+        advise(self.account, self.domain, subject, event_type, fields, namespace=namespace)
 
     # ------------------------------------------------------------------ state
 

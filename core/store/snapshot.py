@@ -33,6 +33,7 @@ MAGIC = b"LJSNAP\x00"
 VERSION = 1
 MAX_RECORD = 64 << 20
 CHUNK = 256 << 10
+SUBJECTS_CACHED = 4096  # distinct subjects a decoder remembers as checked
 BATCH_MSGS = 10_000  # a batched restore applies at most about this many messages per call
 
 K_STATE, K_MSG, K_META, K_END = 1, 2, 3, 4
@@ -159,6 +160,7 @@ class SnapshotDecoder:
         self._n_metas = 0
         self._last_seq = 0
         self._pending_bytes = 0
+        self._subjects: dict[bytes, str] = {}  # checked subjects (a stream's repeat)
 
     def feed(self, chunk: bytes) -> None:
         if not isinstance(chunk, bytes | bytearray | memoryview):
@@ -207,22 +209,34 @@ class SnapshotDecoder:
                 raise SnapshotError(f"bad snapshot version {version}")
             self._crc = zlib.crc32(b)
             self._started = True
-        while len(self._buf) >= _REC.size:
+        # The whole records in the buffer, parsed by offset in one immutable copy (a record
+        # consumed from the front of the buffer moved the rest each time: a restore spent
+        # most of its time there); what is left of an unfinished record stays buffered.
+        data = bytes(self._buf)
+        view = memoryview(data)
+        pos, n = 0, len(data)
+        while n - pos >= _REC.size:
             if self._done:
                 raise SnapshotError("trailing data after the end of the snapshot")
-            kind, length = _REC.unpack_from(self._buf)
+            kind, length = _REC.unpack_from(data, pos)
             if length > MAX_RECORD:
                 raise SnapshotError(f"snapshot record of {length} bytes exceeds {MAX_RECORD}")
-            if len(self._buf) < _REC.size + length:
-                return
-            raw = self._consume(_REC.size + length)
-            self._record(kind, raw[_REC.size :], raw)
+            end = pos + _REC.size + length
+            if end > n:
+                break
+            if kind == K_END:
+                self._end(data[pos + _REC.size : end])
+            else:
+                self._crc = zlib.crc32(view[pos:end], self._crc)
+                if kind == K_MSG and self._header is not None:
+                    self._msg(data, pos + _REC.size, end)
+                else:
+                    self._record(kind, data[pos + _REC.size : end])
+            pos = end
+        if pos:
+            self._buf = bytearray(view[pos:])
 
-    def _record(self, kind: int, payload: bytes, raw: bytes) -> None:
-        if kind == K_END:
-            self._end(payload)
-            return
-        self._crc = zlib.crc32(raw, self._crc)
+    def _record(self, kind: int, payload: bytes) -> None:
         if self._header is None:
             if kind != K_STATE or len(payload) != _STATE.size:
                 raise SnapshotError("snapshot does not start with a state record")
@@ -231,37 +245,43 @@ class SnapshotDecoder:
             if h.last_seq < 0 or h.first_seq < 1 or h.first_seq > h.last_seq + 1 or h.last_ts < 0:
                 raise SnapshotError(f"bad snapshot state {h}")
             return
-        if kind == K_MSG:
-            self._msg(payload)
-        elif kind == K_META:
+        if kind == K_META:
             self._meta(payload)
         else:
             raise SnapshotError(f"unknown snapshot record kind {kind}")
 
-    def _msg(self, p: bytes) -> None:
+    def _msg(self, b: bytes, start: int, end: int) -> None:
+        """The message record in ``b[start:end]`` (its payload, after the record header)."""
         h = self._header
         assert h is not None
-        if len(p) < _MSG.size + _HLEN.size:
+        if end - start < _MSG.size + _HLEN.size:
             raise SnapshotError("truncated message record")
-        seq, ts, slen = _MSG.unpack_from(p)
-        off = _MSG.size
-        if off + slen + _HLEN.size > len(p):
+        seq, ts, slen = _MSG.unpack_from(b, start)
+        off = start + _MSG.size
+        if off + slen + _HLEN.size > end:
             raise SnapshotError("truncated message subject")
-        try:
-            subject = p[off : off + slen].decode()
-        except UnicodeDecodeError:
-            raise SnapshotError("message subject is not UTF-8") from None
+        raw_subject = b[off : off + slen]
+        subject = self._subjects.get(raw_subject)
+        if subject is None:
+            try:
+                subject = raw_subject.decode()
+            except UnicodeDecodeError:
+                raise SnapshotError("message subject is not UTF-8") from None
+            if not is_valid_literal_subject(subject):
+                raise SnapshotError(f"bad message {seq}")
+            if len(self._subjects) < SUBJECTS_CACHED:
+                self._subjects[raw_subject] = subject
         off += slen
-        (hlen,) = _HLEN.unpack_from(p, off)
+        (hlen,) = _HLEN.unpack_from(b, off)
         off += _HLEN.size
-        if hlen < -1 or off + max(hlen, 0) > len(p):
+        if hlen < -1 or off + max(hlen, 0) > end:
             raise SnapshotError("bad message header length")
-        hdr = None if hlen == -1 else p[off : off + hlen]
-        data = p[off + max(hlen, 0) :]
+        hdr = None if hlen == -1 else b[off : off + hlen]
+        data = b[off + max(hlen, 0) : end]
         prev = self._last_seq if self._n_msgs else h.first_seq - 1
         if not (prev < seq <= h.last_seq) or (not self._n_msgs and seq != h.first_seq):
             raise SnapshotError(f"message sequence {seq} out of order or outside the snapshot range")
-        if ts < 0 or not is_valid_literal_subject(subject):
+        if ts < 0:
             raise SnapshotError(f"bad message {seq}")
         self._msgs.append(StoredMsg(seq, subject, hdr, data, ts))
         self._n_msgs += 1
@@ -351,6 +371,8 @@ async def restore_into(
 async def _apply_in_batches(
     store: StreamStore, chunks: AsyncIterator[bytes] | Iterable[bytes], batch_bytes: int
 ) -> Snapshot:
+    # (A writer task applying one batch while the next is decoded was tried: ~10% faster, the
+    # decode and the store's thread share the GIL; not worth a second task's failure paths.)
     dec = SnapshotDecoder()
 
     async def feed(c: bytes) -> None:

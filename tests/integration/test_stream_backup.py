@@ -16,62 +16,15 @@ from typing import Any
 import nats
 import pytest
 
+from tests.support.backup import WHOLE, restore, send_backup, take_snapshot
 from tests.support.jsapi import api, jetstream
 from tests.support.jscluster import api_until
 from tests.support.servers import start_leafjet
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-WHOLE = "204"
 RESTORE_TYPE = "io.nats.jetstream.api.v1.stream_restore_response"
 CREATE_TYPE = "io.nats.jetstream.api.v1.stream_create_response"
-
-
-async def take_snapshot(
-    nc: Any, stream: str, *, ack: bool = True, timeout: float = 30.0, **opts: Any
-) -> tuple[dict, bytes, str | None]:
-    """A snapshot of ``stream`` as `nats stream backup` takes it: (the answer, the bytes, the
-    status of the last message: "204", or none when the reference's snapshot fits in one chunk,
-    when whole). ``ack=False``: chunks are not acknowledged."""
-    inbox = nc.new_inbox()
-    chunks: list[bytes] = []
-    ended: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-
-    async def on_chunk(msg: Any) -> None:
-        if msg.data:
-            chunks.append(msg.data)
-            if ack and msg.reply:  # the reference sends its last chunk without one
-                await msg.respond(b"")
-        elif not ended.done():
-            ended.set_result((msg.headers or {}).get("Status", WHOLE))
-
-    sub = await nc.subscribe(inbox, cb=on_chunk)
-    try:
-        answer = await api(nc, f"$JS.API.STREAM.SNAPSHOT.{stream}", {"deliver_subject": inbox, **opts})
-        if "error" in answer:
-            return answer, b"", None
-        status = await asyncio.wait_for(ended, timeout)
-    finally:
-        await sub.unsubscribe()
-    return answer, b"".join(chunks), status
-
-
-async def restore(nc: Any, stream: str, snapshot_answer: dict, data: bytes, chunk: int = 64 << 10) -> dict:
-    """`nats stream restore`: the request, each chunk as a request, then the empty end; the
-    answer to the end (the restored stream's info, or the error)."""
-    body = {"config": snapshot_answer["config"], "state": snapshot_answer["state"]}
-    started = await api(nc, f"$JS.API.STREAM.RESTORE.{stream}", body)
-    assert started["type"] == RESTORE_TYPE and started.get("deliver_subject"), started
-    return await send_backup(nc, started["deliver_subject"], data, chunk)
-
-
-async def send_backup(nc: Any, deliver: str, data: bytes, chunk: int = 64 << 10) -> dict:
-    for i in range(0, len(data), chunk):
-        ack = await nc.request(deliver, data[i : i + chunk], timeout=10)
-        if ack.data:  # an error answers a chunk the server could not take
-            return json.loads(ack.data)
-    end = await nc.request(deliver, b"", timeout=60)
-    return json.loads(end.data)
 
 
 async def fill(js: Any, nc: Any) -> None:
@@ -275,3 +228,31 @@ async def test_a_restore_cut_short_by_a_restart_leaves_nothing(tmp_path):
             await js.add_stream(name="R", subjects=["r"])
     finally:
         srv.stop()
+
+
+async def test_backups_are_advised_as_the_reference_advises_them(js_server):
+    async with jetstream(js_server) as (nc, js):
+        seen: list[dict] = []
+
+        async def on_advisory(msg: Any) -> None:
+            seen.append({"subject": msg.subject, **json.loads(msg.data)})
+
+        await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.*.S", cb=on_advisory)
+        await js.add_stream(name="S", subjects=["s"])
+        await js.publish("s", b"x")
+        answer, data, _ = await take_snapshot(nc, "S")
+        await js.delete_stream("S")
+        await restore(nc, "S", answer, data)
+        wanted = ["SNAPSHOT_CREATE", "SNAPSHOT_COMPLETE", "RESTORE_CREATE", "RESTORE_COMPLETE"]
+        for _ in range(100):
+            kinds = [a["subject"].split(".")[-2] for a in seen]
+            if all(k in kinds for k in wanted):
+                break
+            await asyncio.sleep(0.05)
+        by_kind = {a["subject"].split(".")[-2]: a for a in seen}
+        for kind in wanted:
+            assert by_kind[kind]["type"] == f"io.nats.jetstream.advisory.v1.{kind.lower()}", seen
+            assert by_kind[kind]["stream"] == "S"
+        assert by_kind["SNAPSHOT_CREATE"]["state"]["messages"] == 1
+        assert by_kind["RESTORE_COMPLETE"]["bytes"] == len(data)
+        assert by_kind["SNAPSHOT_COMPLETE"]["start"] and by_kind["SNAPSHOT_COMPLETE"]["end"]
