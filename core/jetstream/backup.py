@@ -18,11 +18,13 @@ config as a create checks it, then the name (10130 when taken) -- and answered w
 answered (empty) once the chunk is on disk, then an empty message, answered with the restored
 stream's info (or the error, 10062). A restore with no chunk for ``RESTORE_IDLE`` is given up.
 
-The bytes are leafjet's own, not the reference's (a tar of its block files): a zstd stream of the
-store snapshot (core/store/snapshot.py), which holds the messages with their sequences and times,
-the deleted sequences, the consumers' configs and states (unless ``no_consumers``) and the
-sources' positions. So a backup restores into leafjet, and a nats-server backup into
-nats-server: each refuses the other's bytes with a clear error.
+The bytes are leafjet's own inside the reference's framing. The reference sends a tar of its
+block files in S2's framed format, and `nats stream backup` decodes the S2 frames as they come
+(to show progress) and fails on anything else; so leafjet sends the store snapshot
+(core/store/snapshot.py: the messages with their sequences and times, the deleted sequences,
+the consumers' configs and states unless ``no_consumers``, the sources' positions) as a
+Snappy-framed stream, which S2 readers read. Inside, the bytes differ: a backup restores into
+leafjet, and a nats-server backup into nats-server; each refuses the other's with a clear error.
 
 A restore is all-or-nothing: the chunks are spooled to a file in a staging folder
 (``<name>.restoring-<id>``, which a restart removes), the store is built there, checked (counts
@@ -44,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import zstandard
+import cramjam
 
 from core import subjects
 from core.api_errors import ApiError, api_error
@@ -81,9 +83,7 @@ ACK_TIMEOUT = 5.0  # no acknowledgement for this long ends a snapshot (408 No Fl
 INTEREST_WAIT = 2.0  # how long a snapshot waits for a subscriber on its deliver subject
 RESTORE_IDLE = 5.0  # no chunk for this long gives a restore up (the reference's activity interval)
 RESTORE_BATCH_BYTES = 8 << 20  # payload bytes a restore applies to the store per call
-SPOOL_READ = 256 << 10  # decompressed bytes read back from the spool at a time
-ZSTD_LEVEL = 1
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+SNAPPY_MAGIC = b"\xff\x06\x00\x00sNaPpY"  # a framed stream's identifier chunk
 MAX_SNAPSHOTS = 8  # running at once (each holds a read transaction on its store)
 MAX_RESTORES = 4  # running at once (each holds a staging folder)
 
@@ -230,7 +230,6 @@ class Backups:
         slots = req.window_size // req.chunk_size
         index, sent = 1, 0
         pending = bytearray()
-        comp = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj()
 
         def interest() -> bool:
             found = account.sublist.match(deliver)
@@ -269,13 +268,14 @@ class Backups:
                     await anyio.sleep(0.02)
             piece: bytes | None = first
             while piece is not None:
-                pending += await anyio.to_thread.run_sync(comp.compress, piece)
+                # each piece a framed stream of its own (their concatenation is one: the stream
+                # identifier may repeat); ~0.2 ms for a store chunk of 256 KiB
+                pending += cramjam.snappy.compress(piece)
                 error = await send_ready(False)
                 if error:
                     break
                 piece = await anext(chunks, None)
             else:
-                pending += comp.flush()
                 error = await send_ready(True)
             if error:
                 header = NO_FLOW if error == "no flow response" else NO_INTEREST
@@ -430,23 +430,52 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 async def _spooled_chunks(spool: Path) -> AsyncIterator[bytes]:
-    """The snapshot bytes of a spooled backup, decompressed a piece at a time off the loop."""
+    """The snapshot bytes of a spooled backup: its Snappy frames read and decompressed a few at a
+    time, off the loop. Checksums are not checked frame by frame: the snapshot's own (CRC-32 of
+    every record, at its end) covers the whole."""
     f = await anyio.to_thread.run_sync(open, spool, "rb")
     try:
-        magic = await anyio.to_thread.run_sync(f.read, len(ZSTD_MAGIC))
-        if magic != ZSTD_MAGIC:
+        head = await anyio.to_thread.run_sync(f.read, len(SNAPPY_MAGIC))
+        if head != SNAPPY_MAGIC:
             raise StoreError(
                 "not a leafjet stream backup (a nats-server backup restores only into nats-server)"
             )
-        await anyio.to_thread.run_sync(f.seek, 0)
-        reader = zstandard.ZstdDecompressor().stream_reader(f)
         while True:
-            try:
-                piece = await anyio.to_thread.run_sync(reader.read, SPOOL_READ)
-            except zstandard.ZstdError as e:
-                raise StoreError(f"the backup is damaged: {e}") from None
-            if not piece:
+            piece = await anyio.to_thread.run_sync(_read_frames, f)
+            if piece is None:
                 return
             yield piece
     finally:
         await anyio.to_thread.run_sync(f.close)
+
+
+def _read_frames(f: Any, want: int = 256 << 10) -> bytes | None:
+    """About ``want`` decompressed bytes from the framed stream in ``f`` (None at its end)."""
+    out: list[bytes] = []
+    size = 0
+    while size < want:
+        header = f.read(4)
+        if not header:
+            break
+        if len(header) < 4:
+            raise StoreError("the backup is damaged: a frame's header is cut short")
+        kind, length = header[0], int.from_bytes(header[1:], "little")
+        body = f.read(length)
+        if len(body) < length:
+            raise StoreError("the backup is damaged: a frame is cut short")
+        if kind in (0x00, 0x01):  # compressed, uncompressed: a 4-byte checksum, then the data
+            if length < 4:
+                raise StoreError("the backup is damaged: a frame too short for its checksum")
+            try:
+                data = bytes(cramjam.snappy.decompress_raw(body[4:])) if kind == 0x00 else body[4:]
+            except cramjam.DecompressionError as e:
+                raise StoreError(f"the backup is damaged: {e}") from None
+            out.append(data)
+            size += len(data)
+        elif kind == 0xFF:  # a stream identifier again (streams concatenated)
+            if body != SNAPPY_MAGIC[4:]:
+                raise StoreError("the backup is damaged: a bad stream identifier")
+        elif kind < 0x80:  # reserved, unskippable
+            raise StoreError(f"the backup is damaged: a frame of unknown kind {kind:#x}")
+        # 0x80-0xfe: skippable (padding, reserved)
+    return b"".join(out) if out else None

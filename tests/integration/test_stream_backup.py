@@ -13,13 +13,14 @@ import os
 import signal
 from typing import Any
 
+import cramjam
 import nats
 import pytest
 
 from tests.support.backup import WHOLE, restore, send_backup, take_snapshot
 from tests.support.jsapi import api, jetstream
 from tests.support.jscluster import api_until
-from tests.support.servers import start_leafjet
+from tests.support.servers import start_leafjet, start_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -256,3 +257,35 @@ async def test_backups_are_advised_as_the_reference_advises_them(js_server):
         assert by_kind["SNAPSHOT_CREATE"]["state"]["messages"] == 1
         assert by_kind["RESTORE_COMPLETE"]["bytes"] == len(data)
         assert by_kind["SNAPSHOT_COMPLETE"]["start"] and by_kind["SNAPSHOT_COMPLETE"]["end"]
+
+
+async def test_backups_are_s2_readable_and_each_server_refuses_the_others(tmp_path):
+    """`nats stream backup` reads the bytes as an S2 stream as they come (its progress): a
+    leafjet backup is a Snappy-framed stream, which S2 readers read (checked here with another
+    framed-Snappy decoder, checksums included). A nats-server backup sent to leafjet, and a
+    leafjet backup sent to nats-server, are refused with 10062."""
+    lj = start_server("leafjet", tmp_path / "lj", jetstream=True)
+    ref = start_server("reference", tmp_path / "ref", jetstream=True)
+    try:
+        backups = {}
+        for name, srv in (("leafjet", lj), ("reference", ref)):
+            async with jetstream(srv) as (nc, js):
+                await js.add_stream(name="S", subjects=["s"])
+                for i in range(100):
+                    await js.publish("s", f"message {i}".encode() * 20)
+                answer, data, status = await take_snapshot(nc, "S", chunk_size=2048)
+                assert status == WHOLE
+                backups[name] = (answer, data)
+        snapshot = bytes(cramjam.snappy.decompress(backups["leafjet"][1]))
+        assert snapshot.startswith(b"LJSNAP\x00")
+        for name, srv, other in (("leafjet", lj, "reference"), ("reference", ref, "leafjet")):
+            async with jetstream(srv) as (nc, js):
+                await js.delete_stream("S")
+                answer, data = backups[other]
+                refused = await restore(nc, "S", answer, data)
+                assert refused["error"]["err_code"] == 10062, (name, refused)
+                if name == "leafjet":
+                    assert "not a leafjet stream backup" in refused["error"]["description"]
+    finally:
+        lj.stop()
+        ref.stop()
