@@ -103,6 +103,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "spark", help="Spark jobs over streams: leafjet spark aggregate --help", add_help=False
     )
     s.add_argument("rest", nargs=argparse.REMAINDER)
+    st = sub.add_parser(
+        "stream",
+        help="back a stream up to a folder and restore it: leafjet stream backup STREAM DIR, leafjet stream"
+        " restore DIR (the folder `nats stream backup` writes)",
+        add_help=False,
+    )
+    st.add_argument("rest", nargs=argparse.REMAINDER)
     return p
 
 
@@ -164,6 +171,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bridges.spark.cli import main as spark_main
 
         return spark_main(args_list[1:])  # e.g. ["aggregate", "--servers", ...]
+    if args_list[:1] == ["stream"]:
+        from agent.backup import main as stream_main
+
+        return stream_main(args_list[1:])
     try:
         args = _build_parser().parse_args(args_list)
     except SystemExit as e:

@@ -11,8 +11,11 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 from typing import Any
 
+import anyio
 import cramjam
 import nats
 import pytest
@@ -289,3 +292,47 @@ async def test_backups_are_s2_readable_and_each_server_refuses_the_others(tmp_pa
     finally:
         lj.stop()
         ref.stop()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", "stream", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+async def test_the_stream_backup_command_backs_up_and_restores(js_server, tmp_path):
+    """`leafjet stream backup` writes the folder `nats stream backup` writes; `leafjet stream
+    restore` brings the stream back; errors exit 1 (the server's) or 2 (usage) with a message."""
+    folder = tmp_path / "bk"
+    async with jetstream(js_server) as (nc, js):
+        await fill(js, nc)
+        before = await api(nc, "$JS.API.STREAM.INFO.S")
+        done = await anyio.to_thread.run_sync(_cli, "backup", "S", str(folder), "--server", js_server.url)
+        assert done.returncode == 0, done.stderr
+        assert "backed up stream S: 299 messages" in done.stdout
+        meta = json.loads((folder / "backup.json").read_text())
+        assert meta["config"]["name"] == "S" and meta["state"]["messages"] == 299
+        assert (folder / "stream.tar.s2").stat().st_size > 0
+
+        again = await anyio.to_thread.run_sync(_cli, "backup", "S", str(folder), "--server", js_server.url)
+        assert again.returncode == 2 and "already holds a backup" in again.stderr
+        missing = await anyio.to_thread.run_sync(
+            _cli, "backup", "NOPE", str(tmp_path / "x"), "--server", js_server.url
+        )
+        assert missing.returncode == 1 and "(10059)" in missing.stderr, missing.stderr
+        taken = await anyio.to_thread.run_sync(_cli, "restore", str(folder), "--server", js_server.url)
+        assert taken.returncode == 1 and "(10130)" in taken.stderr, taken.stderr
+
+        await js.delete_stream("S")
+        back = await anyio.to_thread.run_sync(_cli, "restore", str(folder), "--server", js_server.url)
+        assert back.returncode == 0, back.stderr
+        assert "restored stream S: 299 messages" in back.stdout
+        assert _state(await api(nc, "$JS.API.STREAM.INFO.S")) == _state(before)
+        consumer = await api(nc, "$JS.API.CONSUMER.INFO.S.C")
+        assert consumer["ack_floor"]["stream_seq"] == 40
+
+
+def test_the_stream_backup_command_without_a_server_exits_1(tmp_path):
+    done = _cli("backup", "S", str(tmp_path / "bk"), "--server", "nats://127.0.0.1:1")
+    assert done.returncode == 1 and "cannot connect" in done.stderr, done.stderr
+    assert not (tmp_path / "bk" / "backup.json").exists()
