@@ -336,3 +336,44 @@ def test_the_stream_backup_command_without_a_server_exits_1(tmp_path):
     done = _cli("backup", "S", str(tmp_path / "bk"), "--server", "nats://127.0.0.1:1")
     assert done.returncode == 1 and "cannot connect" in done.stderr, done.stderr
     assert not (tmp_path / "bk" / "backup.json").exists()
+
+
+async def test_a_stream_deleted_during_its_snapshot_ends_the_snapshot_not_the_server(js_server):
+    """The receiver acknowledges slowly; the stream is deleted a few chunks in. The server goes on
+    and the name takes a new stream at once; leafjet ends the snapshot (whatever status), the
+    reference (2.15.1) sends nothing more, and its receiver waits until it gives up."""
+    async with jetstream(js_server) as (nc, js):
+        await js.add_stream(name="S", subjects=["s"])
+        for _ in range(300):
+            await js.publish("s", os.urandom(2000))
+        inbox = nc.new_inbox()
+        got: list[int] = []
+        ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        async def on_chunk(msg: Any) -> None:
+            if not msg.data:
+                if not ended.done():
+                    ended.set_result((msg.headers or {}).get("Status", WHOLE))
+                return
+            got.append(len(msg.data))
+            await asyncio.sleep(0.02)
+            if msg.reply:
+                await msg.respond(b"")
+
+        await nc.subscribe(inbox, cb=on_chunk)
+        answer = await api(
+            nc,
+            "$JS.API.STREAM.SNAPSHOT.S",
+            {"deliver_subject": inbox, "chunk_size": 4096, "window_size": 8192},
+        )
+        assert "error" not in answer, answer
+        for _ in range(200):
+            if len(got) >= 3:
+                break
+            await asyncio.sleep(0.02)
+        await js.delete_stream("S")
+        if js_server.kind == "leafjet":
+            await asyncio.wait_for(ended, 20)
+        await js.add_stream(name="S", subjects=["s"])
+        assert (await js.publish("s", b"again")).seq == 1
+        assert (await api(nc, "$JS.API.INFO"))["streams"] == 1
