@@ -98,6 +98,7 @@ class SnapshotRequest:
     no_consumers: bool
     chunk_size: int
     window_size: int
+    check: bool  # jsck: the store's integrity check before the copy
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> SnapshotRequest:
@@ -108,7 +109,7 @@ class SnapshotRequest:
         window = _int(body.get("window_size")) or WINDOW_DEFAULT
         chunk = min(max(CHUNK_MIN, chunk), CHUNK_MAX)
         window = max(min(max(WINDOW_MIN, window), WINDOW_MAX), chunk)
-        return cls(deliver, bool(body.get("no_consumers")), chunk, window)
+        return cls(deliver, bool(body.get("no_consumers")), chunk, window, bool(body.get("jsck")))
 
 
 def _int(v: Any) -> int:
@@ -173,7 +174,7 @@ class Backups:
     ) -> None:
         account, name = ajs.account, stream.name
         keep = (lambda key: not key.startswith(STATE_PREFIX)) if req.no_consumers else None
-        chunks = stream.store.snapshot(keep)
+        chunks = stream.store.snapshot(keep, check=req.check)
         try:
             try:
                 first = await chunks.__anext__()  # the copy's read transaction has begun

@@ -191,8 +191,10 @@ class OpeningStore:
     async def source_positions(self) -> dict[str, int]:
         return await (await self._open()).source_positions()
 
-    async def snapshot(self, keep_meta: Callable[[str], bool] | None = None) -> AsyncIterator[bytes]:
-        it = (await self._open()).snapshot(keep_meta)
+    async def snapshot(
+        self, keep_meta: Callable[[str], bool] | None = None, *, check: bool = False
+    ) -> AsyncIterator[bytes]:
+        it = (await self._open()).snapshot(keep_meta, check=check)
         try:
             async for chunk in it:
                 yield chunk

@@ -525,9 +525,12 @@ class StreamStore(Protocol):
         """What ``SourcePosOp`` recorded: source key -> last upstream sequence stored."""
         ...
 
-    def snapshot(self, keep_meta: Callable[[str], bool] | None = None) -> AsyncIterator[bytes]:
+    def snapshot(
+        self, keep_meta: Callable[[str], bool] | None = None, *, check: bool = False
+    ) -> AsyncIterator[bytes]:
         """A consistent point-in-time copy in the versioned snapshot format (see ``snapshot.py``);
-        with ``keep_meta``, only the metadata entries whose key it keeps."""
+        with ``keep_meta``, only the metadata entries whose key it keeps; with ``check``, the
+        store's own integrity check first (a damaged store raises StoreError before any byte)."""
         ...
 
     async def restore(

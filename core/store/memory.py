@@ -371,7 +371,9 @@ class MemoryStore:
 
     # ------------------------------------------------------------------------- snapshot, lifecycle
 
-    async def snapshot(self, keep_meta: Callable[[str], bool] | None = None) -> AsyncIterator[bytes]:
+    async def snapshot(
+        self, keep_meta: Callable[[str], bool] | None = None, *, check: bool = False
+    ) -> AsyncIterator[bytes]:
         self._check_open()
         # Take the point-in-time copy before the first yield: messages are immutable, so copying the
         # references is enough.

@@ -1377,10 +1377,13 @@ class SqliteStore:
 
     # ------------------------------------------------------------------------ snapshot/restore
 
-    async def snapshot(self, keep_meta: Callable[[str], bool] | None = None) -> AsyncIterator[bytes]:
+    async def snapshot(
+        self, keep_meta: Callable[[str], bool] | None = None, *, check: bool = False
+    ) -> AsyncIterator[bytes]:
         """A consistent copy, read in one read transaction on a connection of its own (writes go on).
         Use it to the end, or close it: ``async with contextlib.aclosing(store.snapshot()) as it``.
-        Its connection's files are beyond the cap on open stores while it runs."""
+        Its connection's files are beyond the cap on open stores while it runs. ``check``:
+        ``PRAGMA quick_check`` in that transaction first (it reads the whole file)."""
         self._check_open()
 
         def connect() -> sqlite3.Connection:
@@ -1388,6 +1391,8 @@ class SqliteStore:
             try:
                 c.execute("PRAGMA query_only = ON")
                 c.execute("BEGIN")
+                if check:
+                    schema.quick_check(c, self._path)
             except BaseException:
                 c.close()
                 raise
@@ -1396,7 +1401,7 @@ class SqliteStore:
         try:
             conn: sqlite3.Connection = await self._offload(connect)
         except sqlite3.Error as e:
-            raise StoreError(f"{self._path}: snapshot failed: {e}") from e
+            raise StoreError(f"{self._path}: cannot copy the store: {e}") from e
         self._aux.add(conn)
 
         async def q(sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -1426,7 +1431,7 @@ class SqliteStore:
             yield enc.finish()
             await q("COMMIT")
         except sqlite3.Error as e:
-            raise StoreError(f"{self._path}: snapshot failed: {e}") from e
+            raise StoreError(f"{self._path}: cannot copy the store: {e}") from e
         finally:
             if conn in self._aux:
                 self._aux.discard(conn)
