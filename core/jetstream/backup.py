@@ -35,12 +35,13 @@ restore (``RESTORE_BATCH_BYTES``), not by the stream.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,6 +87,9 @@ RESTORE_BATCH_BYTES = 8 << 20  # payload bytes a restore applies to the store pe
 SNAPPY_MAGIC = b"\xff\x06\x00\x00sNaPpY"  # a framed stream's identifier chunk
 MAX_SNAPSHOTS = 8  # running at once (each holds a read transaction on its store)
 MAX_RESTORES = 4  # running at once (each holds a staging folder)
+# Chunks a restore holds before writing them: a client sends each once the one before is answered
+# (nats, jsm.go); one that does not loses what does not fit, and its restore fails saying so.
+RESTORE_QUEUE = 16
 
 NO_INTEREST = b"NATS/1.0 408 No Interest\r\n\r\n"
 NO_FLOW = b"NATS/1.0 408 No Flow Response\r\n\r\n"
@@ -162,7 +166,8 @@ class Backups:
                 "JSStreamSnapshotErrF", err=f"{MAX_SNAPSHOTS} snapshots are running; try again later"
             )
         self.snapshots += 1
-        self._tg.start_soon(self._snapshot, ajs, stream, req, answer, reply)
+        what = f"snapshot of stream {ajs.account.name}/{stream.name}"
+        self._tg.start_soon(_contained, what, self._snapshot(ajs, stream, req, answer, reply))
 
     async def _snapshot(
         self,
@@ -228,7 +233,7 @@ class Backups:
             f"snapshot-acks-{name}", account, capacity=req.window_size // req.chunk_size + 64
         )
         acks.subscribe(ack_subject + ".>")
-        slots = req.window_size // req.chunk_size
+        slots = window = req.window_size // req.chunk_size
         index, sent = 1, 0
         pending = bytearray()
 
@@ -239,16 +244,16 @@ class Backups:
         async def send_ready(final: bool) -> str | None:
             nonlocal slots, index, sent
             while len(pending) >= req.chunk_size or (final and pending):
-                while True:  # the acknowledgements that came meanwhile
+                while True:  # the acknowledgements that came meanwhile (never past the window)
                     try:
                         acks.inbox.receive_nowait()
-                        slots += 1
+                        slots = min(slots + 1, window)
                     except anyio.WouldBlock:
                         break
                 if slots <= 0:
                     with anyio.move_on_after(ACK_TIMEOUT):
                         await acks.inbox.receive()
-                        slots += 1
+                        slots = min(slots + 1, window)
                     if slots <= 0:
                         return "no flow response"
                 if not interest():
@@ -310,17 +315,18 @@ class Backups:
             raise api_error("JSStreamNameExistRestoreFailedErr")
         token = nuid()
         deliver = RESTORE_SUBJECT.format(stream=cfg.name, id=token)
-        rx = InternalReceiver(f"restore-{cfg.name}", ajs.account, capacity=1024)
+        rx = _RestoreInbox(f"restore-{cfg.name}", ajs.account, capacity=RESTORE_QUEUE + 1)
         rx.subscribe(deliver)
         self.restores[key] = deliver
-        self._tg.start_soon(self._restore, ajs, cfg, rx, token, answer)
+        what = f"restore of stream {ajs.account.name}/{cfg.name}"
+        self._tg.start_soon(_contained, what, self._restore(ajs, cfg, rx, token, answer))
         return deliver
 
     async def _restore(
         self,
         ajs: AccountJetStream,
         cfg: StreamConfig,
-        rx: InternalReceiver,
+        rx: _RestoreInbox,
         token: str,
         answer: Callable[[Stream], Awaitable[dict[str, Any]]],
     ) -> None:
@@ -342,7 +348,8 @@ class Backups:
             if reply is None:
                 return
             try:
-                stream = await self.js.restore_stream(ajs, cfg, staging, _spooled_chunks(spool))
+                async with contextlib.aclosing(_spooled_chunks(spool)) as chunks:
+                    stream = await self.js.restore_stream(ajs, cfg, staging, chunks)
                 body = await answer(stream)
             except Exception as e:
                 err = e if isinstance(e, ApiError) else api_error("JSStreamRestoreErrF", err=_why(e))
@@ -371,7 +378,7 @@ class Backups:
                 await anyio.to_thread.run_sync(shutil.rmtree, staging, True)
 
     async def _receive(
-        self, ajs: AccountJetStream, name: str, rx: InternalReceiver, fd: int
+        self, ajs: AccountJetStream, name: str, rx: _RestoreInbox, fd: int
     ) -> tuple[str | None, int]:
         """Write the chunks to ``fd``, acknowledging each once written, until the empty one:
         (its reply subject, the bytes received); (None, ...) when the restore was given up."""
@@ -381,7 +388,9 @@ class Backups:
             msg: InboundMsg | None = None
             with anyio.move_on_after(RESTORE_IDLE):
                 msg = await rx.inbox.receive()
-            if msg is None:
+            if rx.overflowed:
+                why = "chunks came faster than they were answered"  # each was answered so
+            elif msg is None:
                 why = f"no chunk for {RESTORE_IDLE:g}s after {total} bytes"
             elif not msg.reply:
                 why = "a chunk came without a reply subject"
@@ -402,6 +411,42 @@ class Backups:
                     continue
             log.warning("restore of stream %s/%s given up: %s", account.name, name, why)
             return None, total
+
+
+class _RestoreInbox(InternalReceiver):
+    """A restore's chunks, queued for its task. A client sends each chunk once the one before is
+    answered (nats, jsm.go); one that does not and overflows the queue gets, for that chunk and
+    every later one (its last, empty one too), the error that ends the restore: never a stream
+    built from part of a backup, never a client left waiting."""
+
+    overflowed = False
+
+    def deliver(
+        self, sub: Any, subject: str, reply: str | None, headers: bytes | None, payload: bytes
+    ) -> None:
+        if not self.overflowed and len(self.inbox) < RESTORE_QUEUE:
+            super().deliver(sub, subject, reply, headers, payload)
+            return
+        if not self.overflowed:
+            self.overflowed = True
+            with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
+                self.inbox.send_nowait(None)  # type: ignore[arg-type]  # wakes the task: it ends
+        if reply:
+            err = api_error(
+                "JSStreamRestoreErrF",
+                err="chunks came faster than they were answered: send each chunk once the one"
+                " before it is answered",
+            )
+            self.account.publish(reply, None, None, _json(error_response("stream_create_response", err)))
+
+
+async def _contained(what: str, work: Awaitable[None]) -> None:
+    """One snapshot's or restore's failure (a bug) ends it alone, logged: never the others, or
+    JetStream, whose task group owns them."""
+    try:
+        await work
+    except Exception:
+        log.exception("%s failed", what)
 
 
 def _json(body: dict[str, Any]) -> bytes:
@@ -430,7 +475,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-async def _spooled_chunks(spool: Path) -> AsyncIterator[bytes]:
+async def _spooled_chunks(spool: Path) -> AsyncGenerator[bytes, None]:
     """The snapshot bytes of a spooled backup: its Snappy frames read and decompressed a few at a
     time, off the loop. Checksums are not checked frame by frame: the snapshot's own (CRC-32 of
     every record, at its end) covers the whole."""

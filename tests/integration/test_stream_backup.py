@@ -405,3 +405,30 @@ async def test_jsck_refuses_to_back_up_a_damaged_store(tmp_path):
             )
     finally:
         srv.stop()
+
+
+async def test_chunks_sent_without_waiting_for_answers_fail_the_restore_clearly(tmp_path):
+    """leafjet: a client that sends the chunks without waiting for each answer (nats and jsm.go
+    wait) overflows the restore's queue: the restore fails saying so, never with a stream built
+    from part of the backup; the name stays free."""
+    srv = start_leafjet(tmp_path)
+    try:
+        async with jetstream(srv) as (nc, js):
+            await js.add_stream(name="S", subjects=["s"])
+            for _ in range(400):
+                await js.publish("s", os.urandom(2000))
+            answer, data, _ = await take_snapshot(nc, "S")
+            await js.delete_stream("S")
+            started = await api(nc, "$JS.API.STREAM.RESTORE.S", {"config": answer["config"]})
+            inbox = nc.new_inbox()
+            await nc.subscribe(inbox)  # the answers, unread
+            for i in range(0, len(data), 1024):  # ~800 chunks, none waiting for its answer
+                await nc.publish(started["deliver_subject"], data[i : i + 1024], reply=inbox)
+            end = json.loads((await nc.request(started["deliver_subject"], b"", timeout=30)).data)
+            if "error" in end:
+                assert end["error"]["err_code"] == 10062 and "faster" in end["error"]["description"], end
+                assert (await api(nc, "$JS.API.STREAM.INFO.S"))["error"]["err_code"] == 10059
+            else:  # this machine kept up with the sender: then the restore is whole
+                assert end["state"]["messages"] == 400, end
+    finally:
+        srv.stop()
