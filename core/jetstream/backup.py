@@ -56,6 +56,7 @@ from core.jetstream.consumer import STATE_PREFIX
 from core.jetstream.gotime import rfc3339_nano
 from core.jetstream.models import error_response
 from core.jetstream.stream import advise
+from core.jetstream.task_owner import TaskOwner
 from core.server.interest import nuid
 from core.server.internal import InternalReceiver
 
@@ -124,25 +125,15 @@ def is_staging(folder_name: str) -> bool:
     return STAGING_MARK in folder_name
 
 
-class Backups:
+class Backups(TaskOwner):
     """The snapshots and restores of one JetStream, each in a task of its own (a restore waits
-    for its client between chunks; the API's queue must not). Owned by JetStream's task group."""
+    for its client between chunks; the API's queue must not)."""
 
     def __init__(self, js: JetStream) -> None:
+        super().__init__()
         self.js = js
-        self._tg: anyio.abc.TaskGroup | None = None
         self.snapshots = 0  # running
         self.restores: dict[tuple[str, str], str] = {}  # (account, stream) -> deliver subject
-
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            task_status.started()
-            try:
-                await anyio.sleep_forever()
-            finally:
-                self._tg = None
-                tg.cancel_scope.cancel()
 
     def restoring(self, ajs: AccountJetStream, name: str) -> bool:
         return (ajs.account.name, name) in self.restores
@@ -159,15 +150,19 @@ class Backups:
     ) -> None:
         """Send ``stream``'s snapshot as ``req`` asks; ``answer`` (its config and state) goes to
         ``reply`` once the copy has begun."""
-        if self._tg is None:
-            raise api_error("JSStreamSnapshotErrF", err="snapshots are not being served")
-        if self.snapshots >= MAX_SNAPSHOTS:
-            raise api_error(
-                "JSStreamSnapshotErrF", err=f"{MAX_SNAPSHOTS} snapshots are running; try again later"
-            )
+        tg = self._room("JSStreamSnapshotErrF", "snapshots", self.snapshots, MAX_SNAPSHOTS)
         self.snapshots += 1
         what = f"snapshot of stream {ajs.account.name}/{stream.name}"
-        self._tg.start_soon(_contained, what, self._snapshot(ajs, stream, req, answer, reply))
+        tg.start_soon(_contained, what, self._snapshot(ajs, stream, req, answer, reply))
+
+    def _room(self, error: str, what: str, running: int, most: int) -> anyio.abc.TaskGroup:
+        """The task group to start one more of ``what`` in, or the API error ``error`` saying
+        why there is none."""
+        if self._tg is None:
+            raise api_error(error, err=f"{what} are not being served")
+        if running >= most:
+            raise api_error(error, err=f"{most} {what} are running; try again later")
+        return self._tg
 
     async def _snapshot(
         self,
@@ -304,12 +299,7 @@ class Backups:
         """Take a restore of ``cfg`` (already checked as a create): its name is reserved and the
         deliver subject the client sends the bytes to is returned. ``answer`` builds the reply
         to the last chunk from the restored stream."""
-        if self._tg is None:
-            raise api_error("JSStreamRestoreErrF", err="restores are not being served")
-        if len(self.restores) >= MAX_RESTORES:
-            raise api_error(
-                "JSStreamRestoreErrF", err=f"{MAX_RESTORES} restores are running; try again later"
-            )
+        tg = self._room("JSStreamRestoreErrF", "restores", len(self.restores), MAX_RESTORES)
         key = (ajs.account.name, cfg.name)
         if key in self.restores:
             raise api_error("JSStreamNameExistRestoreFailedErr")
@@ -319,7 +309,7 @@ class Backups:
         rx.subscribe(deliver)
         self.restores[key] = deliver
         what = f"restore of stream {ajs.account.name}/{cfg.name}"
-        self._tg.start_soon(_contained, what, self._restore(ajs, cfg, rx, token, answer))
+        tg.start_soon(_contained, what, self._restore(ajs, cfg, rx, token, answer))
         return deliver
 
     async def _restore(

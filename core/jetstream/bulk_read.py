@@ -67,6 +67,7 @@ from core.api_errors import ApiError, api_error
 from core.errors import StoreError
 from core.jetstream.models import decode_request, error_response
 from core.jetstream.sourcing import stream_identity
+from core.jetstream.task_owner import TaskOwner
 from core.protocol.headers import encode_headers
 from core.protocol.readframe import compress_frame, encode_columns
 from core.store.api import StoredMsg
@@ -301,14 +302,14 @@ def build_reply(
     return encode_headers(headers), frame
 
 
-class BulkReads:
+class BulkReads(TaskOwner):
     """Serves the account's read requests: each in a task of its own (a long poll must not hold
     the API's queue), at most ``MAX_CONCURRENT`` reading at once, at most ``MAX_PARKED``
     waiting for messages, at most ``MAX_OPEN`` in all. Owned by JetStream's task group (``run``)."""
 
     def __init__(self, js: JetStream) -> None:
+        super().__init__()
         self.js = js
-        self._tg: anyio.abc.TaskGroup | None = None
         self._limiter = anyio.CapacityLimiter(MAX_CONCURRENT)
         self.parked = 0
         self.open = 0  # requests started and not yet answered
@@ -316,16 +317,6 @@ class BulkReads:
 
     def max_bytes(self) -> int:
         return max(1024, min(MAX_BYTES, self.js.server.config.max_payload - HEADER_ROOM))
-
-    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            task_status.started()
-            try:
-                await anyio.sleep_forever()
-            finally:
-                self._tg = None
-                tg.cancel_scope.cancel()
 
     def start(self, ajs: AccountJetStream, stream: Stream, req: ReadRequest, reply: str) -> None:
         if self._tg is None:

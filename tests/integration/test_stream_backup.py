@@ -46,6 +46,13 @@ async def fill(js: Any, nc: Any) -> None:
         await m.ack_sync()
 
 
+async def random_stream(js: Any, n: int, size: int) -> None:
+    """A stream ``S`` on ``s`` of ``n`` messages of ``size`` random bytes (nothing to compress)."""
+    await js.add_stream(name="S", subjects=["s"])
+    for _ in range(n):
+        await js.publish("s", os.urandom(size))
+
+
 def _state(info: dict) -> dict:
     s = info["state"]
     return {
@@ -102,9 +109,7 @@ async def test_a_snapshot_nobody_acknowledges_ends_with_408(js_server):
     """With a window of two chunks and no acknowledgement the snapshot stops after two chunks
     and ends, 5 s later, with 408 (the reference's "No Flow Response")."""
     async with jetstream(js_server) as (nc, js):
-        await js.add_stream(name="S", subjects=["s"])
-        for _ in range(200):
-            await js.publish("s", os.urandom(1000))  # nothing to compress
+        await random_stream(js, 200, 1000)  # nothing to compress
         answer, data, status = await take_snapshot(
             nc, "S", ack=False, timeout=20, chunk_size=1024, window_size=2048
         )
@@ -343,9 +348,7 @@ async def test_a_stream_deleted_during_its_snapshot_ends_the_snapshot_not_the_se
     and the name takes a new stream at once; leafjet ends the snapshot (whatever status), the
     reference (2.15.1) sent no end within 20 s here."""
     async with jetstream(js_server) as (nc, js):
-        await js.add_stream(name="S", subjects=["s"])
-        for _ in range(300):
-            await js.publish("s", os.urandom(2000))
+        await random_stream(js, 300, 2000)
         inbox = nc.new_inbox()
         got: list[int] = []
         ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -386,16 +389,14 @@ async def test_jsck_refuses_to_back_up_a_damaged_store(tmp_path):
     srv = start_leafjet(tmp_path)
     try:
         async with jetstream(srv) as (_nc, js):
-            await js.add_stream(name="S", subjects=["s"])
-            for _ in range(400):
-                await js.publish("s", os.urandom(1000))
+            await random_stream(js, 400, 1000)
     finally:
         srv.stop()  # a clean stop: everything checkpointed into msgs.db
     srv = srv.start_again()
     try:
         async with jetstream(srv) as (nc, _js):
             db = next((tmp_path / "data").rglob("S/msgs.db"))
-            with open(db, "r+b") as f:  # a page in the middle of the messages, overwritten
+            with open(db, "r+b") as f:  # a page near the end of the file, overwritten
                 f.seek((db.stat().st_size * 9 // 10) // 4096 * 4096)
                 f.write(b"\xde\xad" * 2048)
             answer, _data, _status = await take_snapshot(nc, "S", jsck=True)
@@ -414,9 +415,7 @@ async def test_chunks_sent_without_waiting_for_answers_fail_the_restore_clearly(
     srv = start_leafjet(tmp_path)
     try:
         async with jetstream(srv) as (nc, js):
-            await js.add_stream(name="S", subjects=["s"])
-            for _ in range(400):
-                await js.publish("s", os.urandom(2000))
+            await random_stream(js, 400, 2000)
             answer, data, _ = await take_snapshot(nc, "S")
             await js.delete_stream("S")
             started = await api(nc, "$JS.API.STREAM.RESTORE.S", {"config": answer["config"]})
