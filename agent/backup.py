@@ -6,8 +6,11 @@ as the snapshot answer gave them) and ``stream.tar.s2`` (the bytes as the server
 folder written by one tool restores with the other. The bytes are the server's own: a backup
 restores into the kind of server it came from (core/jetstream/backup.py).
 
-    leafjet stream backup STREAM DIR [--server URL] [--no-consumers] [auth]
-    leafjet stream restore DIR [--server URL] [auth]
+    leafjet stream backup STREAM DIR [--server URL] [--js-domain D] [--no-consumers] [auth]
+    leafjet stream restore DIR [--server URL] [--js-domain D] [auth]
+
+``--js-domain`` reaches another JetStream domain through the server connected to: a hub backs up
+a site's stream across its leaf link (``$JS.<domain>.API``), as `nats --js-domain` does.
 
 Exit codes: 0 done; 1 the server refused or failed (its error printed), or the connection did;
 2 a usage error (a bad flag, a folder that holds no backup, a folder that already holds one).
@@ -63,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--password")
         s.add_argument("--token")
         s.add_argument("--creds", help="a credentials file (JWT and nkey seed)")
+        s.add_argument("--js-domain", help="the JetStream domain of the stream ($JS.<domain>.API)")
     return p
 
 
@@ -121,6 +125,10 @@ async def _connect(args: argparse.Namespace) -> Any:
     return nc
 
 
+def _api_prefix(args: argparse.Namespace) -> str:
+    return f"$JS.{args.js_domain}.API" if args.js_domain else "$JS.API"
+
+
 async def _api(nc: Any, subject: str, body: dict[str, Any]) -> dict[str, Any]:
     try:
         msg = await nc.request(subject, json.dumps(body).encode(), timeout=API_TIMEOUT)
@@ -168,7 +176,7 @@ async def backup(args: argparse.Namespace, stream: str, folder: Path, no_consume
         written = 0
         try:
             request = {"deliver_subject": inbox, "no_consumers": no_consumers}
-            answer = await _api(nc, f"$JS.API.STREAM.SNAPSHOT.{stream}", request)
+            answer = await _api(nc, f"{_api_prefix(args)}.STREAM.SNAPSHOT.{stream}", request)
             with open(data_path, "wb") as f:
                 while True:
                     try:
@@ -219,7 +227,9 @@ async def restore(args: argparse.Namespace, folder: Path) -> str:
     nc = await _connect(args)
     try:
         started = await _api(
-            nc, f"$JS.API.STREAM.RESTORE.{stream}", {"config": config, "state": meta.get("state") or {}}
+            nc,
+            f"{_api_prefix(args)}.STREAM.RESTORE.{stream}",
+            {"config": config, "state": meta.get("state") or {}},
         )
         deliver = started.get("deliver_subject")
         if not deliver:
