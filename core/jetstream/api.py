@@ -694,11 +694,20 @@ async def stream_snapshot(js: JetStream, ajs: AccountJetStream, args: list[str],
 async def stream_restore(
     js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg
 ) -> dict[str, Any]:
-    """The reference's checks of the request -- empty (10003), its JSON read strictly (10025), the
-    subject's name against the config's (10056), path separators (10128), the config as a create
-    checks it, a name in use (10130; in a cluster, anywhere in it) -- then the restore
-    (core/jetstream/backup.py): the answer names the subject the backup's chunks go to. Not in
-    a hub cluster yet (10062 after the checks)."""
+    """``check_restore``, then the restore (core/jetstream/backup.py): the answer names the
+    subject the backup's chunks go to. In a hub cluster this runs on the server the meta leader
+    placed the stream on (hub/meta/api.py forwards the request there)."""
+    cfg = check_restore(js, ajs, args, msg)
+    deliver = js.backups.start_restore(ajs, cfg, functools.partial(_restored_answer, js))
+    return api_response("stream_restore_response", {"deliver_subject": deliver})
+
+
+def check_restore(js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> StreamConfig:
+    """The reference's checks of a restore request -- empty (10003), its JSON read strictly
+    (10025), the subject's name against the config's (10056), path separators (10128), the config
+    as a create checks it, a name in use (10130; in a cluster, anywhere in it) -- and the
+    subjects against this server's other streams (the reference finds an overlap only at the
+    end). The config to restore."""
     if is_empty_request(msg.payload):
         raise api_error("JSBadRequestErr")
     body = decode_api_body("stream_restore", decode_request(msg.payload))
@@ -708,16 +717,18 @@ async def stream_restore(
         raise api_error("JSStreamMismatchErr")
     if "/" in name or "\\" in name:
         raise api_error("JSStreamNameContainsPathSeparatorsErr")
-    if js.cluster is not None:
-        if name in ajs.streams or js.cluster.stream_exists(ajs.account.name, name):
-            raise api_error("JSStreamNameExistRestoreFailedErr")
-        raise api_error("JSStreamRestoreErrF", err="restores are not supported in a hub cluster yet")
-    cfg = StreamConfig.from_json({**config, "name": name}, expected_name=name, lookup=_lookup_config(ajs))
+    clustered = js.cluster is not None
+    if clustered and js.cluster.stream_exists(ajs.account.name, name):  # type: ignore[union-attr]
+        raise api_error("JSStreamNameExistRestoreFailedErr")
+    cfg = StreamConfig.from_json(
+        {**config, "name": name}, expected_name=name, lookup=_lookup_config(ajs), clustered=clustered
+    )
     if name in ajs.streams or name in ajs.damaged or js.backups.restoring(ajs, name):
         raise api_error("JSStreamNameExistRestoreFailedErr")
+    if clustered and cfg.storage == "memory":
+        raise api_error("JSStreamRestoreErrF", err="a memory stream restores only on a single server")
     check_subject_overlap(cfg, _held_configs(ajs))
-    deliver = js.backups.start_restore(ajs, cfg, functools.partial(_restored_answer, js))
-    return api_response("stream_restore_response", {"deliver_subject": deliver})
+    return cfg
 
 
 async def _restored_answer(js: JetStream, stream: Stream) -> dict[str, Any]:

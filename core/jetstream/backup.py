@@ -26,11 +26,14 @@ the consumers' configs and states unless ``no_consumers``, the sources' position
 Snappy-framed stream, which S2 readers read. Inside, the bytes differ: a backup restores into
 leafjet, and a nats-server backup into nats-server; each refuses the other's with a clear error.
 
-A restore is all-or-nothing: the chunks are spooled to a file in a staging folder
-(``<name>.restoring-<id>``, which a restart removes), the store is built there, checked (counts
-and checksum) and only then renamed into place and started, as a restart starts a stream. The
-name is reserved meanwhile (a create of it is refused). Memory is bounded by a batch of the
-restore (``RESTORE_BATCH_BYTES``), not by the stream.
+A restore is all-or-nothing: the chunks are spooled to a file (``<name>.restoring-<id>.part``)
+beside a staging folder (``<name>.restoring-<id>``; a restart removes both), the store is built
+in the folder, checked (counts and checksum) and only then renamed into place and started, as a
+restart starts a stream. The name is reserved meanwhile (a create of it is refused). Memory is
+bounded by a batch of the restore (``RESTORE_BATCH_BYTES``), not by the stream. In a hub
+cluster the meta leader places the restore as it would place a create; the placed server takes
+the backup, builds the store, then creates the stream through the meta group on itself with
+the creation time its store waits for (``Backups.staged``, hub/meta/api.py ``commit_restore``).
 """
 
 from __future__ import annotations
@@ -134,6 +137,10 @@ class Backups(TaskOwner):
         self.js = js
         self.snapshots = 0  # running
         self.restores: dict[tuple[str, str], str] = {}  # (account, stream) -> deliver subject
+        # in a hub cluster, restored stores waiting for their assignment: (account, stream) ->
+        # (the creation time the assignment carries, the staging folder); engine.create_stream
+        # moves the folder into place for that assignment only
+        self.staged: dict[tuple[str, str], tuple[int, Path]] = {}
 
     def restoring(self, ajs: AccountJetStream, name: str) -> bool:
         return (ajs.account.name, name) in self.restores
@@ -322,7 +329,7 @@ class Backups(TaskOwner):
     ) -> None:
         account, name = ajs.account, cfg.name
         staging = ajs.root / f"{name}{STAGING_MARK}{token}"
-        spool = staging / "backup.part"
+        spool = ajs.root / f"{name}{STAGING_MARK}{token}.part"  # beside it: never moved with it
         began, start = time.monotonic(), time.time_ns()
         domain = self.js.domain
         advise(account, domain, f"{RESTORE_CREATE}.{name}", "advisory.v1.restore_create", {"stream": name})
@@ -365,7 +372,7 @@ class Backups(TaskOwner):
             fields = {"stream": name, "start": rfc3339_nano(start), "end": rfc3339_nano(end), "bytes": total}
             advise(account, domain, f"{RESTORE_COMPLETE}.{name}", "advisory.v1.restore_complete", fields)
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(shutil.rmtree, staging, True)
+                await anyio.to_thread.run_sync(remove_staging, staging, spool)
 
     async def _receive(
         self, ajs: AccountJetStream, name: str, rx: _RestoreInbox, fd: int
@@ -453,6 +460,16 @@ def _why(e: Exception) -> str:
 
 def _make_staging(staging: Path) -> None:
     staging.mkdir(parents=True)
+
+
+def remove_staging(*paths: Path) -> None:
+    """A restore's staging folder and spool file (either may be gone: moved into place, never
+    made)."""
+    for p in paths:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def _open_spool(path: Path) -> int:

@@ -32,7 +32,7 @@ from core.errors import StartupError, StoreError, StoreKeyError
 from core.faults import fault_point
 from core.fsync import fsync_dir
 from core.jetstream import api
-from core.jetstream.backup import RESTORE_BATCH_BYTES, Backups, is_staging
+from core.jetstream.backup import RESTORE_BATCH_BYTES, Backups, is_staging, remove_staging
 from core.jetstream.bulk_read import BulkReads
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
 from core.jetstream.consumer_models import ConsumerConfig, paused_config
@@ -168,6 +168,11 @@ class ClusterApi(Protocol):
         """Whether the cluster has a stream of that name in that account, on any server."""
         ...
 
+    async def commit_restore(self, ajs: AccountJetStream, cfg: StreamConfig, staging: Path) -> Stream:
+        """Create the restored stream ``cfg`` on this server through the meta group, from the
+        store built in ``staging`` (``Backups.staged``); the running stream."""
+        ...
+
 
 class JetStream:
     def __init__(self, server: Server, config: JetStreamConfig, store_dir: Path) -> None:
@@ -271,7 +276,7 @@ class JetStream:
         for d in ajs.root.iterdir():
             if is_staging(d.name):  # a restore cut short by a crash: never announced
                 log.info("removing %s, left by a restore that did not finish", d)
-                shutil.rmtree(d, ignore_errors=True)
+                remove_staging(d)
         folders = iter(
             d
             for d in sorted(ajs.root.iterdir())
@@ -341,7 +346,8 @@ class JetStream:
         store built in the folder ``staging`` from the snapshot ``chunks`` and checked, then
         moved into place and started as a restart starts a stream (its consumers from their
         records). On a failure nothing of it runs or stays in place (the caller removes
-        ``staging``)."""
+        ``staging``). In a hub cluster the stream is created through the meta group, on this
+        server, from the store built here (``ClusterApi.commit_restore``)."""
         created = time.time_ns()
         if cfg.storage == "memory":
             store: Any = MemoryStore()
@@ -354,6 +360,8 @@ class JetStream:
         finally:
             with anyio.CancelScope(shield=True):
                 await store.close()
+        if self.cluster is not None:
+            return await self.cluster.commit_restore(ajs, cfg, staging)
         await _write_atomic(staging / "stream.json", {"config": cfg.to_json(), "created": created})
         self._refuse_taken(ajs, cfg.name)
         final = ajs.root / cfg.name
@@ -721,6 +729,12 @@ class JetStream:
         d = ajs.root / cfg.name
         created = created or time.time_ns()
         config_file = d / "stream.json"
+        staged = self.backups.staged.get((ajs.account.name, cfg.name))
+        if staged is not None and staged[0] == created and not d.exists():
+            # a restore's store, built on this server, for this very assignment (its creation
+            # time is the restore's): moved into place, and opened below as an existing store
+            await self.discard_prepared(ajs, cfg.name)
+            await anyio.to_thread.run_sync(_move_into_place, staged[1], d)
         config_body = {"config": cfg.to_json(), "created": created}
         # The config file is written while the store is built (each waits on its own fsyncs, so
         # a create costs the longer of the two, not their sum), except for a stream that starts
@@ -879,7 +893,7 @@ class JetStream:
         """Make the stream ``cfg`` ready for its create at ``created`` (prepared.py): the hub's
         meta group calls this when an assignment to this server reaches its log, before it is
         committed. A failure only logs."""
-        if cfg.name not in ajs.streams:
+        if cfg.name not in ajs.streams and self.backups.staged.get((ajs.account.name, cfg.name)) is None:
             await self.prepared.prepare((ajs.account.name, cfg.name), ajs.root, cfg, created)
 
     async def discard_prepared(self, ajs: AccountJetStream, name: str) -> None:

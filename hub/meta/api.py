@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -39,6 +41,7 @@ from hub.raft.types import NONE, ConfChange, ConfChangeKind
 
 if TYPE_CHECKING:
     from core.jetstream.engine import AccountJetStream, JetStream
+    from core.jetstream.stream import Stream
     from hub.meta.group import MetaGroup
 
 log = logging.getLogger("leafjet.meta")
@@ -130,6 +133,8 @@ class MetaApi:
             return self._create, type_name, args
         if head == ("STREAM", "UPDATE"):
             return self._update, type_name, args
+        if head == ("STREAM", "RESTORE"):
+            return self._restore, type_name, args
         if head == ("STREAM", "DELETE"):
             return self._delete, type_name, args
         if head == ("STREAM", "NAMES"):
@@ -180,6 +185,47 @@ class MetaApi:
 
     async def _update(self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
         await self._change_then_forward("update", ajs, args[0], msg)
+
+    async def _restore(self, js: JetStream, ajs: AccountJetStream, args: list[str], msg: InboundMsg) -> None:
+        """A restore: checked here, placed by the meta leader as a create would be (nothing
+        committed yet), then answered by the placed server as its own (``api.stream_restore``):
+        the backup goes there, and once its store is built that server creates the stream
+        through the meta group on itself (``commit_restore``)."""
+        self._need_leader()
+        cfg = api.check_restore(js, ajs, args, msg)
+        config = json.dumps(cfg.to_json()).encode()
+        body = {"kind": "place", "account": ajs.account.name, "name": cfg.name, "data": _b64(config)}
+        answer = await self.ask_leader(body)
+        await self._forward(str(answer["server"]), ajs, msg, 0)
+
+    async def commit_restore(self, ajs: AccountJetStream, cfg: StreamConfig, staging: Path) -> Stream:
+        """The restored stream created on this server: the meta leader commits its assignment
+        to this server with this creation time, and applying it here moves the store built in
+        ``staging`` into place (core/jetstream/engine.py, ``create_stream``)."""
+        key = (ajs.account.name, cfg.name)
+        created = time.time_ns()
+        self.js.backups.staged[key] = (created, staging)
+        try:
+            config = json.dumps(cfg.to_json()).encode()
+            body = {
+                "kind": "create",
+                "account": key[0],
+                "name": cfg.name,
+                "data": _b64(config),
+                "servers": [self.group.me],
+                "created": created,
+            }
+            answer = await self.ask_leader(body)
+            with anyio.move_on_after(FORWARD_WAIT):
+                await self.group.wait_reconciled(int(answer["index"]))
+            stream = ajs.streams.get(cfg.name)
+            if stream is None or stream.created_ns != created:
+                raise api_error(
+                    "JSStreamRestoreErrF", err="the restored stream did not start on this server in time"
+                )
+            return stream
+        finally:
+            self.js.backups.staged.pop(key, None)
 
     async def _change_then_forward(
         self, kind: str, ajs: AccountJetStream, name: str, msg: InboundMsg
@@ -625,34 +671,29 @@ class MetaApi:
             if state.overlapping_streams(account, cfg.subjects) - {name}:
                 raise api_error("JSStreamSubjectOverlapErr")
 
-        if kind == "create":
+        if kind == "place":  # a restore's placement: decided as a create's, nothing committed
             cfg = StreamConfig.from_json(
                 decode_request(payload), expected_name=name, lookup=lookup, clustered=True
             )
             if existing is not None:
+                raise api_error("JSStreamNameExistRestoreFailedErr")
+            check_overlap(cfg)
+            return {"server": self._place(cfg)[0]}
+        if kind == "create":
+            cfg = StreamConfig.from_json(
+                decode_request(payload), expected_name=name, lookup=lookup, clustered=True
+            )
+            restored = "servers" in body  # a restore's create, on the server that built its store
+            if existing is not None:
+                if restored:
+                    raise api_error("JSStreamNameExistRestoreFailedErr")
                 if existing.config != cfg.to_json():
                     raise api_error("JSStreamNameExistErr")
                 return {"server": existing.servers[0], "index": group.driver.applied}
             check_overlap(cfg)
-            placement = cfg.placement or {}
-            try:
-                servers = place(
-                    list(state.servers.values()),
-                    group.online(),
-                    state.load(),
-                    cfg.num_replicas,
-                    placement.get("cluster") or None,
-                    list(placement.get("tags") or ()),
-                )
-            except NoPeers as e:
-                if self._unregistered_voters():
-                    # a member that has not told its tags yet (a cluster just formed, a leader
-                    # just elected) may fit: "try again", not "no peers"
-                    raise api_error("JSClusterNotAvailErr") from None
-                raise api_error("JSClusterNoPeersErrF", err=str(e)) from None
-            if cfg.num_replicas > 1:  # placed as the reference would, then refused: R1 only yet
-                raise _r1_only()
-            fields = {"account": account, "name": name, "config": cfg.to_json(), "created": time.time_ns()}
+            servers = self._restored_on(body) if restored else self._place(cfg)
+            created = int(body["created"]) if restored else time.time_ns()
+            fields = {"account": account, "name": name, "config": cfg.to_json(), "created": created}
             reply = body.get("reply")
             if isinstance(reply, str) and reply:  # the placed server answers it (group.py)
                 fields["reply"] = reply
@@ -679,6 +720,39 @@ class MetaApi:
             index = await self._commit(encode_op("update", account=account, name=name, config=cfg.to_json()))
             return {"server": existing.servers[0], "index": index}
         raise api_error("JSBadRequestErr")
+
+    def _place(self, cfg: StreamConfig) -> list[str]:
+        """The servers a new stream ``cfg`` goes to (the reference's errors when none fits)."""
+        group, state = self.group, self.group.state
+        placement = cfg.placement or {}
+        try:
+            servers = place(
+                list(state.servers.values()),
+                group.online(),
+                state.load(),
+                cfg.num_replicas,
+                placement.get("cluster") or None,
+                list(placement.get("tags") or ()),
+            )
+        except NoPeers as e:
+            if self._unregistered_voters():
+                # a member that has not told its tags yet (a cluster just formed, a leader
+                # just elected) may fit: "try again", not "no peers"
+                raise api_error("JSClusterNotAvailErr") from None
+            raise api_error("JSClusterNoPeersErrF", err=str(e)) from None
+        if cfg.num_replicas > 1:  # placed as the reference would, then refused: R1 only yet
+            raise _r1_only()
+        return servers
+
+    def _restored_on(self, body: dict[str, Any]) -> list[str]:
+        """A restore's create goes to the server that built its store: a registered server
+        that is up (it asked just now), one only (R1)."""
+        servers = body["servers"]
+        if not (isinstance(servers, list) and len(servers) == 1 and isinstance(servers[0], str)):
+            raise TypeError("servers: one server name")
+        if servers[0] not in self.group.state.servers or servers[0] not in self.group.online():
+            raise api_error("JSClusterNoPeersErrF", err=f"server {servers[0]} is not available")
+        return [servers[0]]
 
     def _parsed_config(self, a: StreamAssignment) -> StreamConfig:
         """``a.config`` as a StreamConfig, parsed once per assignment (an update or a restore
