@@ -1,5 +1,5 @@
 """An idle agent's memory: what the agent imports at start is what every agent needs. Heavy
-packages that only some configurations use (encryption and nkeys, MQTT, Spark, monitoring) are
+packages that only some configurations use (encryption and nkeys, MQTT, Spark, monitoring, backups) are
 imported where they are first used; this test keeps it so (each one is megabytes of RSS)."""
 
 from __future__ import annotations
@@ -9,7 +9,17 @@ import sys
 
 from tests.support.servers import REPO
 
-OPTIONAL = ("cryptography", "paho", "pyspark", "pyarrow", "prometheus_client", "h11", "nats", "matplotlib")
+OPTIONAL = (
+    "cryptography",
+    "paho",
+    "pyspark",
+    "pyarrow",
+    "prometheus_client",
+    "h11",
+    "nats",
+    "matplotlib",
+    "cramjam",
+)
 
 
 def test_starting_the_agent_imports_no_optional_package():

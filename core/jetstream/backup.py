@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import cramjam
 
 from core import subjects
 from core.api_errors import ApiError, api_error
@@ -267,6 +266,8 @@ class Backups(TaskOwner):
                 index += 1
                 sent += len(chunk)
             return None
+
+        import cramjam  # here: ~3 MB of RSS an agent that never backs up does not need
 
         error: str | None = None
         header = END_OK
@@ -504,6 +505,8 @@ async def _spooled_chunks(spool: Path) -> AsyncGenerator[bytes, None]:
 
 def _read_frames(f: Any, want: int = 256 << 10) -> bytes | None:
     """About ``want`` decompressed bytes from the framed stream in ``f`` (None at its end)."""
+    import cramjam  # imported where first used (see _send)
+
     out: list[bytes] = []
     size = 0
     while size < want:
