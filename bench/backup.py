@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import nats
 
-from bench import median_figures
+from bench import medians_by_kind
 from bench.stats import print_kind_rows
 from tests.support.backup import WHOLE, restore, take_snapshot
 from tests.support.servers import start_server
@@ -73,17 +73,17 @@ async def _once(url: str, n: int, size: int) -> dict[str, float]:
         await nc.close()
 
 
+def _measure(kind: str, workdir: Path, args: argparse.Namespace) -> dict[str, float]:
+    srv = start_server(kind, workdir, jetstream=True)
+    try:
+        return asyncio.run(_once(srv.url, args.msgs, args.size))
+    finally:
+        srv.stop()
+
+
 def backup_matrix(args: argparse.Namespace) -> int:
-    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
-    with tempfile.TemporaryDirectory(prefix="leafjet-bench-backup-") as tmp:
-        for r in range(args.runs):
-            for kind in KINDS:
-                srv = start_server(kind, Path(tmp) / f"r{r}-{kind}", jetstream=True)
-                try:
-                    runs[kind].append(asyncio.run(_once(srv.url, args.msgs, args.size)))
-                finally:
-                    srv.stop()
-    med = {kind: median_figures(figs) for kind, figs in runs.items()}
+    measure = functools.partial(_measure, args=args)
+    med = medians_by_kind(KINDS, args.runs, "leafjet-bench-backup-", measure)
     print(f"\nbackup N={args.msgs},MsgSz={args.size}B,runs={args.runs} (medians)")
     labels = {
         "backup_s": "backup: s",

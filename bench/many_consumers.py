@@ -22,14 +22,13 @@ import argparse
 import asyncio
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import nats
 
-from bench import median_figures
+from bench import medians_by_kind
 from bench.procstat import cpu_seconds
 from bench.stats import print_kind_rows
 from tests.support.servers import start_server
@@ -97,22 +96,20 @@ async def _watch_and_away(url: str, pid: int, away: int) -> dict[str, float]:
 
 
 def many_consumers_matrix(args: argparse.Namespace) -> int:
-    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
-    with tempfile.TemporaryDirectory(prefix="leafjet-bench-many-consumers-") as tmp:
-        for r in range(args.runs):
-            for kind in KINDS:
-                srv = start_server(kind, Path(tmp) / f"{kind}-{r}", jetstream=True)
-                try:
-                    figs = asyncio.run(_measure(srv.url, args.consumers, args.publishes))
-                finally:
-                    srv.stop()
-                srv = start_server(kind, Path(tmp) / f"{kind}-{r}-watch", jetstream=True)
-                try:
-                    figs.update(asyncio.run(_watch_and_away(srv.url, srv.pid, args.away)))
-                finally:
-                    srv.stop()
-                runs[kind].append(figs)
-    med = {kind: median_figures(figs) for kind, figs in runs.items()}
+    def measure(kind: str, workdir: Path) -> dict[str, float]:
+        srv = start_server(kind, workdir, jetstream=True)
+        try:
+            figs = asyncio.run(_measure(srv.url, args.consumers, args.publishes))
+        finally:
+            srv.stop()
+        srv = start_server(kind, workdir.with_name(workdir.name + "-watch"), jetstream=True)
+        try:
+            figs.update(asyncio.run(_watch_and_away(srv.url, srv.pid, args.away)))
+        finally:
+            srv.stop()
+        return figs
+
+    med = medians_by_kind(KINDS, args.runs, "leafjet-bench-many-consumers-", measure)
     print(
         f"\nmany consumers Consumers={args.consumers},Publishes={args.publishes},runs={args.runs} "
         "(p50 ms, medians of runs)"

@@ -20,14 +20,13 @@ import argparse
 import asyncio
 import json
 import signal
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import nats
 
-from bench import median_figures
+from bench import medians_by_kind
 from bench.stats import print_kind_rows
 from tests.support.servers import RunningServer, start_server
 
@@ -122,12 +121,10 @@ def _run(workdir: Path, kind: str, streams: int, big: int) -> dict[str, float]:
 
 
 def restart_matrix(args: argparse.Namespace) -> int:
-    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
-    with tempfile.TemporaryDirectory(prefix="leafjet-bench-restart-") as tmp:
-        for r in range(args.runs):
-            for kind in KINDS:
-                runs[kind].append(_run(Path(tmp) / f"r{r}", kind, args.streams, args.big_msgs))
-    med = {kind: median_figures(figs) for kind, figs in runs.items()}
+    def measure(kind: str, workdir: Path) -> dict[str, float]:
+        return _run(workdir, kind, args.streams, args.big_msgs)
+
+    med = medians_by_kind(KINDS, args.runs, "leafjet-bench-restart-", measure)
     print(f"\nrestart Streams={args.streams},BigMsgs={args.big_msgs}x1KiB,runs={args.runs} (medians, s)")
     print("  stop: SIGTERM until the process ended; start: until a client connects and the")
     print("  last stream's STREAM.INFO is answered (the process's own start included)")

@@ -56,7 +56,7 @@ from core.api_errors import ApiError, api_error
 from core.errors import StoreError
 from core.jetstream.consumer import STATE_PREFIX
 from core.jetstream.gotime import rfc3339_nano
-from core.jetstream.models import error_response
+from core.jetstream.models import api_response, error_response
 from core.jetstream.stream import advise
 from core.jetstream.task_owner import TaskOwner
 from core.server.interest import nuid
@@ -66,12 +66,11 @@ if TYPE_CHECKING:
     from core.jetstream.engine import AccountJetStream, JetStream
     from core.jetstream.models import StreamConfig
     from core.jetstream.stream import Stream
+    from core.server.accounts import Account
     from core.server.internal import InboundMsg
 
 log = logging.getLogger("leafjet.jetstream.backup")
 
-SNAPSHOT_TYPE = "io.nats.jetstream.api.v1.stream_snapshot_response"
-CREATE_TYPE = "io.nats.jetstream.api.v1.stream_create_response"
 ACK_SUBJECT = "$JS.SNAPSHOT.ACK.{stream}.{id}"
 RESTORE_SUBJECT = "$JS.SNAPSHOT.RESTORE.{stream}.{id}"
 RESTORE_CREATE = "$JS.EVENT.ADVISORY.STREAM.RESTORE_CREATE"
@@ -186,12 +185,10 @@ class Backups(TaskOwner):
                 first = await chunks.__anext__()  # the copy's read transaction has begun
             except (StoreError, OSError) as e:
                 log.warning("snapshot of stream %s/%s failed: %s", account.name, name, e)
-                if reply:
-                    err = api_error("JSStreamSnapshotErrF", err=str(e))
-                    account.publish(reply, None, None, _json(error_response("stream_snapshot_response", err)))
+                err = api_error("JSStreamSnapshotErrF", err=str(e))
+                _answer(account, reply, error_response("stream_snapshot_response", err))
                 return
-            if reply:
-                account.publish(reply, None, None, _json({"type": SNAPSHOT_TYPE, **answer}))
+            _answer(account, reply, api_response("stream_snapshot_response", answer))
             began, start = time.monotonic(), time.time_ns()
             stream.advise(
                 f"$JS.EVENT.ADVISORY.STREAM.SNAPSHOT_CREATE.{name}",
@@ -272,9 +269,14 @@ class Backups(TaskOwner):
         error: str | None = None
         header = END_OK
         try:
-            with anyio.move_on_after(INTEREST_WAIT):
-                while not interest():
-                    await anyio.sleep(0.02)
+            if not interest():  # the client may subscribe just after asking: wait for it, bounded
+                arrived = anyio.Event()
+                account.watch_interest(deliver, arrived.set)
+                try:
+                    with anyio.move_on_after(INTEREST_WAIT):
+                        await arrived.wait()
+                finally:
+                    account.unwatch_interest(deliver, arrived.set)
             piece: bytes | None = first
             while piece is not None:
                 # each piece a framed stream of its own (their concatenation is one: the stream
@@ -354,9 +356,9 @@ class Backups(TaskOwner):
                 if not isinstance(e, ApiError | StoreError | OSError):
                     log.exception("restore of stream %s/%s failed", account.name, name)
                 log.warning("restore of stream %s/%s failed: %s", account.name, name, err.description)
-                account.publish(reply, None, None, _json(error_response("stream_create_response", err)))
+                _refuse(account, reply, err)
                 return
-            account.publish(reply, None, None, _json(body))
+            _answer(account, reply, body)
             log.info(
                 "restored stream %s/%s from %d bytes in %.2fs",
                 account.name,
@@ -381,6 +383,7 @@ class Backups(TaskOwner):
         """Write the chunks to ``fd``, acknowledging each once written, until the empty one:
         (its reply subject, the bytes received); (None, ...) when the restore was given up."""
         account = ajs.account
+        limit = self.js.config.max_file  # the spool is bounded by what the server may store
         total = 0
         while True:
             msg: InboundMsg | None = None
@@ -394,15 +397,15 @@ class Backups(TaskOwner):
                 why = "a chunk came without a reply subject"
             elif not msg.payload:
                 return msg.reply, total
+            elif 0 < limit < total + len(msg.payload):
+                why = f"the backup is larger than jetstream.max_file_store ({limit} bytes)"
+                _refuse(account, msg.reply, api_error("JSStreamRestoreErrF", err=why))
             else:
                 try:
                     await anyio.to_thread.run_sync(_write_all, fd, msg.payload)
                 except OSError as e:
-                    err = api_error("JSStreamRestoreErrF", err=f"cannot store the backup: {e.strerror or e}")
-                    account.publish(
-                        msg.reply, None, None, _json(error_response("stream_create_response", err))
-                    )
-                    why = f"cannot store the backup: {e}"
+                    why = f"cannot store the backup: {e.strerror or e}"
+                    _refuse(account, msg.reply, api_error("JSStreamRestoreErrF", err=why))
                 else:
                     total += len(msg.payload)
                     account.publish(msg.reply, None, None, b"")
@@ -429,13 +432,12 @@ class _RestoreInbox(InternalReceiver):
             self.overflowed = True
             with contextlib.suppress(anyio.WouldBlock, anyio.ClosedResourceError):
                 self.inbox.send_nowait(None)  # type: ignore[arg-type]  # wakes the task: it ends
-        if reply:
-            err = api_error(
-                "JSStreamRestoreErrF",
-                err="chunks came faster than they were answered: send each chunk once the one"
-                " before it is answered",
-            )
-            self.account.publish(reply, None, None, _json(error_response("stream_create_response", err)))
+        err = api_error(
+            "JSStreamRestoreErrF",
+            err="chunks came faster than they were answered: send each chunk once the one before"
+            " it is answered",
+        )
+        _refuse(self.account, reply, err)
 
 
 async def _contained(what: str, work: Awaitable[None]) -> None:
@@ -447,8 +449,15 @@ async def _contained(what: str, work: Awaitable[None]) -> None:
         log.exception("%s failed", what)
 
 
-def _json(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
+def _answer(account: Account, reply: str | None, body: dict[str, Any]) -> None:
+    if reply:
+        account.publish(reply, None, None, json.dumps(body, separators=(",", ":")).encode())
+
+
+def _refuse(account: Account, reply: str | None, err: ApiError) -> None:
+    """A restore's chunk (or its last) answered with the error that ends the restore, as the
+    reference answers it: a create response."""
+    _answer(account, reply, error_response("stream_create_response", err))
 
 
 def _one_line(text: str) -> str:

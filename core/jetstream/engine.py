@@ -730,10 +730,13 @@ class JetStream:
         created = created or time.time_ns()
         config_file = d / "stream.json"
         staged = self.backups.staged.get((ajs.account.name, cfg.name))
-        if staged is not None and staged[0] == created and not d.exists():
+        if staged is not None and staged[0] == created and not config_file.exists():
             # a restore's store, built on this server, for this very assignment (its creation
-            # time is the restore's): moved into place, and opened below as an existing store
+            # time is the restore's): moved into place, and opened below as an existing store.
+            # A folder there without a config (a preparation, or one a crash left) held no
+            # announced stream: it goes, or the create would open its store instead.
             await self.discard_prepared(ajs, cfg.name)
+            await anyio.to_thread.run_sync(_remove_folder_durably, d)
             await anyio.to_thread.run_sync(_move_into_place, staged[1], d)
         config_body = {"config": cfg.to_json(), "created": created}
         # The config file is written while the store is built (each waits on its own fsyncs, so

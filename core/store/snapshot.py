@@ -25,6 +25,8 @@ import zlib
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
+import anyio
+
 from core.errors import StoreError
 from core.store.api import Append, Op, SetMetaOp, SkipOp, StoredMsg, StreamStore
 from core.subjects import is_valid_literal_subject
@@ -337,14 +339,19 @@ def snapshot_ops(snap: Snapshot) -> list[Op]:
     return _msg_ops(snap.msgs) + _tail_ops(snap.header, snap.metas)
 
 
-async def decode_chunks(chunks: AsyncIterator[bytes] | Iterable[bytes]) -> Snapshot:
-    dec = SnapshotDecoder()
-    if hasattr(chunks, "__aiter__"):
+async def _each(chunks: AsyncIterator[bytes] | Iterable[bytes]) -> AsyncIterator[bytes]:
+    if isinstance(chunks, AsyncIterator):
         async for c in chunks:
-            dec.feed(c)
+            yield c
     else:
         for c in chunks:
-            dec.feed(c)
+            yield c
+
+
+async def decode_chunks(chunks: AsyncIterator[bytes] | Iterable[bytes]) -> Snapshot:
+    dec = SnapshotDecoder()
+    async for c in _each(chunks):
+        dec.feed(c)
     return dec.finish()
 
 
@@ -371,21 +378,21 @@ async def restore_into(
 async def _apply_in_batches(
     store: StreamStore, chunks: AsyncIterator[bytes] | Iterable[bytes], batch_bytes: int
 ) -> Snapshot:
-    # (A writer task applying one batch while the next is decoded was tried: ~10% faster, the
-    # decode and the store's thread share the GIL; not worth a second task's failure paths.)
+    # The decoding (~7 us a message of Python) runs in a worker thread, a chunk at a time: a
+    # restore of a large stream must not hold the event loop. (A writer task applying one batch
+    # while the next is decoded was tried: ~10% faster, the decode and the store's thread share
+    # the GIL; not worth a second task's failure paths.)
     dec = SnapshotDecoder()
 
-    async def feed(c: bytes) -> None:
+    def feed(c: bytes) -> list[Op] | None:
         dec.feed(c)
         if dec.pending_bytes >= batch_bytes or dec.pending_msgs >= BATCH_MSGS:
-            await store.apply(_msg_ops(dec.drain_msgs()))
+            return _msg_ops(dec.drain_msgs())
+        return None
 
-    if hasattr(chunks, "__aiter__"):
-        async for c in chunks:
-            await feed(c)
-    else:
-        for c in chunks:
-            await feed(c)
+    async for c in _each(chunks):
+        if (ops := await anyio.to_thread.run_sync(feed, c)) is not None:
+            await store.apply(ops)
     snap = dec.finish()
     ops = _msg_ops(snap.msgs) + _tail_ops(snap.header, snap.metas)
     if ops:

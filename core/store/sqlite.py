@@ -1416,15 +1416,24 @@ class SqliteStore:
             ]
             header = SnapshotHeader(first_seq if msgs else last_seq + 1, last_seq, last_ts, msgs, len(metas))
             enc = SnapshotEncoder(header)
+
+            def copy_after(after: int) -> tuple[int, list[bytes]] | None:
+                """The next 1,000 messages after ``after`` read, decoded and encoded (in the
+                pool: a message's Python work stays off the event loop); None at the end."""
+                rows = conn.execute(
+                    f"SELECT {COLS} FROM msgs WHERE seq > ? ORDER BY seq LIMIT 1000", (after,)
+                )
+                got = rows.fetchall()
+                if not got:
+                    return None
+                encoded = [c for m in self._decode_sync(got) if (c := enc.msg(m)) is not None]
+                return got[-1][0], encoded
+
             after = 0
-            while True:
-                rows = await q(f"SELECT {COLS} FROM msgs WHERE seq > ? ORDER BY seq LIMIT 1000", (after,))
-                if not rows:
-                    break
-                after = rows[-1][0]
-                for m in await self._decode(rows):
-                    if (chunk := enc.msg(m)) is not None:
-                        yield chunk
+            while (step := await self._offload(functools.partial(copy_after, after))) is not None:
+                after, encoded = step
+                for chunk in encoded:
+                    yield chunk
             for k, v in metas:
                 if (chunk := enc.meta(k, self._codec.open_meta(k, v))) is not None:
                     yield chunk

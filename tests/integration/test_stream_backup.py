@@ -483,3 +483,46 @@ async def test_a_backup_of_an_encrypted_compressed_stream_restores_on_another_ke
                 assert (got.subject, got.data) == (f"z.{(seq - 1) % 5}", bodies[seq - 1])
     finally:
         two.stop()
+
+
+async def test_a_backup_larger_than_the_servers_file_store_is_refused(tmp_path):
+    """leafjet: the spooled backup is bounded by `jetstream.max_file_store`: the chunk that
+    passes it is answered with the error that ends the restore, and the name stays free."""
+    srv = start_leafjet(tmp_path, {"jetstream": {"max_file_store": 50_000}})
+    try:
+        async with jetstream(srv) as (nc, js):
+            await random_stream(js, 40, 2000)  # ~80 KB that does not compress
+            answer, data, status = await take_snapshot(nc, "S", chunk_size=8192)
+            assert status == WHOLE and len(data) > 50_000
+            await js.delete_stream("S")
+            refused = await restore(nc, "S", answer, data, chunk=8192)
+            assert refused["error"]["err_code"] == 10062, refused
+            assert "max_file_store" in refused["error"]["description"], refused
+            assert (await api(nc, "$JS.API.STREAM.INFO.S"))["error"]["err_code"] == 10059
+    finally:
+        srv.stop()
+
+
+async def test_a_snapshot_waits_for_a_receiver_that_subscribes_after_asking(js_server):
+    """The deliver subject's subscriber comes 0.3 s after the request: the snapshot waits for it
+    (up to 2 s, as the reference) and sends everything."""
+    async with jetstream(js_server) as (nc, js):
+        await random_stream(js, 50, 1000)
+        inbox = nc.new_inbox()
+        answer = await api(nc, "$JS.API.STREAM.SNAPSHOT.S", {"deliver_subject": inbox})
+        assert "error" not in answer, answer
+        await asyncio.sleep(0.3)
+        chunks: list[bytes] = []
+        ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        async def on_chunk(msg: Any) -> None:
+            if msg.data:
+                chunks.append(msg.data)
+                if msg.reply:
+                    await msg.respond(b"")
+            elif not ended.done():
+                ended.set_result((msg.headers or {}).get("Status", WHOLE))
+
+        await nc.subscribe(inbox, cb=on_chunk)
+        assert await asyncio.wait_for(ended, 20) == WHOLE
+        assert sum(len(c) for c in chunks) > 45_000  # the 50 KB of random payloads, all of them
