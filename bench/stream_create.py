@@ -1,11 +1,13 @@
 """Single-server stream create latency and server CPU per create, leafjet against the reference.
 
-    python -m bench.stream_create [--creates 60]
+    python -m bench.stream_create [--creates 60] [--existing 0]
 
-One fresh server of each kind (each with its default durability), ``--creates`` sequential R1
-file-stream creates (a new name each, the raw ``$JS.API.STREAM.CREATE`` request of a stock nats-py
-client); p50 of the round trip and the server process's CPU (user + system) per create. The
-clustered create (``python -m bench cluster --parts meta``) contains this step once.
+One fresh server of each kind (each with its default durability), ``--existing`` streams created
+first (not timed: a create in an account that holds many streams must not cost more for them),
+then ``--creates`` sequential R1 file-stream creates (a new name each, the raw
+``$JS.API.STREAM.CREATE`` request of a stock nats-py client); p50 of the round trip and the
+server process's CPU (user + system) per create. The clustered create (``python -m bench
+cluster --parts meta``) contains this step once.
 """
 
 from __future__ import annotations
@@ -65,11 +67,13 @@ def seconds(creates: list[tuple[str, int, int]]) -> list[float]:
     return [(t1 - t0) / 1e9 for _name, t0, t1 in creates]
 
 
-def run(kind: str, workdir: Path, n: int) -> tuple[float, float]:
+def run(kind: str, workdir: Path, n: int, existing: int = 0) -> tuple[float, float]:
     """(p50 ms, server CPU ms per create)."""
     cfg = {"jetstream": {"store_dir": str(workdir / "js")}} if kind == "reference" else {}
     srv: RunningServer = start_server(kind, workdir, cfg, jetstream=True)
     try:
+        if existing:
+            asyncio.run(timed_creates(srv.url, existing, "X"))
         before = _cpu_seconds(srv.pid)
         lat = seconds(asyncio.run(timed_creates(srv.url, n)))
         cpu = _cpu_seconds(srv.pid) - before
@@ -81,11 +85,16 @@ def run(kind: str, workdir: Path, n: int) -> tuple[float, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--creates", type=int, default=60)
+    p.add_argument("--existing", type=int, default=0, help="streams created first, not timed")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-create-") as tmp:
-        res = {kind: run(kind, Path(tmp) / kind, args.creates) for kind in ("reference", "leafjet")}
+        kinds = ("reference", "leafjet")
+        res = {kind: run(kind, Path(tmp) / kind, args.creates, args.existing) for kind in kinds}
     ref, lj = res["reference"], res["leafjet"]
-    print(f"single-server stream create, {args.creates} sequential R1 file streams")
+    print(
+        f"single-server stream create, {args.creates} sequential R1 file streams"
+        f" after {args.existing} untimed ones"
+    )
     print(f"{'figure':<28}{'reference':>11}{'leafjet':>10}{'ratio':>8}")
     print(f"{'create p50 ms':<28}{ref[0]:>11.2f}{lj[0]:>10.2f}{lj[0] / ref[0]:>8.2f}")
     print(f"{'server CPU ms per create':<28}{ref[1]:>11.2f}{lj[1]:>10.2f}{lj[1] / ref[1]:>8.2f}")

@@ -37,6 +37,7 @@ from core.jetstream.bulk_read import BulkReads
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
 from core.jetstream.consumer_models import ConsumerConfig, paused_config
 from core.jetstream.damaged import DamagedStream, is_set_aside, move_aside
+from core.jetstream.held_subjects import HeldSubjects
 from core.jetstream.models import StreamConfig
 from core.jetstream.monitoring import JetStreamMonitor
 from core.jetstream.opening_store import OpeningStore
@@ -82,6 +83,8 @@ class AccountJetStream:
     streams: dict[str, Stream] = field(default_factory=dict)
     # streams that could not be recovered at start: their names stay taken (damaged.py)
     damaged: dict[str, DamagedStream] = field(default_factory=dict)
+    # the subjects of both, for the overlap check of a create (held_subjects.py)
+    held_subjects: HeldSubjects = field(default_factory=HeldSubjects)
     api_total: int = 0
     api_errors: int = 0
     # the bytes all its streams hold before storing them (jetstream.max_buffered_account_size)
