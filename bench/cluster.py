@@ -3,7 +3,8 @@
     python -m bench cluster [--msgs 100000] [--sizes 128,1024] [--requests 2000] [--runs 1]
                             [--rounds 5] [--clients raw|natspy]
                             [--parts pubsub,pubsub-once,meta,clientcpu,stepdown] [--creates 50]
-                            [--paired] [--existing 0] [--failover-runs 3] [--stepdowns 5]
+                            [--paired] [--existing 0] [--sync default|always]
+                            [--failover-runs 3] [--stepdowns 5]
 
 ``pubsub`` (since 2026-11-27): bench/cluster_rounds.py -- both clusters side by side, a warm-up,
 then ``--rounds`` rounds with the kinds interleaved, raw-socket clients that cost well under a
@@ -23,7 +24,9 @@ process of its own and the kinds alternating run after run (bench/cluster_client
 
 ``meta``: on three servers of each kind with JetStream, stream create latency through a non-leader
 and through the meta leader (back to back, or with ``--paired`` alternating between the two clusters),
-and the meta leader's failover after kill -9 (bench/cluster_meta.py).
+and the meta leader's failover after kill -9 (bench/cluster_meta.py). ``--sync always`` runs the
+reference with ``sync_interval: always``: its default syncs its meta log every 2 minutes, so a
+create's RAFT round costs it no fsync, where leafjet's fsyncs on the leader and a follower.
 
 ``stepdown``: ``$JS.API.META.LEADER.STEPDOWN`` on three servers of each kind: the time until all
 servers name the new leader, and until a create succeeds again (bench/cluster_stepdown.py).
@@ -148,17 +151,25 @@ def cluster_matrix(args: argparse.Namespace) -> int:
 
 def _meta_matrix(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="leafjet-bench-meta-") as tmp:
-        paired = paired_creates(Path(tmp), KINDS, args.creates) if args.paired and args.creates > 0 else None
+        paired = (
+            paired_creates(Path(tmp), KINDS, args.creates, args.sync)
+            if args.paired and args.creates > 0
+            else None
+        )
         creates = 0 if args.paired else args.creates
         res = {
-            kind: run_meta(Path(tmp), kind, creates, args.failover_runs, args.existing)
+            kind: run_meta(Path(tmp), kind, creates, args.failover_runs, args.existing, args.sync)
             for kind in KINDS
             if args.failover_runs > 0 or creates > 0
         }
     existing = f",Existing={args.existing}" if args.existing and not args.paired else ""
+    sync = ",Sync=always" if args.sync == "always" else ""
     print(
-        f"\ncluster meta Creates={args.creates}{existing},FailoverRuns={args.failover_runs} (3 servers each)"
+        f"\ncluster meta Creates={args.creates}{existing}{sync},FailoverRuns={args.failover_runs}"
+        " (3 servers each)"
     )
+    if args.sync == "always":
+        print("  The reference with sync_interval: always (fsyncs before acknowledging, as leafjet).")
     if paired is not None:
         gap = f"{PAIR_GAP * 1e3:.0f} ms"
         print("  R1 file-stream creates, sequential, raw API request, alternating between the two")
@@ -278,6 +289,13 @@ def add_parser(sub: Any) -> None:
         type=int,
         default=0,
         help="meta (back to back): streams created in the cluster before the measured creates",
+    )
+    p.add_argument(
+        "--sync",
+        choices=("default", "always"),
+        default="default",
+        help="meta: default, each server's own (the reference syncs its meta log every 2 min); "
+        "always: the reference too fsyncs before acknowledging, as durable as leafjet",
     )
     p.add_argument("--stepdowns", type=int, default=5, help="stepdown: meta leader stepdowns per kind")
     p.add_argument(

@@ -119,13 +119,18 @@ async def until_new_leader(
     return time.monotonic()
 
 
-def start_cluster(c: Cluster) -> None:
+def start_cluster(c: Cluster, sync: str = "default") -> None:
+    """Start ``c``'s servers with JetStream. ``sync="always"``: the reference fsyncs its meta
+    log and stores before acknowledging (``sync_interval: always``), as durable as leafjet, whose
+    RAFT log always does (its default is a sync every 2 minutes)."""
     if c.kind == "leafjet":
         start_js_cluster(c)
     else:  # the reference: a store dir each
         for i in range(c.size):
             cfg = c.config(i)
             cfg["jetstream"] = {"store_dir": str(c.workdir / c.nodes[i].name / "js")}
+            if sync == "always":
+                cfg["jetstream"]["sync_interval"] = "always"
             c.start_node(i, cfg)
     c.wait_for_mesh(timeout=60)
 
@@ -185,13 +190,15 @@ class PairedCreates:
     ratios: dict[str, list[float]]
 
 
-def paired_creates(workdir: Path, kinds: tuple[str, str], creates: int) -> PairedCreates:
+def paired_creates(
+    workdir: Path, kinds: tuple[str, str], creates: int, sync: str = "default"
+) -> PairedCreates:
     """Start a three-server cluster of each kind, then alternate their creates (above)."""
     clusters = {kind: Cluster(workdir / f"{kind}-creates", kind, size=3) for kind in kinds}
     try:
         urls: dict[str, dict[str, str]] = {}
         for kind, c in clusters.items():
-            start_cluster(c)
+            start_cluster(c, sync)
             leader = agreed_leader(c)
             urls[kind] = {"follower": c.url((leader + 1) % c.size), "leader": c.url(leader)}
         return asyncio.run(_alternate(urls, kinds, creates))
@@ -292,14 +299,16 @@ async def _failover_once(c: Cluster, leader: int, survivor: int) -> tuple[float,
         await nc.close()
 
 
-def run_meta(workdir: Path, kind: str, creates: int, failover_runs: int, existing: int = 0) -> MetaFigures:
+def run_meta(
+    workdir: Path, kind: str, creates: int, failover_runs: int, existing: int = 0, sync: str = "default"
+) -> MetaFigures:
     follower_lat: list[float] = []
     leader_lat: list[float] = []
     after_kill: list[tuple[float, float]] = []
     for r in range(max(1, failover_runs)):
         c = Cluster(workdir / f"{kind}-{r}", kind, size=3)
         try:
-            start_cluster(c)
+            start_cluster(c, sync)
             leader = agreed_leader(c)
             survivor = (leader + 1) % c.size
             if r == 0 and creates > 0:

@@ -1,6 +1,6 @@
 """Where a hub cluster's stream create spends its time: a timeline of the trace points.
 
-    python -m bench.create_trace [--creates 40] [--via follower|leader] [--gap 0.02]
+    python -m bench.create_trace [--creates 40] [--via follower|leader] [--gap 0.02] [--existing 0]
 
 Three leafjet hubs run with ``LEAFJET_TRACE=1`` (core/trace.py: each server logs named points
 with CLOCK_MONOTONIC, one clock for the machine); ``--creates`` sequential R1 creates are sent
@@ -53,11 +53,13 @@ async def _spaced_creates(url: str, n: int, tag: str, gap: float) -> list[tuple[
     return out
 
 
-def run(workdir: Path, creates: int, via_leader: bool, gap: float = 0.0) -> None:
+def run(workdir: Path, creates: int, via_leader: bool, gap: float = 0.0, existing: int = 0) -> None:
     os.environ["LEAFJET_TRACE"] = "1"  # the servers inherit it
     c = Cluster(workdir, "leafjet", size=3)
     try:
         leader, via, placed = start_roles(c, via_leader)
+        if existing:  # an account that holds that many streams (untimed, named X<k>)
+            asyncio.run(timed_creates(c.url(via), existing, "X", f"n{placed}"))
         if gap > 0:
             done = asyncio.run(_spaced_creates(c.url(via), creates, f"n{placed}", gap))
         else:
@@ -128,9 +130,10 @@ def main() -> None:
     p.add_argument(
         "--gap", type=float, default=0.0, help="seconds between creates (room for work behind each)"
     )
+    p.add_argument("--existing", type=int, default=0, help="streams created first, not traced")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="leafjet-create-trace-") as tmp:
-        run(Path(tmp), args.creates, args.via == "leader", args.gap)
+        run(Path(tmp), args.creates, args.via == "leader", args.gap, args.existing)
 
 
 if __name__ == "__main__":
