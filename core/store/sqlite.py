@@ -1071,20 +1071,18 @@ class SqliteStore:
         params: tuple[Any, ...]
         with self._lock:
             p, tail = self._pub, self._tail
-        if (
-            tail is not None
-            and tail.pub is p
-            and tail.after < start <= p.last_seq
-            and (filt is None or not has_wildcard(filt))
-        ):
-            # a live reader of the newest commit (a consumer's read-ahead): its rows (see _Tail)
+        if tail is not None and tail.pub is p and tail.after < start <= p.last_seq:
+            # a live reader of the newest commit (a consumer's read-ahead): its rows (see _Tail),
+            # every message past ``tail.after``, matched here by a filter with wildcards too
             self._check_open()
             top = min(end, p.last_seq)
-            return [
-                StoredMsg(seq, subject, hdr, data, ts)
-                for seq, subject, hdr, data, ts, _size, _flags in tail.rows
-                if start <= seq <= top and (filt is None or subject == filt)
-            ][:limit]
+            rows = [r for r in tail.rows if start <= r[0] <= top]
+            if filt is not None and has_wildcard(filt):
+                pattern = filt.split(".")
+                rows = [r for r in rows if tokens_match(pattern, r[1].split("."))]
+            elif filt is not None:
+                rows = [r for r in rows if r[1] == filt]
+            return [StoredMsg(seq, subj, hdr, data, ts) for seq, subj, hdr, data, ts, _s, _f in rows[:limit]]
         by_index = True  # one index range: no wildcard to match row by row
         if filt is None:
             sql, params = "WHERE seq >= ? AND seq <= ?", (start, end)
@@ -2393,6 +2391,10 @@ class SqliteStore:
                     nbytes += self._w_batch_bytes
                     last_ts = op.ts
                     res.append(last)
+                elif op.__class__ is SourcePosOp:
+                    # a meta row; no message touched: the transaction still only appended, and
+                    # a source's live batch may serve its readers as the tail (invariant 13)
+                    res.append(self._w_op(op))
                 else:
                     self._w_appends_only = False
                     w.last_seq, w.last_ts, w.msgs, w.nbytes = last, last_ts, msgs, nbytes

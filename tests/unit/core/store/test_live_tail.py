@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from core.store import Append, AppendBatch, DeleteOp, PurgeOp, SqliteStore
+from core.store import Append, AppendBatch, DeleteOp, PurgeOp, SourcePosOp, SqliteStore
 from tests.unit.core.store.conftest import FakeClock
 from tests.unit.core.store.test_read_columns import T0, expected, rows_of
 
@@ -76,7 +76,11 @@ async def test_a_live_reader_reads_each_commit_without_a_query(
     got = await store.range(pos, None, 100)
     by_subject = await store.range(pos, None, 100, "orders.1")
     first_only = await store.range(pos, None, 1)
+    by_wildcard = await store.range(pos, None, 100, "orders.*")
+    last_by_wildcard = await store.range(pos + 1, None, 100, ">")
+    none_by_wildcard = await store.range(pos, None, 100, "orders.0.>")
     assert queries.n == before
+    assert by_wildcard == got and last_by_wildcard == got[1:] and none_by_wildcard == []
     assert [(m.seq, m.subject, m.headers, m.data, m.ts) for m in got] == [
         (pos, "orders.0", None, b"a", T0 + 50),
         (pos + 1, "orders.1", b"", b"b", T0 + 51),
@@ -88,6 +92,22 @@ async def test_a_live_reader_reads_each_commit_without_a_query(
     last = (await store.state()).last_seq
     for start, limit in ((pos, 100), (pos + 1, 100), (pos, 2), (last, 1)):
         assert not await same_as_range(store, start, last, limit, queries)
+
+
+async def test_a_sourced_batch_with_its_position_is_read_without_a_query(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hub's live source stores each batch with its upstream position (a meta row): its readers
+    (the hub's consumers, a bulk reader) still read it from the commit's rows."""
+    queries = QueryCounter(store, monkeypatch)
+    pos = 1
+    for i in range(1, 6):
+        hdr = b"NATS/1.0\r\nNats-Stream-Source: U\r\n\r\n"
+        ops: list[Any] = [AppendBatch([f"s.{i}"], [hdr], [b"m"], T0 + i), SourcePosOp("U", i, expect=i - 1)]
+        await store.apply(ops)
+        assert not await same_as_range(store, pos, pos, 100, queries)
+        assert (await store.source_positions())["U"] == i
+        pos += 1
 
 
 async def test_reads_after_removals_go_to_sqlite(store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> None:
