@@ -12,7 +12,11 @@ Kinds in use (each names what the call site passes as ``name``):
 - ``stream_pipeline``: a stream's publish worker, per batch (the stream);
 - ``consumer``: a consumer's worker, per delivery round (the consumer);
 - ``api``: the JetStream API dispatcher, per request (the request's first subject token after
-  ``$JS.API.``, e.g. ``STREAM``).
+  ``$JS.API.``, e.g. ``STREAM``);
+- ``crash`` (``crash_point``): the whole process ends at once, as a SIGKILL or a power cut
+  would end it, at a named step: ``restore_ask`` (a cluster restore's store whole, its create
+  not yet asked of the meta group), ``restore_move`` (that create committed, the store about to
+  move into place).
 
 Integration tests set it in the server process's environment (tests/integration/
 test_failure_isolation.py, test_jetstream_bounds.py).
@@ -40,6 +44,12 @@ def _parse(raw: str) -> frozenset[tuple[str, str]]:
 
 _FAULTS = _parse(os.environ.get(ENV, ""))
 ARMED = bool(_FAULTS)
+
+
+def crash_point(name: str) -> None:
+    """End the process at once (no cleanup, no flush) if ``LEAFJET_FAULTS`` names ``crash:name``."""
+    if _FAULTS and (("crash", name) in _FAULTS or ("crash", "*") in _FAULTS):
+        os._exit(137)
 
 
 def fault_point(kind: str, name: str) -> None:

@@ -54,6 +54,7 @@ import anyio
 from core import subjects
 from core.api_errors import ApiError, api_error
 from core.errors import StoreError
+from core.fsync import fsync_dir
 from core.jetstream.consumer import STATE_PREFIX
 from core.jetstream.gotime import rfc3339_nano
 from core.jetstream.models import api_response, error_response
@@ -76,6 +77,9 @@ RESTORE_SUBJECT = "$JS.SNAPSHOT.RESTORE.{stream}.{id}"
 RESTORE_CREATE = "$JS.EVENT.ADVISORY.STREAM.RESTORE_CREATE"
 RESTORE_COMPLETE = "$JS.EVENT.ADVISORY.STREAM.RESTORE_COMPLETE"
 STAGING_MARK = ".restoring-"  # a staging folder's name: <stream>.restoring-<id>
+# In a hub cluster's staging folder, once its store is whole and its create is asked of the meta
+# group: {"name", "created"}, the assignment the store waits for (kept across a restart).
+STAGED_FILE = "restored.json"
 
 # The reference's defaults and clamps (nats-server's streamSnapshot)
 CHUNK_DEFAULT = 128 << 10
@@ -139,9 +143,36 @@ class Backups(TaskOwner):
         # (the creation time the assignment carries, the staging folder); engine.create_stream
         # moves the folder into place for that assignment only
         self.staged: dict[tuple[str, str], tuple[int, Path]] = {}
+        # of those, the ones a start found (``staged_leftover``): the meta group's first pass
+        # either moves each into place (its assignment is there) or drops it (``drop_unclaimed``)
+        self.leftover: set[tuple[str, str]] = set()
 
     def restoring(self, ajs: AccountJetStream, name: str) -> bool:
         return (ajs.account.name, name) in self.restores
+
+    def keep_leftover(self, ajs: AccountJetStream, folder: Path) -> bool:
+        """At a start in a hub cluster: keep a staging folder whose store waits for its assignment
+        (``mark_staged``); False: it is a leftover to remove."""
+        waiting = staged_leftover(folder)
+        if waiting is None:
+            return False
+        key = (ajs.account.name, waiting[0])
+        self.staged[key] = (waiting[1], folder)
+        self.leftover.add(key)
+        log.info("keeping %s: a restored stream's store, waiting for its assignment", folder)
+        return True
+
+    async def drop_unclaimed(self, assigned: Callable[[tuple[str, str], int], bool]) -> None:
+        """After the meta group's first pass: the kept staging folders that no assignment here
+        took (``assigned(key, created)`` is False: the create never committed) are removed."""
+        for key in list(self.leftover):
+            self.leftover.discard(key)
+            staged = self.staged.get(key)
+            if staged is None or assigned(key, staged[0]):
+                continue  # taken (moved into place), or its stream is being created now
+            self.staged.pop(key, None)
+            log.info("removing %s: a restore whose create did not commit", staged[1])
+            await anyio.to_thread.run_sync(remove_staging, staged[1])
 
     # ------------------------------------------------------------------ snapshot
 
@@ -470,6 +501,35 @@ def _why(e: Exception) -> str:
 
 def _make_staging(staging: Path) -> None:
     staging.mkdir(parents=True)
+
+
+def mark_staged(staging: Path, name: str, created: int) -> None:
+    """Record, durably, that the store in ``staging`` is whole and waits for the assignment of
+    stream ``name`` created at ``created`` (a cluster restore, before its create is asked of the
+    meta group): a restart keeps the folder for that assignment (``staged_leftover``), so a crash
+    between the commit and the store's move into place does not leave the stream empty."""
+    path = staging / STAGED_FILE
+    with open(path, "w") as f:
+        json.dump({"name": name, "created": created}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(staging)
+
+
+def staged_leftover(folder: Path) -> tuple[str, int] | None:
+    """The (stream name, creation time) a staging folder found at a start waits for (``mark_staged``),
+    or None: a restore cut short before its store was whole."""
+    try:
+        with open(folder / STAGED_FILE) as f:
+            body = json.load(f)
+        name, created = body["name"], body["created"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(name, str) or type(created) is not int:
+        return None
+    if not folder.name.startswith(name + STAGING_MARK):
+        return None
+    return name, created
 
 
 def remove_staging(*paths: Path) -> None:

@@ -29,7 +29,7 @@ from core import trace
 from core.api_errors import ApiError, api_error
 from core.config import JetStreamConfig
 from core.errors import StartupError, StoreError, StoreKeyError
-from core.faults import fault_point
+from core.faults import crash_point, fault_point
 from core.fsync import fsync_dir
 from core.jetstream import api
 from core.jetstream.backup import RESTORE_BATCH_BYTES, Backups, is_staging, remove_staging
@@ -278,6 +278,8 @@ class JetStream:
             return
         for d in ajs.root.iterdir():
             if is_staging(d.name):  # a restore cut short by a crash: never announced
+                if self.cluster is not None and self.backups.keep_leftover(ajs, d):
+                    continue  # its create may have committed: the meta group decides
                 log.info("removing %s, left by a restore that did not finish", d)
                 remove_staging(d)
         folders = iter(
@@ -740,7 +742,9 @@ class JetStream:
             # announced stream: it goes, or the create would open its store instead.
             await self.discard_prepared(ajs, cfg.name)
             await anyio.to_thread.run_sync(_remove_folder_durably, d)
+            crash_point("restore_move")
             await anyio.to_thread.run_sync(_move_into_place, staged[1], d)
+            self.backups.staged.pop((ajs.account.name, cfg.name), None)
         config_body = {"config": cfg.to_json(), "created": created}
         # The config file is written while the store is built (each waits on its own fsyncs, so
         # a create costs the longer of the two, not their sum), except for a stream that starts

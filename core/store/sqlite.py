@@ -1076,13 +1076,13 @@ class SqliteStore:
             # every message past ``tail.after``, matched here by a filter with wildcards too
             self._check_open()
             top = min(end, p.last_seq)
-            rows = [r for r in tail.rows if start <= r[0] <= top]
+            hits = [r for r in tail.rows if start <= r[0] <= top]
             if filt is not None and has_wildcard(filt):
                 pattern = filt.split(".")
-                rows = [r for r in rows if tokens_match(pattern, r[1].split("."))]
+                hits = [r for r in hits if tokens_match(pattern, r[1].split("."))]
             elif filt is not None:
-                rows = [r for r in rows if r[1] == filt]
-            return [StoredMsg(seq, subj, hdr, data, ts) for seq, subj, hdr, data, ts, _s, _f in rows[:limit]]
+                hits = [r for r in hits if r[1] == filt]
+            return [StoredMsg(seq, subj, hdr, data, ts) for seq, subj, hdr, data, ts, _s, _f in hits[:limit]]
         by_index = True  # one index range: no wildcard to match row by row
         if filt is None:
             sql, params = "WHERE seq >= ? AND seq <= ?", (start, end)

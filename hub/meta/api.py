@@ -28,7 +28,9 @@ import anyio
 
 from core import trace
 from core.api_errors import API_ERRORS, ApiError, api_error
+from core.faults import crash_point
 from core.jetstream import api
+from core.jetstream.backup import mark_staged
 from core.jetstream.models import StreamConfig, api_response, decode_request
 from core.lograte import worth_logging
 from core.server.internal import InboundMsg
@@ -163,18 +165,23 @@ class MetaApi:
         """Before answering from this server's state: catch up with what the leader has
         applied (every change acknowledged so far), so a list never misses an acknowledged
         create because this server lags (the reference answers lists from the leader)."""
-        self._need_leader()
-        if self.group.driver.is_leader():
-            with anyio.move_on_after(FORWARD_WAIT):
-                await self._read_index()
-                return
-            raise api_error("JSClusterNotAvailErr")
-        answer = await self.ask_leader({"kind": "read"})
-        if not await self._caught_up(int(answer.get("index") or 0)):
+        if not await self._caught_up(await self.leader_index()):
             # Answering from the state this server has would show a list or an info without
             # changes already acknowledged to clients: "not available now" instead, and the
             # client asks again.
             raise api_error("JSClusterNotAvailErr")
+
+    async def leader_index(self) -> int:
+        """The leader's read index: every change acknowledged so far is at or below it (on the
+        leader, once it has applied up to it). 10008 when there is no leader, or it cannot tell
+        within FORWARD_WAIT."""
+        self._need_leader()
+        if self.group.driver.is_leader():
+            with anyio.move_on_after(FORWARD_WAIT):
+                return await self._read_index()
+            raise api_error("JSClusterNotAvailErr")
+        answer = await self.ask_leader({"kind": "read"})
+        return int(answer.get("index") or 0)
 
     def _need_leader(self) -> None:
         if not self.group.ready or self.group.leader_name() is None:
@@ -204,6 +211,8 @@ class MetaApi:
         ``staging`` into place (core/jetstream/engine.py, ``create_stream``)."""
         key = (ajs.account.name, cfg.name)
         created = time.time_ns()
+        await anyio.to_thread.run_sync(mark_staged, staging, cfg.name, created)
+        crash_point("restore_ask")
         self.js.backups.staged[key] = (created, staging)
         try:
             config = json.dumps(cfg.to_json()).encode()

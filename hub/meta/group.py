@@ -37,7 +37,7 @@ from core.jetstream.models import StreamConfig
 from core.jetstream.prepared import CONFIG_FILE
 from core.lograte import worth_logging
 from core.server.failures import describe_failure
-from hub.meta.api import MetaApi
+from hub.meta.api import FORWARD_WAIT, MetaApi
 from hub.meta.bus import Bus, Unreachable
 from hub.meta.peers import node_id, peer_hex
 from hub.meta.state import MetaState, StreamAssignment, decode_op
@@ -298,6 +298,8 @@ class MetaGroup:
                 log.info("meta group: running with %d voter(s)", len(self.driver.voters))
                 tg.start_soon(self._register_loop)
                 tg.start_soon(self._reconcile_loop)
+                if self.js.backups.leftover:
+                    tg.start_soon(self._settle_kept_restores)
         finally:
             bus.close()
             self.driver.close()
@@ -669,6 +671,29 @@ class MetaGroup:
         except Exception as e:  # a task of the meta group's: a preparation only ever logs
             why = describe_failure(e)
             log.warning("stream %s/%s: preparing it ahead of its create failed: %s", *key, why)
+
+    async def _settle_kept_restores(self) -> None:
+        """The restored stores a start kept (core/jetstream/backup.py ``keep_leftover``) wait for
+        the assignments of their creates. Once this server has reconciled everything the leader
+        acknowledged so far (its read index: a restarted follower's own commit index may lag),
+        each that no assignment took is removed: its create never committed. Until a leader
+        answers, asked again now and then."""
+        while self.js.backups.leftover:
+            try:
+                index = await self.api.leader_index()
+                with anyio.fail_after(FORWARD_WAIT):
+                    await self.wait_reconciled(index)
+            except Exception as e:  # no leader yet, a lost answer, a slow catch-up: again later
+                log.debug("meta group: kept restores wait for the leader: %s", describe_failure(e))
+                await anyio.sleep(REGISTER_RETRY)
+                continue
+            await self.js.backups.drop_unclaimed(self._assigned_here)
+
+    def _assigned_here(self, key: tuple[str, str], created: int) -> bool:
+        """Whether the state assigns stream ``key`` to this server with creation time ``created``
+        (a restore's kept store waits for exactly that assignment)."""
+        a = self.state.streams.get(key)
+        return a is not None and a.created == created and self.me in a.servers
 
     async def _drop_unused_preparations(self, applied: int) -> None:
         """Preparations whose entry this server has applied and brought its streams in line
