@@ -198,12 +198,15 @@ class MetaApi:
         committed yet), then answered by the placed server as its own (``api.stream_restore``):
         the backup goes there, and once its store is built that server creates the stream
         through the meta group on itself (``commit_restore``)."""
-        self._need_leader()
+        # checked against every change acknowledged so far (a delete of the name through
+        # another server a moment ago must not make it look taken), here and on the placed
+        # server, which answers once it has applied what the leader decided on
+        await self._read_barrier()
         cfg = api.check_restore(js, ajs, args, msg)
         config = json.dumps(cfg.to_json()).encode()
         body = {"kind": "place", "account": ajs.account.name, "name": cfg.name, "data": _b64(config)}
         answer = await self.ask_leader(body)
-        await self._forward(str(answer["server"]), ajs, msg, 0)
+        await self._forward(str(answer["server"]), ajs, msg, int(answer.get("index") or 0))
 
     async def commit_restore(self, ajs: AccountJetStream, cfg: StreamConfig, staging: Path) -> Stream:
         """The restored stream created on this server: the meta leader commits its assignment
@@ -687,7 +690,7 @@ class MetaApi:
             if existing is not None:
                 raise api_error("JSStreamNameExistRestoreFailedErr")
             check_overlap(cfg)
-            return {"server": self._place(cfg)[0]}
+            return {"server": self._place(cfg)[0], "index": index}
         if kind == "create":
             cfg = StreamConfig.from_json(
                 decode_request(payload), expected_name=name, lookup=lookup, clustered=True
