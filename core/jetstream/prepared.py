@@ -161,9 +161,7 @@ class PreparedStreams:
         p = self._by_key[key] = Prepared(cfg.to_json(), created, OpeningStore(f"{key[0]}/{cfg.name}"))
         body = json.dumps({"config": p.config, "created": created})
         try:
-            # on a pool thread: a mkdir is kernel work that took up to ~1 ms here, growing with
-            # the folder's entries, and this is the event loop the commit arrives on
-            await run_job(POOL.submit, functools.partial(d.mkdir, parents=True))
+            d.mkdir(parents=True)
         except OSError as e:
             log.info("stream %s: preparing it ahead of its create failed: %s", cfg.name, e)
             p._staging_done()
