@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.backup import WHOLE, restore, send_backup, take_snapshot
 from tests.support.jsapi import api, jetstream
-from tests.support.jscluster import api_until
+from tests.support.jscluster import api_until, publish_until
 from tests.support.servers import start_leafjet, start_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -184,16 +184,22 @@ async def test_a_backup_and_restore_through_another_server_of_a_cluster(tagged_c
         created = await api_until(nc, "$JS.API.STREAM.CREATE.S1", cfg, retry_on=(10008, 10005))
         assert created["cluster"]["leader"] == c.nodes[0].name, created
         js = nc.jetstream()
-        for i in range(100):
+        # the reference's cluster answers 503 for a moment after a create: retried as ADR-22 says
+        await publish_until(js, "s1.0", os.urandom(900))
+        for i in range(1, 100):
             await js.publish(f"s1.{i % 3}", os.urandom(900))
-        sub = await js.pull_subscribe("s1.>", durable="C", stream="S1")
+        durable = {"stream_name": "S1", "config": {"durable_name": "C", "ack_policy": "explicit"}}
+        made = await api_until(nc, "$JS.API.CONSUMER.DURABLE.CREATE.S1.C", durable, retry_on=(10008,))
+        assert "error" not in made, made
+        sub = await js.pull_subscribe_bind("C", stream="S1")
         for m in await sub.fetch(30, timeout=10):
             await m.ack_sync()
         before = await api(other, "$JS.API.STREAM.INFO.S1")
         answer, data, status = await take_snapshot(nc, "S1", chunk_size=8192, window_size=16384)
         assert answer["state"]["messages"] == 100 and status == WHOLE, answer
         assert len(data) > 90_000  # random payloads: about as large as the stream
-        await js.delete_stream("S1")
+        deleted = await api_until(nc, "$JS.API.STREAM.DELETE.S1", retry_on=(10008,))
+        assert deleted.get("success") is True, deleted
         restored = await restore(nc, "S1", answer, data)
         assert "error" not in restored, restored
         after = await api(other, "$JS.API.STREAM.INFO.S1")
