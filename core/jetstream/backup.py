@@ -514,6 +514,7 @@ def mark_staged(staging: Path, name: str, created: int) -> None:
         f.flush()
         os.fsync(f.fileno())
     fsync_dir(staging)
+    fsync_dir(staging.parent)  # the staging folder's own name (made without a sync)
 
 
 def staged_leftover(folder: Path) -> tuple[str, int] | None:

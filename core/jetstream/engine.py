@@ -32,7 +32,7 @@ from core.errors import StartupError, StoreError, StoreKeyError
 from core.faults import crash_point, fault_point
 from core.fsync import fsync_dir
 from core.jetstream import api
-from core.jetstream.backup import RESTORE_BATCH_BYTES, Backups, is_staging, remove_staging
+from core.jetstream.backup import RESTORE_BATCH_BYTES, STAGED_FILE, Backups, is_staging, remove_staging
 from core.jetstream.bulk_read import BulkReads
 from core.jetstream.consumer import STATE_PREFIX, Consumer, config_key, state_key
 from core.jetstream.consumer_models import ConsumerConfig, paused_config
@@ -745,6 +745,7 @@ class JetStream:
             crash_point("restore_move")
             await anyio.to_thread.run_sync(_move_into_place, staged[1], d)
             self.backups.staged.pop((ajs.account.name, cfg.name), None)
+            (d / STAGED_FILE).unlink(missing_ok=True)  # served its purpose (a leftover is harmless)
         config_body = {"config": cfg.to_json(), "created": created}
         # The config file is written while the store is built (each waits on its own fsyncs, so
         # a create costs the longer of the two, not their sum), except for a stream that starts

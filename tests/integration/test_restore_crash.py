@@ -94,6 +94,7 @@ async def test_a_crash_between_the_create_and_the_move_keeps_the_restored_stream
         msg = await api(nc, "$JS.API.STREAM.MSG.GET.S1", {"seq": 50})
         assert msg["message"]["subject"] == "s1.49", msg
         assert _staging_left(c) == []
+        assert list((c.workdir / c.nodes[0].name).rglob("restored.json")) == []  # the marker went
 
 
 async def test_a_crash_before_the_create_is_asked_leaves_the_name_free(tmp_path, monkeypatch):
