@@ -745,7 +745,6 @@ class JetStream:
             crash_point("restore_move")
             await anyio.to_thread.run_sync(_move_into_place, staged[1], d)
             self.backups.staged.pop((ajs.account.name, cfg.name), None)
-            (d / STAGED_FILE).unlink(missing_ok=True)  # served its purpose (a leftover is harmless)
         config_body = {"config": cfg.to_json(), "created": created}
         # The config file is written while the store is built (each waits on its own fsyncs, so
         # a create costs the longer of the two, not their sum), except for a stream that starts
@@ -1052,8 +1051,10 @@ def _read_stream_meta(meta: Path) -> tuple[StreamConfig, int]:
 
 
 def _move_into_place(staging: Path, final: Path) -> None:
-    """A restored stream's folder renamed to its stream's name, durably."""
+    """A restored stream's folder renamed to its stream's name, durably; a cluster restore's
+    marker (``STAGED_FILE``) has served its purpose then (one a crash leaves is harmless)."""
     os.rename(staging, final)
+    (final / STAGED_FILE).unlink(missing_ok=True)
     fsync_dir(final.parent)
 
 

@@ -63,3 +63,8 @@ class HeldSubjects:
         for subject in config.subjects:
             if any(name != config.name for name in index.overlapping(subject)):
                 raise api_error("JSStreamSubjectOverlapErr")
+
+
+def check_subject_overlap(config: StreamConfig, others: Iterable[StreamConfig]) -> None:
+    """``HeldSubjects.check`` once, with no index kept between calls."""
+    HeldSubjects().check(config, others)

@@ -913,19 +913,6 @@ class StreamConfig:
 _RESERVED_FIRST_TOKENS = frozenset(("$JS", "$JSC", "$NRG", "$SYS", "*", ">"))
 
 
-def check_subject_overlap(config: StreamConfig, others: Iterable[StreamConfig]) -> None:
-    """``JSStreamSubjectOverlapErr`` if another stream of the account captures a common subject."""
-    index: SubjectIndex[str] | None = None
-    for other in others:
-        if other.name == config.name or not other.subjects:
-            continue
-        if index is None:  # indexed: a pass over every pair took seconds with thousands of subjects
-            index = SubjectIndex((b, b) for b in config.subjects)
-        for a in other.subjects:
-            if index.overlapping(a):
-                raise api_error("JSStreamSubjectOverlapErr")
-
-
 def _required_api_level(c: Mapping[str, Any]) -> int:
     level = 0
     if c["allow_msg_ttl"] or c["subject_delete_marker_ttl"] > 0:

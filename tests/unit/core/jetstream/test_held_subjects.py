@@ -1,6 +1,6 @@
-"""The account's subject index for overlap checks (core/jetstream/held_subjects.py) answers as the
-pass over every stream it replaced (``check_subject_overlap``), whatever happened to the held
-configs between two checks: creates, deletes, updates (a new config object under a name),
+"""The account's subject index for overlap checks (core/jetstream/held_subjects.py) answers as a
+pass over every pair of subjects (``pairwise``, the check it replaced), whatever happened to the
+held configs between two checks: creates, deletes, updates (a new config object under a name),
 damaged streams coming and going, in any order."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.api_errors import ApiError
+from core.api_errors import ApiError, api_error
 from core.jetstream.held_subjects import HeldSubjects
-from core.jetstream.models import StreamConfig, check_subject_overlap
+from core.jetstream.models import StreamConfig
+from core.subjects import overlaps
 
 SUBJECTS = ["a", "a.b", "a.*", "a.>", "b.c", "b.*", "c.d.e", "c.*.e", "c.>", "d"]
 
@@ -32,6 +33,13 @@ def verdict(
         assert e.err_code == 10065
         return False
     return True
+
+
+def pairwise(new: StreamConfig, held: list[StreamConfig]) -> None:
+    """The overlap check as a pass over every pair of subjects."""
+    for other in held:
+        if other.name != new.name and any(overlaps(a, b) for a in other.subjects for b in new.subjects):
+            raise api_error("JSStreamSubjectOverlapErr")
 
 
 names = st.sampled_from(["S0", "S1", "S2", "S3", "S4", "S5"])
@@ -54,7 +62,7 @@ def test_the_index_answers_as_a_pass_over_every_config(history):
         elif op == "drop":
             held.pop(name, None)
         configs = list(held.values())
-        assert verdict(index.check, new, configs) == verdict(check_subject_overlap, new, configs)
+        assert verdict(index.check, new, configs) == verdict(pairwise, new, configs)
 
 
 def test_a_create_after_the_last_check_is_seen_and_a_delete_frees_its_subjects():

@@ -16,7 +16,8 @@ import core.jetstream.models
 import core.subjects
 from core.api_errors import ApiError
 from core.jetstream.consumer_models import parse_create_request, resolve_create
-from core.jetstream.models import StreamConfig, check_subject_overlap
+from core.jetstream.held_subjects import check_subject_overlap
+from core.jetstream.models import StreamConfig
 
 N = 5000
 COMPARED_MODULES = (core.subjects, core.jetstream.models, core.jetstream.consumer_models)

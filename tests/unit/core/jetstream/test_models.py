@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 
 from core.api_errors import ApiError, api_error
 from core.jetstream.gotime import parse_go_duration, parse_rfc3339, rfc3339_nano
+from core.jetstream.held_subjects import check_subject_overlap
 from core.jetstream.models import (
     StreamConfig,
     api_response,
-    check_subject_overlap,
     decode_request,
     error_response,
     stream_info_json,
